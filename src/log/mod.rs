@@ -1,0 +1,3 @@
+//! (in progress) The partition log; see issue "Partition log".
+
+pub mod dump;

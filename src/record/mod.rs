@@ -1,0 +1,49 @@
+//! Record batches, format v2 (magic 2), exactly as Kafka lays them out.
+//!
+//! This module owns the byte layout of a batch (KAFKA_BEHAVIOUR.md §1) and
+//! nothing else: it does no I/O. The broker fills only `baseOffset` and
+//! `partitionLeaderEpoch`, both of which lie before the CRC-covered region
+//! (bytes 21..end), so appending never recomputes a client's CRC.
+//!
+//! `batch` holds the fixed 61-byte header view, validation and in-place
+//! patching; everything that reads a log file or a produce request walks
+//! batches with [`batch::BatchIter`].
+
+pub mod batch;
+
+pub use batch::{BatchError, BatchHeader, BatchIter, Compression, TimestampType};
+
+use bytes::Bytes;
+use std::rc::Rc;
+
+/// A byte range of an open segment file, sent with `sendfile` without
+/// passing through user space. The file is a buffered (not O_DIRECT)
+/// descriptor of the segment, shared by every reader of that segment.
+#[derive(Clone, Debug)]
+pub struct FileRange {
+    pub file: Rc<std::fs::File>,
+    pub position: u64,
+    pub len: usize,
+}
+
+/// One piece of a records field on its way to a client: either bytes already
+/// in memory (the tail cache) or a range of a segment file. A read returns a
+/// sequence of these, each holding whole batches.
+#[derive(Clone, Debug)]
+pub enum RecordsChunk {
+    Memory(Bytes),
+    File(FileRange),
+}
+
+impl RecordsChunk {
+    pub fn len(&self) -> usize {
+        match self {
+            RecordsChunk::Memory(b) => b.len(),
+            RecordsChunk::File(r) => r.len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
