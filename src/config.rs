@@ -1,9 +1,247 @@
-//! (in progress) Broker configuration.
+//! Broker configuration: `fjord serve` flags, the optional TOML file with the
+//! same keys, and the broker-wide defaults for topic configs.
+//!
+//! Every flag is optional on the command line so that a value given there
+//! overrides the file, and a value in neither takes the default listed here
+//! (Kafka's default where Kafka has the setting). The resolved, immutable
+//! [`BrokerConfig`] is copied to every shard at start-up.
 
-/// Flags of `fjord serve`.
-#[derive(clap::Args, Debug, Clone)]
+use serde::Deserialize;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// Kafka's `message.max.bytes` default: 1 MiB plus the record-batch overhead.
+pub const MESSAGE_MAX_BYTES_DEFAULT: i32 = 1024 * 1024 + 12;
+/// Kafka's `log.segment.bytes` default (1 GiB).
+pub const LOG_SEGMENT_BYTES_DEFAULT: i64 = 1 << 30;
+/// Kafka's `log.retention.ms` default (7 days).
+pub const LOG_RETENTION_MS_DEFAULT: i64 = 7 * 24 * 60 * 60 * 1000;
+/// Size of each shard's cache of recently appended batches.
+pub const TAIL_CACHE_BYTES_DEFAULT: usize = 64 * 1024 * 1024;
+/// glommio's registered I/O memory per shard when memlock allows it.
+pub const IO_MEMORY_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Requests read from one connection before the first is answered.
+pub const INFLIGHT_REQUESTS_MAX_DEFAULT: usize = 64;
+
+/// Flags of `fjord serve`. The TOML file named by `--config` takes the same
+/// keys, spelled as the long flags (`data-dir = "./data"`).
+#[derive(clap::Args, Deserialize, Debug, Clone, Default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ServeArgs {
-    /// Directory holding all partition logs and metadata.
-    #[arg(long, default_value = "./data")]
-    pub data_dir: std::path::PathBuf,
+    /// A TOML file with any of these settings; flags given here override it.
+    #[arg(long)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Directory holding all partition logs and the metadata log [default: ./data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Port of shard 0; shard k listens on port + k [default: 9092].
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Address to listen on [default: 0.0.0.0].
+    #[arg(long)]
+    pub listen: Option<IpAddr>,
+    /// Host name advertised to clients [default: the listen address, or the
+    /// machine's host name when listening on all interfaces].
+    #[arg(long)]
+    pub advertised_host: Option<String>,
+    /// Number of shards (one per core) [default: all online cores].
+    #[arg(long)]
+    pub cores: Option<usize>,
+    /// This server's node id; shard k is advertised as node_id * 1000 + k [default: 0].
+    #[arg(long)]
+    pub node_id: Option<i32>,
+    /// Answer acks=all only after an fdatasync covering the batch (group commit).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub fsync_acks: Option<bool>,
+    /// Per-shard memory for recently appended batches [default: 64 MiB].
+    #[arg(long)]
+    pub tail_cache_bytes: Option<usize>,
+    /// Do not pin shards to cores (tests, shared machines).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub no_pin: Option<bool>,
+    /// glommio registered I/O memory per shard [default: what memlock allows, at most 8 MiB].
+    #[arg(long)]
+    pub io_memory_bytes: Option<usize>,
+    /// Requests read ahead on one connection before responses are written.
+    #[arg(long)]
+    pub inflight_requests_max: Option<usize>,
+    /// Kafka `num.partitions` [default: 1].
+    #[arg(long)]
+    pub num_partitions: Option<i32>,
+    /// Kafka `auto.create.topics.enable` [default: true].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub auto_create_topics_enable: Option<bool>,
+    /// Kafka `log.retention.ms` [default: 7 days].
+    #[arg(long)]
+    pub log_retention_ms: Option<i64>,
+    /// Kafka `log.segment.bytes` [default: 1 GiB].
+    #[arg(long)]
+    pub log_segment_bytes: Option<i64>,
+    /// Kafka `message.max.bytes` [default: 1048588].
+    #[arg(long)]
+    pub message_max_bytes: Option<i32>,
+}
+
+/// The resolved broker configuration, identical on every shard.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub data_dir: PathBuf,
+    pub port: u16,
+    pub listen: IpAddr,
+    pub advertised_host: String,
+    pub cores: usize,
+    pub node_id: i32,
+    pub fsync_acks: bool,
+    pub tail_cache_bytes: usize,
+    pub pin: bool,
+    pub io_memory_bytes: Option<usize>,
+    pub inflight_requests_max: usize,
+    pub num_partitions: i32,
+    pub auto_create_topics_enable: bool,
+    pub log_retention_ms: i64,
+    pub log_segment_bytes: i64,
+    pub message_max_bytes: i32,
+}
+
+impl ServeArgs {
+    /// Overlays `self` (command line) on `file`: a flag wins over the file.
+    fn overlay(self, file: ServeArgs) -> ServeArgs {
+        ServeArgs {
+            config: self.config,
+            data_dir: self.data_dir.or(file.data_dir),
+            port: self.port.or(file.port),
+            listen: self.listen.or(file.listen),
+            advertised_host: self.advertised_host.or(file.advertised_host),
+            cores: self.cores.or(file.cores),
+            node_id: self.node_id.or(file.node_id),
+            fsync_acks: self.fsync_acks.or(file.fsync_acks),
+            tail_cache_bytes: self.tail_cache_bytes.or(file.tail_cache_bytes),
+            no_pin: self.no_pin.or(file.no_pin),
+            io_memory_bytes: self.io_memory_bytes.or(file.io_memory_bytes),
+            inflight_requests_max: self.inflight_requests_max.or(file.inflight_requests_max),
+            num_partitions: self.num_partitions.or(file.num_partitions),
+            auto_create_topics_enable: self
+                .auto_create_topics_enable
+                .or(file.auto_create_topics_enable),
+            log_retention_ms: self.log_retention_ms.or(file.log_retention_ms),
+            log_segment_bytes: self.log_segment_bytes.or(file.log_segment_bytes),
+            message_max_bytes: self.message_max_bytes.or(file.message_max_bytes),
+        }
+    }
+
+    /// Reads the `--config` file if any, overlays the flags and fills defaults.
+    pub fn resolve(self) -> anyhow::Result<BrokerConfig> {
+        let file = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+                toml::from_str::<ServeArgs>(&text)
+                    .map_err(|e| anyhow::anyhow!("bad config file {}: {e}", path.display()))?
+            }
+            None => ServeArgs::default(),
+        };
+        let a = self.overlay(file);
+        let listen = a.listen.unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        let advertised_host = match a.advertised_host {
+            Some(h) => h,
+            None if listen.is_unspecified() => host_name().unwrap_or_else(|| "localhost".into()),
+            None => listen.to_string(),
+        };
+        let online = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let cores = a.cores.unwrap_or(online);
+        anyhow::ensure!(cores >= 1, "--cores must be at least 1");
+        anyhow::ensure!(cores < 1000, "--cores must be below 1000 (node ids are node_id * 1000 + shard)");
+        let port = a.port.unwrap_or(9092);
+        anyhow::ensure!(
+            (port as usize) + cores - 1 <= u16::MAX as usize,
+            "ports {port}..{} do not fit",
+            port as usize + cores - 1
+        );
+        let num_partitions = a.num_partitions.unwrap_or(1);
+        anyhow::ensure!(num_partitions >= 1, "--num-partitions must be at least 1");
+        Ok(BrokerConfig {
+            data_dir: a.data_dir.unwrap_or_else(|| PathBuf::from("./data")),
+            port,
+            listen,
+            advertised_host,
+            cores,
+            node_id: a.node_id.unwrap_or(0),
+            fsync_acks: a.fsync_acks.unwrap_or(false),
+            tail_cache_bytes: a.tail_cache_bytes.unwrap_or(TAIL_CACHE_BYTES_DEFAULT),
+            pin: !a.no_pin.unwrap_or(false),
+            io_memory_bytes: a.io_memory_bytes,
+            inflight_requests_max: a
+                .inflight_requests_max
+                .unwrap_or(INFLIGHT_REQUESTS_MAX_DEFAULT)
+                .max(1),
+            num_partitions,
+            auto_create_topics_enable: a.auto_create_topics_enable.unwrap_or(true),
+            log_retention_ms: a.log_retention_ms.unwrap_or(LOG_RETENTION_MS_DEFAULT),
+            log_segment_bytes: a.log_segment_bytes.unwrap_or(LOG_SEGMENT_BYTES_DEFAULT),
+            message_max_bytes: a.message_max_bytes.unwrap_or(MESSAGE_MAX_BYTES_DEFAULT),
+        })
+    }
+}
+
+impl BrokerConfig {
+    /// The Kafka node id clients see for shard `shard`.
+    pub fn node_id_of(&self, shard: usize) -> i32 {
+        self.node_id * 1000 + shard as i32
+    }
+
+    /// The shard behind a node id of this server, if it is one.
+    pub fn shard_of_node(&self, node_id: i32) -> Option<usize> {
+        let shard = node_id - self.node_id * 1000;
+        (0..self.cores as i32).contains(&shard).then_some(shard as usize)
+    }
+
+    pub fn port_of(&self, shard: usize) -> u16 {
+        self.port + shard as u16
+    }
+}
+
+fn host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let name = String::from_utf8_lossy(&buf[..end]).into_owned();
+    (!name.is_empty()).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_file_and_defaults_fill_the_rest() {
+        let file: ServeArgs = toml::from_str("port = 19092\ncores = 2\nnum-partitions = 3\n").unwrap();
+        let cli = ServeArgs {
+            cores: Some(1),
+            listen: Some("127.0.0.1".parse().unwrap()),
+            ..Default::default()
+        };
+        let merged = cli.overlay(file);
+        assert_eq!(merged.port, Some(19092));
+        assert_eq!(merged.cores, Some(1));
+        assert_eq!(merged.num_partitions, Some(3));
+        let c = merged.resolve().unwrap();
+        assert_eq!(c.advertised_host, "127.0.0.1");
+        assert_eq!(c.data_dir, PathBuf::from("./data"));
+        assert_eq!(c.node_id_of(1), 1);
+        assert_eq!(c.shard_of_node(0), Some(0));
+        assert_eq!(c.shard_of_node(1), None);
+        assert_eq!(c.message_max_bytes, MESSAGE_MAX_BYTES_DEFAULT);
+    }
+
+    #[test]
+    fn unknown_file_keys_are_rejected() {
+        assert!(toml::from_str::<ServeArgs>("prot = 1\n").is_err());
+    }
 }

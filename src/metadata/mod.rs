@@ -1,1 +1,255 @@
-//! (in progress)
+//! Cluster metadata: topics, their partitions and which shard leads each, topic
+//! configs, and producer-id blocks.
+//!
+//! The controller (shard 0) is the only writer. It validates a change, turns
+//! it into a [`MetadataRecord`], appends that record to the metadata log
+//! ([`store`]) and only then applies it to a new [`MetadataImage`]. Every shard
+//! holds an immutable `Arc<MetadataImage>` that is swapped whole when the
+//! controller broadcasts a new one; nothing in an image is ever mutated in
+//! place, so a handler can hold one across awaits and see a consistent view.
+//!
+//! Partitions are assigned to shards round-robin when a topic is created,
+//! starting after the shard that got the last partition of the previous topic
+//! so that many 1-partition topics still spread over all shards. The
+//! assignment is persisted: restarting with a different `--cores` keeps each
+//! partition on `shard % cores`.
+
+pub mod store;
+pub mod topic_config;
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+pub use topic_config::{ConfigError, TopicConfig};
+
+/// Kafka's limit on topic name length.
+pub const TOPIC_NAME_LENGTH_MAX: usize = 249;
+/// Producer ids are handed to shards in blocks of this many.
+pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
+
+/// One change to the cluster metadata, as written to the metadata log.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type")]
+pub enum MetadataRecord {
+    CreateTopic {
+        name: String,
+        id: [u8; 16],
+        /// The owning shard of each partition, by partition index.
+        shards: Vec<usize>,
+        configs: BTreeMap<String, String>,
+    },
+    DeleteTopic {
+        name: String,
+    },
+    /// New partitions appended to a topic, with their owning shards.
+    AddPartitions {
+        name: String,
+        shards: Vec<usize>,
+    },
+    /// Replaces the whole set of a topic's config overrides.
+    SetTopicConfigs {
+        name: String,
+        configs: BTreeMap<String, String>,
+    },
+    /// Producer ids below `next` have been handed out.
+    ProducerIdBlock {
+        next: i64,
+    },
+}
+
+/// One topic as the image sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TopicMeta {
+    pub name: String,
+    pub id: [u8; 16],
+    /// The owning shard of each partition (as persisted; take `% cores`).
+    pub shards: Vec<usize>,
+    /// Overrides set on the topic; everything else is the broker default.
+    pub configs: BTreeMap<String, String>,
+}
+
+impl TopicMeta {
+    pub fn partition_count(&self) -> i32 {
+        self.shards.len() as i32
+    }
+
+    pub fn is_internal(&self) -> bool {
+        self.name.starts_with("__")
+    }
+}
+
+/// An immutable snapshot of the cluster metadata. Shared read-only by all
+/// shards; replaced whole on every change.
+#[derive(Clone, Debug, Default)]
+pub struct MetadataImage {
+    /// Bumped by every applied record; lets a shard skip stale broadcasts.
+    pub version: u64,
+    pub topics: BTreeMap<String, Arc<TopicMeta>>,
+    pub topic_ids: HashMap<[u8; 16], String>,
+    /// The first producer id not yet handed out.
+    pub next_producer_id: i64,
+    /// The shard that receives the next new partition.
+    pub next_shard: usize,
+}
+
+impl MetadataImage {
+    pub fn topic(&self, name: &str) -> Option<&Arc<TopicMeta>> {
+        self.topics.get(name)
+    }
+
+    pub fn topic_by_id(&self, id: &[u8; 16]) -> Option<&Arc<TopicMeta>> {
+        self.topic_ids.get(id).and_then(|n| self.topics.get(n))
+    }
+
+    /// The shard that leads `topic`/`partition` on a server with `cores` shards.
+    pub fn leader_shard(&self, topic: &str, partition: i32, cores: usize) -> Option<usize> {
+        let t = self.topics.get(topic)?;
+        let shard = *t.shards.get(usize::try_from(partition).ok()?)?;
+        Some(shard % cores)
+    }
+
+    /// Picks `count` shards round-robin, starting at `next_shard`.
+    pub fn assign_shards(&self, count: usize, cores: usize) -> Vec<usize> {
+        (0..count).map(|i| (self.next_shard + i) % cores).collect()
+    }
+
+    /// Returns the image with `record` applied. Records come from the
+    /// controller (already validated) or from the log at start-up; one that
+    /// does not apply (e.g. deleting a missing topic) leaves the image as is.
+    pub fn apply(&self, record: &MetadataRecord) -> MetadataImage {
+        let mut next = self.clone();
+        next.version += 1;
+        match record {
+            MetadataRecord::CreateTopic {
+                name,
+                id,
+                shards,
+                configs,
+            } => {
+                if let Some(last) = shards.last() {
+                    next.next_shard = last + 1;
+                }
+                next.topic_ids.insert(*id, name.clone());
+                next.topics.insert(
+                    name.clone(),
+                    Arc::new(TopicMeta {
+                        name: name.clone(),
+                        id: *id,
+                        shards: shards.clone(),
+                        configs: configs.clone(),
+                    }),
+                );
+            }
+            MetadataRecord::DeleteTopic { name } => {
+                if let Some(t) = next.topics.remove(name) {
+                    next.topic_ids.remove(&t.id);
+                }
+            }
+            MetadataRecord::AddPartitions { name, shards } => {
+                if let Some(t) = next.topics.get(name) {
+                    let mut t = (**t).clone();
+                    t.shards.extend_from_slice(shards);
+                    if let Some(last) = shards.last() {
+                        next.next_shard = last + 1;
+                    }
+                    next.topics.insert(name.clone(), Arc::new(t));
+                }
+            }
+            MetadataRecord::SetTopicConfigs { name, configs } => {
+                if let Some(t) = next.topics.get(name) {
+                    let mut t = (**t).clone();
+                    t.configs = configs.clone();
+                    next.topics.insert(name.clone(), Arc::new(t));
+                }
+            }
+            MetadataRecord::ProducerIdBlock { next: n } => {
+                next.next_producer_id = next.next_producer_id.max(*n);
+            }
+        }
+        next
+    }
+}
+
+/// Why a topic name is not acceptable (Kafka's `Topic.validate`).
+pub fn validate_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("Topic name is illegal, it can't be empty".into());
+    }
+    if name == "." || name == ".." {
+        return Err("Topic name cannot be \".\" or \"..\"".into());
+    }
+    if name.len() > TOPIC_NAME_LENGTH_MAX {
+        return Err(format!(
+            "Topic name is illegal, it can't be longer than {TOPIC_NAME_LENGTH_MAX} characters"
+        ));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return Err(format!(
+            "Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+        ));
+    }
+    Ok(())
+}
+
+/// A fresh random topic id (never all zeros, which Kafka reserves).
+pub fn new_topic_id() -> [u8; 16] {
+    loop {
+        let id: [u8; 16] = rand::random();
+        if id != [0; 16] {
+            return id;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(name: &str, shards: Vec<usize>) -> MetadataRecord {
+        MetadataRecord::CreateTopic {
+            name: name.into(),
+            id: new_topic_id(),
+            shards,
+            configs: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn round_robin_continues_across_topics() {
+        let img = MetadataImage::default();
+        let s = img.assign_shards(3, 2);
+        assert_eq!(s, vec![0, 1, 0]);
+        let img = img.apply(&create("a", s));
+        assert_eq!(img.assign_shards(1, 2), vec![1]);
+        assert_eq!(img.leader_shard("a", 2, 2), Some(0));
+        assert_eq!(img.leader_shard("a", 3, 2), None);
+        assert_eq!(img.leader_shard("a", -1, 2), None);
+    }
+
+    #[test]
+    fn delete_and_add_partitions() {
+        let img = MetadataImage::default().apply(&create("a", vec![0]));
+        let img = img.apply(&MetadataRecord::AddPartitions {
+            name: "a".into(),
+            shards: vec![1, 0],
+        });
+        assert_eq!(img.topic("a").unwrap().partition_count(), 3);
+        let id = img.topic("a").unwrap().id;
+        assert!(img.topic_by_id(&id).is_some());
+        let img = img.apply(&MetadataRecord::DeleteTopic { name: "a".into() });
+        assert!(img.topic("a").is_none() && img.topic_by_id(&id).is_none());
+    }
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(validate_topic_name("orders.v1_x-2").is_ok());
+        assert!(validate_topic_name("").is_err());
+        assert!(validate_topic_name("..").is_err());
+        assert!(validate_topic_name("a b").is_err());
+        assert!(validate_topic_name(&"x".repeat(250)).is_err());
+    }
+}
