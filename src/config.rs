@@ -86,6 +86,8 @@ pub struct ServeArgs {
 /// The resolved broker configuration, identical on every shard.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
+    /// The cluster id from `<data-dir>/meta.properties` (set by the server at start).
+    pub cluster_id: String,
     pub data_dir: PathBuf,
     pub port: u16,
     pub listen: IpAddr,
@@ -163,6 +165,7 @@ impl ServeArgs {
         let num_partitions = a.num_partitions.unwrap_or(1);
         anyhow::ensure!(num_partitions >= 1, "--num-partitions must be at least 1");
         Ok(BrokerConfig {
+            cluster_id: String::new(),
             data_dir: a.data_dir.unwrap_or_else(|| PathBuf::from("./data")),
             port,
             listen,

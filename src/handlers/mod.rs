@@ -1,1 +1,142 @@
-//! (in progress)
+//! Request handlers, one file per Kafka API (as Redpanda's
+//! `kafka/server/handlers/`), and [`dispatch`], which routes a parsed request
+//! to its handler.
+//!
+//! `dispatch` is a plain function returning a future: whatever a handler
+//! must do in arrival order (assigning produce offsets) it does before
+//! returning, so pipelined requests on a connection take effect in order even
+//! though their remaining work runs concurrently.
+//!
+//! Every handler answers what Kafka answers; the mapping from fjord's domain
+//! errors to Kafka error codes lives in [`errors`] and nowhere else.
+
+pub mod api_versions;
+pub mod cluster;
+pub mod configs;
+pub mod errors;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+pub mod topics;
+
+use crate::protocol::header::write_response_header;
+use crate::protocol::{supported, RequestHeader};
+use crate::record::RecordsChunk;
+use crate::shard::ShardCtx;
+use bytes::BytesMut;
+use futures::future::LocalBoxFuture;
+use futures::FutureExt;
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::{Decodable, Encodable};
+use std::rc::Rc;
+
+/// What the connection does after a request.
+pub enum Outcome {
+    /// Send these bytes (length prefix and response header included).
+    Reply(Vec<RecordsChunk>),
+    /// Send nothing (acks=0 produce).
+    NoReply,
+    /// Close the connection after the responses before this one.
+    Close,
+}
+
+/// Routes one request to its handler.
+pub fn dispatch(
+    ctx: &Rc<ShardCtx>,
+    header: RequestHeader,
+    mut body: BytesMut,
+) -> LocalBoxFuture<'static, Outcome> {
+    let ctx = ctx.clone();
+    let Ok(key) = ApiKey::try_from(header.api_key) else {
+        return async { Outcome::Close }.boxed_local();
+    };
+    if key == ApiKey::ApiVersions {
+        return async move { api_versions::handle(&header, &body) }.boxed_local();
+    }
+    if !supported(header.api_key, header.api_version) {
+        // Kafka closes the connection for an unsupported version of any
+        // api other than ApiVersions.
+        tracing::debug!(
+            api_key = header.api_key,
+            version = header.api_version,
+            "unsupported request version; closing"
+        );
+        return async { Outcome::Close }.boxed_local();
+    }
+    match key {
+        ApiKey::Produce => produce::handle(&ctx, header, body),
+        ApiKey::Fetch => async move { fetch::handle(&ctx, &header, &mut body).await }.boxed_local(),
+        ApiKey::Metadata => {
+            async move { metadata::handle(&ctx, &header, &mut body).await }.boxed_local()
+        }
+        ApiKey::ListOffsets => {
+            async move { list_offsets::handle(&ctx, &header, &mut body).await }.boxed_local()
+        }
+        ApiKey::CreateTopics => {
+            async move { topics::create_topics(&ctx, &header, &mut body).await }.boxed_local()
+        }
+        ApiKey::DeleteTopics => {
+            async move { topics::delete_topics(&ctx, &header, &mut body).await }.boxed_local()
+        }
+        ApiKey::CreatePartitions => {
+            async move { topics::create_partitions(&ctx, &header, &mut body).await }
+                .boxed_local()
+        }
+        ApiKey::DescribeConfigs => {
+            async move { configs::describe(&ctx, &header, &mut body) }.boxed_local()
+        }
+        ApiKey::AlterConfigs => {
+            async move { configs::alter(&ctx, &header, &mut body).await }.boxed_local()
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            async move { configs::incremental_alter(&ctx, &header, &mut body).await }
+                .boxed_local()
+        }
+        ApiKey::DescribeCluster => {
+            async move { cluster::describe_cluster(&ctx, &header, &mut body) }.boxed_local()
+        }
+        ApiKey::DescribeLogDirs => {
+            async move { cluster::describe_log_dirs(&ctx, &header, &mut body) }.boxed_local()
+        }
+        _ => async { Outcome::Close }.boxed_local(),
+    }
+}
+
+/// Decodes a control-plane request body; a body that does not decode closes
+/// the connection, as Kafka does for an unparsable request.
+pub fn decode<T: Decodable>(header: &RequestHeader, body: &mut BytesMut) -> Option<T> {
+    match T::decode(body, header.api_version) {
+        Ok(req) => Some(req),
+        Err(e) => {
+            tracing::debug!(
+                api_key = header.api_key,
+                version = header.api_version,
+                error = %e,
+                "malformed request body; closing"
+            );
+            None
+        }
+    }
+}
+
+/// Frames `response` for the client: length, response header, body.
+pub fn respond<T: Encodable>(header: &RequestHeader, response: &T) -> Outcome {
+    let mut out = BytesMut::with_capacity(256);
+    out.extend_from_slice(&[0; 4]);
+    write_response_header(&mut out, header.api_key, header.api_version, header.correlation_id);
+    if let Err(e) = response.encode(&mut out, header.api_version) {
+        // A response we cannot encode is a bug in fjord, not in the client;
+        // closing is the only answer the client will understand.
+        tracing::error!(api_key = header.api_key, version = header.api_version, error = %e, "response encoding failed");
+        return Outcome::Close;
+    }
+    let len = (out.len() - 4) as i32;
+    out[..4].copy_from_slice(&len.to_be_bytes());
+    Outcome::Reply(vec![RecordsChunk::Memory(out.freeze())])
+}
+
+/// Shorthand for a kafka-protocol string.
+pub fn str_bytes(s: impl Into<String>) -> kafka_protocol::protocol::StrBytes {
+    kafka_protocol::protocol::StrBytes::from_string(s.into())
+}

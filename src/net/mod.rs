@@ -1,1 +1,206 @@
-//! (in progress)
+//! Connections: accept, frame, dispatch, answer in order.
+//!
+//! Each shard accepts on its own port and serves every connection it accepts
+//! to the end; nothing of a connection ever leaves its shard. A connection is
+//! two tasks:
+//! - the reader cuts frames out of the receive buffer (the frame body is a
+//!   `BytesMut` split off that buffer, so produce records stay where they were
+//!   received), parses the header and calls [`handlers::dispatch`]. Dispatch
+//!   does a request's synchronous part at once — for Produce that includes
+//!   assigning offsets — so pipelined requests take effect in arrival order.
+//!   The rest (waiting for the write, a long poll) is spawned as a task.
+//! - the writer awaits those tasks strictly in request order and writes each
+//!   response, so responses go back in request order as Kafka guarantees.
+//!
+//! The queue between them is bounded (`inflight_requests_max`): a client that
+//! pipelines faster than the shard answers stops being read (TCP back-pressure).
+//!
+//! Framing errors (negative length, a frame over `socket.request.max.bytes`),
+//! an unknown api key or an undecodable header close this connection only.
+
+mod sendfile;
+
+use crate::handlers::{self, Outcome};
+use crate::protocol::frame::{declared_frame_len, FRAME_PREFIX_BYTES};
+use crate::protocol::{parse_request_header, SOCKET_REQUEST_MAX_BYTES};
+use crate::record::RecordsChunk;
+use crate::shard::ShardCtx;
+use bytes::{Buf, BytesMut};
+use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use glommio::channels::local_channel;
+use glommio::net::{TcpListener, TcpStream};
+use glommio::task::JoinHandle;
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+/// Bytes asked of the socket per read when no larger frame is pending.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Responses smaller than this are coalesced into one write.
+const COALESCE_BYTES_MAX: usize = 64 * 1024;
+
+/// Accepts connections until the task is dropped.
+pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok(stream) => {
+                let ctx = ctx.clone();
+                glommio::spawn_local(async move {
+                    let peer = stream.peer_addr().ok();
+                    if let Err(e) = serve_connection(ctx, stream).await {
+                        tracing::debug!(?peer, error = %e, "connection closed");
+                    }
+                })
+                .detach();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// A TCP stream shared by the reader and writer tasks of one connection. Both
+/// run on the same thread and never poll at the same time, so a `RefCell`
+/// borrowed only inside `poll_*` is enough.
+#[derive(Clone)]
+struct SharedStream(Rc<RefCell<TcpStream>>);
+
+impl AsyncRead for SharedStream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for SharedStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_flush(cx)
+    }
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.0.borrow_mut()).poll_close(cx)
+    }
+}
+
+async fn serve_connection(ctx: Rc<ShardCtx>, stream: TcpStream) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    let fd = stream.as_raw_fd();
+    let stream = SharedStream(Rc::new(RefCell::new(stream)));
+    let (tx, rx) =
+        local_channel::new_bounded::<JoinHandle<Outcome>>(ctx.config.inflight_requests_max);
+    let queued = Rc::new(Cell::new(0usize));
+    let writer = glommio::spawn_local(write_responses(stream.clone(), fd, rx, queued.clone()));
+    let read_result = read_requests(&ctx, stream.clone(), tx, queued).await;
+    // The sender is gone: the writer answers what was dispatched, then ends.
+    let write_result = writer.await;
+    read_result.and(write_result)
+}
+
+async fn read_requests(
+    ctx: &Rc<ShardCtx>,
+    mut stream: SharedStream,
+    tx: local_channel::LocalSender<JoinHandle<Outcome>>,
+    queued: Rc<Cell<usize>>,
+) -> io::Result<()> {
+    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    loop {
+        // Cut every complete frame out of the buffer.
+        loop {
+            let declared = declared_frame_len(&buf, SOCKET_REQUEST_MAX_BYTES)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            let Some(len) = declared else { break };
+            if buf.len() < FRAME_PREFIX_BYTES + len {
+                // Room for the whole frame at once, not in 64 KiB steps.
+                buf.reserve(FRAME_PREFIX_BYTES + len - buf.len());
+                break;
+            }
+            let mut frame = buf.split_to(FRAME_PREFIX_BYTES + len);
+            frame.advance(FRAME_PREFIX_BYTES);
+            let header = parse_request_header(&mut frame)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            let task = glommio::spawn_local(handlers::dispatch(ctx, header, frame)).detach();
+            queued.set(queued.get() + 1);
+            if tx.send(task).await.is_err() {
+                return Ok(()); // the writer is gone (write error or close)
+            }
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+async fn write_responses(
+    mut stream: SharedStream,
+    fd: i32,
+    rx: local_channel::LocalReceiver<JoinHandle<Outcome>>,
+    queued: Rc<Cell<usize>>,
+) -> io::Result<()> {
+    let result = write_loop(&mut stream, fd, &rx, &queued).await;
+    // Whatever ended the writer, end the reader too: a shut-down socket makes
+    // its pending read return 0.
+    // SAFETY: fd is the connection's socket, still open (the stream is alive).
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+    result
+}
+
+async fn write_loop(
+    stream: &mut SharedStream,
+    fd: i32,
+    rx: &local_channel::LocalReceiver<JoinHandle<Outcome>>,
+    queued: &Cell<usize>,
+) -> io::Result<()> {
+    let mut out = BytesMut::with_capacity(COALESCE_BYTES_MAX);
+    while let Some(task) = rx.recv().await {
+        queued.set(queued.get() - 1);
+        let Some(outcome) = task.await else {
+            return Err(io::Error::other("request task was cancelled"));
+        };
+        match outcome {
+            Outcome::Reply(parts) => {
+                for part in parts {
+                    match part {
+                        RecordsChunk::Memory(b) if out.len() + b.len() <= COALESCE_BYTES_MAX => {
+                            out.extend_from_slice(&b)
+                        }
+                        RecordsChunk::Memory(b) => {
+                            flush(stream, &mut out).await?;
+                            stream.write_all(&b).await?;
+                        }
+                        RecordsChunk::File(range) => {
+                            flush(stream, &mut out).await?;
+                            sendfile::send_range(fd, &range).await?;
+                        }
+                    }
+                }
+                // Write now unless another response is queued and can share the write.
+                if queued.get() == 0 || out.len() >= COALESCE_BYTES_MAX {
+                    flush(stream, &mut out).await?;
+                }
+            }
+            Outcome::NoReply => {}
+            Outcome::Close => {
+                flush(stream, &mut out).await?;
+                return Ok(());
+            }
+        }
+    }
+    flush(stream, &mut out).await
+}
+
+async fn flush(stream: &mut SharedStream, out: &mut BytesMut) -> io::Result<()> {
+    if !out.is_empty() {
+        stream.write_all(out).await?;
+        out.clear();
+    }
+    Ok(())
+}

@@ -1,1 +1,216 @@
-//! (in progress)
+//! A shard: one glommio executor pinned to one core, advertised to clients as
+//! its own Kafka node (`node_id * 1000 + shard`, port `port + shard`).
+//!
+//! [`ShardCtx`] is the shard's state, owned by that shard alone (`Rc`,
+//! `RefCell`; nothing here is shared with other threads): the current
+//! metadata image, the partition logs this shard leads, and the router to the
+//! other shards. Shard 0 also runs the controller ([`controller`]).
+//!
+//! Metadata flows one way: the controller persists a change, builds a new
+//! image and sends it to every shard; each shard opens the logs of partitions
+//! it newly owns, deletes those of deleted topics, pushes new configs to its
+//! logs, then swaps the image and acks. A controller request therefore
+//! completes only when every shard can serve the change.
+
+pub mod controller;
+pub mod messages;
+pub mod router;
+
+use crate::config::BrokerConfig;
+use crate::log::{LogConfig, LogManager, PartitionLog};
+use crate::metadata::{MetadataImage, TopicConfig};
+use crate::types::TopicPartition;
+use futures::channel::oneshot;
+use messages::{ControllerError, ControllerReply, ControllerRequest, ShardMessage};
+use router::Router;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// A partition this shard leads: its log and the configs it runs with.
+pub struct PartitionState {
+    pub tp: TopicPartition,
+    pub topic_id: [u8; 16],
+    pub log: Rc<PartitionLog>,
+    pub config: TopicConfig,
+}
+
+/// The state of one shard. Lives on that shard only.
+pub struct ShardCtx {
+    pub shard: usize,
+    pub config: Arc<BrokerConfig>,
+    image: RefCell<Arc<MetadataImage>>,
+    pub logs: Rc<LogManager>,
+    pub router: Router,
+    /// Present on shard 0 only.
+    pub controller: Option<controller::Controller>,
+    partitions: RefCell<HashMap<TopicPartition, Rc<PartitionState>>>,
+    first_image: RefCell<Option<oneshot::Sender<()>>>,
+}
+
+impl ShardCtx {
+    /// Builds the context; `first_image` fires once the first metadata image
+    /// has been applied (the shard must not serve before that).
+    pub fn new(
+        shard: usize,
+        config: Arc<BrokerConfig>,
+        logs: Rc<LogManager>,
+        router: Router,
+        first_image: oneshot::Sender<()>,
+    ) -> Rc<ShardCtx> {
+        let controller = (shard == 0).then(|| controller::Controller::new(config.clone()));
+        Rc::new(ShardCtx {
+            shard,
+            config,
+            image: RefCell::new(Arc::new(MetadataImage::default())),
+            logs,
+            router,
+            controller,
+            partitions: RefCell::new(HashMap::new()),
+            first_image: RefCell::new(Some(first_image)),
+        })
+    }
+
+    pub fn cores(&self) -> usize {
+        self.config.cores
+    }
+
+    pub fn node_id(&self) -> i32 {
+        self.config.node_id_of(self.shard)
+    }
+
+    /// The current metadata image (cheap to clone, immutable).
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.borrow().clone()
+    }
+
+    /// The partition if this shard leads it.
+    pub fn partition(&self, tp: &TopicPartition) -> Option<Rc<PartitionState>> {
+        self.partitions.borrow().get(tp).cloned()
+    }
+
+    /// Every partition this shard leads.
+    pub fn partitions(&self) -> Vec<Rc<PartitionState>> {
+        self.partitions.borrow().values().cloned().collect()
+    }
+
+    /// The log config a partition of a topic with `tc` runs with.
+    pub fn log_config(&self, tc: &TopicConfig) -> LogConfig {
+        LogConfig {
+            segment_bytes: tc.segment_bytes,
+            segment_ms: tc.segment_ms,
+            retention_ms: tc.retention_ms,
+            retention_bytes: tc.retention_bytes,
+            index_interval_bytes: tc.index_interval_bytes,
+            segment_index_bytes: tc.segment_index_bytes,
+            flush_messages: tc.flush_messages,
+            flush_ms: tc.flush_ms,
+            fsync_acks: self.config.fsync_acks,
+            ..LogConfig::default()
+        }
+    }
+
+    /// Applies a new image: opens logs of partitions this shard now leads,
+    /// deletes logs of topics that are gone, updates configs, swaps the image.
+    pub async fn apply_image(&self, image: Arc<MetadataImage>) {
+        let old = self.image();
+        if image.version < old.version {
+            return;
+        }
+        let cores = self.cores();
+        // Topics deleted (or re-created under a new id).
+        let gone: Vec<TopicPartition> = self
+            .partitions
+            .borrow()
+            .values()
+            .filter(|p| {
+                image
+                    .topic(&p.tp.topic)
+                    .is_none_or(|t| t.id != p.topic_id)
+            })
+            .map(|p| p.tp.clone())
+            .collect();
+        for tp in gone {
+            self.partitions.borrow_mut().remove(&tp);
+            if let Err(e) = self.logs.delete(&tp).await {
+                tracing::error!(%tp, error = %e, "deleting partition log failed");
+            }
+        }
+        // New partitions and config changes.
+        for topic in image.topics.values() {
+            let tc = TopicConfig::resolve(&topic.configs, &self.config);
+            for (index, &owner) in topic.shards.iter().enumerate() {
+                if owner % cores != self.shard {
+                    continue;
+                }
+                let tp = TopicPartition::new(topic.name.clone(), index as i32);
+                let existing = self.partition(&tp);
+                match existing {
+                    Some(p) if p.config == tc => {}
+                    Some(p) => {
+                        p.log.set_config(self.log_config(&tc));
+                        let updated = PartitionState {
+                            tp: tp.clone(),
+                            topic_id: p.topic_id,
+                            log: p.log.clone(),
+                            config: tc.clone(),
+                        };
+                        self.partitions.borrow_mut().insert(tp, Rc::new(updated));
+                    }
+                    None => match self.logs.open(&tp, self.log_config(&tc)).await {
+                        Ok(log) => {
+                            let state = PartitionState {
+                                tp: tp.clone(),
+                                topic_id: topic.id,
+                                log,
+                                config: tc.clone(),
+                            };
+                            self.partitions.borrow_mut().insert(tp, Rc::new(state));
+                        }
+                        Err(e) => {
+                            tracing::error!(%tp, error = %e, "opening partition log failed");
+                        }
+                    },
+                }
+            }
+        }
+        *self.image.borrow_mut() = image;
+        if let Some(tx) = self.first_image.borrow_mut().take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Runs a controller request on shard 0, from any shard.
+    pub async fn invoke_controller(
+        self: &Rc<Self>,
+        request: ControllerRequest,
+    ) -> Result<ControllerReply, ControllerError> {
+        if let Some(controller) = &self.controller {
+            return Ok(controller.handle(self, request).await);
+        }
+        let (tx, rx) = oneshot::channel();
+        self.router
+            .send_to(0, ShardMessage::Controller { request, reply: tx })
+            .await
+            .map_err(|_| ControllerError::Unavailable)?;
+        rx.await.map_err(|_| ControllerError::Unavailable)
+    }
+
+    /// Handles one message from another shard.
+    pub async fn on_message(self: &Rc<Self>, message: ShardMessage) {
+        match message {
+            ShardMessage::Controller { request, reply } => match &self.controller {
+                Some(controller) => {
+                    let outcome = controller.handle(self, request).await;
+                    let _ = reply.send(outcome);
+                }
+                None => tracing::error!(shard = self.shard, "controller request at a non-controller shard"),
+            },
+            ShardMessage::ApplyMetadata { image, reply } => {
+                self.apply_image(image).await;
+                let _ = reply.send(());
+            }
+        }
+    }
+}

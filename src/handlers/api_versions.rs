@@ -1,0 +1,25 @@
+//! ApiVersions: what this broker implements, exactly.
+//!
+//! An ApiVersions request of a version the broker does not know is still
+//! answered — with UNSUPPORTED_VERSION in the v0 format, listing the
+//! ApiVersions range, so the client can retry with a version both support.
+
+use super::Outcome;
+use crate::protocol::apis::{api_versions_body, Features};
+use crate::protocol::RequestHeader;
+use crate::record::RecordsChunk;
+use bytes::BytesMut;
+
+/// The finalized features this broker advertises. Transactions are not
+/// implemented yet, so `transaction.version` is not advertised.
+pub const FEATURES: Features = Features::NONE;
+
+pub fn handle(header: &RequestHeader, _body: &BytesMut) -> Outcome {
+    let (body, _version_used) = api_versions_body(header.api_version, FEATURES);
+    let mut out = BytesMut::with_capacity(8 + body.len());
+    out.extend_from_slice(&((4 + body.len()) as i32).to_be_bytes());
+    // ApiVersions responses always use response header v0.
+    out.extend_from_slice(&header.correlation_id.to_be_bytes());
+    out.extend_from_slice(&body);
+    Outcome::Reply(vec![RecordsChunk::Memory(out.freeze())])
+}

@@ -1,0 +1,100 @@
+//! DescribeCluster and DescribeLogDirs.
+//!
+//! Each shard is a broker: DescribeCluster lists all of them; DescribeLogDirs,
+//! sent by a client to each broker in turn, reports the partitions of the
+//! shard that answers.
+
+use super::{decode, respond, str_bytes, Outcome};
+use crate::protocol::RequestHeader;
+use crate::shard::ShardCtx;
+use bytes::BytesMut;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
+use kafka_protocol::messages::{
+    BrokerId, DescribeClusterRequest, DescribeClusterResponse, DescribeLogDirsRequest,
+    DescribeLogDirsResponse, TopicName,
+};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// DescribeCluster's endpoint type for broker listeners.
+const ENDPOINT_TYPE_BROKERS: i8 = 1;
+
+pub fn describe_cluster(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    let Some(_req) = decode::<DescribeClusterRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let brokers = (0..ctx.cores())
+        .map(|shard| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(ctx.config.node_id_of(shard)))
+                .with_host(str_bytes(ctx.config.advertised_host.clone()))
+                .with_port(ctx.config.port_of(shard) as i32)
+        })
+        .collect();
+    let mut resp = DescribeClusterResponse::default()
+        .with_cluster_id(str_bytes(ctx.config.cluster_id.clone()))
+        .with_controller_id(BrokerId(ctx.config.node_id_of(0)))
+        .with_brokers(brokers);
+    if header.api_version >= 1 {
+        resp = resp.with_endpoint_type(ENDPOINT_TYPE_BROKERS);
+    }
+    respond(header, &resp)
+}
+
+/// Total and available bytes of the file system holding `path`.
+fn disk_space(path: &std::path::Path) -> (i64, i64) {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return (-1, -1);
+    };
+    // SAFETY: statvfs is plain old data; c is a valid NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return (-1, -1);
+    }
+    let frsize = st.f_frsize as i64;
+    (st.f_blocks as i64 * frsize, st.f_bavail as i64 * frsize)
+}
+
+pub fn describe_log_dirs(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    let Some(req) = decode::<DescribeLogDirsRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let wanted = |topic: &str, partition: i32| match &req.topics {
+        None => true,
+        Some(ts) => ts
+            .iter()
+            .any(|t| t.topic.0.as_str() == topic && t.partitions.contains(&partition)),
+    };
+    let mut by_topic: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
+    for p in ctx.partitions() {
+        if wanted(&p.tp.topic, p.tp.partition.0) {
+            by_topic.entry(p.tp.topic.clone()).or_default().push(
+                DescribeLogDirsPartition::default()
+                    .with_partition_index(p.tp.partition.0)
+                    .with_partition_size(p.log.size_bytes() as i64),
+            );
+        }
+    }
+    let topics = by_topic
+        .into_iter()
+        .map(|(name, mut partitions)| {
+            partitions.sort_by_key(|p| p.partition_index);
+            DescribeLogDirsTopic::default()
+                .with_name(TopicName(str_bytes(name)))
+                .with_partitions(partitions)
+        })
+        .collect();
+    let dir = std::fs::canonicalize(&ctx.config.data_dir).unwrap_or(ctx.config.data_dir.clone());
+    let mut result = DescribeLogDirsResult::default()
+        .with_log_dir(str_bytes(dir.display().to_string()))
+        .with_topics(topics);
+    if header.api_version >= 4 {
+        let (total, usable) = disk_space(&dir);
+        result = result.with_total_bytes(total).with_usable_bytes(usable);
+    }
+    respond(header, &DescribeLogDirsResponse::default().with_results(vec![result]))
+}

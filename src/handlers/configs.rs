@@ -1,0 +1,282 @@
+//! DescribeConfigs, AlterConfigs, IncrementalAlterConfigs.
+//!
+//! Topic configs are stored as overrides in the metadata log by the
+//! controller. Broker configs are static in fjord (flags / TOML file): they can
+//! be described, but altering one answers INVALID_REQUEST rather than
+//! pretending to apply it.
+
+use super::{decode, errors, respond, str_bytes, Outcome};
+use crate::config::BrokerConfig;
+use crate::metadata::topic_config;
+use crate::protocol::RequestHeader;
+use crate::shard::messages::{ConfigChange, ControllerReply, ControllerRequest};
+use crate::shard::ShardCtx;
+use bytes::BytesMut;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use kafka_protocol::messages::{
+    alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
+    AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
+use kafka_protocol::ResponseError;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+
+/// Kafka's ConfigResource.Type codes.
+pub const RESOURCE_TOPIC: i8 = 2;
+pub const RESOURCE_BROKER: i8 = 4;
+/// Kafka's DescribeConfigs config source codes.
+const SOURCE_TOPIC_CONFIG: i8 = 1;
+const SOURCE_STATIC_BROKER_CONFIG: i8 = 4;
+const SOURCE_DEFAULT_CONFIG: i8 = 5;
+/// IncrementalAlterConfigs operations.
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+
+/// The broker settings DescribeConfigs reports, with Kafka's names.
+fn broker_configs(c: &BrokerConfig) -> Vec<(&'static str, String, topic_config::ConfigType)> {
+    use topic_config::ConfigType as T;
+    vec![
+        ("auto.create.topics.enable", c.auto_create_topics_enable.to_string(), T::Boolean),
+        ("broker.id", c.node_id.to_string(), T::Int),
+        ("log.dirs", c.data_dir.display().to_string(), T::String),
+        ("log.retention.ms", c.log_retention_ms.to_string(), T::Long),
+        ("log.segment.bytes", c.log_segment_bytes.to_string(), T::Int),
+        ("message.max.bytes", c.message_max_bytes.to_string(), T::Int),
+        ("num.partitions", c.num_partitions.to_string(), T::Int),
+        (
+            "socket.request.max.bytes",
+            crate::protocol::SOCKET_REQUEST_MAX_BYTES.to_string(),
+            T::Int,
+        ),
+    ]
+}
+
+pub fn describe(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    let Some(req) = decode::<DescribeConfigsRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let image = ctx.image();
+    let results = req
+        .resources
+        .iter()
+        .map(|r| {
+            let name = r.resource_name.to_string();
+            let wanted = |key: &str| {
+                r.configuration_keys
+                    .as_ref()
+                    .is_none_or(|keys| keys.iter().any(|k| k.as_str() == key))
+            };
+            let base = DescribeConfigsResult::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone());
+            match r.resource_type {
+                RESOURCE_TOPIC => match image.topic(&name) {
+                    None => base
+                        .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                        .with_error_message(Some(str_bytes(format!("Topic {name} does not exist")))),
+                    Some(t) => {
+                        let configs = topic_config::describe(&t.configs, &ctx.config)
+                            .into_iter()
+                            .filter(|c| wanted(c.name))
+                            .map(|c| {
+                                let mut e = DescribeConfigsResourceResult::default()
+                                    .with_name(str_bytes(c.name))
+                                    .with_value(Some(str_bytes(c.value)))
+                                    .with_config_source(if c.is_default {
+                                        SOURCE_DEFAULT_CONFIG
+                                    } else {
+                                        SOURCE_TOPIC_CONFIG
+                                    })
+                                    .with_config_type(c.kind as i8);
+                                if header.api_version == 0 {
+                                    e = e.with_is_default(c.is_default);
+                                }
+                                if req.include_documentation {
+                                    e = e.with_documentation(Some(str_bytes(c.doc)));
+                                }
+                                e
+                            })
+                            .collect();
+                        base.with_configs(configs)
+                    }
+                },
+                RESOURCE_BROKER => {
+                    let configs = broker_configs(&ctx.config)
+                        .into_iter()
+                        .filter(|(k, _, _)| wanted(k))
+                        .map(|(k, v, kind)| {
+                            DescribeConfigsResourceResult::default()
+                                .with_name(str_bytes(k))
+                                .with_value(Some(str_bytes(v)))
+                                .with_read_only(true)
+                                .with_config_source(SOURCE_STATIC_BROKER_CONFIG)
+                                .with_config_type(kind as i8)
+                        })
+                        .collect();
+                    base.with_configs(configs)
+                }
+                _ => base
+                    .with_error_code(ResponseError::InvalidRequest.code())
+                    .with_error_message(Some(str_bytes("Unsupported resource type"))),
+            }
+        })
+        .collect();
+    respond(header, &DescribeConfigsResponse::default().with_results(results))
+}
+
+/// Runs topic config changes through the controller; returns per-resource
+/// (error code, message) in request order.
+async fn apply(
+    ctx: &Rc<ShardCtx>,
+    resources: Vec<(i8, String, Result<ConfigChange, (i16, String)>)>,
+    validate_only: bool,
+) -> Vec<(i8, String, i16, Option<String>)> {
+    let changes: Vec<(String, ConfigChange)> = resources
+        .iter()
+        .filter(|(t, _, c)| *t == RESOURCE_TOPIC && c.is_ok())
+        .filter_map(|(_, n, c)| c.as_ref().ok().map(|c| (n.clone(), c.clone())))
+        .collect();
+    let outcomes: HashMap<String, Result<i32, crate::shard::messages::ControllerError>> =
+        if changes.is_empty() {
+            HashMap::new()
+        } else {
+            let names: Vec<String> = changes.iter().map(|(n, _)| n.clone()).collect();
+            match ctx
+                .invoke_controller(ControllerRequest::AlterConfigs {
+                    changes,
+                    validate_only,
+                })
+                .await
+            {
+                Ok(ControllerReply::Items(items)) => items.into_iter().collect(),
+                Err(e) => names.into_iter().map(|n| (n, Err(e.clone()))).collect(),
+            }
+        };
+    resources
+        .into_iter()
+        .map(|(kind, name, change)| match (kind, change) {
+            (_, Err((code, msg))) => (kind, name, code, Some(msg)),
+            (RESOURCE_TOPIC, Ok(_)) => match outcomes.get(&name) {
+                Some(Ok(_)) => (kind, name, errors::NONE, None),
+                Some(Err(e)) => (kind, name.clone(), errors::controller(e), Some(e.to_string())),
+                None => (kind, name, ResponseError::UnknownServerError.code(), None),
+            },
+            (RESOURCE_BROKER, Ok(_)) => (
+                kind,
+                name,
+                ResponseError::InvalidRequest.code(),
+                Some("fjord's broker configs are static; set them with flags or the config file".into()),
+            ),
+            (_, Ok(_)) => (
+                kind,
+                name,
+                ResponseError::InvalidRequest.code(),
+                Some("Unsupported resource type".into()),
+            ),
+        })
+        .collect()
+}
+
+pub async fn alter(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    let Some(req) = decode::<AlterConfigsRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let resources = req
+        .resources
+        .iter()
+        .map(|r| {
+            let mut all = BTreeMap::new();
+            let mut bad = None;
+            for c in &r.configs {
+                match &c.value {
+                    Some(v) => {
+                        all.insert(c.name.to_string(), v.to_string());
+                    }
+                    None => bad = Some(c.name.to_string()),
+                }
+            }
+            let change = match bad {
+                Some(k) => Err((
+                    ResponseError::InvalidConfig.code(),
+                    format!("Null value not supported for : {k}"),
+                )),
+                None => Ok(ConfigChange::ReplaceAll(all)),
+            };
+            (r.resource_type, r.resource_name.to_string(), change)
+        })
+        .collect();
+    let responses = apply(ctx, resources, req.validate_only)
+        .await
+        .into_iter()
+        .map(|(kind, name, code, msg)| {
+            alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_resource_type(kind)
+                .with_resource_name(str_bytes(name))
+                .with_error_code(code)
+                .with_error_message(msg.map(str_bytes))
+        })
+        .collect();
+    respond(header, &AlterConfigsResponse::default().with_responses(responses))
+}
+
+pub async fn incremental_alter(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
+    let Some(req) = decode::<IncrementalAlterConfigsRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let resources = req
+        .resources
+        .iter()
+        .map(|r| {
+            let mut ops = Vec::new();
+            let mut bad = None;
+            for c in &r.configs {
+                match (c.config_operation, &c.value) {
+                    (OP_SET, Some(v)) => ops.push((c.name.to_string(), Some(v.to_string()))),
+                    (OP_DELETE, _) => ops.push((c.name.to_string(), None)),
+                    (OP_SET, None) => {
+                        bad = Some((
+                            ResponseError::InvalidRequest.code(),
+                            format!("Null value not supported for : {}", c.name.as_str()),
+                        ))
+                    }
+                    (op, _) => {
+                        bad = Some((
+                            ResponseError::InvalidConfig.code(),
+                            format!(
+                                "Config operation {op} is not supported for {}: no list-typed topic config accepts more than one value in fjord",
+                                c.name.as_str()
+                            ),
+                        ))
+                    }
+                }
+            }
+            let change = match bad {
+                Some(e) => Err(e),
+                None => Ok(ConfigChange::Incremental(ops)),
+            };
+            (r.resource_type, r.resource_name.to_string(), change)
+        })
+        .collect();
+    let responses = apply(ctx, resources, req.validate_only)
+        .await
+        .into_iter()
+        .map(|(kind, name, code, msg)| {
+            incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_resource_type(kind)
+                .with_resource_name(str_bytes(name))
+                .with_error_code(code)
+                .with_error_message(msg.map(str_bytes))
+        })
+        .collect();
+    respond(
+        header,
+        &IncrementalAlterConfigsResponse::default().with_responses(responses),
+    )
+}

@@ -1,0 +1,38 @@
+//! The one place where fjord's domain errors become Kafka error codes.
+
+use crate::log::LogError;
+use crate::shard::messages::ControllerError;
+use kafka_protocol::ResponseError;
+
+pub const NONE: i16 = 0;
+
+pub fn code(e: ResponseError) -> i16 {
+    e.code()
+}
+
+/// Controller refusals, as Kafka's controller reports them.
+pub fn controller(e: &ControllerError) -> i16 {
+    match e {
+        ControllerError::TopicAlreadyExists(_) => ResponseError::TopicAlreadyExists.code(),
+        ControllerError::InvalidTopic(_) => ResponseError::InvalidTopicException.code(),
+        ControllerError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition.code(),
+        ControllerError::InvalidPartitions(_) => ResponseError::InvalidPartitions.code(),
+        ControllerError::InvalidReplicationFactor(_) => {
+            ResponseError::InvalidReplicationFactor.code()
+        }
+        ControllerError::InvalidReplicaAssignment(_) => {
+            ResponseError::InvalidReplicaAssignment.code()
+        }
+        ControllerError::InvalidConfig(_) => ResponseError::InvalidConfig.code(),
+        ControllerError::Storage(_) => ResponseError::KafkaStorageError.code(),
+        ControllerError::Unavailable => ResponseError::RequestTimedOut.code(),
+    }
+}
+
+/// Partition log failures.
+pub fn log(e: &LogError) -> i16 {
+    match e {
+        LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange.code(),
+        _ => ResponseError::KafkaStorageError.code(),
+    }
+}

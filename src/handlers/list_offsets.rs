@@ -1,0 +1,100 @@
+//! ListOffsets: earliest, latest (HW or LSO by isolation), max-timestamp,
+//! earliest-local, and lookup by timestamp through the time index.
+
+use super::{decode, errors, respond, Outcome};
+use crate::protocol::RequestHeader;
+use crate::shard::ShardCtx;
+use crate::types::TopicPartition;
+use bytes::BytesMut;
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use kafka_protocol::ResponseError;
+use std::rc::Rc;
+
+/// Special timestamps of ListOffsets.
+pub const LATEST_TIMESTAMP: i64 = -1;
+pub const EARLIEST_TIMESTAMP: i64 = -2;
+pub const MAX_TIMESTAMP: i64 = -3;
+pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+/// Isolation level read_committed.
+pub const READ_COMMITTED: i8 = 1;
+/// Every partition's leader epoch: one node, leadership never moves.
+pub const LEADER_EPOCH: i32 = 0;
+
+/// Checks a client's leader epoch against ours (Kafka's FENCED / UNKNOWN).
+pub fn check_leader_epoch(current_leader_epoch: i32) -> Option<ResponseError> {
+    match current_leader_epoch {
+        e if e < 0 || e == LEADER_EPOCH => None,
+        e if e < LEADER_EPOCH => Some(ResponseError::FencedLeaderEpoch),
+        _ => Some(ResponseError::UnknownLeaderEpoch),
+    }
+}
+
+pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    let Some(req) = decode::<ListOffsetsRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let image = ctx.image();
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in &req.topics {
+        let name = t.name.0.to_string();
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        for p in &t.partitions {
+            let base = ListOffsetsPartitionResponse::default()
+                .with_partition_index(p.partition_index)
+                .with_timestamp(-1)
+                .with_offset(-1)
+                .with_leader_epoch(-1);
+            let fail = |e: ResponseError| base.clone().with_error_code(e.code());
+            let tp = TopicPartition::new(name.clone(), p.partition_index);
+            let Some(leader) = image.leader_shard(&name, p.partition_index, ctx.cores()) else {
+                partitions.push(fail(ResponseError::UnknownTopicOrPartition));
+                continue;
+            };
+            if leader != ctx.shard {
+                partitions.push(fail(ResponseError::NotLeaderOrFollower));
+                continue;
+            }
+            let Some(state) = ctx.partition(&tp) else {
+                partitions.push(fail(ResponseError::NotLeaderOrFollower));
+                continue;
+            };
+            if let Some(e) = check_leader_epoch(p.current_leader_epoch) {
+                partitions.push(fail(e));
+                continue;
+            }
+            let log = &state.log;
+            let found: Result<Option<(i64, i64)>, i16> = match p.timestamp {
+                LATEST_TIMESTAMP if req.isolation_level == READ_COMMITTED => {
+                    Ok(Some((log.last_stable_offset().0, -1)))
+                }
+                LATEST_TIMESTAMP => Ok(Some((log.high_watermark().0, -1))),
+                EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => {
+                    Ok(Some((log.log_start_offset().0, -1)))
+                }
+                MAX_TIMESTAMP => Ok(log.max_timestamp().map(|(ts, off)| (off.0, ts))),
+                ts if ts >= 0 => match log.offset_for_timestamp(ts).await {
+                    Ok(found) => Ok(found.map(|(off, ts)| (off.0, ts))),
+                    Err(e) => Err(errors::log(&e)),
+                },
+                _ => Ok(None),
+            };
+            partitions.push(match found {
+                Ok(Some((offset, ts))) => base
+                    .with_offset(offset)
+                    .with_timestamp(ts)
+                    .with_leader_epoch(LEADER_EPOCH),
+                Ok(None) => base,
+                Err(code) => base.with_error_code(code),
+            });
+        }
+        topics.push(
+            ListOffsetsTopicResponse::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions),
+        );
+    }
+    respond(header, &ListOffsetsResponse::default().with_topics(topics))
+}

@@ -1,0 +1,142 @@
+//! Metadata: every shard as a broker, each partition led by its shard.
+//!
+//! Topics that do not exist are created on request when
+//! `auto.create.topics.enable` is on and the client allows it (v4+ flag;
+//! always for v0–3). Creation goes through the controller and completes on
+//! every shard before the answer, so the created topic is returned ready to
+//! use instead of LEADER_NOT_AVAILABLE.
+
+use super::{decode, errors, respond, str_bytes, Outcome};
+use crate::metadata::{validate_topic_name, MetadataImage, TopicMeta};
+use crate::protocol::RequestHeader;
+use crate::shard::messages::{ControllerRequest, NewTopic};
+use crate::shard::ShardCtx;
+use bytes::BytesMut;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::ResponseError;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use uuid::Uuid;
+
+/// The brokers clients see: one per shard.
+pub fn brokers(ctx: &ShardCtx) -> Vec<MetadataResponseBroker> {
+    (0..ctx.cores())
+        .map(|shard| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(ctx.config.node_id_of(shard)))
+                .with_host(str_bytes(ctx.config.advertised_host.clone()))
+                .with_port(ctx.config.port_of(shard) as i32)
+        })
+        .collect()
+}
+
+fn topic_entry(ctx: &ShardCtx, t: &TopicMeta) -> MetadataResponseTopic {
+    let partitions = t
+        .shards
+        .iter()
+        .enumerate()
+        .map(|(i, &shard)| {
+            let leader = BrokerId(ctx.config.node_id_of(shard % ctx.cores()));
+            MetadataResponsePartition::default()
+                .with_partition_index(i as i32)
+                .with_leader_id(leader)
+                .with_leader_epoch(0)
+                .with_replica_nodes(vec![leader])
+                .with_isr_nodes(vec![leader])
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(str_bytes(t.name.clone()))))
+        .with_topic_id(Uuid::from_bytes(t.id))
+        .with_is_internal(t.is_internal())
+        .with_partitions(partitions)
+}
+
+fn error_entry(name: Option<String>, id: Uuid, error: ResponseError) -> MetadataResponseTopic {
+    MetadataResponseTopic::default()
+        .with_error_code(error.code())
+        .with_name(name.map(|n| TopicName(str_bytes(n))))
+        .with_topic_id(id)
+}
+
+pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    let Some(req) = decode::<MetadataRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let v = header.api_version;
+    let mut image = ctx.image();
+    let topics: Vec<MetadataResponseTopic> = match req.topics {
+        None => all_topics(ctx, &image),
+        Some(list) if list.is_empty() && v == 0 => all_topics(ctx, &image),
+        Some(list) => {
+            let allow_auto = v < 4 || req.allow_auto_topic_creation;
+            if allow_auto && ctx.config.auto_create_topics_enable {
+                let missing: Vec<String> = list
+                    .iter()
+                    .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+                    .filter(|n| image.topic(n).is_none() && validate_topic_name(n).is_ok())
+                    .collect();
+                if !missing.is_empty() {
+                    auto_create(ctx, missing).await;
+                    image = ctx.image();
+                }
+            }
+            list.iter()
+                .map(|t| match &t.name {
+                    Some(name) => match image.topic(name.0.as_str()) {
+                        Some(meta) => topic_entry(ctx, meta),
+                        None if validate_topic_name(name.0.as_str()).is_err() => error_entry(
+                            Some(name.0.to_string()),
+                            Uuid::nil(),
+                            ResponseError::InvalidTopicException,
+                        ),
+                        None => error_entry(
+                            Some(name.0.to_string()),
+                            Uuid::nil(),
+                            ResponseError::UnknownTopicOrPartition,
+                        ),
+                    },
+                    None => match image.topic_by_id(t.topic_id.as_bytes()) {
+                        Some(meta) => topic_entry(ctx, meta),
+                        None => error_entry(None, t.topic_id, ResponseError::UnknownTopicId),
+                    },
+                })
+                .collect()
+        }
+    };
+    let resp = MetadataResponse::default()
+        .with_brokers(brokers(ctx))
+        .with_cluster_id(Some(str_bytes(ctx.config.cluster_id.clone())))
+        .with_controller_id(BrokerId(ctx.config.node_id_of(0)))
+        .with_topics(topics);
+    respond(header, &resp)
+}
+
+fn all_topics(ctx: &ShardCtx, image: &MetadataImage) -> Vec<MetadataResponseTopic> {
+    image.topics.values().map(|t| topic_entry(ctx, t)).collect()
+}
+
+/// Creates `names` with the broker's defaults. Failures (a concurrent
+/// creation, say) are left for the caller's lookup to report.
+pub async fn auto_create(ctx: &Rc<ShardCtx>, names: Vec<String>) {
+    let topics = names
+        .into_iter()
+        .map(|name| NewTopic {
+            name,
+            num_partitions: -1,
+            replication_factor: -1,
+            assignments: Vec::new(),
+            configs: BTreeMap::new(),
+        })
+        .collect();
+    let request = ControllerRequest::CreateTopics {
+        topics,
+        validate_only: false,
+    };
+    if let Err(e) = ctx.invoke_controller(request).await {
+        tracing::warn!(error = %e, code = errors::controller(&e), "auto-creating topics failed");
+    }
+}

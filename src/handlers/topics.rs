@@ -1,0 +1,294 @@
+//! CreateTopics, DeleteTopics and CreatePartitions: validated and applied by
+//! the controller (shard 0), answered once every shard serves the change.
+
+use super::{decode, errors, respond, str_bytes, Outcome};
+use crate::metadata::topic_config;
+use crate::protocol::RequestHeader;
+use crate::shard::messages::{ControllerError, ControllerReply, ControllerRequest, NewTopic};
+use crate::shard::ShardCtx;
+use bytes::BytesMut;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
+};
+use kafka_protocol::ResponseError;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
+use uuid::Uuid;
+
+/// Kafka's config source code for a value set on the topic.
+const SOURCE_TOPIC_CONFIG: i8 = 1;
+/// Kafka's config source code for a default value.
+const SOURCE_DEFAULT_CONFIG: i8 = 5;
+
+/// Runs a controller request; an unreachable controller fails every item.
+async fn run(
+    ctx: &Rc<ShardCtx>,
+    request: ControllerRequest,
+    names: &[String],
+) -> HashMap<String, Result<i32, ControllerError>> {
+    match ctx.invoke_controller(request).await {
+        Ok(ControllerReply::Items(items)) => items.into_iter().collect(),
+        Err(e) => names.iter().map(|n| (n.clone(), Err(e.clone()))).collect(),
+    }
+}
+
+/// Names that appear more than once in one request.
+fn duplicates<'a>(names: impl Iterator<Item = &'a str>) -> HashSet<String> {
+    let mut seen = HashSet::new();
+    let mut dup = HashSet::new();
+    for n in names {
+        if !seen.insert(n) {
+            dup.insert(n.to_string());
+        }
+    }
+    dup
+}
+
+pub async fn create_topics(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    let Some(req) = decode::<CreateTopicsRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let dup = duplicates(req.topics.iter().map(|t| t.name.0.as_str()));
+    let mut results: Vec<(String, Result<(), (i16, String)>)> = Vec::new();
+    let mut todo = Vec::new();
+    for t in &req.topics {
+        let name = t.name.0.to_string();
+        if dup.contains(&name) {
+            results.push((
+                name,
+                Err((
+                    ResponseError::InvalidRequest.code(),
+                    "Found multiple entries for this topic.".into(),
+                )),
+            ));
+            continue;
+        }
+        let mut configs = BTreeMap::new();
+        let mut null_config = None;
+        for c in &t.configs {
+            match &c.value {
+                Some(v) => {
+                    configs.insert(c.name.to_string(), v.to_string());
+                }
+                None => null_config = Some(c.name.to_string()),
+            }
+        }
+        if let Some(key) = null_config {
+            results.push((
+                name,
+                Err((
+                    ResponseError::InvalidConfig.code(),
+                    format!("Null value not supported for topic configs: {key}"),
+                )),
+            ));
+            continue;
+        }
+        results.push((name.clone(), Ok(())));
+        todo.push(NewTopic {
+            name,
+            num_partitions: t.num_partitions,
+            replication_factor: t.replication_factor,
+            assignments: t
+                .assignments
+                .iter()
+                .map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect()))
+                .collect(),
+            configs,
+        });
+    }
+    let names: Vec<String> = todo.iter().map(|t| t.name.clone()).collect();
+    let outcomes = if todo.is_empty() {
+        HashMap::new()
+    } else {
+        run(
+            ctx,
+            ControllerRequest::CreateTopics {
+                topics: todo,
+                validate_only: req.validate_only,
+            },
+            &names,
+        )
+        .await
+    };
+    let image = ctx.image();
+    let topics = results
+        .into_iter()
+        .map(|(name, pre)| {
+            let mut r = CreatableTopicResult::default().with_name(TopicName(str_bytes(name.clone())));
+            let outcome = match pre {
+                Err((code, msg)) => Err((code, msg)),
+                Ok(()) => match outcomes.get(&name) {
+                    Some(Ok(count)) => Ok(*count),
+                    Some(Err(e)) => Err((errors::controller(e), e.to_string())),
+                    None => Err((ResponseError::UnknownServerError.code(), "no result".into())),
+                },
+            };
+            match outcome {
+                Ok(count) => {
+                    let overrides = image
+                        .topic(&name)
+                        .map(|t| t.configs.clone())
+                        .unwrap_or_default();
+                    if let Some(t) = image.topic(&name) {
+                        r = r.with_topic_id(Uuid::from_bytes(t.id));
+                    }
+                    let configs = topic_config::describe(&overrides, &ctx.config)
+                        .into_iter()
+                        .map(|c| {
+                            CreatableTopicConfigs::default()
+                                .with_name(str_bytes(c.name))
+                                .with_value(Some(str_bytes(c.value)))
+                                .with_config_source(if c.is_default {
+                                    SOURCE_DEFAULT_CONFIG
+                                } else {
+                                    SOURCE_TOPIC_CONFIG
+                                })
+                        })
+                        .collect();
+                    r.with_num_partitions(count)
+                        .with_replication_factor(1)
+                        .with_configs(Some(configs))
+                }
+                Err((code, msg)) => r
+                    .with_error_code(code)
+                    .with_error_message(Some(str_bytes(msg)))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1),
+            }
+        })
+        .collect();
+    respond(header, &CreateTopicsResponse::default().with_topics(topics))
+}
+
+pub async fn delete_topics(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    let Some(req) = decode::<DeleteTopicsRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let image = ctx.image();
+    // (name if resolvable, topic id as asked, error before the controller)
+    let mut asked: Vec<(Option<String>, Uuid, Option<ResponseError>)> = Vec::new();
+    if header.api_version >= 6 {
+        for t in &req.topics {
+            match &t.name {
+                Some(n) => asked.push((Some(n.0.to_string()), t.topic_id, None)),
+                None => match image.topic_by_id(t.topic_id.as_bytes()) {
+                    Some(meta) => asked.push((Some(meta.name.clone()), t.topic_id, None)),
+                    None => asked.push((None, t.topic_id, Some(ResponseError::UnknownTopicId))),
+                },
+            }
+        }
+    } else {
+        for n in &req.topic_names {
+            asked.push((Some(n.0.to_string()), Uuid::nil(), None));
+        }
+    }
+    let dup = duplicates(asked.iter().filter_map(|(n, _, _)| n.as_deref()));
+    let names: Vec<String> = asked
+        .iter()
+        .filter(|(n, _, e)| e.is_none() && n.as_ref().is_some_and(|n| !dup.contains(n)))
+        .filter_map(|(n, _, _)| n.clone())
+        .collect();
+    let outcomes = if names.is_empty() {
+        HashMap::new()
+    } else {
+        run(ctx, ControllerRequest::DeleteTopics { names: names.clone() }, &names).await
+    };
+    let responses = asked
+        .into_iter()
+        .map(|(name, id, pre)| {
+            let id = match (&name, id.is_nil()) {
+                (Some(n), true) => image.topic(n).map(|t| Uuid::from_bytes(t.id)).unwrap_or(id),
+                _ => id,
+            };
+            let r = DeletableTopicResult::default()
+                .with_name(name.clone().map(|n| TopicName(str_bytes(n))))
+                .with_topic_id(id);
+            let err: Option<(i16, String)> = match (pre, &name) {
+                (Some(e), _) => Some((e.code(), "Topic id not found".into())),
+                (None, Some(n)) if dup.contains(n) => Some((
+                    ResponseError::InvalidRequest.code(),
+                    "Duplicate topic in request.".into(),
+                )),
+                (None, Some(n)) => match outcomes.get(n) {
+                    Some(Ok(_)) => None,
+                    Some(Err(e)) => Some((errors::controller(e), e.to_string())),
+                    None => Some((ResponseError::UnknownServerError.code(), "no result".into())),
+                },
+                (None, None) => Some((ResponseError::UnknownTopicId.code(), "Topic id not found".into())),
+            };
+            match err {
+                None => r,
+                Some((code, msg)) => r.with_error_code(code).with_error_message(Some(str_bytes(msg))),
+            }
+        })
+        .collect();
+    respond(header, &DeleteTopicsResponse::default().with_responses(responses))
+}
+
+pub async fn create_partitions(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
+    let Some(req) = decode::<CreatePartitionsRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let dup = duplicates(req.topics.iter().map(|t| t.name.0.as_str()));
+    let mut pre: HashMap<String, (i16, String)> = HashMap::new();
+    let mut todo = Vec::new();
+    for t in &req.topics {
+        let name = t.name.0.to_string();
+        if dup.contains(&name) {
+            pre.insert(name, (ResponseError::InvalidRequest.code(), "Duplicate topic in request.".into()));
+        } else if t.assignments.is_some() {
+            pre.insert(
+                name,
+                (
+                    ResponseError::InvalidReplicaAssignment.code(),
+                    "Manual assignment of new partitions is not supported by fjord.".into(),
+                ),
+            );
+        } else {
+            todo.push((name, t.count));
+        }
+    }
+    let names: Vec<String> = todo.iter().map(|(n, _)| n.clone()).collect();
+    let outcomes = if todo.is_empty() {
+        HashMap::new()
+    } else {
+        run(
+            ctx,
+            ControllerRequest::CreatePartitions {
+                topics: todo,
+                validate_only: req.validate_only,
+            },
+            &names,
+        )
+        .await
+    };
+    let results = req
+        .topics
+        .iter()
+        .map(|t| {
+            let name = t.name.0.to_string();
+            let r = CreatePartitionsTopicResult::default().with_name(t.name.clone());
+            let err = match pre.get(&name) {
+                Some(e) => Some(e.clone()),
+                None => match outcomes.get(&name) {
+                    Some(Ok(_)) => None,
+                    Some(Err(e)) => Some((errors::controller(e), e.to_string())),
+                    None => Some((ResponseError::UnknownServerError.code(), "no result".into())),
+                },
+            };
+            match err {
+                None => r,
+                Some((code, msg)) => r.with_error_code(code).with_error_message(Some(str_bytes(msg))),
+            }
+        })
+        .collect();
+    respond(header, &CreatePartitionsResponse::default().with_results(results))
+}

@@ -1,0 +1,322 @@
+//! The controller: the single writer of cluster metadata, on shard 0.
+//!
+//! Requests are handled one at a time (a one-permit semaphore), each in three
+//! steps: validate against the current image, append the resulting records
+//! to the metadata log (fdatasync'ed, off the reactor), then build the new
+//! image and broadcast it to every shard, waiting for all acks. Only then is
+//! the request answered, so a client that sees a topic created can produce to
+//! every partition of it at once, on whichever shard leads it.
+
+use super::messages::{
+    ConfigChange, ControllerError, ControllerReply, ControllerRequest, NewTopic, ShardMessage,
+};
+use super::ShardCtx;
+use crate::config::BrokerConfig;
+use crate::metadata::{
+    new_topic_id, store, topic_config, validate_topic_name, MetadataImage, MetadataRecord,
+};
+use futures::channel::oneshot;
+use glommio::sync::Semaphore;
+use std::collections::{BTreeMap, HashSet};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Largest partition count accepted for one topic, a guard against a request
+/// that would open millions of logs.
+pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
+
+pub struct Controller {
+    config: Arc<BrokerConfig>,
+    lock: Semaphore,
+}
+
+impl Controller {
+    pub fn new(config: Arc<BrokerConfig>) -> Controller {
+        Controller {
+            config,
+            lock: Semaphore::new(1),
+        }
+    }
+
+    /// Replays the metadata log and sends the resulting image to every shard.
+    pub async fn load(&self, ctx: &Rc<ShardCtx>) -> std::io::Result<()> {
+        let dir = self.config.data_dir.clone();
+        let records = glommio::executor()
+            .spawn_blocking(move || store::load(&dir))
+            .await?;
+        let mut image = MetadataImage::default();
+        for r in &records {
+            image = image.apply(r);
+        }
+        tracing::info!(
+            records = records.len(),
+            topics = image.topics.len(),
+            "metadata log replayed"
+        );
+        self.broadcast(ctx, Arc::new(image)).await;
+        Ok(())
+    }
+
+    pub async fn handle(&self, ctx: &Rc<ShardCtx>, request: ControllerRequest) -> ControllerReply {
+        let Ok(_permit) = self.lock.acquire_permit(1).await else {
+            return ControllerReply::Items(Vec::new());
+        };
+        let image = ctx.image();
+        let mut items = Vec::new();
+        let mut records = Vec::new();
+        let mut next = (*image).clone();
+        match request {
+            ControllerRequest::CreateTopics {
+                topics,
+                validate_only,
+            } => {
+                for t in topics {
+                    let name = t.name.clone();
+                    match self.plan_create(&next, &t) {
+                        Ok(record) => {
+                            let count = match &record {
+                                MetadataRecord::CreateTopic { shards, .. } => shards.len() as i32,
+                                _ => 0,
+                            };
+                            if !validate_only {
+                                next = next.apply(&record);
+                                records.push(record);
+                            }
+                            items.push((name, Ok(count)));
+                        }
+                        Err(e) => items.push((name, Err(e))),
+                    }
+                }
+            }
+            ControllerRequest::DeleteTopics { names } => {
+                for name in names {
+                    if next.topic(&name).is_some() {
+                        let record = MetadataRecord::DeleteTopic { name: name.clone() };
+                        next = next.apply(&record);
+                        records.push(record);
+                        items.push((name, Ok(0)));
+                    } else {
+                        items.push((name.clone(), Err(ControllerError::UnknownTopic(name))));
+                    }
+                }
+            }
+            ControllerRequest::CreatePartitions {
+                topics,
+                validate_only,
+            } => {
+                for (name, count) in topics {
+                    match self.plan_partitions(&next, &name, count) {
+                        Ok(record) => {
+                            if !validate_only {
+                                next = next.apply(&record);
+                                records.push(record);
+                            }
+                            items.push((name, Ok(count)));
+                        }
+                        Err(e) => items.push((name, Err(e))),
+                    }
+                }
+            }
+            ControllerRequest::AlterConfigs {
+                changes,
+                validate_only,
+            } => {
+                for (name, change) in changes {
+                    match plan_configs(&next, &name, change) {
+                        Ok(record) => {
+                            if !validate_only {
+                                next = next.apply(&record);
+                                records.push(record);
+                            }
+                            items.push((name, Ok(0)));
+                        }
+                        Err(e) => items.push((name, Err(e))),
+                    }
+                }
+            }
+        }
+        if records.is_empty() {
+            return ControllerReply::Items(items);
+        }
+        if let Err(e) = self.persist(records).await {
+            tracing::error!(error = %e, "metadata log append failed");
+            let msg = e.to_string();
+            let items = items
+                .into_iter()
+                .map(|(n, r)| (n, r.and(Err(ControllerError::Storage(msg.clone())))))
+                .collect();
+            return ControllerReply::Items(items);
+        }
+        self.broadcast(ctx, Arc::new(next)).await;
+        ControllerReply::Items(items)
+    }
+
+    async fn persist(&self, records: Vec<MetadataRecord>) -> std::io::Result<()> {
+        let dir = self.config.data_dir.clone();
+        glommio::executor()
+            .spawn_blocking(move || records.iter().try_for_each(|r| store::append(&dir, r)))
+            .await
+    }
+
+    /// Sends `image` to every shard and waits until all have applied it.
+    async fn broadcast(&self, ctx: &Rc<ShardCtx>, image: Arc<MetadataImage>) {
+        let mut acks = Vec::new();
+        for shard in 0..ctx.cores() {
+            if shard == ctx.shard {
+                continue;
+            }
+            let (tx, rx) = oneshot::channel();
+            let msg = ShardMessage::ApplyMetadata {
+                image: image.clone(),
+                reply: tx,
+            };
+            if ctx.router.send_to(shard, msg).await.is_ok() {
+                acks.push(rx);
+            }
+        }
+        ctx.apply_image(image).await;
+        for ack in acks {
+            let _ = ack.await;
+        }
+    }
+
+    fn plan_create(&self, image: &MetadataImage, t: &NewTopic) -> Result<MetadataRecord, ControllerError> {
+        validate_topic_name(&t.name).map_err(ControllerError::InvalidTopic)?;
+        if image.topic(&t.name).is_some() {
+            return Err(ControllerError::TopicAlreadyExists(t.name.clone()));
+        }
+        topic_config::validate_all(&t.configs)
+            .map_err(|e| ControllerError::InvalidConfig(e.to_string()))?;
+        let cores = self.config.cores;
+        let shards = if !t.assignments.is_empty() {
+            if t.num_partitions != -1 || t.replication_factor != -1 {
+                return Err(ControllerError::InvalidReplicaAssignment(
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into(),
+                ));
+            }
+            let mut assignments = t.assignments.clone();
+            assignments.sort_by_key(|(p, _)| *p);
+            let mut shards = Vec::with_capacity(assignments.len());
+            for (i, (partition, replicas)) in assignments.iter().enumerate() {
+                if *partition != i as i32 {
+                    return Err(ControllerError::InvalidReplicaAssignment(
+                        "Partitions should be a consecutive 0-based integer sequence".into(),
+                    ));
+                }
+                let [node] = replicas.as_slice() else {
+                    return Err(ControllerError::InvalidReplicaAssignment(format!(
+                        "Partition {partition} must have exactly one replica: fjord keeps a single replica of each partition"
+                    )));
+                };
+                let Some(shard) = self.config.shard_of_node(*node) else {
+                    return Err(ControllerError::InvalidReplicaAssignment(format!(
+                        "Replica assignment for partition {partition} names unknown broker {node}"
+                    )));
+                };
+                shards.push(shard);
+            }
+            shards
+        } else {
+            let count = match t.num_partitions {
+                -1 => self.config.num_partitions,
+                n if n < 1 => {
+                    return Err(ControllerError::InvalidPartitions(
+                        "Number of partitions was set to an invalid non-positive value.".into(),
+                    ))
+                }
+                n => n,
+            };
+            if count > PARTITIONS_PER_TOPIC_MAX {
+                return Err(ControllerError::InvalidPartitions(format!(
+                    "Number of partitions {count} exceeds the limit of {PARTITIONS_PER_TOPIC_MAX}."
+                )));
+            }
+            match t.replication_factor {
+                -1 | 1 => {}
+                n if n < 1 => {
+                    return Err(ControllerError::InvalidReplicationFactor(
+                        "Replication factor must be larger than 0, or -1 to use the default value."
+                            .into(),
+                    ))
+                }
+                n => {
+                    return Err(ControllerError::InvalidReplicationFactor(format!(
+                        "Unable to replicate the partition {n} time(s): fjord keeps a single replica of each partition."
+                    )))
+                }
+            }
+            image.assign_shards(count as usize, cores)
+        };
+        Ok(MetadataRecord::CreateTopic {
+            name: t.name.clone(),
+            id: new_topic_id(),
+            shards,
+            configs: t.configs.clone(),
+        })
+    }
+
+    fn plan_partitions(
+        &self,
+        image: &MetadataImage,
+        name: &str,
+        count: i32,
+    ) -> Result<MetadataRecord, ControllerError> {
+        let Some(topic) = image.topic(name) else {
+            return Err(ControllerError::UnknownTopic(name.into()));
+        };
+        let current = topic.partition_count();
+        if count == current {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "Topic already has {current} partitions."
+            )));
+        }
+        if count < current {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "Topic currently has {current} partitions, which is higher than the requested {count}."
+            )));
+        }
+        if count > PARTITIONS_PER_TOPIC_MAX {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "Number of partitions {count} exceeds the limit of {PARTITIONS_PER_TOPIC_MAX}."
+            )));
+        }
+        Ok(MetadataRecord::AddPartitions {
+            name: name.into(),
+            shards: image.assign_shards((count - current) as usize, self.config.cores),
+        })
+    }
+}
+
+fn plan_configs(
+    image: &MetadataImage,
+    name: &str,
+    change: ConfigChange,
+) -> Result<MetadataRecord, ControllerError> {
+    let Some(topic) = image.topic(name) else {
+        return Err(ControllerError::UnknownTopic(name.into()));
+    };
+    let configs: BTreeMap<String, String> = match change {
+        ConfigChange::ReplaceAll(all) => all,
+        ConfigChange::Incremental(ops) => {
+            let mut c = topic.configs.clone();
+            let mut seen = HashSet::new();
+            for (k, v) in ops {
+                if !seen.insert(k.clone()) {
+                    return Err(ControllerError::InvalidConfig(format!(
+                        "Error due to duplicate config keys: {k}"
+                    )));
+                }
+                match v {
+                    Some(v) => c.insert(k, v),
+                    None => c.remove(&k),
+                };
+            }
+            c
+        }
+    };
+    topic_config::validate_all(&configs).map_err(|e| ControllerError::InvalidConfig(e.to_string()))?;
+    Ok(MetadataRecord::SetTopicConfigs {
+        name: name.into(),
+        configs,
+    })
+}

@@ -1,0 +1,95 @@
+//! Messages that cross shards. Everything here is `Send` and owns its data.
+
+use crate::metadata::MetadataImage;
+use futures::channel::oneshot;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A topic to create, as CreateTopics or auto-creation asks for it.
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    /// -1 = the broker's `num.partitions`.
+    pub num_partitions: i32,
+    /// -1 = default; fjord keeps one replica, so only 1 is accepted otherwise.
+    pub replication_factor: i16,
+    /// Manual assignment: per partition, the replica node ids (first = leader).
+    pub assignments: Vec<(i32, Vec<i32>)>,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// How one config key changes (IncrementalAlterConfigs ops; AlterConfigs is
+/// a full replacement).
+#[derive(Debug, Clone)]
+pub enum ConfigChange {
+    /// Replace all overrides with these.
+    ReplaceAll(BTreeMap<String, String>),
+    /// Incremental: `Some(v)` sets, `None` deletes (reverts to the default).
+    Incremental(Vec<(String, Option<String>)>),
+}
+
+/// Work only the controller (shard 0) does.
+#[derive(Debug)]
+pub enum ControllerRequest {
+    CreateTopics {
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    },
+    DeleteTopics {
+        names: Vec<String>,
+    },
+    CreatePartitions {
+        /// Topic and its new total partition count.
+        topics: Vec<(String, i32)>,
+        validate_only: bool,
+    },
+    AlterConfigs {
+        changes: Vec<(String, ConfigChange)>,
+        validate_only: bool,
+    },
+}
+
+/// Why the controller refused one item of a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControllerError {
+    #[error("Topic '{0}' already exists.")]
+    TopicAlreadyExists(String),
+    #[error("{0}")]
+    InvalidTopic(String),
+    #[error("This server does not host this topic-partition.")]
+    UnknownTopic(String),
+    #[error("{0}")]
+    InvalidPartitions(String),
+    #[error("{0}")]
+    InvalidReplicationFactor(String),
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    #[error("{0}")]
+    InvalidConfig(String),
+    #[error("metadata log write failed: {0}")]
+    Storage(String),
+    #[error("the controller is unreachable")]
+    Unavailable,
+}
+
+/// Per-item outcomes, in the order of the request's items.
+#[derive(Debug)]
+pub enum ControllerReply {
+    /// One result per item (topic); Ok carries the partition count created.
+    Items(Vec<(String, Result<i32, ControllerError>)>),
+}
+
+/// Everything that travels over the channel mesh.
+pub enum ShardMessage {
+    /// For shard 0's controller.
+    Controller {
+        request: ControllerRequest,
+        reply: oneshot::Sender<ControllerReply>,
+    },
+    /// A new metadata image from the controller; acked once this shard has
+    /// opened or dropped the partition logs the change concerns.
+    ApplyMetadata {
+        image: Arc<MetadataImage>,
+        reply: oneshot::Sender<()>,
+    },
+}
