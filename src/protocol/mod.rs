@@ -16,6 +16,7 @@
 pub mod apis;
 pub mod frame;
 pub mod header;
+pub mod produce;
 pub mod wire;
 
 pub use apis::{supported, SUPPORTED};
