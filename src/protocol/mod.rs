@@ -14,6 +14,7 @@
 //! closes the connection.
 
 pub mod apis;
+pub mod fetch;
 pub mod frame;
 pub mod header;
 pub mod produce;
