@@ -10,8 +10,10 @@
 //! batches with [`batch::BatchIter`].
 
 pub mod batch;
+pub mod error;
 
 pub use batch::{BatchError, BatchHeader, BatchIter, Compression, TimestampType};
+pub use error::RecordsError;
 
 use bytes::Bytes;
 use std::rc::Rc;

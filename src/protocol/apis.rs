@@ -1,0 +1,204 @@
+//! The APIs and versions fjord implements, and the ApiVersions answer.
+//!
+//! [`SUPPORTED`] is the single source of truth: the broker dispatches only
+//! what it lists, and ApiVersions advertises exactly it, so a client never
+//! picks a version the broker would reject. It is a constant, identical on
+//! every shard.
+//!
+//! An ApiVersions request whose version fjord does not support is answered
+//! as Kafka does (`ApiVersionsRequest.getErrorResponse`, KIP-511): error
+//! UNSUPPORTED_VERSION (35), `api_keys` holding only ApiVersions' own
+//! range, encoded in ApiVersions v0 format (so any client can read it)
+//! and with response header v0. A v0 body has no throttle time and no
+//! feature fields.
+
+use super::wire::put_array_len;
+use bytes::{BufMut, BytesMut};
+use kafka_protocol::messages::api_versions_response::{
+    ApiVersion, ApiVersionsResponse, FinalizedFeatureKey, SupportedFeatureKey,
+};
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::{Encodable, StrBytes};
+
+/// Kafka's UNSUPPORTED_VERSION error code.
+pub const UNSUPPORTED_VERSION: i16 = 35;
+
+/// Every API fjord serves, with the inclusive version range it implements.
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 11),
+    (ApiKey::Fetch, 4, 16),
+    (ApiKey::ListOffsets, 1, 8),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 1),
+];
+
+/// The supported version range of `api_key`, if fjord serves it at all.
+pub fn version_range(api_key: i16) -> Option<(i16, i16)> {
+    SUPPORTED
+        .iter()
+        .find(|(k, _, _)| *k as i16 == api_key)
+        .map(|&(_, min, max)| (min, max))
+}
+
+/// Whether fjord serves `version` of `api_key`.
+pub fn supported(api_key: i16, version: i16) -> bool {
+    matches!(version_range(api_key), Some((min, max)) if (min..=max).contains(&version))
+}
+
+/// Feature levels to advertise. Only what is implemented goes here: a
+/// level of 0 means "not advertised" (Kafka omits features whose supported
+/// maximum or finalized level is 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Features {
+    /// `transaction.version`: 0 until transactions exist, 2 with KIP-890.
+    pub transaction_version: i16,
+    /// Epoch of the finalized features (the metadata offset that set
+    /// them); -1 when nothing is finalized.
+    pub finalized_epoch: i64,
+}
+
+impl Features {
+    /// Nothing advertised.
+    pub const NONE: Features = Features {
+        transaction_version: 0,
+        finalized_epoch: -1,
+    };
+}
+
+const TRANSACTION_VERSION_FEATURE: &str = "transaction.version";
+
+/// The ApiVersions response for a supported request version: every entry
+/// of [`SUPPORTED`] plus the given features (fields the request version
+/// lacks are dropped by the encoder).
+pub fn api_versions_response(features: Features) -> ApiVersionsResponse {
+    let api_keys = SUPPORTED
+        .iter()
+        .map(|&(key, min, max)| {
+            ApiVersion::default()
+                .with_api_key(key as i16)
+                .with_min_version(min)
+                .with_max_version(max)
+        })
+        .collect();
+    let mut supported_features = Vec::new();
+    let mut finalized_features = Vec::new();
+    if features.transaction_version > 0 {
+        supported_features.push(
+            SupportedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(TRANSACTION_VERSION_FEATURE))
+                .with_min_version(0)
+                .with_max_version(features.transaction_version),
+        );
+        finalized_features.push(
+            FinalizedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(TRANSACTION_VERSION_FEATURE))
+                .with_min_version_level(features.transaction_version)
+                .with_max_version_level(features.transaction_version),
+        );
+    }
+    ApiVersionsResponse::default()
+        .with_error_code(0)
+        .with_api_keys(api_keys)
+        .with_throttle_time_ms(0)
+        .with_supported_features(supported_features)
+        .with_finalized_features_epoch(features.finalized_epoch)
+        .with_finalized_features(finalized_features)
+}
+
+/// The v0-format body answering an ApiVersions request of an unsupported
+/// version: error 35 and ApiVersions' own range only.
+pub fn unsupported_version_body() -> BytesMut {
+    let (min, max) = version_range(ApiKey::ApiVersions as i16).unwrap_or((0, 0));
+    let mut out = BytesMut::with_capacity(2 + 4 + 6);
+    out.put_i16(UNSUPPORTED_VERSION);
+    put_array_len(&mut out, 1, false);
+    out.put_i16(ApiKey::ApiVersions as i16);
+    out.put_i16(min);
+    out.put_i16(max);
+    out
+}
+
+/// The body (no length, no header) answering an ApiVersions request of
+/// `request_version`, and the version its header and body are encoded at:
+/// the request's own version if supported, else 0 with UNSUPPORTED_VERSION.
+pub fn api_versions_body(request_version: i16, features: Features) -> (BytesMut, i16) {
+    if !supported(ApiKey::ApiVersions as i16, request_version) {
+        return (unsupported_version_body(), 0);
+    }
+    let resp = api_versions_response(features);
+    let mut out = BytesMut::new();
+    // The response is built from constants within the version's schema;
+    // encoding can only fail on a programmer error.
+    resp.encode(&mut out, request_version)
+        .expect("ApiVersions response within schema limits");
+    (out, request_version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::protocol::Decodable;
+
+    #[test]
+    fn table_matches_the_issue() {
+        assert!(supported(ApiKey::Produce as i16, 3));
+        assert!(supported(ApiKey::Produce as i16, 11));
+        assert!(!supported(ApiKey::Produce as i16, 12));
+        assert!(!supported(ApiKey::Produce as i16, 2));
+        assert!(supported(ApiKey::Fetch as i16, 16));
+        assert!(!supported(ApiKey::Fetch as i16, 17));
+        assert!(!supported(ApiKey::JoinGroup as i16, 0));
+        assert_eq!(SUPPORTED.len(), 14);
+        // Every advertised range lies within what Kafka 4.1's schemas define.
+        for &(key, min, max) in SUPPORTED {
+            let v = key.valid_versions();
+            assert!(min <= max && v.min <= min && max <= v.max, "{key:?}");
+        }
+    }
+
+    #[test]
+    fn supported_request_gets_full_list_and_features() {
+        let (mut body, v) = api_versions_body(
+            3,
+            Features {
+                transaction_version: 2,
+                finalized_epoch: 7,
+            },
+        );
+        assert_eq!(v, 3);
+        let resp = ApiVersionsResponse::decode(&mut body, 3).unwrap();
+        assert_eq!(resp.error_code, 0);
+        assert_eq!(resp.api_keys.len(), SUPPORTED.len());
+        assert_eq!(resp.finalized_features_epoch, 7);
+        assert_eq!(resp.finalized_features.len(), 1);
+        assert_eq!(resp.finalized_features[0].max_version_level, 2);
+        assert_eq!(&*resp.supported_features[0].name, "transaction.version");
+    }
+
+    #[test]
+    fn no_features_advertised_when_none_implemented() {
+        let (mut body, _) = api_versions_body(4, Features::NONE);
+        let resp = ApiVersionsResponse::decode(&mut body, 4).unwrap();
+        assert!(resp.supported_features.is_empty() && resp.finalized_features.is_empty());
+    }
+
+    #[test]
+    fn unsupported_version_answers_in_v0() {
+        let (body, v) = api_versions_body(5, Features::NONE);
+        assert_eq!(v, 0);
+        // error 35, one entry: ApiVersions 0..4.
+        assert_eq!(&body[..], &[0, 35, 0, 0, 0, 1, 0, 18, 0, 0, 0, 4]);
+        let resp = ApiVersionsResponse::decode(&mut body.freeze(), 0).unwrap();
+        assert_eq!(resp.error_code, UNSUPPORTED_VERSION);
+        assert_eq!(resp.api_keys.len(), 1);
+    }
+}
