@@ -1,5 +1,259 @@
-//! (in progress) `fjord serve`.
+//! `fjord serve`: start one shard per core, each a Kafka node on its own port.
+//!
+//! Start-up, in order: resolve the config; create the data dir and its
+//! `meta.properties` (cluster id); check that glommio's pinned I/O memory fits
+//! RLIMIT_MEMLOCK; start one executor per shard (pinned unless `--no-pin`).
+//! Each shard joins the channel mesh, probes DMA support on the data dir,
+//! waits for the controller (shard 0) to replay the metadata log and send the
+//! first image — opening and recovering the logs of the partitions it leads —
+//! and only then listens. The main thread prints each listener and then
+//! `fjord: ready` once every shard listens.
+//!
+//! SIGINT/SIGTERM: every shard stops accepting, waits (bounded) for the
+//! requests in flight to be answered, then flushes and checkpoints its logs.
 
-pub fn run(_args: crate::config::ServeArgs) -> anyhow::Result<()> {
-    anyhow::bail!("serve is not implemented yet")
+use crate::config::{BrokerConfig, ServeArgs, IO_MEMORY_BYTES_MAX};
+use crate::log::{LogManager, TailCache};
+use crate::runtime;
+use crate::shard::messages::ShardMessage;
+use crate::shard::router::Router;
+use crate::shard::ShardCtx;
+use futures::StreamExt;
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::net::TcpListener;
+use glommio::{Latency, Shares};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Messages queued between two shards before a sender waits.
+const MESH_CHANNEL_CAPACITY: usize = 1024;
+/// How often a shard checks for a stop signal.
+const SHUTDOWN_POLL_MS: u64 = 50;
+/// Longest a stopping shard waits for requests in flight.
+const SHUTDOWN_DRAIN_MS_MAX: u64 = 5_000;
+/// Shares of the background task queue (flush, retention); requests run in
+/// the default queue with glommio's default 1000 shares.
+const BACKGROUND_SHARES: usize = 100;
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    init_tracing();
+    let mut config = args.resolve()?;
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display())
+    })?;
+    config.cluster_id = cluster_id(&config.data_dir, config.node_id)?;
+    let io_memory = config
+        .io_memory_bytes
+        .unwrap_or_else(|| runtime::io_memory_for_budget(config.cores, IO_MEMORY_BYTES_MAX));
+    runtime::check_memlock(config.cores, io_memory).map_err(|e| anyhow::anyhow!(e))?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone())?;
+    }
+    let cpus = allowed_cpus();
+    let config = Arc::new(config);
+    let mesh = MeshBuilder::<ShardMessage, _>::full(config.cores, MESH_CHANNEL_CAPACITY);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<(usize, Result<SocketAddr, String>)>();
+    let mut handles = Vec::with_capacity(config.cores);
+    for shard in 0..config.cores {
+        let cpu = config.pin.then(|| cpus.get(shard % cpus.len().max(1)).copied()).flatten();
+        let builder = runtime::executor_builder(shard, cpu, io_memory);
+        let (config, mesh, ready_tx, stop) = (config.clone(), mesh.clone(), ready_tx.clone(), stop.clone());
+        let handle = builder
+            .spawn(move || async move {
+                let outcome = shard_main(shard, config, mesh, &ready_tx, stop).await;
+                if let Err(e) = &outcome {
+                    let _ = ready_tx.send((shard, Err(e.to_string())));
+                }
+                outcome
+            })
+            .map_err(|e| anyhow::anyhow!("cannot start shard {shard}: {e}"))?;
+        handles.push(handle);
+    }
+    drop(ready_tx);
+
+    let mut failed = None;
+    for _ in 0..config.cores {
+        match ready_rx.recv() {
+            Ok((shard, Ok(addr))) => println!(
+                "fjord: shard {shard} listening on {addr} as node {} (advertised {}:{})",
+                config.node_id_of(shard),
+                config.advertised_host,
+                config.port_of(shard)
+            ),
+            Ok((shard, Err(e))) => {
+                failed = Some(format!("shard {shard}: {e}"));
+                break;
+            }
+            Err(_) => {
+                failed = Some("a shard exited during start-up".into());
+                break;
+            }
+        }
+    }
+    if let Some(e) = &failed {
+        stop.store(true, Ordering::SeqCst);
+        eprintln!("fjord: start-up failed: {e}");
+    } else {
+        println!("fjord: ready");
+    }
+    let _ = std::io::stdout().flush();
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "shard stopped with an error"),
+            Err(e) => tracing::error!(error = %e, "shard thread failed"),
+        }
+    }
+    match failed {
+        Some(e) => Err(anyhow::anyhow!(e)),
+        None => {
+            println!("fjord: stopped");
+            Ok(())
+        }
+    }
+}
+
+async fn shard_main(
+    shard: usize,
+    config: Arc<BrokerConfig>,
+    mesh: MeshBuilder<ShardMessage, glommio::channels::channel_mesh::Full>,
+    ready_tx: &std::sync::mpsc::Sender<(usize, Result<SocketAddr, String>)>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let (senders, mut receivers) = mesh
+        .join()
+        .await
+        .map_err(|_| anyhow::anyhow!("joining the shard mesh failed"))?;
+    runtime::probe_dma(&config.data_dir)
+        .await
+        .map_err(|e| anyhow::anyhow!("DMA probe in {} failed: {e}", config.data_dir.display()))?;
+    let cache = TailCache::new(config.tail_cache_bytes);
+    let logs = LogManager::new_for_shard(config.data_dir.clone(), cache, shard);
+    let background = glommio::executor().create_task_queue(
+        Shares::Static(BACKGROUND_SHARES),
+        Latency::NotImportant,
+        "background",
+    );
+    logs.start_background(background);
+    let (first_tx, first_rx) = futures::channel::oneshot::channel();
+    let router = Router::new(shard, config.cores, senders);
+    let ctx = ShardCtx::new(shard, config.clone(), logs.clone(), router, first_tx);
+
+    for (_peer, mut stream) in receivers.streams() {
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move {
+            while let Some(message) = stream.next().await {
+                ctx.on_message(message).await;
+            }
+        })
+        .detach();
+    }
+    if let Some(controller) = &ctx.controller {
+        controller
+            .load(&ctx)
+            .await
+            .map_err(|e| anyhow::anyhow!("metadata log replay failed: {e}"))?;
+    }
+    first_rx
+        .await
+        .map_err(|_| anyhow::anyhow!("no metadata from the controller"))?;
+
+    let addr = SocketAddr::new(config.listen, config.port_of(shard));
+    let listener = TcpListener::bind(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    let accept = glommio::spawn_local(crate::net::accept_loop(ctx.clone(), listener));
+    let _ = ready_tx.send((shard, Ok(bound)));
+
+    while !stop.load(Ordering::SeqCst) {
+        glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
+    }
+    drop(accept); // stops accepting
+    let deadline = Instant::now() + Duration::from_millis(SHUTDOWN_DRAIN_MS_MAX);
+    while ctx.inflight_requests() > 0 && Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+    if let Err(e) = logs.shutdown().await {
+        tracing::error!(shard, error = %e, "flushing logs at shutdown failed");
+    }
+    ctx.router.close();
+    Ok(())
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The CPUs this process may run on, in order (pinning uses them).
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return (0..std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).collect();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect()
+}
+
+/// Reads the cluster id from `<data-dir>/meta.properties`, creating the file
+/// (in Kafka's format) on first start.
+fn cluster_id(data_dir: &Path, node_id: i32) -> anyhow::Result<String> {
+    let path = data_dir.join("meta.properties");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        if let Some(id) = text
+            .lines()
+            .find_map(|l| l.strip_prefix("cluster.id="))
+            .map(str::trim)
+            .filter(|id| !id.is_empty())
+        {
+            return Ok(id.to_string());
+        }
+    }
+    let id = base64url(&rand::random::<[u8; 16]>());
+    let text = format!("#fjord\ncluster.id={id}\nnode.id={node_id}\nversion=1\n");
+    let tmp = data_dir.join("meta.properties.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(id)
+}
+
+/// Base64 (URL alphabet, no padding), as Kafka prints cluster ids.
+fn base64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len() * 4 / 3 + 2);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
+        let chars = chunk.len() + 1;
+        for i in 0..chars {
+            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base64url;
+
+    #[test]
+    fn base64url_matches_rfc4648() {
+        assert_eq!(base64url(b"f"), "Zg");
+        assert_eq!(base64url(b"fo"), "Zm8");
+        assert_eq!(base64url(b"foo"), "Zm9v");
+        assert_eq!(base64url(&[0xfb, 0xff]), "-_8");
+        assert_eq!(base64url(&[0u8; 16]).len(), 22);
+    }
 }

@@ -1,0 +1,300 @@
+//! Produce, with Kafka's checks in Kafka's order (KAFKA_BEHAVIOUR.md §2).
+//!
+//! Per partition, writing nothing when a check fails:
+//! 1. the topic and partition exist (UNKNOWN_TOPIC_OR_PARTITION);
+//! 2. exactly one v2 batch (`ProduceRequest.validateRecords`: INVALID_RECORD,
+//!    CORRUPT_MESSAGE — see `record::error` for the table);
+//! 3. acks is -1, 0 or 1, else every partition still standing gets
+//!    INVALID_REQUIRED_ACKS;
+//! 4. this shard leads the partition, else NOT_LEADER_OR_FOLLOWER with the
+//!    current leader (v10+), so the client goes straight to the owner — no
+//!    cross-core hop on this path;
+//! 5. baseOffset 0, size within `max.message.bytes`, CRC
+//!    (`protocol::produce::validate_for_append`);
+//! 6. recompression when the topic's `compression.type` names another codec,
+//!    broker timestamps for LogAppendTime topics, then the append, which
+//!    assigns offsets in place.
+//!
+//! Steps 1–6 run synchronously when the request is dispatched, so pipelined
+//! produce requests on one connection append in arrival order. The returned
+//! future only waits: acks=1 and acks=-1 for the write to reach the file
+//! (acks=-1 under `--fsync-acks` for the group-commit fdatasync — with one
+//! replica the high watermark is exactly that point), bounded by the
+//! request's `timeout_ms`. acks=0 gets no response; if any partition failed,
+//! the connection is closed instead, as Kafka does.
+//!
+//! min.insync.replicas: the effective value is min(config, replicas) = 1, so
+//! acks=all is always accepted on a single node, as stock Kafka accepts it for
+//! a 1-replica topic with min.insync.replicas=2.
+
+use super::{errors, respond, Outcome};
+use crate::log::{AppendInfo, PartitionLog};
+use crate::protocol::produce::{decode_produce_request, single_batch_for_version, validate_for_append};
+use crate::protocol::RequestHeader;
+use crate::record::{batch, RecordsError};
+use crate::shard::ShardCtx;
+use crate::types::{Offset, TopicPartition};
+use bytes::BytesMut;
+use futures::future::{self, Either, LocalBoxFuture};
+use futures::FutureExt;
+use kafka_protocol::messages::produce_response::{
+    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+};
+use kafka_protocol::messages::{BrokerId, ProduceResponse, TopicName};
+use kafka_protocol::ResponseError;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// First Produce version with `current_leader` / `node_endpoints`.
+const FIRST_LEADER_HINT_VERSION: i16 = 10;
+
+/// Kafka's error code for a records check.
+pub fn records_error_code(e: &RecordsError) -> i16 {
+    use RecordsError as E;
+    match e {
+        E::CorruptSize(_) | E::InvalidMagic(_) | E::CrcMismatch { .. } => {
+            ResponseError::CorruptMessage.code()
+        }
+        E::ZstdBeforeV7 { .. } => ResponseError::UnsupportedCompressionType.code(),
+        E::TooLarge { .. } => ResponseError::MessageTooLarge.code(),
+        E::UnknownCompression(_) => ResponseError::UnknownServerError.code(),
+        _ => ResponseError::InvalidRecord.code(),
+    }
+}
+
+struct PartitionResult {
+    index: i32,
+    error: i16,
+    message: Option<String>,
+    /// Leader hint for NOT_LEADER_OR_FOLLOWER.
+    leader: Option<i32>,
+    appended: Option<AppendInfo>,
+    log_append_time_ms: i64,
+    /// The log to wait on for acks.
+    log: Option<Rc<PartitionLog>>,
+}
+
+impl PartitionResult {
+    fn error(index: i32, code: i16, message: Option<String>) -> Self {
+        PartitionResult {
+            index,
+            error: code,
+            message,
+            leader: None,
+            appended: None,
+            log_append_time_ms: -1,
+            log: None,
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Validates and appends now; returns the future that waits and answers.
+pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> LocalBoxFuture<'static, Outcome> {
+    let version = header.api_version;
+    let req = match decode_produce_request(body, version) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(error = %e, "malformed produce request; closing");
+            return future::ready(Outcome::Close).boxed_local();
+        }
+    };
+    let acks = req.acks;
+    let timeout_ms = req.timeout_ms;
+    let acks_valid = matches!(acks, -1..=1);
+    let image = ctx.image();
+    let mut topics: Vec<(String, Vec<PartitionResult>)> = Vec::with_capacity(req.topics.len());
+    for topic in req.topics {
+        let mut results = Vec::with_capacity(topic.partitions.len());
+        for p in topic.partitions {
+            let index = p.index;
+            // 1. The topic and partition exist.
+            let Some(leader) = image.leader_shard(&topic.name, index, ctx.cores()) else {
+                results.push(PartitionResult::error(
+                    index,
+                    ResponseError::UnknownTopicOrPartition.code(),
+                    None,
+                ));
+                continue;
+            };
+            // 2. Exactly one v2 batch.
+            let mut records = p.records.unwrap_or_default();
+            let header = match single_batch_for_version(&records, version) {
+                Ok(h) => h,
+                Err(e) => {
+                    results.push(PartitionResult::error(index, records_error_code(&e), Some(e.to_string())));
+                    continue;
+                }
+            };
+            // 3. acks.
+            if !acks_valid {
+                results.push(PartitionResult::error(index, ResponseError::InvalidRequiredAcks.code(), None));
+                continue;
+            }
+            // 4. Leadership.
+            let tp = TopicPartition::new(topic.name.clone(), index);
+            let state = match ctx.partition(&tp) {
+                Some(s) if leader == ctx.shard => s,
+                _ => {
+                    let mut r = PartitionResult::error(index, ResponseError::NotLeaderOrFollower.code(), None);
+                    r.leader = Some(ctx.config.node_id_of(leader));
+                    results.push(r);
+                    continue;
+                }
+            };
+            // 5. baseOffset, size, CRC.
+            records.truncate(header.total_size());
+            let max_bytes = state.config.max_message_bytes.max(0) as usize;
+            if let Err(e) = validate_for_append(&records, &header, max_bytes) {
+                results.push(PartitionResult::error(index, records_error_code(&e), Some(e.to_string())));
+                continue;
+            }
+            if header.is_transactional() {
+                results.push(PartitionResult::error(
+                    index,
+                    ResponseError::InvalidTxnState.code(),
+                    Some("fjord does not support transactions yet".into()),
+                ));
+                continue;
+            }
+            // 6. Recompress, stamp, append.
+            if let Some(codec) = state.config.compression {
+                if header.compression_id() != codec as i16 {
+                    match crate::record::recompress(&records, codec) {
+                        Ok(b) => records = b,
+                        Err(e) => {
+                            results.push(PartitionResult::error(index, records_error_code(&e), Some(e.to_string())));
+                            continue;
+                        }
+                    }
+                }
+            }
+            let mut log_append_time_ms = -1;
+            if state.config.log_append_time {
+                log_append_time_ms = now_ms();
+                batch::set_log_append_time(&mut records, log_append_time_ms);
+            }
+            match state.log.append(records) {
+                Ok(info) => results.push(PartitionResult {
+                    index,
+                    error: errors::NONE,
+                    message: None,
+                    leader: None,
+                    appended: Some(info),
+                    log_append_time_ms,
+                    log: Some(state.log.clone()),
+                }),
+                Err(e) => {
+                    tracing::error!(%tp, error = %e, "append failed");
+                    results.push(PartitionResult::error(index, errors::log(&e), Some(e.to_string())));
+                }
+            }
+        }
+        topics.push((topic.name, results));
+    }
+
+    let ctx = ctx.clone();
+    async move {
+        let any_error = topics.iter().flat_map(|(_, ps)| ps).any(|p| p.error != errors::NONE);
+        if acks == 0 {
+            return if any_error { Outcome::Close } else { Outcome::NoReply };
+        }
+        let durable = acks == -1 && ctx.config.fsync_acks;
+        let timeout = Duration::from_millis(timeout_ms.max(0) as u64);
+        for (_, results) in topics.iter_mut() {
+            for r in results.iter_mut() {
+                let (Some(log), Some(info)) = (&r.log, &r.appended) else { continue };
+                let last: Offset = info.last_offset;
+                let wait = async {
+                    if durable {
+                        log.wait_durable(last).await
+                    } else {
+                        log.wait_written(last).await
+                    }
+                };
+                let timer = glommio::timer::sleep(timeout);
+                match future::select(Box::pin(wait), Box::pin(timer)).await {
+                    Either::Left((Ok(()), _)) => {}
+                    Either::Left((Err(e), _)) => {
+                        r.error = errors::log(&e);
+                        r.message = Some(e.to_string());
+                        r.appended = None;
+                    }
+                    Either::Right(_) => {
+                        r.error = ResponseError::RequestTimedOut.code();
+                        r.appended = None;
+                    }
+                }
+            }
+        }
+        respond(&header, &response(&ctx, version, topics))
+    }
+    .boxed_local()
+}
+
+fn response(ctx: &ShardCtx, version: i16, topics: Vec<(String, Vec<PartitionResult>)>) -> ProduceResponse {
+    let mut leaders_named = Vec::new();
+    let responses = topics
+        .into_iter()
+        .map(|(name, results)| {
+            let partitions = results
+                .into_iter()
+                .map(|r| {
+                    let mut p = PartitionProduceResponse::default()
+                        .with_index(r.index)
+                        .with_error_code(r.error)
+                        .with_base_offset(-1)
+                        .with_log_append_time_ms(r.log_append_time_ms)
+                        .with_log_start_offset(-1);
+                    if let Some(info) = &r.appended {
+                        p = p
+                            .with_base_offset(info.base_offset.0)
+                            .with_log_start_offset(info.log_start_offset.0);
+                    } else {
+                        p = p.with_log_append_time_ms(-1);
+                    }
+                    if version >= 8 {
+                        p = p.with_error_message(r.message.map(super::str_bytes));
+                    }
+                    if let (Some(leader), true) = (r.leader, version >= FIRST_LEADER_HINT_VERSION) {
+                        leaders_named.push(leader);
+                        p = p.with_current_leader(
+                            LeaderIdAndEpoch::default()
+                                .with_leader_id(BrokerId(leader))
+                                .with_leader_epoch(0),
+                        );
+                    }
+                    p
+                })
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(TopicName(super::str_bytes(name)))
+                .with_partition_responses(partitions)
+        })
+        .collect();
+    let mut resp = ProduceResponse::default().with_responses(responses);
+    if version >= FIRST_LEADER_HINT_VERSION && !leaders_named.is_empty() {
+        leaders_named.sort_unstable();
+        leaders_named.dedup();
+        let endpoints = leaders_named
+            .into_iter()
+            .filter_map(|node| {
+                let shard = ctx.config.shard_of_node(node)?;
+                Some(
+                    NodeEndpoint::default()
+                        .with_node_id(BrokerId(node))
+                        .with_host(super::str_bytes(ctx.config.advertised_host.clone()))
+                        .with_port(ctx.config.port_of(shard) as i32),
+                )
+            })
+            .collect();
+        resp = resp.with_node_endpoints(endpoints);
+    }
+    resp
+}
