@@ -3,7 +3,11 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "fjord", version, about = "A Kafka-compatible broker, thread-per-core on io_uring")]
+#[command(
+    name = "fjord",
+    version,
+    about = "A Kafka-compatible broker, thread-per-core on io_uring"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
