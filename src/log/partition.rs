@@ -96,6 +96,7 @@ pub struct PartitionLog {
     closed: Cell<bool>,
     max_ts: Cell<Option<(i64, i64)>>,
     last_flush_ms: Cell<i64>,
+    fsyncs: Cell<u64>,
     self_weak: Weak<PartitionLog>,
 }
 
@@ -255,6 +256,7 @@ impl PartitionLog {
             closed: Cell::new(false),
             max_ts: Cell::new(max_ts),
             last_flush_ms: Cell::new(now),
+            fsyncs: Cell::new(0),
             self_weak: w.clone(),
         }))
     }
@@ -583,6 +585,7 @@ impl PartitionLog {
                     return;
                 }
             }
+            self.fsyncs.set(self.fsyncs.get() + 1);
             self.last_flush_ms.set(now_ms());
             self.durable.advance(w);
         }
@@ -964,7 +967,12 @@ impl PartitionLog {
         self.cache.remove_log(self.cache_id);
     }
 
-    /// First offset whose batch is not fully in the file (for tests).
+    /// fdatasyncs issued by the group-commit syncer since open.
+    pub fn fsync_count(&self) -> u64 {
+        self.fsyncs.get()
+    }
+
+    /// Staged bytes not yet known written (partial last pages included).
     pub fn pending_bytes(&self) -> usize {
         self.writers.borrow().iter().map(|w| w.pending.len()).sum()
     }

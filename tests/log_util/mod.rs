@@ -73,6 +73,10 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = ()> + 'static,
 {
+    // At most one executor per test binary at a time: each locks 3 MiB and
+    // RLIMIT_MEMLOCK is 8 MiB.
+    static ONE_EXECUTOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = ONE_EXECUTOR.lock().unwrap_or_else(|e| e.into_inner());
     let ex = fjord::runtime::executor_builder(0, None, fjord::runtime::IO_MEMORY_TEST_BYTES)
         .spawn(move || async move {
             fjord::runtime::probe_dma(&dir).await.unwrap();
