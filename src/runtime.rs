@@ -1,1 +1,178 @@
-//! (in progress)
+//! glommio set-up shared by every shard: executor builders, the locked-memory
+//! budget, and the direct-I/O probe.
+//!
+//! This module owns no runtime state; it encodes three facts measured with a
+//! prototype on the target machines:
+//! - glommio pins (mlocks) 3 × `io_memory` per executor, so the number of
+//!   shards times that must fit `RLIMIT_MEMLOCK`. We check it before starting
+//!   any executor and fail with a message that says how to raise the limit,
+//!   or shrink `io_memory` to fit ([`io_memory_for_budget`]).
+//! - glommio 0.9 decides whether a block device supports iopoll from the
+//!   first `DmaFile` a thread opens on it, by reading its first block. If that
+//!   file is new and empty the probe read fails and every later DMA read on
+//!   that device fails with EOPNOTSUPP. [`probe_dma`] opens a small non-empty
+//!   file first, on each executor, before any log is opened.
+//! - Tests must build executors with [`IO_MEMORY_TEST_BYTES`] and unpinned.
+
+use glommio::{LocalExecutorBuilder, Placement};
+use std::path::Path;
+
+/// `io_memory` for executors built by tests: 1 MiB (3 MiB locked per executor).
+pub const IO_MEMORY_TEST_BYTES: usize = 1 << 20;
+/// Alias kept for the name used in the design notes.
+pub const IO_MEMORY_BYTES_TEST: usize = IO_MEMORY_TEST_BYTES;
+/// Default `io_memory` for `serve` when the memlock budget allows it: 8 MiB.
+pub const IO_MEMORY_SERVE_MAX_BYTES: usize = 8 << 20;
+/// Smallest `io_memory` worth running with; below this glommio falls back to
+/// heap buffers for almost every I/O: 256 KiB.
+pub const IO_MEMORY_MIN_BYTES: usize = 256 << 10;
+/// glommio locks this many times `io_memory` per executor (its rings' buffers).
+pub const LOCKED_COPIES_PER_EXECUTOR: usize = 3;
+/// Name of the probe file [`probe_dma`] creates in the data directory.
+pub const DMA_PROBE_FILE_NAME: &str = ".fjord-dma-probe";
+/// Size of the probe file: one 4 KiB block, enough for any logical block size.
+pub const DMA_PROBE_FILE_BYTES: usize = 4096;
+
+/// Executor builder for shard `shard`: named `shard-<k>`, with `io_memory`,
+/// pinned to `cpu` if given (never pin in tests).
+pub fn executor_builder(
+    shard: usize,
+    cpu: Option<usize>,
+    io_memory_bytes: usize,
+) -> LocalExecutorBuilder {
+    let placement = match cpu {
+        Some(c) => Placement::Fixed(c),
+        None => Placement::Unbound,
+    };
+    LocalExecutorBuilder::new(placement)
+        .name(&format!("shard-{shard}"))
+        .io_memory(io_memory_bytes)
+}
+
+/// The current soft RLIMIT_MEMLOCK in bytes (`None` = unlimited).
+pub fn memlock_limit_bytes() -> Option<u64> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass and nothing else.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
+    if rc != 0 || rl.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    Some(rl.rlim_cur)
+}
+
+/// Locked bytes `shards` executors need with `io_memory_bytes` each.
+pub fn memlock_needed_bytes(shards: usize, io_memory_bytes: usize) -> u64 {
+    shards as u64 * LOCKED_COPIES_PER_EXECUTOR as u64 * io_memory_bytes as u64
+}
+
+/// Checks RLIMIT_MEMLOCK against `shards × 3 × io_memory`.
+pub fn check_memlock(shards: usize, io_memory_bytes: usize) -> Result<(), String> {
+    let needed = memlock_needed_bytes(shards, io_memory_bytes);
+    match memlock_limit_bytes() {
+        None => Ok(()),
+        Some(limit) if limit >= needed => Ok(()),
+        Some(limit) => Err(format!(
+            "RLIMIT_MEMLOCK is {limit} bytes but {shards} shard(s) with io_memory {io_memory_bytes} \
+             bytes lock {needed} bytes (glommio locks {LOCKED_COPIES_PER_EXECUTOR} x io_memory per \
+             shard). Raise it with `ulimit -l unlimited` (or `ulimit -l {kib}` KiB) in the shell, \
+             `LimitMEMLOCK=infinity` in the systemd unit, `--ulimit memlock=-1` for docker, or \
+             grant CAP_IPC_LOCK; or run with fewer --cores or a smaller io_memory.",
+            kib = needed.div_ceil(1024)
+        )),
+    }
+}
+
+/// The largest `io_memory` (capped at `max`, a multiple of 64 KiB) that fits
+/// the memlock budget for `shards`; at least [`IO_MEMORY_MIN_BYTES`] even if
+/// that does not fit (then [`check_memlock`] reports the problem).
+pub fn io_memory_for_budget(shards: usize, max: usize) -> usize {
+    const GRANULE_BYTES: usize = 64 << 10;
+    let shards = shards.max(1);
+    let fit = match memlock_limit_bytes() {
+        None => max,
+        Some(limit) => {
+            // Keep a quarter of the budget for other locked memory (the
+            // allocator, the rest of glommio).
+            let usable = limit - limit / 4;
+            (usable / (shards as u64 * LOCKED_COPIES_PER_EXECUTOR as u64)) as usize
+        }
+    };
+    let v = fit.min(max) / GRANULE_BYTES * GRANULE_BYTES;
+    v.max(IO_MEMORY_MIN_BYTES.min(max))
+}
+
+/// Opens a small non-empty probe file in `dir` with `DmaFile` (creating it
+/// with ordinary I/O first), so that glommio's iopoll probe reads real data.
+/// Call first thing on each executor, before any log file is opened.
+pub async fn probe_dma(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(DMA_PROBE_FILE_NAME);
+    let len_ok = std::fs::metadata(&path)
+        .map(|m| m.len() >= DMA_PROBE_FILE_BYTES as u64)
+        .unwrap_or(false);
+    if !len_ok {
+        std::fs::write(&path, vec![0u8; DMA_PROBE_FILE_BYTES])?;
+    }
+    let file = glommio::io::DmaFile::open(&path)
+        .await
+        .map_err(std::io::Error::from)?;
+    let read = file
+        .read_at_aligned(0, DMA_PROBE_FILE_BYTES)
+        .await
+        .map_err(std::io::Error::from);
+    let _ = file.close().await;
+    read.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_fits_check() {
+        let io = io_memory_for_budget(2, IO_MEMORY_SERVE_MAX_BYTES);
+        assert!(io >= IO_MEMORY_MIN_BYTES.min(IO_MEMORY_SERVE_MAX_BYTES));
+        assert!(io <= IO_MEMORY_SERVE_MAX_BYTES);
+        if memlock_limit_bytes().is_some_and(|l| l >= 8 << 20) {
+            assert!(check_memlock(2, io).is_ok());
+        }
+    }
+
+    #[test]
+    fn over_budget_message_says_how_to_raise() {
+        if let Some(limit) = memlock_limit_bytes() {
+            let err = check_memlock(1, limit as usize).expect_err("3x limit cannot fit");
+            assert!(err.contains("ulimit -l"));
+            assert!(err.contains("LimitMEMLOCK=infinity"));
+            assert!(err.contains("CAP_IPC_LOCK"));
+        }
+    }
+
+    #[test]
+    fn probe_then_dma_read_of_new_file_works() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let ex = executor_builder(0, None, IO_MEMORY_TEST_BYTES)
+            .make()
+            .unwrap();
+        ex.run(async move {
+            probe_dma(&path).await.unwrap();
+            let f = glommio::io::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .dma_open(path.join("x"))
+                .await
+                .unwrap();
+            let mut buf = f.alloc_dma_buffer(4096);
+            buf.as_bytes_mut().fill(7);
+            f.write_at(buf, 0).await.unwrap();
+            let r = f.read_at(0, 10).await.unwrap();
+            assert_eq!(&r[..], &[7u8; 10]);
+            f.close().await.unwrap();
+        });
+    }
+}

@@ -1,4 +1,4 @@
-//! (in progress) `fjord dump-log`.
+//! `fjord dump-log` (in progress).
 
 /// Arguments of `fjord dump-log`.
 #[derive(clap::Args, Debug)]

@@ -1,3 +1,136 @@
-//! (in progress) The partition log; see issue "Partition log".
+//! The partition log: Kafka's on-disk layout written with direct I/O.
+//!
+//! What this module owns: every partition log of one shard
+//! ([`LogManager`]), each one a [`PartitionLog`] made of segments
+//! (`<data-dir>/<topic>-<partition>/<base-offset:020>.log|.index|.timeindex`,
+//! byte-compatible with Kafka), the per-shard [`TailCache`], and the shard's
+//! checkpoint files (`checkpoint.rs` says why they are per shard).
+//!
+//! Offsets, per log: log start ≤ high watermark ≤ log end, with
+//! `written ≤ log end` (bytes handed to the device, survive kill -9) and
+//! `durable ≤ written` (covered by fdatasync). The HW is `written`, or
+//! `durable` under `--fsync-acks`, so consumers never see data a crash could
+//! take back. The last stable offset equals the HW until transactions land.
+//!
+//! Threading: a log lives on exactly one shard; all state is `Cell`/
+//! `RefCell` behind `Rc` (!Send). Writes are staged synchronously by
+//! `append` and issued by a per-log writer task; fsyncs by a per-log syncer
+//! task (group commit). Background work (retention, flush.ms, checkpoints)
+//! runs in a separate task queue given to [`LogManager::start_background`].
 
+pub mod cache;
+pub mod checkpoint;
 pub mod dump;
+pub mod index;
+mod manager;
+mod partition;
+pub mod records;
+mod segment;
+mod watch;
+
+pub use cache::{TailCache, TAIL_CACHE_DEFAULT_BYTES};
+pub use manager::{LogManager, RETENTION_CHECK_INTERVAL_DEFAULT_MS};
+pub use partition::PartitionLog;
+
+use crate::record::RecordsChunk;
+use crate::types::{LogEndOffset, LogStartOffset, Offset};
+
+/// Kafka's `segment.bytes` default: 1 GiB.
+pub const SEGMENT_DEFAULT_BYTES: u64 = 1 << 30;
+/// Kafka's `segment.ms` and `retention.ms` default: 7 days.
+pub const SEVEN_DAYS_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+/// Kafka's `index.interval.bytes` default.
+pub const INDEX_INTERVAL_DEFAULT_BYTES: u32 = 4096;
+/// Kafka's `segment.index.bytes` default: 10 MiB.
+pub const SEGMENT_INDEX_DEFAULT_BYTES: u32 = 10 << 20;
+/// Staging chunk of the direct-I/O appender: 16 KiB (Redpanda's append_chunk_size).
+pub const WRITE_CHUNK_DEFAULT_BYTES: usize = 16 << 10;
+/// fallocate step ahead of the writer: 32 MiB.
+pub const PREALLOCATE_DEFAULT_BYTES: u64 = 32 << 20;
+/// Direct-I/O write granularity; a multiple of every device's logical block.
+pub const PAGE_BYTES: u64 = 4096;
+
+/// Per-topic log configuration; defaults are Kafka's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogConfig {
+    pub segment_bytes: u64,
+    pub segment_ms: i64,
+    /// -1 = keep forever.
+    pub retention_ms: i64,
+    /// -1 = unlimited.
+    pub retention_bytes: i64,
+    pub index_interval_bytes: u32,
+    /// Largest `.index`/`.timeindex`; the segment rolls when one would exceed it.
+    pub segment_index_bytes: u32,
+    /// fsync after this many unflushed messages (i64::MAX = never).
+    pub flush_messages: i64,
+    /// fsync when the oldest unflushed data is this old (i64::MAX = never).
+    pub flush_ms: i64,
+    /// `--fsync-acks`: the HW only covers fdatasync'ed data.
+    pub fsync_acks: bool,
+    pub write_chunk_bytes: usize,
+    pub preallocate_bytes: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: SEGMENT_DEFAULT_BYTES,
+            segment_ms: SEVEN_DAYS_MS,
+            retention_ms: SEVEN_DAYS_MS,
+            retention_bytes: -1,
+            index_interval_bytes: INDEX_INTERVAL_DEFAULT_BYTES,
+            segment_index_bytes: SEGMENT_INDEX_DEFAULT_BYTES,
+            flush_messages: i64::MAX,
+            flush_ms: i64::MAX,
+            fsync_acks: false,
+            write_chunk_bytes: WRITE_CHUNK_DEFAULT_BYTES,
+            preallocate_bytes: PREALLOCATE_DEFAULT_BYTES,
+        }
+    }
+}
+
+/// Where an appended batch landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: Offset,
+    pub last_offset: Offset,
+    pub log_start_offset: LogStartOffset,
+}
+
+/// Whole batches for a fetch, in offset order.
+#[derive(Clone, Debug, Default)]
+pub struct ReadResult {
+    pub chunks: Vec<RecordsChunk>,
+    pub bytes: usize,
+}
+
+/// Errors of the log layer (mapped to Kafka error codes by the handlers).
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("offset out of range: log start {log_start}, log end {log_end}")]
+    OffsetOutOfRange {
+        log_start: LogStartOffset,
+        log_end: LogEndOffset,
+    },
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("corrupt log: {0}")]
+    Corrupt(String),
+    #[error("invalid batch: {0}")]
+    InvalidBatch(#[from] crate::record::BatchError),
+    /// An earlier write or fsync failed; the log refuses further work
+    /// (Kafka marks the log directory offline: KAFKA_STORAGE_ERROR).
+    #[error("log failed after an earlier i/o error: {0}")]
+    Failed(String),
+    #[error("log is closed")]
+    Closed,
+}
+
+/// Wall-clock milliseconds since the epoch.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

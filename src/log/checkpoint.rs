@@ -1,0 +1,146 @@
+//! Offset checkpoint files in Kafka's text format:
+//! ```text
+//! 0                 <- version
+//! 2                 <- number of entries
+//! topic 0 1234      <- topic, partition, offset
+//! other 3 0
+//! ```
+//! Kafka keeps one `recovery-point-offset-checkpoint` and one
+//! `log-start-offset-checkpoint` per data directory. In fjord several shards
+//! own partitions of one data directory, and a shard must never wait on
+//! another to write a shared file, so each shard writes its own pair with a
+//! `.shard-<k>` suffix. A partition may belong to another shard after a
+//! restart with a different `--cores`, so [`read_all`] reads every shard's
+//! file and keeps, per partition, the smallest offset seen: recovering from
+//! too early a point only costs a longer scan, too late a point would trust
+//! unverified data.
+//!
+//! Files are replaced atomically: written to `<name>.tmp`, fsynced, renamed.
+
+use crate::types::TopicPartition;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
+pub const LOG_START_CHECKPOINT: &str = "log-start-offset-checkpoint";
+const CHECKPOINT_VERSION: u32 = 0;
+
+/// `<dir>/<name>.shard-<shard>`.
+pub fn shard_file(dir: &Path, name: &str, shard: usize) -> PathBuf {
+    dir.join(format!("{name}.shard-{shard}"))
+}
+
+pub fn encode(entries: &[(TopicPartition, i64)]) -> String {
+    let mut s = format!("{CHECKPOINT_VERSION}\n{}\n", entries.len());
+    for (tp, off) in entries {
+        s.push_str(&format!("{} {} {}\n", tp.topic, tp.partition.0, off));
+    }
+    s
+}
+
+/// Parses a checkpoint file's text; `None` if it is malformed.
+pub fn decode(text: &str) -> Option<Vec<(TopicPartition, i64)>> {
+    let mut lines = text.lines();
+    if lines.next()?.trim().parse::<u32>().ok()? != CHECKPOINT_VERSION {
+        return None;
+    }
+    let n: usize = lines.next()?.trim().parse().ok()?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let line = lines.next()?;
+        let mut parts = line.rsplitn(3, ' ');
+        let off: i64 = parts.next()?.parse().ok()?;
+        let part: i32 = parts.next()?.parse().ok()?;
+        let topic = parts.next()?;
+        out.push((TopicPartition::new(topic, part), off));
+    }
+    Some(out)
+}
+
+/// Atomically replaces `path` with `entries`.
+pub fn write(path: &Path, entries: &[(TopicPartition, i64)]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(encode(entries).as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// Reads every `<name>` and `<name>.shard-*` in `dir`, keeping the smallest
+/// offset per partition. Malformed files are skipped with a warning.
+pub fn read_all(dir: &Path, name: &str) -> HashMap<TopicPartition, i64> {
+    let mut out: HashMap<TopicPartition, i64> = HashMap::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    let prefix = format!("{name}.shard-");
+    for ent in rd.flatten() {
+        let fname = ent.file_name();
+        let Some(fname) = fname.to_str() else {
+            continue;
+        };
+        if fname != name && !(fname.starts_with(&prefix) && !fname.ends_with(".tmp")) {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(ent.path()) else {
+            continue;
+        };
+        match decode(&text) {
+            Some(entries) => {
+                for (tp, off) in entries {
+                    let e = out.entry(tp).or_insert(off);
+                    *e = (*e).min(off);
+                }
+            }
+            None => {
+                tracing::warn!(file = %ent.path().display(), "malformed checkpoint file ignored")
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_kafka_text_format() {
+        let e = vec![
+            (TopicPartition::new("a-b", 0), 42),
+            (TopicPartition::new("t", 3), 0),
+        ];
+        let s = encode(&e);
+        assert_eq!(s, "0\n2\na-b 0 42\nt 3 0\n");
+        assert_eq!(decode(&s).unwrap(), e);
+        assert!(decode("1\n0\n").is_none());
+        assert!(decode("0\n2\na 0 1\n").is_none());
+    }
+
+    #[test]
+    fn read_all_keeps_minimum_across_shards() {
+        let d = tempfile::tempdir().unwrap();
+        let tp = TopicPartition::new("t", 0);
+        write(
+            &shard_file(d.path(), LOG_START_CHECKPOINT, 0),
+            &[(tp.clone(), 7)],
+        )
+        .unwrap();
+        write(
+            &shard_file(d.path(), LOG_START_CHECKPOINT, 1),
+            &[(tp.clone(), 5)],
+        )
+        .unwrap();
+        let m = read_all(d.path(), LOG_START_CHECKPOINT);
+        assert_eq!(m.get(&tp), Some(&5));
+    }
+}

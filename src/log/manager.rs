@@ -1,0 +1,231 @@
+//! The per-shard log manager: every partition log of one shard and their
+//! background work.
+//!
+//! Owns `<data_dir>/<topic>-<partition>/` for the partitions the shard owns,
+//! the shard's checkpoint files (`<name>.shard-<k>`, see `checkpoint.rs`),
+//! and a background loop (retention every `retention_check_interval_ms`,
+//! flush.ms and segment.ms every `BACKGROUND_TICK_MS`, checkpoints every
+//! `CHECKPOINT_INTERVAL_MS`) that runs in a task queue with fewer shares
+//! than request handling. Shard-local; !Send.
+
+use super::checkpoint::{self, LOG_START_CHECKPOINT, RECOVERY_POINT_CHECKPOINT};
+use super::{now_ms, LogConfig, LogError, PartitionLog, TailCache};
+use crate::types::TopicPartition;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+/// Kafka's `log.retention.check.interval.ms`: 5 minutes.
+pub const RETENTION_CHECK_INTERVAL_DEFAULT_MS: u64 = 5 * 60 * 1000;
+/// Period of the flush.ms / segment.ms checks: 1 s.
+pub const BACKGROUND_TICK_MS: u64 = 1000;
+/// Kafka's `log.flush.offset.checkpoint.interval.ms`: 60 s.
+pub const CHECKPOINT_INTERVAL_MS: u64 = 60_000;
+
+/// Owns every partition log of one shard; see the module doc.
+pub struct LogManager {
+    data_dir: PathBuf,
+    shard: usize,
+    cache: Rc<TailCache>,
+    logs: RefCell<HashMap<TopicPartition, Rc<PartitionLog>>>,
+    recovery_points: HashMap<TopicPartition, i64>,
+    log_starts: HashMap<TopicPartition, i64>,
+    retention_check_interval_ms: Cell<u64>,
+    stopped: Cell<bool>,
+}
+
+impl LogManager {
+    /// A manager for the current glommio executor's shard (its id - 1, as
+    /// executors are numbered from 1 in creation order); prefer
+    /// [`LogManager::new_for_shard`] when the shard index is known.
+    pub fn new(data_dir: PathBuf, cache: Rc<TailCache>) -> Rc<LogManager> {
+        let shard = glommio::executor().id().saturating_sub(1);
+        Self::new_for_shard(data_dir, cache, shard)
+    }
+
+    pub fn new_for_shard(data_dir: PathBuf, cache: Rc<TailCache>, shard: usize) -> Rc<LogManager> {
+        let recovery_points = checkpoint::read_all(&data_dir, RECOVERY_POINT_CHECKPOINT);
+        let log_starts = checkpoint::read_all(&data_dir, LOG_START_CHECKPOINT);
+        Rc::new(LogManager {
+            data_dir,
+            shard,
+            cache,
+            logs: RefCell::new(HashMap::new()),
+            recovery_points,
+            log_starts,
+            retention_check_interval_ms: Cell::new(RETENTION_CHECK_INTERVAL_DEFAULT_MS),
+            stopped: Cell::new(false),
+        })
+    }
+
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.data_dir
+    }
+
+    pub fn cache(&self) -> &Rc<TailCache> {
+        &self.cache
+    }
+
+    pub fn set_retention_check_interval_ms(&self, ms: u64) {
+        self.retention_check_interval_ms.set(ms);
+    }
+
+    /// Opens (creating if missing) and recovers `<data_dir>/<topic>-<partition>/`.
+    pub async fn open(
+        &self,
+        tp: &TopicPartition,
+        config: LogConfig,
+    ) -> Result<Rc<PartitionLog>, LogError> {
+        if let Some(l) = self.get(tp) {
+            l.set_config(config);
+            return Ok(l);
+        }
+        let dir = self.data_dir.join(tp.dir_name());
+        let log = PartitionLog::open(
+            dir,
+            tp.clone(),
+            config,
+            self.cache.clone(),
+            self.recovery_points.get(tp).copied(),
+            self.log_starts.get(tp).copied(),
+        )
+        .await?;
+        self.logs.borrow_mut().insert(tp.clone(), log.clone());
+        Ok(log)
+    }
+
+    pub fn get(&self, tp: &TopicPartition) -> Option<Rc<PartitionLog>> {
+        self.logs.borrow().get(tp).cloned()
+    }
+
+    pub fn logs(&self) -> Vec<Rc<PartitionLog>> {
+        self.logs.borrow().values().cloned().collect()
+    }
+
+    /// Closes and deletes the partition's directory (DeleteTopics).
+    pub async fn delete(&self, tp: &TopicPartition) -> Result<(), LogError> {
+        let log = self.logs.borrow_mut().remove(tp);
+        if let Some(l) = log {
+            l.mark_closed();
+        }
+        let dir = self.data_dir.join(tp.dir_name());
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.checkpoint()?;
+        Ok(())
+    }
+
+    /// Writes this shard's recovery-point and log-start checkpoint files.
+    pub fn checkpoint(&self) -> Result<(), LogError> {
+        let mut rp = Vec::new();
+        let mut ls = Vec::new();
+        for (tp, l) in self.logs.borrow().iter() {
+            rp.push((tp.clone(), l.recovery_point()));
+            ls.push((tp.clone(), l.log_start_offset().0));
+        }
+        rp.sort_by(|a, b| a.0.cmp(&b.0));
+        ls.sort_by(|a, b| a.0.cmp(&b.0));
+        checkpoint::write(
+            &checkpoint::shard_file(&self.data_dir, RECOVERY_POINT_CHECKPOINT, self.shard),
+            &rp,
+        )?;
+        checkpoint::write(
+            &checkpoint::shard_file(&self.data_dir, LOG_START_CHECKPOINT, self.shard),
+            &ls,
+        )?;
+        Ok(())
+    }
+
+    /// One retention pass over every log; checkpoints if anything moved.
+    pub fn run_retention_once(&self) -> Result<usize, LogError> {
+        let now = now_ms();
+        let mut n = 0;
+        for l in self.logs() {
+            n += l.apply_retention(now)?;
+        }
+        if n > 0 {
+            self.checkpoint()?;
+        }
+        Ok(n)
+    }
+
+    /// Spawns the background loop into `tq`.
+    pub fn start_background(self: &Rc<Self>, tq: glommio::TaskQueueHandle) {
+        let me = self.clone();
+        let spawned = glommio::spawn_local_into(
+            async move {
+                let tick = std::time::Duration::from_millis(BACKGROUND_TICK_MS);
+                let mut since_retention_ms = 0u64;
+                let mut since_checkpoint_ms = 0u64;
+                while !me.stopped.get() {
+                    glommio::timer::sleep(tick).await;
+                    since_retention_ms += BACKGROUND_TICK_MS;
+                    since_checkpoint_ms += BACKGROUND_TICK_MS;
+                    let now = now_ms();
+                    for l in me.logs() {
+                        l.maybe_roll_by_time(now);
+                        if let Err(e) = l.maybe_flush_by_time(now).await {
+                            tracing::error!(partition = %l.topic_partition(), error = %e, "flush.ms flush failed");
+                        }
+                    }
+                    if since_retention_ms >= me.retention_check_interval_ms.get() {
+                        since_retention_ms = 0;
+                        if let Err(e) = me.run_retention_once() {
+                            tracing::error!(error = %e, "retention pass failed");
+                        }
+                    }
+                    if since_checkpoint_ms >= CHECKPOINT_INTERVAL_MS {
+                        since_checkpoint_ms = 0;
+                        if let Err(e) = me.checkpoint() {
+                            tracing::error!(error = %e, "checkpoint failed");
+                        }
+                    }
+                }
+            },
+            tq,
+        );
+        match spawned {
+            Ok(t) => {
+                t.detach();
+            }
+            Err(e) => tracing::error!(error = %e, "could not spawn the log background loop"),
+        };
+    }
+
+    /// Flush + checkpoint + close every log (clean shutdown).
+    pub async fn shutdown(&self) -> Result<(), LogError> {
+        self.stopped.set(true);
+        let mut first_err = None;
+        for l in self.logs() {
+            if let Err(e) = l.close().await {
+                tracing::error!(partition = %l.topic_partition(), error = %e, "close failed");
+                first_err.get_or_insert(e);
+            }
+        }
+        // Every log is sealed now: its recovery point is its log end.
+        let mut rp = Vec::new();
+        let mut ls = Vec::new();
+        for (tp, l) in self.logs.borrow().iter() {
+            rp.push((tp.clone(), l.log_end_offset().0));
+            ls.push((tp.clone(), l.log_start_offset().0));
+        }
+        rp.sort_by(|a, b| a.0.cmp(&b.0));
+        ls.sort_by(|a, b| a.0.cmp(&b.0));
+        checkpoint::write(
+            &checkpoint::shard_file(&self.data_dir, RECOVERY_POINT_CHECKPOINT, self.shard),
+            &rp,
+        )?;
+        checkpoint::write(
+            &checkpoint::shard_file(&self.data_dir, LOG_START_CHECKPOINT, self.shard),
+            &ls,
+        )?;
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}

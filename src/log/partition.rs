@@ -1,0 +1,1014 @@
+//! One partition's log: append, the direct-I/O writer, group-commit fsync,
+//! reads, recovery, roll and retention.
+//!
+//! Append path (synchronous, no await): the batch's `baseOffset` and
+//! `partitionLeaderEpoch` are patched in place (outside the CRC), its bytes
+//! are copied into the active segment's staging buffer (`pending`, which
+//! starts at a page boundary), the indexes are updated, and the batch
+//! (as `Bytes`, no copy) goes into the shard's tail cache.
+//!
+//! Writer task (one per log, spawned on demand, exits when idle): takes
+//! everything staged, cuts it into aligned chunks of `write_chunk_bytes`
+//! (the last one zero-padded to a page) and issues them all at once with
+//! `DmaFile::write_at`; when they complete, `written` moves to the end of the
+//! last whole batch covered. The partially filled last page stays in
+//! `pending` and is rewritten, with more data, by the next round. Rounds
+//! never overlap, so two writes of the same page are never in flight
+//! together. Files grow by `fallocate(preallocate_bytes)` ahead of the
+//! writer; the logical length is restored with ftruncate when a segment is
+//! sealed (roll) or the log is closed, and recovery treats trailing zeros as
+//! preallocated space.
+//!
+//! Syncer task (group commit): fdatasyncs the file last written and moves
+//! `durable` to the `written` offset it saw before the call, so one
+//! fdatasync serves every append staged before it. Invariant that makes one
+//! file enough: a segment is sealed (truncated + fdatasync'ed) before the
+//! writer touches the next one.
+//!
+//! Owned by one shard; handlers keep `Rc<PartitionLog>` across awaits.
+
+use super::cache::{CachedBatch, TailCache};
+use super::segment::{log_file_name, Segment};
+use super::watch::OffsetWatch;
+use super::{now_ms, AppendInfo, LogConfig, LogError, ReadResult, PAGE_BYTES};
+use crate::record::batch::{self, BatchHeader};
+use crate::record::{FileRange, RecordsChunk};
+use crate::types::{
+    HighWatermark, LastStableOffset, LogEndOffset, LogStartOffset, Offset, TopicPartition,
+};
+use bytes::BytesMut;
+use glommio::io::{DmaFile, OpenOptions};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::rc::{Rc, Weak};
+
+/// Write state of a segment that still has bytes to write or to seal.
+struct SegWriter {
+    seg: Rc<Segment>,
+    file: Option<Rc<DmaFile>>,
+    /// Staged bytes from file position `pending_pos` (page aligned) to `seg.size`.
+    pending: Vec<u8>,
+    pending_pos: u64,
+    /// Logical bytes covered by writes already issued.
+    submitted_len: u64,
+    /// File size after the last fallocate.
+    allocated_len: u64,
+    /// (end position, next offset) of staged batches not yet known written.
+    batch_ends: VecDeque<(u64, i64)>,
+    /// No more appends; truncate, fdatasync and write indexes when drained.
+    sealed: bool,
+}
+
+enum WriterStep {
+    Idle,
+    Open(Rc<Segment>),
+    Write {
+        file: Rc<DmaFile>,
+        bufs: Vec<(u64, glommio::io::DmaBuffer)>,
+        end_len: u64,
+        grow_to: Option<u64>,
+    },
+    Seal {
+        file: Rc<DmaFile>,
+        seg: Rc<Segment>,
+    },
+}
+
+/// One partition's log. See the module doc.
+pub struct PartitionLog {
+    tp: TopicPartition,
+    dir: PathBuf,
+    cache: Rc<TailCache>,
+    cache_id: u64,
+    config: RefCell<LogConfig>,
+    segments: RefCell<BTreeMap<i64, Rc<Segment>>>,
+    log_start: Cell<i64>,
+    log_end: Cell<i64>,
+    written: OffsetWatch,
+    durable: OffsetWatch,
+    writers: RefCell<VecDeque<SegWriter>>,
+    writer_running: Cell<bool>,
+    sync_wanted: Cell<i64>,
+    syncer_running: Cell<bool>,
+    last_written_file: RefCell<Option<Rc<DmaFile>>>,
+    failed: RefCell<Option<String>>,
+    closed: Cell<bool>,
+    max_ts: Cell<Option<(i64, i64)>>,
+    last_flush_ms: Cell<i64>,
+    fsyncs: Cell<u64>,
+    self_weak: Weak<PartitionLog>,
+}
+
+fn io_err(e: glommio::GlommioError<()>) -> LogError {
+    LogError::Io(e.into())
+}
+
+impl PartitionLog {
+    /// Opens (creating if missing) and recovers the log in `dir`.
+    /// `recovery_point`: segments wholly below it are trusted (indexes loaded
+    /// and sanity-checked); the segment holding it and every later one, and
+    /// always the last one, are scanned and their CRCs verified.
+    pub(crate) async fn open(
+        dir: PathBuf,
+        tp: TopicPartition,
+        config: LogConfig,
+        cache: Rc<TailCache>,
+        recovery_point: Option<i64>,
+        log_start_checkpoint: Option<i64>,
+    ) -> Result<Rc<PartitionLog>, LogError> {
+        std::fs::create_dir_all(&dir)?;
+        let now = now_ms();
+        let mut bases = list_segments(&dir)?;
+        if bases.is_empty() {
+            let base = log_start_checkpoint.unwrap_or(0).max(0);
+            std::fs::File::create(dir.join(log_file_name(base)))?;
+            bases.push(base);
+        }
+        let rp = recovery_point.unwrap_or(0);
+        // First segment to scan: the one containing the recovery point.
+        let first_scan = bases
+            .iter()
+            .rposition(|&b| b <= rp)
+            .unwrap_or(0)
+            .min(bases.len() - 1);
+        let mut segments: BTreeMap<i64, Rc<Segment>> = BTreeMap::new();
+        let mut expected = bases[0];
+        let mut i = 0;
+        while i < bases.len() {
+            let base = bases[i];
+            let seg = Rc::new(Segment::new(&dir, base, now));
+            let is_last = i + 1 == bases.len();
+            let mut trusted = false;
+            if i < first_scan && !is_last {
+                trusted = seg.load_indexes(bases[i + 1])?;
+            }
+            if !trusted {
+                let out = seg.recover_scan(expected, config.index_interval_bytes)?;
+                if out.valid_len < out.file_len {
+                    let f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(&seg.log_path)?;
+                    f.set_len(out.valid_len)?;
+                    f.sync_all()?;
+                    if out.stop_reason.is_some() && !out.tail_is_zeros {
+                        tracing::warn!(
+                            partition = %tp, segment = %seg.log_path.display(),
+                            position = out.valid_len, bytes = out.file_len - out.valid_len,
+                            reason = ?out.stop_reason,
+                            "recovery truncated the log at an invalid batch"
+                        );
+                    } else {
+                        tracing::info!(
+                            partition = %tp, segment = %seg.log_path.display(),
+                            position = out.valid_len, bytes = out.file_len - out.valid_len,
+                            "recovery removed preallocated zeros after the last batch"
+                        );
+                    }
+                }
+                let corrupt = out.stop_reason.is_some() && !out.tail_is_zeros;
+                if !is_last {
+                    seg.final_time_entry();
+                    seg.write_indexes()?;
+                    seg.sealed.set(true);
+                }
+                if corrupt && !is_last {
+                    for &later in &bases[i + 1..] {
+                        tracing::warn!(partition = %tp, segment = later,
+                            "recovery deleted a segment after a corrupt one");
+                        remove_segment_files(&dir, later);
+                    }
+                    bases.truncate(i + 1);
+                    seg.sealed.set(false);
+                }
+            }
+            expected = seg.next_offset.get();
+            segments.insert(base, seg);
+            i += 1;
+        }
+        let Some((_, last)) = segments.iter().next_back() else {
+            return Err(LogError::Corrupt("no segment after recovery".into()));
+        };
+        let last = last.clone();
+        last.sealed.set(false);
+        // The active segment: open it for direct writes and keep its
+        // partial last page staged so the next write rewrites it whole.
+        let file = Rc::new(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .dma_open(&last.log_path)
+                .await
+                .map_err(io_err)?,
+        );
+        file.fdatasync().await.map_err(io_err)?;
+        let size = last.size.get();
+        let pending_pos = size / PAGE_BYTES * PAGE_BYTES;
+        let mut pending = vec![0u8; (size - pending_pos) as usize];
+        if !pending.is_empty() {
+            let f = std::fs::File::open(&last.log_path)?;
+            use std::os::unix::fs::FileExt;
+            f.read_exact_at(&mut pending, pending_pos)?;
+        }
+        *last.dma.borrow_mut() = Some(file.clone());
+        let log_end = last.next_offset.get();
+        let first_base = *segments.keys().next().unwrap_or(&0);
+        let log_start = log_start_checkpoint
+            .unwrap_or(first_base)
+            .max(first_base)
+            .min(log_end);
+        let max_ts = segments.values().filter_map(|s| s.max_ts.get()).fold(
+            None,
+            |acc: Option<(i64, i64)>, x| match acc {
+                Some(a) if a.0 >= x.0 => Some(a),
+                _ => Some(x),
+            },
+        );
+        let writer = SegWriter {
+            seg: last.clone(),
+            file: Some(file.clone()),
+            pending,
+            pending_pos,
+            submitted_len: size,
+            allocated_len: size,
+            batch_ends: VecDeque::new(),
+            sealed: false,
+        };
+        let cache_id = cache.register();
+        Ok(Rc::new_cyclic(|w| PartitionLog {
+            tp,
+            dir,
+            cache,
+            cache_id,
+            config: RefCell::new(config),
+            segments: RefCell::new(segments),
+            log_start: Cell::new(log_start),
+            log_end: Cell::new(log_end),
+            written: OffsetWatch::new(log_end),
+            durable: OffsetWatch::new(log_end),
+            writers: RefCell::new(VecDeque::from([writer])),
+            writer_running: Cell::new(false),
+            sync_wanted: Cell::new(log_end),
+            syncer_running: Cell::new(false),
+            last_written_file: RefCell::new(Some(file)),
+            failed: RefCell::new(None),
+            closed: Cell::new(false),
+            max_ts: Cell::new(max_ts),
+            last_flush_ms: Cell::new(now),
+            fsyncs: Cell::new(0),
+            self_weak: w.clone(),
+        }))
+    }
+
+    pub fn topic_partition(&self) -> &TopicPartition {
+        &self.tp
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn check_usable(&self) -> Result<(), LogError> {
+        if let Some(e) = &*self.failed.borrow() {
+            return Err(LogError::Failed(e.clone()));
+        }
+        if self.closed.get() {
+            return Err(LogError::Closed);
+        }
+        Ok(())
+    }
+
+    fn fail(&self, e: &dyn std::fmt::Display) {
+        tracing::error!(partition = %self.tp, error = %e, "log i/o failed; log taken offline");
+        let mut f = self.failed.borrow_mut();
+        if f.is_none() {
+            *f = Some(e.to_string());
+        }
+        drop(f);
+        self.written.wake_all();
+        self.durable.wake_all();
+    }
+
+    /// Appends ONE already-validated v2 batch; see the module doc.
+    pub fn append(&self, mut batch: BytesMut) -> Result<AppendInfo, LogError> {
+        self.check_usable()?;
+        let h = BatchHeader::parse(&batch)?;
+        if h.total_size() != batch.len() {
+            return Err(LogError::InvalidBatch(batch::BatchError::Truncated {
+                needed: h.total_size(),
+                available: batch.len(),
+            }));
+        }
+        h.check_counts()?;
+        let base = self.log_end.get();
+        batch::set_base_offset(&mut batch, base);
+        batch::set_partition_leader_epoch(&mut batch, 0);
+        let h = BatchHeader {
+            base_offset: base,
+            partition_leader_epoch: 0,
+            ..h
+        };
+        let last = h.last_offset();
+        let len = batch.len() as u64;
+        let cfg = self.config.borrow().clone();
+        self.maybe_roll(&cfg, len, last);
+        {
+            let mut writers = self.writers.borrow_mut();
+            let Some(w) = writers.back_mut() else {
+                return Err(LogError::Corrupt("no active segment".into()));
+            };
+            let pos = w.seg.size.get();
+            w.seg.on_append(pos, &h, len, cfg.index_interval_bytes);
+            w.pending.extend_from_slice(&batch);
+            w.batch_ends.push_back((pos + len, last + 1));
+        }
+        self.log_end.set(last + 1);
+        match self.max_ts.get() {
+            Some((ts, _)) if ts >= h.max_timestamp => {}
+            _ => self.max_ts.set(Some((h.max_timestamp, last))),
+        }
+        self.cache.insert(
+            self.cache_id,
+            CachedBatch {
+                base_offset: base,
+                last_offset: last,
+                bytes: batch.freeze(),
+            },
+        );
+        self.kick_writer();
+        if cfg.fsync_acks || (last + 1 - self.durable.get()) >= cfg.flush_messages {
+            self.request_sync(last);
+        }
+        Ok(AppendInfo {
+            base_offset: Offset(base),
+            last_offset: Offset(last),
+            log_start_offset: self.log_start_offset(),
+        })
+    }
+
+    fn maybe_roll(&self, cfg: &LogConfig, len: u64, last: i64) {
+        let new_base = self.log_end.get();
+        let mut writers = self.writers.borrow_mut();
+        let Some(w) = writers.back_mut() else { return };
+        let seg = &w.seg;
+        let size = seg.size.get();
+        if size == 0 {
+            return;
+        }
+        let full_bytes = size + len > cfg.segment_bytes;
+        let old = now_ms() - seg.created_ms > cfg.segment_ms;
+        let index_full = seg.index.borrow().size_bytes() + super::index::OFFSET_INDEX_ENTRY_BYTES
+            > cfg.segment_index_bytes as usize
+            || seg.time_index.borrow().size_bytes() + super::index::TIME_INDEX_ENTRY_BYTES
+                > cfg.segment_index_bytes as usize;
+        let rel_overflow = last - seg.base_offset > i32::MAX as i64;
+        if !(full_bytes || old || index_full || rel_overflow) {
+            return;
+        }
+        w.sealed = true;
+        let seg = Rc::new(Segment::new(&self.dir, new_base, now_ms()));
+        self.segments.borrow_mut().insert(new_base, seg.clone());
+        writers.push_back(SegWriter {
+            seg,
+            file: None,
+            pending: Vec::new(),
+            pending_pos: 0,
+            submitted_len: 0,
+            allocated_len: 0,
+            batch_ends: VecDeque::new(),
+            sealed: false,
+        });
+    }
+
+    /// Rolls the active segment now if it is not empty (segment.ms checks,
+    /// tests). The new segment starts at the log end.
+    pub fn roll(&self) {
+        let cfg = LogConfig {
+            segment_bytes: 0,
+            ..self.config.borrow().clone()
+        };
+        self.maybe_roll(&cfg, 0, self.log_end.get());
+        self.kick_writer();
+    }
+
+    fn kick_writer(&self) {
+        if self.writer_running.get() {
+            return;
+        }
+        let Some(me) = self.self_weak.upgrade() else {
+            return;
+        };
+        self.writer_running.set(true);
+        glommio::spawn_local(async move { me.writer_loop().await }).detach();
+    }
+
+    fn next_writer_step(&self) -> WriterStep {
+        let cfg = self.config.borrow();
+        let mut writers = self.writers.borrow_mut();
+        let Some(w) = writers.front_mut() else {
+            return WriterStep::Idle;
+        };
+        let Some(file) = w.file.clone() else {
+            return WriterStep::Open(w.seg.clone());
+        };
+        let size = w.seg.size.get();
+        if size > w.submitted_len {
+            let chunk = (cfg.write_chunk_bytes as u64).max(PAGE_BYTES) / PAGE_BYTES * PAGE_BYTES;
+            let end_aligned = size.div_ceil(PAGE_BYTES) * PAGE_BYTES;
+            let mut bufs = Vec::new();
+            let mut at = w.pending_pos;
+            while at < end_aligned {
+                let n = chunk.min(end_aligned - at);
+                let mut buf = file.alloc_dma_buffer(n as usize);
+                let from = (at - w.pending_pos) as usize;
+                let avail = w.pending.len().saturating_sub(from).min(n as usize);
+                let dst = buf.as_bytes_mut();
+                dst[..avail].copy_from_slice(&w.pending[from..from + avail]);
+                dst[avail..].fill(0);
+                bufs.push((at, buf));
+                at += n;
+            }
+            let grow_to = if end_aligned > w.allocated_len {
+                let step = cfg.preallocate_bytes.max(PAGE_BYTES);
+                let target = end_aligned.div_ceil(step) * step;
+                w.allocated_len = target;
+                Some(target)
+            } else {
+                None
+            };
+            let keep_from = size / PAGE_BYTES * PAGE_BYTES;
+            w.pending.drain(..(keep_from - w.pending_pos) as usize);
+            w.pending_pos = keep_from;
+            w.submitted_len = size;
+            return WriterStep::Write {
+                file,
+                bufs,
+                end_len: size,
+                grow_to,
+            };
+        }
+        if w.sealed {
+            return WriterStep::Seal {
+                file,
+                seg: w.seg.clone(),
+            };
+        }
+        WriterStep::Idle
+    }
+
+    async fn writer_loop(self: Rc<Self>) {
+        loop {
+            if self.failed.borrow().is_some() {
+                self.writer_running.set(false);
+                return;
+            }
+            match self.next_writer_step() {
+                WriterStep::Idle => {
+                    self.writer_running.set(false);
+                    return;
+                }
+                WriterStep::Open(seg) => {
+                    let r = OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create(true)
+                        .dma_open(&seg.log_path)
+                        .await;
+                    match r {
+                        Ok(f) => {
+                            let f = Rc::new(f);
+                            *seg.dma.borrow_mut() = Some(f.clone());
+                            if let Some(w) = self.writers.borrow_mut().front_mut() {
+                                w.file = Some(f);
+                            }
+                        }
+                        Err(e) => {
+                            self.fail(&e);
+                            self.writer_running.set(false);
+                            return;
+                        }
+                    }
+                }
+                WriterStep::Write {
+                    file,
+                    bufs,
+                    end_len,
+                    grow_to,
+                } => {
+                    if let Some(len) = grow_to {
+                        // Best effort: a filesystem without fallocate still works.
+                        let _ = file.pre_allocate(len, false).await;
+                    }
+                    let writes = bufs.into_iter().map(|(pos, buf)| file.write_at(buf, pos));
+                    let results = futures::future::join_all(writes).await;
+                    if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
+                        self.fail(&e);
+                        self.writer_running.set(false);
+                        return;
+                    }
+                    *self.last_written_file.borrow_mut() = Some(file.clone());
+                    let mut next = None;
+                    if let Some(w) = self.writers.borrow_mut().front_mut() {
+                        w.seg.written_len.set(end_len);
+                        while let Some(&(end, off)) = w.batch_ends.front() {
+                            if end > end_len {
+                                break;
+                            }
+                            next = Some(off);
+                            w.batch_ends.pop_front();
+                        }
+                    }
+                    if let Some(off) = next {
+                        self.written.advance(off);
+                    }
+                }
+                WriterStep::Seal { file, seg } => {
+                    let r = async {
+                        file.truncate(seg.size.get()).await.map_err(io_err)?;
+                        file.fdatasync().await.map_err(io_err)?;
+                        seg.final_time_entry();
+                        seg.write_indexes()?;
+                        Ok::<(), LogError>(())
+                    }
+                    .await;
+                    if let Err(e) = r {
+                        self.fail(&e);
+                        self.writer_running.set(false);
+                        return;
+                    }
+                    seg.sealed.set(true);
+                    self.writers.borrow_mut().pop_front();
+                    self.durable.advance(seg.next_offset.get());
+                }
+            }
+        }
+    }
+
+    fn request_sync(&self, offset: i64) {
+        if offset + 1 > self.sync_wanted.get() {
+            self.sync_wanted.set(offset + 1);
+        }
+        if self.syncer_running.get() || self.durable.get() >= self.sync_wanted.get() {
+            return;
+        }
+        let Some(me) = self.self_weak.upgrade() else {
+            return;
+        };
+        self.syncer_running.set(true);
+        glommio::spawn_local(async move { me.syncer_loop().await }).detach();
+    }
+
+    async fn syncer_loop(self: Rc<Self>) {
+        loop {
+            let want = self.sync_wanted.get();
+            if self.durable.get() >= want || self.failed.borrow().is_some() {
+                self.syncer_running.set(false);
+                return;
+            }
+            if self.written.get() < want {
+                let ok = self
+                    .written
+                    .wait_above(want - 1, || self.failed.borrow().is_some())
+                    .await;
+                if !ok {
+                    self.syncer_running.set(false);
+                    return;
+                }
+            }
+            let w = self.written.get();
+            let file = self.last_written_file.borrow().clone();
+            if let Some(f) = file {
+                if let Err(e) = f.fdatasync().await {
+                    self.fail(&e);
+                    self.syncer_running.set(false);
+                    return;
+                }
+            }
+            self.fsyncs.set(self.fsyncs.get() + 1);
+            self.last_flush_ms.set(now_ms());
+            self.durable.advance(w);
+        }
+    }
+
+    /// Resolves when the file write covering `offset` has completed.
+    pub async fn wait_written(&self, offset: Offset) -> Result<(), LogError> {
+        loop {
+            if self.written.get() > offset.0 {
+                return Ok(());
+            }
+            self.check_usable()?;
+            self.written
+                .wait_above(offset.0, || self.failed.borrow().is_some())
+                .await;
+        }
+    }
+
+    /// Resolves after an fdatasync covering `offset` (group commit).
+    pub async fn wait_durable(&self, offset: Offset) -> Result<(), LogError> {
+        loop {
+            if self.durable.get() > offset.0 {
+                return Ok(());
+            }
+            self.check_usable()?;
+            self.request_sync(offset.0);
+            self.durable
+                .wait_above(offset.0, || self.failed.borrow().is_some())
+                .await;
+        }
+    }
+
+    /// Flushes everything appended so far (fdatasync) — flush.ms and shutdown.
+    pub async fn flush(&self) -> Result<(), LogError> {
+        let end = self.log_end.get();
+        if end > 0 && self.durable.get() < end {
+            self.wait_durable(Offset(end - 1)).await?;
+        }
+        Ok(())
+    }
+
+    pub fn log_start_offset(&self) -> LogStartOffset {
+        LogStartOffset(self.log_start.get())
+    }
+
+    pub fn high_watermark(&self) -> HighWatermark {
+        if self.config.borrow().fsync_acks {
+            HighWatermark(self.durable.get())
+        } else {
+            HighWatermark(self.written.get())
+        }
+    }
+
+    /// Equals the HW until transactions land.
+    pub fn last_stable_offset(&self) -> LastStableOffset {
+        LastStableOffset(self.high_watermark().0)
+    }
+
+    pub fn log_end_offset(&self) -> LogEndOffset {
+        LogEndOffset(self.log_end.get())
+    }
+
+    /// The offset after the last batch written to the file.
+    pub fn written_offset(&self) -> Offset {
+        Offset(self.written.get())
+    }
+
+    /// The offset after the last batch covered by an fdatasync.
+    pub fn durable_offset(&self) -> Offset {
+        Offset(self.durable.get())
+    }
+
+    /// The recovery point to checkpoint: the base offset of the oldest
+    /// segment not yet sealed (every older segment is synced, with its
+    /// indexes on disk).
+    pub fn recovery_point(&self) -> i64 {
+        self.writers
+            .borrow()
+            .front()
+            .map(|w| w.seg.base_offset)
+            .unwrap_or(self.log_end.get())
+    }
+
+    /// Resolves once the HW is > `offset`, or the log is closed or failed.
+    pub async fn wait_for_hw_above(&self, offset: Offset) {
+        let fsync = self.config.borrow().fsync_acks;
+        let watch = if fsync { &self.durable } else { &self.written };
+        watch
+            .wait_above(offset.0, || self.failed.borrow().is_some())
+            .await;
+    }
+
+    fn segments_from(&self, offset: i64) -> Vec<Rc<Segment>> {
+        let segs = self.segments.borrow();
+        let first = segs
+            .range(..=offset)
+            .next_back()
+            .map(|(b, _)| *b)
+            .unwrap_or(i64::MIN);
+        segs.range(first..).map(|(_, s)| s.clone()).collect()
+    }
+
+    /// Whole batches from the one containing `from`, all with offsets <
+    /// `upper`, up to `max_bytes` but at least one batch if any is readable.
+    pub async fn read(
+        &self,
+        from: Offset,
+        max_bytes: usize,
+        upper: Offset,
+    ) -> Result<ReadResult, LogError> {
+        self.check_usable()?;
+        let (start, end) = (self.log_start.get(), self.log_end.get());
+        if from.0 < start || from.0 > end {
+            return Err(LogError::OffsetOutOfRange {
+                log_start: LogStartOffset(start),
+                log_end: LogEndOffset(end),
+            });
+        }
+        if from.0 >= upper.0 {
+            return Ok(ReadResult::default());
+        }
+        if let Some((chunks, bytes)) = self.cache.read(self.cache_id, from.0, max_bytes, upper.0) {
+            return Ok(ReadResult {
+                chunks: chunks.into_iter().map(RecordsChunk::Memory).collect(),
+                bytes,
+            });
+        }
+        let upper = upper.0.min(self.written.get());
+        for seg in self.segments_from(from.0) {
+            if seg.base_offset >= upper {
+                break;
+            }
+            let start_pos = if from.0 > seg.base_offset {
+                seg.index.borrow().lookup((from.0 - seg.base_offset) as u32) as u64
+            } else {
+                0
+            };
+            let mut first: Option<u64> = None;
+            let mut len: u64 = 0;
+            seg.walk(start_pos, seg.written_len.get(), false, &mut |pos, h, _| {
+                if h.last_offset() < from.0 {
+                    return true;
+                }
+                if h.last_offset() >= upper {
+                    return false;
+                }
+                let size = h.total_size() as u64;
+                match first {
+                    None => {
+                        first = Some(pos);
+                        len = size;
+                        true
+                    }
+                    Some(_) if len + size > max_bytes as u64 => false,
+                    Some(_) => {
+                        len += size;
+                        true
+                    }
+                }
+            })
+            .await?;
+            if let Some(position) = first {
+                let file = seg.read_file()?;
+                return Ok(ReadResult {
+                    chunks: vec![RecordsChunk::File(FileRange {
+                        file,
+                        position,
+                        len: len as usize,
+                    })],
+                    bytes: len as usize,
+                });
+            }
+        }
+        Ok(ReadResult::default())
+    }
+
+    /// ListOffsets by timestamp: the first offset whose timestamp is >=
+    /// `ts_ms` and that record's timestamp (record-exact for uncompressed
+    /// batches; for compressed ones the records are decompressed).
+    pub async fn offset_for_timestamp(
+        &self,
+        ts_ms: i64,
+    ) -> Result<Option<(Offset, i64)>, LogError> {
+        self.check_usable()?;
+        let upper = self.written.get();
+        let segs: Vec<Rc<Segment>> = self.segments.borrow().values().cloned().collect();
+        for seg in segs {
+            if seg.max_ts.get().is_none_or(|(t, _)| t < ts_ms) || seg.base_offset >= upper {
+                continue;
+            }
+            let rel = seg.time_index.borrow().lookup(ts_ms);
+            let pos = seg.index.borrow().lookup(rel) as u64;
+            let mut found: Option<Result<Option<(i64, i64)>, LogError>> = None;
+            let log_start = self.log_start.get();
+            seg.walk(pos, seg.written_len.get(), true, &mut |_, h, bytes| {
+                if h.last_offset() >= upper {
+                    return false;
+                }
+                if h.max_timestamp < ts_ms || h.last_offset() < log_start {
+                    return true;
+                }
+                found = Some(
+                    super::records::first_record_at_or_after(bytes, ts_ms)
+                        .map_err(|e| LogError::Corrupt(e.to_string()))
+                        .map(|r| r.or(Some((h.base_offset, h.max_timestamp)))),
+                );
+                false
+            })
+            .await?;
+            if let Some(r) = found {
+                return Ok(r?.map(|(o, t)| (Offset(o.max(log_start)), t)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// (timestamp, offset) of the batch with the largest max timestamp; the
+    /// offset is that batch's last offset.
+    pub fn max_timestamp(&self) -> Option<(i64, Offset)> {
+        self.max_ts.get().map(|(t, o)| (t, Offset(o)))
+    }
+
+    pub fn config(&self) -> LogConfig {
+        self.config.borrow().clone()
+    }
+
+    pub fn set_config(&self, config: LogConfig) {
+        *self.config.borrow_mut() = config;
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.borrow().values().map(|s| s.size.get()).sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.segments.borrow().len()
+    }
+
+    pub fn segment_base_offsets(&self) -> Vec<i64> {
+        self.segments.borrow().keys().copied().collect()
+    }
+
+    /// Visits every written batch from `from` to the log end.
+    pub async fn scan(
+        &self,
+        from: Offset,
+        f: &mut dyn FnMut(&BatchHeader, &[u8]),
+    ) -> Result<(), LogError> {
+        self.check_usable()?;
+        let upper = self.written.get();
+        for seg in self.segments_from(from.0) {
+            if seg.base_offset >= upper {
+                break;
+            }
+            let start_pos = if from.0 > seg.base_offset {
+                seg.index.borrow().lookup((from.0 - seg.base_offset) as u32) as u64
+            } else {
+                0
+            };
+            seg.walk(
+                start_pos,
+                seg.written_len.get(),
+                true,
+                &mut |_, h, bytes| {
+                    if h.last_offset() >= upper {
+                        return false;
+                    }
+                    if h.last_offset() >= from.0 {
+                        f(h, bytes);
+                    }
+                    true
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes whole segments (never the active one, never any with data at
+    /// or above the HW) by retention.ms / retention.bytes. Returns how many.
+    pub fn apply_retention(&self, now_ms: i64) -> Result<usize, LogError> {
+        let cfg = self.config.borrow().clone();
+        let hw = self.high_watermark().0;
+        let mut deleted = 0;
+        loop {
+            let (seg, next_base, total) = {
+                let segs = self.segments.borrow();
+                let mut it = segs.values();
+                let (Some(first), Some(second)) = (it.next(), it.next()) else {
+                    break;
+                };
+                let total: u64 = segs.values().map(|s| s.size.get()).sum();
+                (first.clone(), second.base_offset, total)
+            };
+            if !seg.sealed.get() || seg.next_offset.get() > hw {
+                break;
+            }
+            let ts = seg.max_ts.get().map(|(t, _)| t).unwrap_or(seg.created_ms);
+            let by_time = cfg.retention_ms >= 0 && now_ms - ts > cfg.retention_ms;
+            let by_size =
+                cfg.retention_bytes >= 0 && total - seg.size.get() >= cfg.retention_bytes as u64;
+            if !(by_time || by_size) {
+                break;
+            }
+            self.segments.borrow_mut().remove(&seg.base_offset);
+            self.log_start.set(self.log_start.get().max(next_base));
+            remove_segment_files(&self.dir, seg.base_offset);
+            tracing::info!(partition = %self.tp, segment = seg.base_offset,
+                by_time, by_size, "retention deleted a segment");
+            deleted += 1;
+        }
+        Ok(deleted)
+    }
+
+    /// Runs the flush.ms policy: fsync if the oldest unsynced data is older.
+    pub async fn maybe_flush_by_time(&self, now_ms: i64) -> Result<(), LogError> {
+        let flush_ms = self.config.borrow().flush_ms;
+        if flush_ms != i64::MAX
+            && self.durable.get() < self.log_end.get()
+            && now_ms - self.last_flush_ms.get() >= flush_ms
+        {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Rolls the active segment if segment.ms elapsed (checked on append too).
+    pub fn maybe_roll_by_time(&self, now_ms: i64) {
+        let cfg = self.config.borrow().clone();
+        let old =
+            self.writers.borrow().back().is_some_and(|w| {
+                w.seg.size.get() > 0 && now_ms - w.seg.created_ms > cfg.segment_ms
+            });
+        if old {
+            self.roll();
+        }
+    }
+
+    /// Writes everything, seals the active segment's file (ftruncate to its
+    /// logical length, fdatasync, indexes), and refuses further work.
+    pub async fn close(&self) -> Result<(), LogError> {
+        if self.closed.get() {
+            return Ok(());
+        }
+        let r = self.close_inner().await;
+        self.closed.set(true);
+        self.written.close();
+        self.durable.close();
+        self.cache.remove_log(self.cache_id);
+        r
+    }
+
+    async fn close_inner(&self) -> Result<(), LogError> {
+        self.check_usable()?;
+        self.flush().await?;
+        // Wait for the writer to drain sealed segments too.
+        while self.writers.borrow().len() > 1 || self.writer_running.get() {
+            glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+            self.check_usable()?;
+        }
+        let active = self
+            .writers
+            .borrow()
+            .front()
+            .map(|w| (w.seg.clone(), w.file.clone()));
+        if let Some((seg, Some(file))) = active {
+            file.truncate(seg.size.get()).await.map_err(io_err)?;
+            file.fdatasync().await.map_err(io_err)?;
+            seg.write_indexes()?;
+        }
+        Ok(())
+    }
+
+    /// Drops the cache entries of this log (used by delete).
+    pub(crate) fn mark_closed(&self) {
+        self.closed.set(true);
+        self.written.close();
+        self.durable.close();
+        self.cache.remove_log(self.cache_id);
+    }
+
+    /// fdatasyncs issued by the group-commit syncer since open.
+    pub fn fsync_count(&self) -> u64 {
+        self.fsyncs.get()
+    }
+
+    /// Staged bytes not yet known written (partial last pages included).
+    pub fn pending_bytes(&self) -> usize {
+        self.writers.borrow().iter().map(|w| w.pending.len()).sum()
+    }
+}
+
+/// Base offsets of the `.log` files in `dir`, sorted; removes leftovers of
+/// interrupted deletes (`*.deleted`) and temporary files.
+fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
+    let mut bases = Vec::new();
+    for ent in std::fs::read_dir(dir)? {
+        let ent = ent?;
+        let name = ent.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".deleted") || name.ends_with(".tmp") || name.ends_with(".cleaned") {
+            let _ = std::fs::remove_file(ent.path());
+            continue;
+        }
+        if let Some(stem) = name.strip_suffix(".log") {
+            if stem.len() == 20 {
+                if let Ok(b) = stem.parse::<i64>() {
+                    bases.push(b);
+                }
+            }
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+pub(crate) fn remove_segment_files(dir: &Path, base: i64) {
+    for ext in ["log", "index", "timeindex", "txnindex"] {
+        let p = dir.join(format!("{base:020}.{ext}"));
+        if let Err(e) = std::fs::remove_file(&p) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(file = %p.display(), error = %e, "could not delete segment file");
+            }
+        }
+    }
+}

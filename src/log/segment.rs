@@ -1,0 +1,385 @@
+//! One segment of a partition log: `<base>.log` plus its indexes.
+//!
+//! A `Segment` holds what the log needs to find batches without reading the
+//! file: its logical size (bytes of whole batches, which can be less than the
+//! file size while space is preallocated), the next offset after its last
+//! batch, its in-memory `.index`/`.timeindex`, and lazily opened handles: a
+//! `DmaFile` for direct reads and a buffered `std::fs::File` handed out in
+//! `FileRange`s for sendfile. Writing is done by the partition's writer (see
+//! `partition.rs`); this file only has the synchronous recovery scan and the
+//! asynchronous batch walker used by reads.
+//!
+//! Owned by the shard that owns the partition; !Send.
+
+use super::index::{OffsetIndex, TimeIndex};
+use super::LogError;
+use crate::record::batch::{self, BatchHeader, LOG_OVERHEAD_BYTES};
+use glommio::io::DmaFile;
+use std::cell::{Cell, RefCell};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// Window of a recovery scan read: 1 MiB.
+pub const RECOVERY_READ_WINDOW_BYTES: usize = 1 << 20;
+/// Window of a direct read while walking batch headers: 64 KiB.
+pub const READ_SCAN_WINDOW_BYTES: usize = 64 << 10;
+
+pub fn log_file_name(base: i64) -> String {
+    format!("{base:020}.log")
+}
+
+pub(crate) struct Segment {
+    pub base_offset: i64,
+    pub log_path: PathBuf,
+    pub index_path: PathBuf,
+    pub time_index_path: PathBuf,
+    /// Bytes of whole batches appended (staged) so far.
+    pub size: Cell<u64>,
+    /// Bytes known to be written to the file (reads never go past this).
+    pub written_len: Cell<u64>,
+    /// Offset after the last batch (= base offset when empty).
+    pub next_offset: Cell<i64>,
+    pub index: RefCell<OffsetIndex>,
+    pub time_index: RefCell<TimeIndex>,
+    pub bytes_since_index: Cell<u64>,
+    /// Largest batch max-timestamp so far and the last offset of that batch.
+    pub max_ts: Cell<Option<(i64, i64)>>,
+    /// Wall-clock ms when the segment was created or recovered (segment.ms).
+    pub created_ms: i64,
+    /// True once the segment is no longer written (truncated, synced, indexes on disk).
+    pub sealed: Cell<bool>,
+    pub dma: RefCell<Option<Rc<DmaFile>>>,
+    pub read_file: RefCell<Option<Rc<std::fs::File>>>,
+}
+
+/// How a recovery scan of one segment ended.
+#[derive(Debug)]
+pub(crate) struct ScanOutcome {
+    pub valid_len: u64,
+    pub file_len: u64,
+    /// Why the scan stopped before the end of the file, if it did.
+    pub stop_reason: Option<String>,
+    /// The bytes after `valid_len` are all zero (preallocated space).
+    pub tail_is_zeros: bool,
+}
+
+impl Segment {
+    pub fn new(dir: &Path, base_offset: i64, now_ms: i64) -> Segment {
+        let stem = format!("{base_offset:020}");
+        Segment {
+            base_offset,
+            log_path: dir.join(format!("{stem}.log")),
+            index_path: dir.join(format!("{stem}.index")),
+            time_index_path: dir.join(format!("{stem}.timeindex")),
+            size: Cell::new(0),
+            written_len: Cell::new(0),
+            next_offset: Cell::new(base_offset),
+            index: RefCell::new(OffsetIndex::default()),
+            time_index: RefCell::new(TimeIndex::default()),
+            bytes_since_index: Cell::new(0),
+            max_ts: Cell::new(None),
+            created_ms: now_ms,
+            sealed: Cell::new(false),
+            dma: RefCell::new(None),
+            read_file: RefCell::new(None),
+        }
+    }
+
+    /// Records a batch of `len` bytes at `position` in the indexes, exactly
+    /// as Kafka's `LogSegment.append` does.
+    pub fn on_append(&self, position: u64, h: &BatchHeader, len: u64, index_interval_bytes: u32) {
+        let last = h.last_offset();
+        let rel = (last - self.base_offset) as u32;
+        let max_ts = match self.max_ts.get() {
+            Some((ts, _)) if ts >= h.max_timestamp => self.max_ts.get(),
+            _ => Some((h.max_timestamp, last)),
+        };
+        self.max_ts.set(max_ts);
+        if self.bytes_since_index.get() > index_interval_bytes as u64 {
+            self.index.borrow_mut().push(rel, position as u32);
+            if let Some((ts, off)) = max_ts {
+                self.time_index
+                    .borrow_mut()
+                    .maybe_push(ts, (off - self.base_offset) as u32);
+            }
+            self.bytes_since_index.set(0);
+        }
+        self.bytes_since_index
+            .set(self.bytes_since_index.get() + len);
+        self.size.set(position + len);
+        self.next_offset.set(last + 1);
+    }
+
+    /// Adds the final time-index entry of a segment that stops being active
+    /// (Kafka's `onBecomeInactiveSegment`).
+    pub fn final_time_entry(&self) {
+        if let Some((ts, off)) = self.max_ts.get() {
+            self.time_index
+                .borrow_mut()
+                .maybe_push(ts, (off - self.base_offset) as u32);
+        }
+    }
+
+    pub fn reset_indexes(&self) {
+        *self.index.borrow_mut() = OffsetIndex::default();
+        *self.time_index.borrow_mut() = TimeIndex::default();
+        self.bytes_since_index.set(0);
+        self.max_ts.set(None);
+        self.size.set(0);
+        self.next_offset.set(self.base_offset);
+    }
+
+    /// Scans the `.log` from the start with ordinary reads, validating every
+    /// batch (length, magic, CRC, offsets increasing from `min_base_offset`),
+    /// and rebuilds the indexes. Stops at the first invalid batch.
+    pub fn recover_scan(
+        &self,
+        min_base_offset: i64,
+        index_interval_bytes: u32,
+    ) -> Result<ScanOutcome, LogError> {
+        self.reset_indexes();
+        let file = std::fs::File::open(&self.log_path)?;
+        let file_len = file.metadata()?.len();
+        let mut expected = min_base_offset.max(self.base_offset);
+        let mut pos: u64 = 0;
+        let mut buf: Vec<u8> = Vec::new();
+        let mut buf_at: u64 = 0;
+        let mut stop_reason = None;
+        while pos < file_len {
+            // Make sure the buffer holds at least the batch at `pos`.
+            let in_buf = |need: u64, buf: &Vec<u8>, buf_at: u64| {
+                pos >= buf_at && pos + need <= buf_at + buf.len() as u64
+            };
+            if !in_buf(LOG_OVERHEAD_BYTES as u64 + 5, &buf, buf_at) {
+                let n = (RECOVERY_READ_WINDOW_BYTES as u64).min(file_len - pos) as usize;
+                buf.resize(n, 0);
+                file.read_exact_at(&mut buf, pos)?;
+                buf_at = pos;
+            }
+            let rel = (pos - buf_at) as usize;
+            let h = match BatchHeader::parse(&buf[rel..]) {
+                Ok(h) => h,
+                Err(batch::BatchError::Truncated { .. }) if file_len - pos < 61 => {
+                    stop_reason = Some(format!("torn batch header ({} bytes)", file_len - pos));
+                    break;
+                }
+                Err(batch::BatchError::Truncated { .. }) => {
+                    // Header straddles the window: re-read from here.
+                    let n = (RECOVERY_READ_WINDOW_BYTES as u64).min(file_len - pos) as usize;
+                    buf.resize(n, 0);
+                    file.read_exact_at(&mut buf, pos)?;
+                    buf_at = pos;
+                    continue;
+                }
+                Err(e) => {
+                    stop_reason = Some(e.to_string());
+                    break;
+                }
+            };
+            let size = h.total_size() as u64;
+            if pos + size > file_len {
+                stop_reason = Some(format!(
+                    "torn batch: needs {size} bytes, {} left in file",
+                    file_len - pos
+                ));
+                break;
+            }
+            if !in_buf(size, &buf, buf_at) {
+                let n = (RECOVERY_READ_WINDOW_BYTES as u64)
+                    .max(size)
+                    .min(file_len - pos) as usize;
+                buf.resize(n, 0);
+                file.read_exact_at(&mut buf, pos)?;
+                buf_at = pos;
+            }
+            let rel = (pos - buf_at) as usize;
+            let bytes = &buf[rel..rel + size as usize];
+            if let Err(e) = batch::validate(bytes) {
+                stop_reason = Some(e.to_string());
+                break;
+            }
+            if h.base_offset < expected {
+                stop_reason = Some(format!(
+                    "offset went backwards: batch base {} < expected {expected}",
+                    h.base_offset
+                ));
+                break;
+            }
+            if h.last_offset() - self.base_offset > i32::MAX as i64 {
+                stop_reason = Some("offset beyond the segment's relative range".into());
+                break;
+            }
+            self.on_append(pos, &h, size, index_interval_bytes);
+            expected = h.last_offset() + 1;
+            pos += size;
+        }
+        self.written_len.set(pos);
+        let tail_is_zeros = stop_reason.is_none() || all_zero_from(&file, pos, file_len)?;
+        Ok(ScanOutcome {
+            valid_len: pos,
+            file_len,
+            stop_reason,
+            tail_is_zeros,
+        })
+    }
+
+    /// Loads `.index` and `.timeindex` of a sealed segment; `false` if
+    /// either is missing or fails its sanity checks (then scan instead).
+    pub fn load_indexes(&self, next_offset: i64) -> Result<bool, LogError> {
+        let size = std::fs::metadata(&self.log_path)?.len();
+        let (Ok(ib), Ok(tb)) = (
+            std::fs::read(&self.index_path),
+            std::fs::read(&self.time_index_path),
+        ) else {
+            return Ok(false);
+        };
+        let (Some(oi), Some(ti)) = (OffsetIndex::decode(&ib, size), TimeIndex::decode(&tb)) else {
+            return Ok(false);
+        };
+        let rel_limit = (next_offset - self.base_offset) as u32;
+        if oi
+            .entries
+            .last()
+            .is_some_and(|e| e.relative_offset >= rel_limit)
+            || ti
+                .entries
+                .last()
+                .is_some_and(|e| e.relative_offset >= rel_limit)
+        {
+            return Ok(false);
+        }
+        let Some(last_t) = ti.last() else {
+            return Ok(size == 0);
+        };
+        self.max_ts.set(Some((
+            last_t.timestamp_ms,
+            self.base_offset + last_t.relative_offset as i64,
+        )));
+        *self.index.borrow_mut() = oi;
+        *self.time_index.borrow_mut() = ti;
+        self.size.set(size);
+        self.written_len.set(size);
+        self.next_offset.set(next_offset);
+        self.sealed.set(true);
+        Ok(true)
+    }
+
+    /// Writes `.index` and `.timeindex` (exact size, synced).
+    pub fn write_indexes(&self) -> std::io::Result<()> {
+        write_synced(&self.index_path, &self.index.borrow().encode())?;
+        write_synced(&self.time_index_path, &self.time_index.borrow().encode())
+    }
+
+    /// The buffered descriptor used for sendfile ranges.
+    pub fn read_file(&self) -> Result<Rc<std::fs::File>, LogError> {
+        if let Some(f) = &*self.read_file.borrow() {
+            return Ok(f.clone());
+        }
+        let f = Rc::new(std::fs::File::open(&self.log_path)?);
+        *self.read_file.borrow_mut() = Some(f.clone());
+        Ok(f)
+    }
+
+    pub async fn dma(&self) -> Result<Rc<DmaFile>, LogError> {
+        if let Some(f) = &*self.dma.borrow() {
+            return Ok(f.clone());
+        }
+        let f = Rc::new(
+            DmaFile::open(&self.log_path)
+                .await
+                .map_err(|e| LogError::Io(e.into()))?,
+        );
+        *self.dma.borrow_mut() = Some(f.clone());
+        Ok(f)
+    }
+
+    /// Walks whole batches in `[start, end)` of the written file with direct
+    /// reads. With `need_bytes` false only headers are read (a batch larger
+    /// than the window is skipped over). `f(position, header, bytes)` returns
+    /// false to stop; `bytes` is empty when `need_bytes` is false.
+    pub async fn walk(
+        &self,
+        start: u64,
+        end: u64,
+        need_bytes: bool,
+        f: &mut dyn FnMut(u64, &BatchHeader, &[u8]) -> bool,
+    ) -> Result<(), LogError> {
+        let dma = self.dma().await?;
+        let mut pos = start;
+        let mut win: Option<(u64, glommio::io::ReadResult)> = None;
+        while pos < end {
+            let need = |n: u64, w: &Option<(u64, glommio::io::ReadResult)>| match w {
+                Some((at, r)) => pos >= *at && pos + n <= *at + r.len() as u64,
+                None => false,
+            };
+            if !need(batch::BATCH_HEADER_BYTES as u64, &win) {
+                let n = (READ_SCAN_WINDOW_BYTES as u64).min(end - pos) as usize;
+                let r = dma
+                    .read_at(pos, n)
+                    .await
+                    .map_err(|e| LogError::Io(e.into()))?;
+                win = Some((pos, r));
+            }
+            let h = {
+                let Some((at, r)) = &win else { break };
+                let rel = (pos - at) as usize;
+                BatchHeader::parse(&r[rel..]).map_err(|e| {
+                    LogError::Corrupt(format!("{}: position {pos}: {e}", self.log_path.display()))
+                })?
+            };
+            let size = h.total_size() as u64;
+            if pos + size > end {
+                return Err(LogError::Corrupt(format!(
+                    "{}: batch at {pos} runs past {end}",
+                    self.log_path.display()
+                )));
+            }
+            let keep_going = if need_bytes {
+                if !need(size, &win) {
+                    let n = (READ_SCAN_WINDOW_BYTES as u64).max(size).min(end - pos) as usize;
+                    let r = dma
+                        .read_at(pos, n)
+                        .await
+                        .map_err(|e| LogError::Io(e.into()))?;
+                    win = Some((pos, r));
+                }
+                let Some((at, r)) = &win else { break };
+                let rel = (pos - at) as usize;
+                f(pos, &h, &r[rel..rel + size as usize])
+            } else {
+                f(pos, &h, &[])
+            };
+            if !keep_going {
+                break;
+            }
+            pos += size;
+        }
+        Ok(())
+    }
+}
+
+fn all_zero_from(file: &std::fs::File, from: u64, to: u64) -> std::io::Result<bool> {
+    let mut f = file.try_clone()?;
+    use std::io::Seek;
+    f.seek(std::io::SeekFrom::Start(from))?;
+    let mut rest = f.take(to - from);
+    let mut buf = vec![0u8; RECOVERY_READ_WINDOW_BYTES];
+    loop {
+        let n = rest.read(&mut buf)?;
+        if n == 0 {
+            return Ok(true);
+        }
+        if buf[..n].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+    }
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(bytes)?;
+    f.sync_data()
+}

@@ -1,0 +1,170 @@
+//! Segment roll (bytes, ms), retention (bytes, ms), group-commit fsync.
+
+mod log_util;
+
+use fjord::log::{LogConfig, LogError, LogManager, TailCache};
+use fjord::types::{Offset, TopicPartition};
+use log_util::*;
+
+#[test]
+fn rolls_on_bytes_and_retention_moves_log_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    run(data.clone(), move || async move {
+        let mgr = LogManager::new_for_shard(data.clone(), TailCache::new(4096), 0);
+        let tp = TopicPartition::new("ret", 0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let config = LogConfig {
+            segment_bytes: 5000,
+            retention_ms: -1,
+            ..LogConfig::default()
+        };
+        let log = mgr.open(&tp, config.clone()).await.unwrap();
+        let mut last = Offset(0);
+        for i in 0..60 {
+            last = log
+                .append(sized_batch(1, 900, now + i))
+                .unwrap()
+                .last_offset;
+        }
+        log.wait_written(last).await.unwrap();
+        let segs = log.segment_count();
+        assert!(segs >= 10, "rolled into {segs} segments");
+        for w in log.segment_base_offsets().windows(2) {
+            assert!(w[1] > w[0]);
+        }
+        // Reads across segments (cache is tiny: file reads).
+        for off in 0..60 {
+            let r = log.read(Offset(off), 1, Offset(60)).await.unwrap();
+            assert_eq!(batch_offsets(&chunk_bytes(&r)), vec![(off, off)]);
+        }
+        // Nothing to delete with retention off.
+        assert_eq!(mgr.run_retention_once().unwrap(), 0);
+        // retention.bytes: keep at most ~2 segments' worth.
+        log.set_config(LogConfig {
+            retention_bytes: 10_000,
+            ..config.clone()
+        });
+        let deleted = mgr.run_retention_once().unwrap();
+        assert!(deleted > 0);
+        assert!(log.size_bytes() <= 10_000 + 5000);
+        let start = log.log_start_offset().0;
+        assert_eq!(start, log.segment_base_offsets()[0]);
+        assert!(matches!(
+            log.read(Offset(start - 1), 1, Offset(60)).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+        let text =
+            std::fs::read_to_string(data.join("log-start-offset-checkpoint.shard-0")).unwrap();
+        assert!(text.contains(&format!("ret 0 {start}")), "{text}");
+        // retention.ms: timestamps of "now" are not expired; an hour-old limit
+        // from the future deletes all but the active segment.
+        log.set_config(LogConfig {
+            retention_ms: 1,
+            ..config.clone()
+        });
+        glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+        mgr.run_retention_once().unwrap();
+        assert_eq!(log.segment_count(), 1, "only the active segment is left");
+        let start = log.log_start_offset().0;
+        mgr.shutdown().await.unwrap();
+        // The log start survives a restart.
+        let mgr = LogManager::new_for_shard(data.clone(), TailCache::new(4096), 0);
+        let log = mgr.open(&tp, config).await.unwrap();
+        assert_eq!(log.log_start_offset().0, start);
+        assert_eq!(log.log_end_offset().0, 60);
+        mgr.shutdown().await.unwrap();
+    });
+}
+
+#[test]
+fn rolls_on_segment_ms() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    run(data.clone(), move || async move {
+        let mgr = LogManager::new_for_shard(data, TailCache::new(1 << 20), 0);
+        let config = LogConfig {
+            segment_ms: 0,
+            ..LogConfig::default()
+        };
+        let log = mgr
+            .open(&TopicPartition::new("ms", 0), config)
+            .await
+            .unwrap();
+        for i in 0..3 {
+            log.append(sized_batch(1, 10, i)).unwrap();
+            glommio::timer::sleep(std::time::Duration::from_millis(3)).await;
+        }
+        assert_eq!(log.segment_base_offsets(), vec![0, 1, 2]);
+        mgr.shutdown().await.unwrap();
+    });
+}
+
+#[test]
+fn fsync_acks_group_commit_shares_fdatasync() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    run(data.clone(), move || async move {
+        let mgr = LogManager::new_for_shard(data, TailCache::new(1 << 20), 0);
+        let config = LogConfig {
+            fsync_acks: true,
+            ..LogConfig::default()
+        };
+        let log = mgr
+            .open(&TopicPartition::new("g", 0), config)
+            .await
+            .unwrap();
+        // 64 appends staged in one tick, then all wait for durability.
+        let infos: Vec<_> = (0..64)
+            .map(|i| log.append(sized_batch(2, 500, i)).unwrap())
+            .collect();
+        assert_eq!(log.high_watermark().0, 0, "nothing durable yet");
+        let waits = infos.iter().map(|i| log.wait_durable(i.last_offset));
+        for r in futures::future::join_all(waits).await {
+            r.unwrap();
+        }
+        assert!(
+            log.fsync_count() <= 2,
+            "{} fdatasyncs for one tick",
+            log.fsync_count()
+        );
+        assert_eq!(log.durable_offset().0, 128);
+        assert_eq!(log.high_watermark().0, 128, "HW follows the durable offset");
+        mgr.shutdown().await.unwrap();
+    });
+}
+
+#[test]
+fn flush_messages_syncs_without_waiters() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    run(data.clone(), move || async move {
+        let mgr = LogManager::new_for_shard(data, TailCache::new(1 << 20), 0);
+        let config = LogConfig {
+            flush_messages: 10,
+            ..LogConfig::default()
+        };
+        let log = mgr
+            .open(&TopicPartition::new("f", 0), config)
+            .await
+            .unwrap();
+        for i in 0..4 {
+            log.append(sized_batch(3, 10, i)).unwrap();
+        }
+        log.wait_written(Offset(11)).await.unwrap();
+        for _ in 0..100 {
+            if log.durable_offset().0 >= 10 {
+                break;
+            }
+            glommio::timer::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        assert!(
+            log.durable_offset().0 >= 10,
+            "flush.messages=10 triggered an fsync"
+        );
+        mgr.shutdown().await.unwrap();
+    });
+}
