@@ -91,9 +91,6 @@ pub fn describe(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut)
                                         SOURCE_TOPIC_CONFIG
                                     })
                                     .with_config_type(c.kind as i8);
-                                if header.api_version == 0 {
-                                    e = e.with_is_default(c.is_default);
-                                }
                                 if req.include_documentation {
                                     e = e.with_documentation(Some(str_bytes(c.doc)));
                                 }

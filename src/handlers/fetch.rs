@@ -30,7 +30,7 @@ use crate::record::RecordsChunk;
 use crate::shard::ShardCtx;
 use crate::types::{Offset, TopicPartition};
 use bytes::BytesMut;
-use futures::future::{self, Either, LocalBoxFuture};
+use futures::future::{self, LocalBoxFuture};
 use futures::FutureExt;
 use kafka_protocol::messages::FetchRequest;
 use kafka_protocol::ResponseError;

@@ -95,7 +95,7 @@ async fn serve_connection(ctx: Rc<ShardCtx>, stream: TcpStream) -> io::Result<()
     let (tx, rx) =
         local_channel::new_bounded::<JoinHandle<Outcome>>(ctx.config.inflight_requests_max);
     let queued = Rc::new(Cell::new(0usize));
-    let writer = glommio::spawn_local(write_responses(stream.clone(), fd, rx, queued.clone()));
+    let writer = glommio::spawn_local(write_responses(ctx.clone(), stream.clone(), fd, rx, queued.clone()));
     let read_result = read_requests(&ctx, stream.clone(), tx, queued).await;
     // The sender is gone: the writer answers what was dispatched, then ends.
     let write_result = writer.await;
@@ -127,6 +127,7 @@ async fn read_requests(
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             let task = glommio::spawn_local(handlers::dispatch(ctx, header, frame)).detach();
             queued.set(queued.get() + 1);
+            ctx.request_started();
             if tx.send(task).await.is_err() {
                 return Ok(()); // the writer is gone (write error or close)
             }
@@ -140,12 +141,17 @@ async fn read_requests(
 }
 
 async fn write_responses(
+    ctx: Rc<ShardCtx>,
     mut stream: SharedStream,
     fd: i32,
     rx: local_channel::LocalReceiver<JoinHandle<Outcome>>,
     queued: Rc<Cell<usize>>,
 ) -> io::Result<()> {
-    let result = write_loop(&mut stream, fd, &rx, &queued).await;
+    let result = write_loop(&ctx, &mut stream, fd, &rx, &queued).await;
+    // Requests dispatched but never answered (the connection broke) are done too.
+    for _ in 0..queued.get() {
+        ctx.request_finished();
+    }
     // Whatever ended the writer, end the reader too: a shut-down socket makes
     // its pending read return 0.
     // SAFETY: fd is the connection's socket, still open (the stream is alive).
@@ -154,6 +160,7 @@ async fn write_responses(
 }
 
 async fn write_loop(
+    ctx: &ShardCtx,
     stream: &mut SharedStream,
     fd: i32,
     rx: &local_channel::LocalReceiver<JoinHandle<Outcome>>,
@@ -162,7 +169,9 @@ async fn write_loop(
     let mut out = BytesMut::with_capacity(COALESCE_BYTES_MAX);
     while let Some(task) = rx.recv().await {
         queued.set(queued.get() - 1);
-        let Some(outcome) = task.await else {
+        let outcome = task.await;
+        ctx.request_finished();
+        let Some(outcome) = outcome else {
             return Err(io::Error::other("request task was cancelled"));
         };
         match outcome {

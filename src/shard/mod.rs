@@ -23,7 +23,7 @@ use crate::types::TopicPartition;
 use futures::channel::oneshot;
 use messages::{ControllerError, ControllerReply, ControllerRequest, ShardMessage};
 use router::Router;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -47,6 +47,8 @@ pub struct ShardCtx {
     pub controller: Option<controller::Controller>,
     partitions: RefCell<HashMap<TopicPartition, Rc<PartitionState>>>,
     first_image: RefCell<Option<oneshot::Sender<()>>>,
+    /// Requests read but not yet answered, on all connections of this shard.
+    inflight_requests: Cell<usize>,
 }
 
 impl ShardCtx {
@@ -69,6 +71,7 @@ impl ShardCtx {
             controller,
             partitions: RefCell::new(HashMap::new()),
             first_image: RefCell::new(Some(first_image)),
+            inflight_requests: Cell::new(0),
         })
     }
 
@@ -78,6 +81,18 @@ impl ShardCtx {
 
     pub fn node_id(&self) -> i32 {
         self.config.node_id_of(self.shard)
+    }
+
+    pub fn inflight_requests(&self) -> usize {
+        self.inflight_requests.get()
+    }
+
+    pub fn request_started(&self) {
+        self.inflight_requests.set(self.inflight_requests.get() + 1);
+    }
+
+    pub fn request_finished(&self) {
+        self.inflight_requests.set(self.inflight_requests.get().saturating_sub(1));
     }
 
     /// The current metadata image (cheap to clone, immutable).
