@@ -7,13 +7,21 @@
 //!
 //! `batch` holds the fixed 61-byte header view, validation and in-place
 //! patching; everything that reads a log file or a produce request walks
-//! batches with [`batch::BatchIter`].
+//! batches with [`batch::BatchIter`]. `records` decodes the records inside
+//! a batch (varints, headers, control records), `compression` holds the
+//! four codecs in Kafka's wire formats, and `builder` builds batches,
+//! transaction markers and recompressed copies.
 
 pub mod batch;
+pub mod builder;
+pub mod compression;
 pub mod error;
+pub mod records;
 
 pub use batch::{BatchError, BatchHeader, BatchIter, Compression, TimestampType};
+pub use builder::{control_batch, recompress, BatchBuilder, NewRecord};
 pub use error::RecordsError;
+pub use records::{decode_batch, ControlType, Record, RecordHeader};
 
 use bytes::Bytes;
 use std::rc::Rc;
