@@ -82,10 +82,11 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 _ => Ok(None),
             };
             partitions.push(match found {
-                Ok(Some((offset, ts))) => base
+                Ok(Some((offset, ts))) if header.api_version >= 4 => base
                     .with_offset(offset)
                     .with_timestamp(ts)
                     .with_leader_epoch(LEADER_EPOCH),
+                Ok(Some((offset, ts))) => base.with_offset(offset).with_timestamp(ts),
                 Ok(None) => base,
                 Err(code) => base.with_error_code(code),
             });

@@ -211,7 +211,7 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Loca
             for r in results.iter_mut() {
                 let (Some(log), Some(info)) = (&r.log, &r.appended) else { continue };
                 let last: Offset = info.last_offset;
-                let wait = async {
+                let wait = async move {
                     if durable {
                         log.wait_durable(last).await
                     } else {
