@@ -155,7 +155,10 @@ impl ServeArgs {
             .unwrap_or(1);
         let cores = a.cores.unwrap_or(online);
         anyhow::ensure!(cores >= 1, "--cores must be at least 1");
-        anyhow::ensure!(cores < 1000, "--cores must be below 1000 (node ids are node_id * 1000 + shard)");
+        anyhow::ensure!(
+            cores < 1000,
+            "--cores must be below 1000 (node ids are node_id * 1000 + shard)"
+        );
         let port = a.port.unwrap_or(9092);
         anyhow::ensure!(
             (port as usize) + cores - 1 <= u16::MAX as usize,
@@ -198,7 +201,9 @@ impl BrokerConfig {
     /// The shard behind a node id of this server, if it is one.
     pub fn shard_of_node(&self, node_id: i32) -> Option<usize> {
         let shard = node_id - self.node_id * 1000;
-        (0..self.cores as i32).contains(&shard).then_some(shard as usize)
+        (0..self.cores as i32)
+            .contains(&shard)
+            .then_some(shard as usize)
     }
 
     pub fn port_of(&self, shard: usize) -> u16 {
@@ -224,7 +229,8 @@ mod tests {
 
     #[test]
     fn flags_override_file_and_defaults_fill_the_rest() {
-        let file: ServeArgs = toml::from_str("port = 19092\ncores = 2\nnum-partitions = 3\n").unwrap();
+        let file: ServeArgs =
+            toml::from_str("port = 19092\ncores = 2\nnum-partitions = 3\n").unwrap();
         let cli = ServeArgs {
             cores: Some(1),
             listen: Some("127.0.0.1".parse().unwrap()),

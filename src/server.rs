@@ -61,9 +61,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<(usize, Result<SocketAddr, String>)>();
     let mut handles = Vec::with_capacity(config.cores);
     for shard in 0..config.cores {
-        let cpu = config.pin.then(|| cpus.get(shard % cpus.len().max(1)).copied()).flatten();
+        let cpu = config
+            .pin
+            .then(|| cpus.get(shard % cpus.len().max(1)).copied())
+            .flatten();
         let builder = runtime::executor_builder(shard, cpu, io_memory);
-        let (config, mesh, ready_tx, stop) = (config.clone(), mesh.clone(), ready_tx.clone(), stop.clone());
+        let (config, mesh, ready_tx, stop) =
+            (config.clone(), mesh.clone(), ready_tx.clone(), stop.clone());
         let handle = builder
             .spawn(move || async move {
                 let outcome = shard_main(shard, config, mesh, &ready_tx, stop).await;
@@ -165,7 +169,8 @@ async fn shard_main(
         .map_err(|_| anyhow::anyhow!("no metadata from the controller"))?;
 
     let addr = SocketAddr::new(config.listen, config.port_of(shard));
-    let listener = TcpListener::bind(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let listener =
+        TcpListener::bind(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr().unwrap_or(addr);
     let accept = glommio::spawn_local(crate::net::accept_loop(ctx.clone(), listener));
     let _ = ready_tx.send((shard, Ok(bound)));
@@ -198,9 +203,13 @@ fn init_tracing() {
 fn allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
-        return (0..std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).collect();
+        return (0..std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1))
+            .collect();
     }
     (0..libc::CPU_SETSIZE as usize)
         .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
@@ -235,7 +244,10 @@ fn base64url(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut out = String::with_capacity(bytes.len() * 4 / 3 + 2);
     for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
         let chars = chunk.len() + 1;
         for i in 0..chars {
             out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);

@@ -22,7 +22,11 @@ use std::rc::Rc;
 /// DescribeCluster's endpoint type for broker listeners.
 const ENDPOINT_TYPE_BROKERS: i8 = 1;
 
-pub fn describe_cluster(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub fn describe_cluster(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(_req) = decode::<DescribeClusterRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -59,7 +63,11 @@ fn disk_space(path: &std::path::Path) -> (i64, i64) {
     (st.f_blocks as i64 * frsize, st.f_bavail as i64 * frsize)
 }
 
-pub fn describe_log_dirs(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub fn describe_log_dirs(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<DescribeLogDirsRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -96,5 +104,8 @@ pub fn describe_log_dirs(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut 
         let (total, usable) = disk_space(&dir);
         result = result.with_total_bytes(total).with_usable_bytes(usable);
     }
-    respond(header, &DescribeLogDirsResponse::default().with_results(vec![result]))
+    respond(
+        header,
+        &DescribeLogDirsResponse::default().with_results(vec![result]),
+    )
 }

@@ -5,7 +5,7 @@
 //! be described, but altering one answers INVALID_REQUEST rather than
 //! pretending to apply it.
 
-use super::{decode, errors, respond, str_bytes, Outcome};
+use super::{decode, errors, respond, str_bytes, ErrorAnswer, Outcome};
 use crate::config::BrokerConfig;
 use crate::metadata::topic_config;
 use crate::protocol::RequestHeader;
@@ -39,7 +39,11 @@ const OP_DELETE: i8 = 1;
 fn broker_configs(c: &BrokerConfig) -> Vec<(&'static str, String, topic_config::ConfigType)> {
     use topic_config::ConfigType as T;
     vec![
-        ("auto.create.topics.enable", c.auto_create_topics_enable.to_string(), T::Boolean),
+        (
+            "auto.create.topics.enable",
+            c.auto_create_topics_enable.to_string(),
+            T::Boolean,
+        ),
         ("broker.id", c.node_id.to_string(), T::Int),
         ("log.dirs", c.data_dir.display().to_string(), T::String),
         ("log.retention.ms", c.log_retention_ms.to_string(), T::Long),
@@ -76,7 +80,9 @@ pub fn describe(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut)
                 RESOURCE_TOPIC => match image.topic(&name) {
                     None => base
                         .with_error_code(ResponseError::UnknownTopicOrPartition.code())
-                        .with_error_message(Some(str_bytes(format!("Topic {name} does not exist")))),
+                        .with_error_message(Some(str_bytes(format!(
+                            "Topic {name} does not exist"
+                        )))),
                     Some(t) => {
                         let configs = topic_config::describe(&t.configs, &ctx.config)
                             .into_iter()
@@ -121,14 +127,17 @@ pub fn describe(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut)
             }
         })
         .collect();
-    respond(header, &DescribeConfigsResponse::default().with_results(results))
+    respond(
+        header,
+        &DescribeConfigsResponse::default().with_results(results),
+    )
 }
 
 /// Runs topic config changes through the controller; returns per-resource
 /// (error code, message) in request order.
 async fn apply(
     ctx: &Rc<ShardCtx>,
-    resources: Vec<(i8, String, Result<ConfigChange, (i16, String)>)>,
+    resources: Vec<(i8, String, Result<ConfigChange, ErrorAnswer>)>,
     validate_only: bool,
 ) -> Vec<(i8, String, i16, Option<String>)> {
     let changes: Vec<(String, ConfigChange)> = resources
@@ -158,14 +167,22 @@ async fn apply(
             (_, Err((code, msg))) => (kind, name, code, Some(msg)),
             (RESOURCE_TOPIC, Ok(_)) => match outcomes.get(&name) {
                 Some(Ok(_)) => (kind, name, errors::NONE, None),
-                Some(Err(e)) => (kind, name.clone(), errors::controller(e), Some(e.to_string())),
+                Some(Err(e)) => (
+                    kind,
+                    name.clone(),
+                    errors::controller(e),
+                    Some(e.to_string()),
+                ),
                 None => (kind, name, ResponseError::UnknownServerError.code(), None),
             },
             (RESOURCE_BROKER, Ok(_)) => (
                 kind,
                 name,
                 ResponseError::InvalidRequest.code(),
-                Some("fjord's broker configs are static; set them with flags or the config file".into()),
+                Some(
+                    "fjord's broker configs are static; set them with flags or the config file"
+                        .into(),
+                ),
             ),
             (_, Ok(_)) => (
                 kind,
@@ -216,7 +233,10 @@ pub async fn alter(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesM
                 .with_error_message(msg.map(str_bytes))
         })
         .collect();
-    respond(header, &AlterConfigsResponse::default().with_responses(responses))
+    respond(
+        header,
+        &AlterConfigsResponse::default().with_responses(responses),
+    )
 }
 
 pub async fn incremental_alter(

@@ -73,7 +73,9 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         } else {
             ResponseError::UnknownTopicOrPartition
         };
-        let name = meta.map(|m| m.name.clone()).unwrap_or_else(|| t.topic.0.to_string());
+        let name = meta
+            .map(|m| m.name.clone())
+            .unwrap_or_else(|| t.topic.0.to_string());
         let topic_index = topics.len();
         topics.push(FetchTopicResponse {
             name: name.clone(),
@@ -89,7 +91,8 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                         ResponseError::NotLeaderOrFollower,
                         Some(ctx.config.node_id_of(leader)),
                     )),
-                    Some(_) => match ctx.partition(&TopicPartition::new(name.clone(), p.partition)) {
+                    Some(_) => match ctx.partition(&TopicPartition::new(name.clone(), p.partition))
+                    {
                         None => Err((ResponseError::NotLeaderOrFollower, None)),
                         Some(state) => match check_leader_epoch(p.current_leader_epoch) {
                             Some(e) => Err((e, None)),
@@ -111,7 +114,11 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
     let session_error = req.session_id != 0;
     let max_wait = Duration::from_millis(req.max_wait_ms.clamp(0, MAX_WAIT_MS_CAP) as u64);
     let deadline = Instant::now() + max_wait;
-    let max_bytes = if version >= 3 { req.max_bytes.max(0) as usize } else { usize::MAX };
+    let max_bytes = if version >= 3 {
+        req.max_bytes.max(0) as usize
+    } else {
+        usize::MAX
+    };
     let min_bytes = req.min_bytes.max(0) as usize;
 
     let partitions = loop {

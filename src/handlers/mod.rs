@@ -31,6 +31,9 @@ use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable};
 use std::rc::Rc;
 
+/// An error code and its message, for responses that carry both.
+pub type ErrorAnswer = (i16, String);
+
 /// What the connection does after a request.
 pub enum Outcome {
     /// Send these bytes (length prefix and response header included).
@@ -80,8 +83,7 @@ pub fn dispatch(
             async move { topics::delete_topics(&ctx, &header, &mut body).await }.boxed_local()
         }
         ApiKey::CreatePartitions => {
-            async move { topics::create_partitions(&ctx, &header, &mut body).await }
-                .boxed_local()
+            async move { topics::create_partitions(&ctx, &header, &mut body).await }.boxed_local()
         }
         ApiKey::DescribeConfigs => {
             async move { configs::describe(&ctx, &header, &mut body) }.boxed_local()
@@ -90,8 +92,7 @@ pub fn dispatch(
             async move { configs::alter(&ctx, &header, &mut body).await }.boxed_local()
         }
         ApiKey::IncrementalAlterConfigs => {
-            async move { configs::incremental_alter(&ctx, &header, &mut body).await }
-                .boxed_local()
+            async move { configs::incremental_alter(&ctx, &header, &mut body).await }.boxed_local()
         }
         ApiKey::DescribeCluster => {
             async move { cluster::describe_cluster(&ctx, &header, &mut body) }.boxed_local()
@@ -124,7 +125,12 @@ pub fn decode<T: Decodable>(header: &RequestHeader, body: &mut BytesMut) -> Opti
 pub fn respond<T: Encodable>(header: &RequestHeader, response: &T) -> Outcome {
     let mut out = BytesMut::with_capacity(256);
     out.extend_from_slice(&[0; 4]);
-    write_response_header(&mut out, header.api_key, header.api_version, header.correlation_id);
+    write_response_header(
+        &mut out,
+        header.api_key,
+        header.api_version,
+        header.correlation_id,
+    );
     if let Err(e) = response.encode(&mut out, header.api_version) {
         // A response we cannot encode is a bug in fjord, not in the client;
         // closing is the only answer the client will understand.

@@ -29,7 +29,9 @@
 
 use super::{errors, respond, Outcome};
 use crate::log::{AppendInfo, PartitionLog};
-use crate::protocol::produce::{decode_produce_request, single_batch_for_version, validate_for_append};
+use crate::protocol::produce::{
+    decode_produce_request, single_batch_for_version, validate_for_append,
+};
 use crate::protocol::RequestHeader;
 use crate::record::{batch, RecordsError};
 use crate::shard::ShardCtx;
@@ -96,7 +98,11 @@ fn now_ms() -> i64 {
 }
 
 /// Validates and appends now; returns the future that waits and answers.
-pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> LocalBoxFuture<'static, Outcome> {
+pub fn handle(
+    ctx: &Rc<ShardCtx>,
+    header: RequestHeader,
+    body: BytesMut,
+) -> LocalBoxFuture<'static, Outcome> {
     let version = header.api_version;
     let req = match decode_produce_request(body, version) {
         Ok(r) => r,
@@ -128,13 +134,21 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Loca
             let header = match single_batch_for_version(&records, version) {
                 Ok(h) => h,
                 Err(e) => {
-                    results.push(PartitionResult::error(index, records_error_code(&e), Some(e.to_string())));
+                    results.push(PartitionResult::error(
+                        index,
+                        records_error_code(&e),
+                        Some(e.to_string()),
+                    ));
                     continue;
                 }
             };
             // 3. acks.
             if !acks_valid {
-                results.push(PartitionResult::error(index, ResponseError::InvalidRequiredAcks.code(), None));
+                results.push(PartitionResult::error(
+                    index,
+                    ResponseError::InvalidRequiredAcks.code(),
+                    None,
+                ));
                 continue;
             }
             // 4. Leadership.
@@ -142,7 +156,11 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Loca
             let state = match ctx.partition(&tp) {
                 Some(s) if leader == ctx.shard => s,
                 _ => {
-                    let mut r = PartitionResult::error(index, ResponseError::NotLeaderOrFollower.code(), None);
+                    let mut r = PartitionResult::error(
+                        index,
+                        ResponseError::NotLeaderOrFollower.code(),
+                        None,
+                    );
                     r.leader = Some(ctx.config.node_id_of(leader));
                     results.push(r);
                     continue;
@@ -152,7 +170,11 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Loca
             records.truncate(header.total_size());
             let max_bytes = state.config.max_message_bytes.max(0) as usize;
             if let Err(e) = validate_for_append(&records, &header, max_bytes) {
-                results.push(PartitionResult::error(index, records_error_code(&e), Some(e.to_string())));
+                results.push(PartitionResult::error(
+                    index,
+                    records_error_code(&e),
+                    Some(e.to_string()),
+                ));
                 continue;
             }
             if header.is_transactional() {
@@ -169,7 +191,11 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Loca
                     match crate::record::recompress(&records, codec) {
                         Ok(b) => records = b,
                         Err(e) => {
-                            results.push(PartitionResult::error(index, records_error_code(&e), Some(e.to_string())));
+                            results.push(PartitionResult::error(
+                                index,
+                                records_error_code(&e),
+                                Some(e.to_string()),
+                            ));
                             continue;
                         }
                     }
@@ -192,7 +218,11 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Loca
                 }),
                 Err(e) => {
                     tracing::error!(%tp, error = %e, "append failed");
-                    results.push(PartitionResult::error(index, errors::log(&e), Some(e.to_string())));
+                    results.push(PartitionResult::error(
+                        index,
+                        errors::log(&e),
+                        Some(e.to_string()),
+                    ));
                 }
             }
         }
@@ -201,15 +231,24 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Loca
 
     let ctx = ctx.clone();
     async move {
-        let any_error = topics.iter().flat_map(|(_, ps)| ps).any(|p| p.error != errors::NONE);
+        let any_error = topics
+            .iter()
+            .flat_map(|(_, ps)| ps)
+            .any(|p| p.error != errors::NONE);
         if acks == 0 {
-            return if any_error { Outcome::Close } else { Outcome::NoReply };
+            return if any_error {
+                Outcome::Close
+            } else {
+                Outcome::NoReply
+            };
         }
         let durable = acks == -1 && ctx.config.fsync_acks;
         let timeout = Duration::from_millis(timeout_ms.max(0) as u64);
         for (_, results) in topics.iter_mut() {
             for r in results.iter_mut() {
-                let (Some(log), Some(info)) = (&r.log, &r.appended) else { continue };
+                let (Some(log), Some(info)) = (&r.log, &r.appended) else {
+                    continue;
+                };
                 let last: Offset = info.last_offset;
                 let wait = async move {
                     if durable {
@@ -238,7 +277,11 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Loca
     .boxed_local()
 }
 
-fn response(ctx: &ShardCtx, version: i16, topics: Vec<(String, Vec<PartitionResult>)>) -> ProduceResponse {
+fn response(
+    ctx: &ShardCtx,
+    version: i16,
+    topics: Vec<(String, Vec<PartitionResult>)>,
+) -> ProduceResponse {
     let mut leaders_named = Vec::new();
     let responses = topics
         .into_iter()

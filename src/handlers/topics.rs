@@ -1,14 +1,16 @@
 //! CreateTopics, DeleteTopics and CreatePartitions: validated and applied by
 //! the controller (shard 0), answered once every shard serves the change.
 
-use super::{decode, errors, respond, str_bytes, Outcome};
+use super::{decode, errors, respond, str_bytes, ErrorAnswer, Outcome};
 use crate::metadata::topic_config;
 use crate::protocol::RequestHeader;
 use crate::shard::messages::{ControllerError, ControllerReply, ControllerRequest, NewTopic};
 use crate::shard::ShardCtx;
 use bytes::BytesMut;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
-use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{
     CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
@@ -48,12 +50,16 @@ fn duplicates<'a>(names: impl Iterator<Item = &'a str>) -> HashSet<String> {
     dup
 }
 
-pub async fn create_topics(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub async fn create_topics(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<CreateTopicsRequest>(header, body) else {
         return Outcome::Close;
     };
     let dup = duplicates(req.topics.iter().map(|t| t.name.0.as_str()));
-    let mut results: Vec<(String, Result<(), (i16, String)>)> = Vec::new();
+    let mut results: Vec<(String, Result<(), ErrorAnswer>)> = Vec::new();
     let mut todo = Vec::new();
     for t in &req.topics {
         let name = t.name.0.to_string();
@@ -95,7 +101,12 @@ pub async fn create_topics(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mu
             assignments: t
                 .assignments
                 .iter()
-                .map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect()))
+                .map(|a| {
+                    (
+                        a.partition_index,
+                        a.broker_ids.iter().map(|b| b.0).collect(),
+                    )
+                })
                 .collect(),
             configs,
         });
@@ -118,7 +129,8 @@ pub async fn create_topics(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mu
     let topics = results
         .into_iter()
         .map(|(name, pre)| {
-            let mut r = CreatableTopicResult::default().with_name(TopicName(str_bytes(name.clone())));
+            let mut r =
+                CreatableTopicResult::default().with_name(TopicName(str_bytes(name.clone())));
             let outcome = match pre {
                 Err((code, msg)) => Err((code, msg)),
                 Ok(()) => match outcomes.get(&name) {
@@ -164,7 +176,11 @@ pub async fn create_topics(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mu
     respond(header, &CreateTopicsResponse::default().with_topics(topics))
 }
 
-pub async fn delete_topics(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub async fn delete_topics(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<DeleteTopicsRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -195,7 +211,14 @@ pub async fn delete_topics(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mu
     let outcomes = if names.is_empty() {
         HashMap::new()
     } else {
-        run(ctx, ControllerRequest::DeleteTopics { names: names.clone() }, &names).await
+        run(
+            ctx,
+            ControllerRequest::DeleteTopics {
+                names: names.clone(),
+            },
+            &names,
+        )
+        .await
     };
     let responses = asked
         .into_iter()
@@ -207,7 +230,7 @@ pub async fn delete_topics(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mu
             let r = DeletableTopicResult::default()
                 .with_name(name.clone().map(|n| TopicName(str_bytes(n))))
                 .with_topic_id(id);
-            let err: Option<(i16, String)> = match (pre, &name) {
+            let err: Option<ErrorAnswer> = match (pre, &name) {
                 (Some(e), _) => Some((e.code(), "Topic id not found".into())),
                 (None, Some(n)) if dup.contains(n) => Some((
                     ResponseError::InvalidRequest.code(),
@@ -218,15 +241,23 @@ pub async fn delete_topics(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mu
                     Some(Err(e)) => Some((errors::controller(e), e.to_string())),
                     None => Some((ResponseError::UnknownServerError.code(), "no result".into())),
                 },
-                (None, None) => Some((ResponseError::UnknownTopicId.code(), "Topic id not found".into())),
+                (None, None) => Some((
+                    ResponseError::UnknownTopicId.code(),
+                    "Topic id not found".into(),
+                )),
             };
             match err {
                 None => r,
-                Some((code, msg)) => r.with_error_code(code).with_error_message(Some(str_bytes(msg))),
+                Some((code, msg)) => r
+                    .with_error_code(code)
+                    .with_error_message(Some(str_bytes(msg))),
             }
         })
         .collect();
-    respond(header, &DeleteTopicsResponse::default().with_responses(responses))
+    respond(
+        header,
+        &DeleteTopicsResponse::default().with_responses(responses),
+    )
 }
 
 pub async fn create_partitions(
@@ -238,12 +269,18 @@ pub async fn create_partitions(
         return Outcome::Close;
     };
     let dup = duplicates(req.topics.iter().map(|t| t.name.0.as_str()));
-    let mut pre: HashMap<String, (i16, String)> = HashMap::new();
+    let mut pre: HashMap<String, ErrorAnswer> = HashMap::new();
     let mut todo = Vec::new();
     for t in &req.topics {
         let name = t.name.0.to_string();
         if dup.contains(&name) {
-            pre.insert(name, (ResponseError::InvalidRequest.code(), "Duplicate topic in request.".into()));
+            pre.insert(
+                name,
+                (
+                    ResponseError::InvalidRequest.code(),
+                    "Duplicate topic in request.".into(),
+                ),
+            );
         } else if t.assignments.is_some() {
             pre.insert(
                 name,
@@ -286,9 +323,14 @@ pub async fn create_partitions(
             };
             match err {
                 None => r,
-                Some((code, msg)) => r.with_error_code(code).with_error_message(Some(str_bytes(msg))),
+                Some((code, msg)) => r
+                    .with_error_code(code)
+                    .with_error_message(Some(str_bytes(msg))),
             }
         })
         .collect();
-    respond(header, &CreatePartitionsResponse::default().with_results(results))
+    respond(
+        header,
+        &CreatePartitionsResponse::default().with_results(results),
+    )
 }

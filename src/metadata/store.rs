@@ -113,7 +113,11 @@ mod tests {
         f.write_all(b"0badc0de {\"type\":\"Dele").unwrap();
         drop(f);
         assert_eq!(load(dir.path()).unwrap(), vec![a.clone(), b.clone()]);
-        append(dir.path(), &MetadataRecord::DeleteTopic { name: "t".into() }).unwrap();
+        append(
+            dir.path(),
+            &MetadataRecord::DeleteTopic { name: "t".into() },
+        )
+        .unwrap();
         assert_eq!(load(dir.path()).unwrap().len(), 3);
 
         // A flipped byte in a line fails its CRC: replay stops there.

@@ -346,6 +346,11 @@ mod tests {
         assert_eq!(rows.len(), KEYS.len());
         let r = rows.iter().find(|r| r.name == "retention.ms").unwrap();
         assert!(!r.is_default && r.value == "1000");
-        assert!(rows.iter().find(|r| r.name == "segment.ms").unwrap().is_default);
+        assert!(
+            rows.iter()
+                .find(|r| r.name == "segment.ms")
+                .unwrap()
+                .is_default
+        );
     }
 }

@@ -71,13 +71,21 @@ pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
 struct SharedStream(Rc<RefCell<TcpStream>>);
 
 impl AsyncRead for SharedStream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut *self.0.borrow_mut()).poll_read(cx, buf)
     }
 }
 
 impl AsyncWrite for SharedStream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         Pin::new(&mut *self.0.borrow_mut()).poll_write(cx, buf)
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -95,7 +103,13 @@ async fn serve_connection(ctx: Rc<ShardCtx>, stream: TcpStream) -> io::Result<()
     let (tx, rx) =
         local_channel::new_bounded::<JoinHandle<Outcome>>(ctx.config.inflight_requests_max);
     let queued = Rc::new(Cell::new(0usize));
-    let writer = glommio::spawn_local(write_responses(ctx.clone(), stream.clone(), fd, rx, queued.clone()));
+    let writer = glommio::spawn_local(write_responses(
+        ctx.clone(),
+        stream.clone(),
+        fd,
+        rx,
+        queued.clone(),
+    ));
     let read_result = read_requests(&ctx, stream.clone(), tx, queued).await;
     // The sender is gone: the writer answers what was dispatched, then ends.
     let write_result = writer.await;

@@ -180,7 +180,11 @@ impl Controller {
         }
     }
 
-    fn plan_create(&self, image: &MetadataImage, t: &NewTopic) -> Result<MetadataRecord, ControllerError> {
+    fn plan_create(
+        &self,
+        image: &MetadataImage,
+        t: &NewTopic,
+    ) -> Result<MetadataRecord, ControllerError> {
         validate_topic_name(&t.name).map_err(ControllerError::InvalidTopic)?;
         if image.topic(&t.name).is_some() {
             return Err(ControllerError::TopicAlreadyExists(t.name.clone()));
@@ -314,7 +318,8 @@ fn plan_configs(
             c
         }
     };
-    topic_config::validate_all(&configs).map_err(|e| ControllerError::InvalidConfig(e.to_string()))?;
+    topic_config::validate_all(&configs)
+        .map_err(|e| ControllerError::InvalidConfig(e.to_string()))?;
     Ok(MetadataRecord::SetTopicConfigs {
         name: name.into(),
         configs,

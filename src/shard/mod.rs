@@ -92,7 +92,8 @@ impl ShardCtx {
     }
 
     pub fn request_finished(&self) {
-        self.inflight_requests.set(self.inflight_requests.get().saturating_sub(1));
+        self.inflight_requests
+            .set(self.inflight_requests.get().saturating_sub(1));
     }
 
     /// The current metadata image (cheap to clone, immutable).
@@ -139,11 +140,7 @@ impl ShardCtx {
             .partitions
             .borrow()
             .values()
-            .filter(|p| {
-                image
-                    .topic(&p.tp.topic)
-                    .is_none_or(|t| t.id != p.topic_id)
-            })
+            .filter(|p| image.topic(&p.tp.topic).is_none_or(|t| t.id != p.topic_id))
             .map(|p| p.tp.clone())
             .collect();
         for tp in gone {
@@ -220,7 +217,10 @@ impl ShardCtx {
                     let outcome = controller.handle(self, request).await;
                     let _ = reply.send(outcome);
                 }
-                None => tracing::error!(shard = self.shard, "controller request at a non-controller shard"),
+                None => tracing::error!(
+                    shard = self.shard,
+                    "controller request at a non-controller shard"
+                ),
             },
             ShardMessage::ApplyMetadata { image, reply } => {
                 self.apply_image(image).await;

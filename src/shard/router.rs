@@ -45,7 +45,11 @@ impl Router {
 
     /// Delivers `message` to `shard`'s receive loop. Must not be called with
     /// this shard's own id: local work is done by a direct call instead.
-    pub async fn send_to(&self, shard: usize, message: ShardMessage) -> Result<(), ShardUnreachable> {
+    pub async fn send_to(
+        &self,
+        shard: usize,
+        message: ShardMessage,
+    ) -> Result<(), ShardUnreachable> {
         debug_assert_ne!(shard, self.shard, "local work must not go through the mesh");
         self.senders
             .send_to(shard, message)
