@@ -20,6 +20,10 @@ pub const LOG_RETENTION_MS_DEFAULT: i64 = 7 * 24 * 60 * 60 * 1000;
 pub const TAIL_CACHE_BYTES_DEFAULT: usize = 64 * 1024 * 1024;
 /// glommio's registered I/O memory per shard when memlock allows it.
 pub const IO_MEMORY_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Kafka's `producer.id.expiration.ms` default: one day.
+pub const PRODUCER_ID_EXPIRATION_MS_DEFAULT: i64 = 24 * 60 * 60 * 1000;
+/// Producers tracked per partition before the least recently used is evicted.
+pub const PRODUCERS_PER_PARTITION_MAX_DEFAULT: usize = 10_000;
 /// Requests read from one connection before the first is answered.
 pub const INFLIGHT_REQUESTS_MAX_DEFAULT: usize = 64;
 
@@ -81,6 +85,16 @@ pub struct ServeArgs {
     /// Kafka `message.max.bytes` [default: 1048588].
     #[arg(long)]
     pub message_max_bytes: Option<i32>,
+    /// Kafka `producer.id.expiration.ms`: idle producers' state is dropped [default: 1 day].
+    #[arg(long)]
+    pub producer_id_expiration_ms: Option<i64>,
+    /// Producers tracked per partition; the least recently used is evicted beyond it [default: 10000].
+    #[arg(long)]
+    pub producers_per_partition_max: Option<usize>,
+    /// TESTING ONLY: after appending every Nth produce request on a shard, close
+    /// the connection instead of answering, as if the response were lost.
+    #[arg(long, hide = true)]
+    pub debug_drop_produce_response_every: Option<u64>,
 }
 
 /// The resolved broker configuration, identical on every shard.
@@ -104,6 +118,10 @@ pub struct BrokerConfig {
     pub log_retention_ms: i64,
     pub log_segment_bytes: i64,
     pub message_max_bytes: i32,
+    pub producer_id_expiration_ms: i64,
+    pub producers_per_partition_max: usize,
+    /// 0 = off. See `ServeArgs::debug_drop_produce_response_every`.
+    pub debug_drop_produce_response_every: u64,
 }
 
 impl ServeArgs {
@@ -129,6 +147,15 @@ impl ServeArgs {
             log_retention_ms: self.log_retention_ms.or(file.log_retention_ms),
             log_segment_bytes: self.log_segment_bytes.or(file.log_segment_bytes),
             message_max_bytes: self.message_max_bytes.or(file.message_max_bytes),
+            producer_id_expiration_ms: self
+                .producer_id_expiration_ms
+                .or(file.producer_id_expiration_ms),
+            producers_per_partition_max: self
+                .producers_per_partition_max
+                .or(file.producers_per_partition_max),
+            debug_drop_produce_response_every: self
+                .debug_drop_produce_response_every
+                .or(file.debug_drop_produce_response_every),
         }
     }
 
@@ -188,6 +215,14 @@ impl ServeArgs {
             log_retention_ms: a.log_retention_ms.unwrap_or(LOG_RETENTION_MS_DEFAULT),
             log_segment_bytes: a.log_segment_bytes.unwrap_or(LOG_SEGMENT_BYTES_DEFAULT),
             message_max_bytes: a.message_max_bytes.unwrap_or(MESSAGE_MAX_BYTES_DEFAULT),
+            producer_id_expiration_ms: a
+                .producer_id_expiration_ms
+                .unwrap_or(PRODUCER_ID_EXPIRATION_MS_DEFAULT),
+            producers_per_partition_max: a
+                .producers_per_partition_max
+                .unwrap_or(PRODUCERS_PER_PARTITION_MAX_DEFAULT)
+                .max(1),
+            debug_drop_produce_response_every: a.debug_drop_produce_response_every.unwrap_or(0),
         })
     }
 }

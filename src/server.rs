@@ -38,6 +38,8 @@ const SHUTDOWN_DRAIN_MS_MAX: u64 = 5_000;
 /// Shares of the background task queue (flush, retention); requests run in
 /// the default queue with glommio's default 1000 shares.
 const BACKGROUND_SHARES: usize = 100;
+/// How often idle producers expire and producer snapshots are written.
+const PRODUCER_MAINTENANCE_MS: u64 = 10_000;
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing();
@@ -168,6 +170,21 @@ async fn shard_main(
         .await
         .map_err(|_| anyhow::anyhow!("no metadata from the controller"))?;
 
+    ctx.maybe_request_producer_ids();
+    let maintenance = glommio::spawn_local_into(
+        {
+            let ctx = ctx.clone();
+            async move {
+                loop {
+                    glommio::timer::sleep(Duration::from_millis(PRODUCER_MAINTENANCE_MS)).await;
+                    ctx.maintain_producer_state().await;
+                }
+            }
+        },
+        background,
+    )
+    .map_err(|e| anyhow::anyhow!("cannot spawn producer maintenance: {e}"))?;
+
     let addr = SocketAddr::new(config.listen, config.port_of(shard));
     let listener =
         TcpListener::bind(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
@@ -183,6 +200,8 @@ async fn shard_main(
     while ctx.inflight_requests() > 0 && Instant::now() < deadline {
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
+    drop(maintenance);
+    ctx.maintain_producer_state().await;
     if let Err(e) = logs.shutdown().await {
         tracing::error!(shard, error = %e, "flushing logs at shutdown failed");
     }

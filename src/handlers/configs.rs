@@ -158,6 +158,10 @@ async fn apply(
                 .await
             {
                 Ok(ControllerReply::Items(items)) => items.into_iter().collect(),
+                Ok(ControllerReply::ProducerIds(_)) => names
+                    .into_iter()
+                    .map(|n| (n, Err(crate::shard::messages::ControllerError::Unavailable)))
+                    .collect(),
                 Err(e) => names.into_iter().map(|n| (n, Err(e.clone()))).collect(),
             }
         };

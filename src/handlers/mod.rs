@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod configs;
 pub mod errors;
 pub mod fetch;
+pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
@@ -93,6 +94,9 @@ pub fn dispatch(
         }
         ApiKey::IncrementalAlterConfigs => {
             async move { configs::incremental_alter(&ctx, &header, &mut body).await }.boxed_local()
+        }
+        ApiKey::InitProducerId => {
+            async move { init_producer_id::handle(&ctx, &header, &mut body) }.boxed_local()
         }
         ApiKey::DescribeCluster => {
             async move { cluster::describe_cluster(&ctx, &header, &mut body) }.boxed_local()

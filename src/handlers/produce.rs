@@ -34,7 +34,8 @@ use crate::protocol::produce::{
 };
 use crate::protocol::RequestHeader;
 use crate::record::{batch, RecordsError};
-use crate::shard::ShardCtx;
+use crate::producer::{ProducerError, Verdict};
+use crate::shard::{now_ms, ShardCtx};
 use crate::types::{Offset, TopicPartition};
 use bytes::BytesMut;
 use futures::future::{self, Either, LocalBoxFuture};
@@ -88,13 +89,6 @@ impl PartitionResult {
             log: None,
         }
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Validates and appends now; returns the future that waits and answers.
@@ -185,17 +179,43 @@ pub fn handle(
                 ));
                 continue;
             }
-            // 6. Recompress, stamp, append.
+            // 6. Producer state, then recompress, stamp and append — one
+            //    synchronous step, so check and update cannot interleave.
+            let verdict = state.producers.borrow().check(&header);
+            match verdict {
+                Err(e) => {
+                    let code = match e {
+                        ProducerError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+                        ProducerError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+                    };
+                    results.push(PartitionResult::error(index, code.code(), Some(e.to_string())));
+                    continue;
+                }
+                Ok(Verdict::Duplicate(original)) => {
+                    // Answer as the original was answered; wait for its write.
+                    results.push(PartitionResult {
+                        index,
+                        error: errors::NONE,
+                        message: None,
+                        leader: None,
+                        appended: Some(AppendInfo {
+                            base_offset: Offset(original.first_offset),
+                            last_offset: Offset(original.last_offset),
+                            log_start_offset: state.log.log_start_offset(),
+                        }),
+                        log_append_time_ms: -1,
+                        log: Some(state.log.clone()),
+                    });
+                    continue;
+                }
+                Ok(Verdict::Append) => {}
+            }
             if let Some(codec) = state.config.compression {
                 if header.compression_id() != codec as i16 {
                     match crate::record::recompress(&records, codec) {
                         Ok(b) => records = b,
                         Err(e) => {
-                            results.push(PartitionResult::error(
-                                index,
-                                records_error_code(&e),
-                                Some(e.to_string()),
-                            ));
+                            results.push(PartitionResult::error(index, records_error_code(&e), Some(e.to_string())));
                             continue;
                         }
                     }
@@ -207,30 +227,39 @@ pub fn handle(
                 batch::set_log_append_time(&mut records, log_append_time_ms);
             }
             match state.log.append(records) {
-                Ok(info) => results.push(PartitionResult {
-                    index,
-                    error: errors::NONE,
-                    message: None,
-                    leader: None,
-                    appended: Some(info),
-                    log_append_time_ms,
-                    log: Some(state.log.clone()),
-                }),
+                Ok(info) => {
+                    state.producers.borrow_mut().record(&header, info.base_offset.0, now_ms());
+                    results.push(PartitionResult {
+                        index,
+                        error: errors::NONE,
+                        message: None,
+                        leader: None,
+                        appended: Some(info),
+                        log_append_time_ms,
+                        log: Some(state.log.clone()),
+                    });
+                }
                 Err(e) => {
                     tracing::error!(%tp, error = %e, "append failed");
-                    results.push(PartitionResult::error(
-                        index,
-                        errors::log(&e),
-                        Some(e.to_string()),
-                    ));
+                    results.push(PartitionResult::error(index, errors::log(&e), Some(e.to_string())));
                 }
             }
         }
         topics.push((topic.name, results));
     }
 
+    // TESTING ONLY (--debug-drop-produce-response-every): lose this response.
+    let every = ctx.config.debug_drop_produce_response_every;
+    let drop_response = every > 0 && {
+        let n = ctx.produce_count.get() + 1;
+        ctx.produce_count.set(n);
+        n % every == 0
+    };
     let ctx = ctx.clone();
     async move {
+        if drop_response {
+            return Outcome::Close;
+        }
         let any_error = topics
             .iter()
             .flat_map(|(_, ps)| ps)

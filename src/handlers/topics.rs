@@ -34,6 +34,10 @@ async fn run(
 ) -> HashMap<String, Result<i32, ControllerError>> {
     match ctx.invoke_controller(request).await {
         Ok(ControllerReply::Items(items)) => items.into_iter().collect(),
+        Ok(ControllerReply::ProducerIds(_)) => names
+            .iter()
+            .map(|n| (n.clone(), Err(ControllerError::Unavailable)))
+            .collect(),
         Err(e) => names.iter().map(|n| (n.clone(), Err(e.clone()))).collect(),
     }
 }

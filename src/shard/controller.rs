@@ -14,6 +14,7 @@ use super::ShardCtx;
 use crate::config::BrokerConfig;
 use crate::metadata::{
     new_topic_id, store, topic_config, validate_topic_name, MetadataImage, MetadataRecord,
+    PRODUCER_ID_BLOCK_SIZE,
 };
 use futures::channel::oneshot;
 use glommio::sync::Semaphore;
@@ -116,6 +117,18 @@ impl Controller {
                         Err(e) => items.push((name, Err(e))),
                     }
                 }
+            }
+            ControllerRequest::AllocateProducerIds => {
+                let start = next.next_producer_id;
+                let end = start + PRODUCER_ID_BLOCK_SIZE;
+                let record = MetadataRecord::ProducerIdBlock { next: end };
+                if let Err(e) = self.persist(vec![record.clone()]).await {
+                    tracing::error!(error = %e, "persisting a producer id block failed");
+                    return ControllerReply::ProducerIds(Err(ControllerError::Storage(e.to_string())));
+                }
+                // Only the controller's own image needs the new high-water mark.
+                ctx.apply_image(Arc::new(next.apply(&record))).await;
+                return ControllerReply::ProducerIds(Ok(start..end));
             }
             ControllerRequest::AlterConfigs {
                 changes,

@@ -47,6 +47,8 @@ pub enum ControllerRequest {
         changes: Vec<(String, ConfigChange)>,
         validate_only: bool,
     },
+    /// A block of producer ids for a shard.
+    AllocateProducerIds,
 }
 
 /// Why the controller refused one item of a request.
@@ -77,6 +79,8 @@ pub enum ControllerError {
 pub enum ControllerReply {
     /// One result per item (topic); Ok carries the partition count created.
     Items(Vec<(String, Result<i32, ControllerError>)>),
+    /// A block of producer ids, persisted as handed out.
+    ProducerIds(Result<std::ops::Range<i64>, ControllerError>),
 }
 
 /// Everything that travels over the channel mesh.

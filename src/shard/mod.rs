@@ -19,6 +19,9 @@ pub mod router;
 use crate::config::BrokerConfig;
 use crate::log::{LogConfig, LogManager, PartitionLog};
 use crate::metadata::{MetadataImage, TopicConfig};
+use crate::producer::ids::ProducerIdBlocks;
+use crate::producer::{snapshot, ProducerStateTable};
+use crate::types::Offset;
 use crate::types::TopicPartition;
 use futures::channel::oneshot;
 use messages::{ControllerError, ControllerReply, ControllerRequest, ShardMessage};
@@ -28,12 +31,25 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-/// A partition this shard leads: its log and the configs it runs with.
+/// A partition this shard leads: its log, its producer state and the configs
+/// it runs with.
 pub struct PartitionState {
     pub tp: TopicPartition,
     pub topic_id: [u8; 16],
     pub log: Rc<PartitionLog>,
     pub config: TopicConfig,
+    /// Checked and updated in the same synchronous step as the append.
+    pub producers: Rc<RefCell<ProducerStateTable>>,
+    /// The log end offset of the last producer snapshot written (-1 = none).
+    pub snapshot_offset: Rc<Cell<i64>>,
+}
+
+/// Milliseconds since the Unix epoch, by the wall clock.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// The state of one shard. Lives on that shard only.
@@ -49,6 +65,10 @@ pub struct ShardCtx {
     first_image: RefCell<Option<oneshot::Sender<()>>>,
     /// Requests read but not yet answered, on all connections of this shard.
     inflight_requests: Cell<usize>,
+    /// Producer ids this shard hands out (InitProducerId).
+    pub producer_ids: ProducerIdBlocks,
+    /// Produce requests appended so far (for the debug fault hook).
+    pub produce_count: Cell<u64>,
 }
 
 impl ShardCtx {
@@ -72,6 +92,8 @@ impl ShardCtx {
             partitions: RefCell::new(HashMap::new()),
             first_image: RefCell::new(Some(first_image)),
             inflight_requests: Cell::new(0),
+            producer_ids: ProducerIdBlocks::default(),
+            produce_count: Cell::new(0),
         })
     }
 
@@ -167,16 +189,21 @@ impl ShardCtx {
                             topic_id: p.topic_id,
                             log: p.log.clone(),
                             config: tc.clone(),
+                            producers: p.producers.clone(),
+                            snapshot_offset: p.snapshot_offset.clone(),
                         };
                         self.partitions.borrow_mut().insert(tp, Rc::new(updated));
                     }
                     None => match self.logs.open(&tp, self.log_config(&tc)).await {
                         Ok(log) => {
+                            let (producers, snapshot_offset) = self.rebuild_producers(&log).await;
                             let state = PartitionState {
                                 tp: tp.clone(),
                                 topic_id: topic.id,
                                 log,
                                 config: tc.clone(),
+                                producers: Rc::new(RefCell::new(producers)),
+                                snapshot_offset: Rc::new(Cell::new(snapshot_offset)),
                             };
                             self.partitions.borrow_mut().insert(tp, Rc::new(state));
                         }
@@ -190,6 +217,108 @@ impl ShardCtx {
         *self.image.borrow_mut() = image;
         if let Some(tx) = self.first_image.borrow_mut().take() {
             let _ = tx.send(());
+        }
+    }
+
+    /// Producer state of a freshly opened log: the newest snapshot at or
+    /// below the log end, then every batch written after it.
+    async fn rebuild_producers(&self, log: &Rc<PartitionLog>) -> (ProducerStateTable, i64) {
+        let mut table = ProducerStateTable::new(self.config.producers_per_partition_max);
+        let dir = log.dir().to_path_buf();
+        let log_end = log.log_end_offset().0;
+        let loaded = glommio::executor()
+            .spawn_blocking(move || snapshot::load_newest(&dir, log_end))
+            .await;
+        let (from, snapshot_offset) = match loaded {
+            Some((offset, entries)) => {
+                for (pid, e) in entries {
+                    table.insert(pid, e);
+                }
+                (offset, offset)
+            }
+            None => (log.log_start_offset().0, -1),
+        };
+        let now = now_ms();
+        let mut replayed = 0u64;
+        let scan = log
+            .scan(Offset(from), &mut |h, _| {
+                table.record(h, h.base_offset, now);
+                replayed += 1;
+            })
+            .await;
+        if let Err(e) = scan {
+            tracing::error!(tp = %log.topic_partition(), error = %e, "replaying producer state failed");
+        }
+        if replayed > 0 || snapshot_offset >= 0 {
+            tracing::info!(
+                tp = %log.topic_partition(),
+                snapshot_offset,
+                replayed_batches = replayed,
+                producers = table.len(),
+                "producer state rebuilt"
+            );
+        }
+        (table, snapshot_offset)
+    }
+
+    /// Asks the controller for a new producer-id block when this shard runs
+    /// low; the request runs in the background.
+    pub fn maybe_request_producer_ids(self: &Rc<Self>) {
+        if !self.producer_ids.should_request() {
+            return;
+        }
+        let ctx = self.clone();
+        glommio::spawn_local(async move {
+            let block = match ctx
+                .invoke_controller(ControllerRequest::AllocateProducerIds)
+                .await
+            {
+                Ok(ControllerReply::ProducerIds(Ok(range))) => Some(range),
+                Ok(other) => {
+                    tracing::warn!(?other, "no producer id block");
+                    None
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "no producer id block");
+                    None
+                }
+            };
+            ctx.producer_ids.add(block);
+        })
+        .detach();
+    }
+
+    /// Writes a producer snapshot for every partition whose state changed,
+    /// if the partition is quiescent (every appended batch written), and
+    /// expires idle producers. Run periodically and at shutdown.
+    pub async fn maintain_producer_state(&self) {
+        let now = now_ms();
+        for p in self.partitions() {
+            p.producers
+                .borrow_mut()
+                .expire(now, self.config.producer_id_expiration_ms);
+            let log_end = p.log.log_end_offset().0;
+            if log_end == p.snapshot_offset.get() || p.producers.borrow().is_empty() {
+                continue;
+            }
+            if p.log.written_offset().0 != log_end {
+                continue; // appends in flight: try again next time
+            }
+            let bytes = match snapshot::encode(log_end, p.producers.borrow().entries()) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::error!(tp = %p.tp, error = %e, "encoding producer snapshot failed");
+                    continue;
+                }
+            };
+            let dir = p.log.dir().to_path_buf();
+            let written = glommio::executor()
+                .spawn_blocking(move || snapshot::write(&dir, log_end, &bytes))
+                .await;
+            match written {
+                Ok(()) => p.snapshot_offset.set(log_end),
+                Err(e) => tracing::error!(tp = %p.tp, error = %e, "writing producer snapshot failed"),
+            }
         }
     }
 

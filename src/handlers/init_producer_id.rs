@@ -1,0 +1,44 @@
+//! InitProducerId for idempotent producers (no transactional id).
+//!
+//! A new producer gets a fresh id from this shard's producer-id block, with
+//! epoch 0. A producer that sends its current id and epoch (KIP-360, after an
+//! unresolved sequence) gets the same id with the epoch bumped, or a new id
+//! when the epoch would overflow. Until this shard holds a block — right
+//! after start-up — the answer is COORDINATOR_LOAD_IN_PROGRESS, which clients
+//! retry, as with Kafka.
+//!
+//! Transactional ids are not supported yet (transactions are a later issue):
+//! such a request is refused with INVALID_REQUEST rather than handing out an
+//! id whose transactional guarantees fjord cannot keep.
+
+use super::{decode, respond, Outcome};
+use crate::protocol::RequestHeader;
+use crate::shard::ShardCtx;
+use bytes::BytesMut;
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+use kafka_protocol::ResponseError;
+use std::rc::Rc;
+
+pub fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    let Some(req) = decode::<InitProducerIdRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let resp = InitProducerIdResponse::default()
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    if req.transactional_id.is_some() {
+        return respond(header, &resp.with_error_code(ResponseError::InvalidRequest.code()));
+    }
+    let (pid, epoch) = (req.producer_id.0, req.producer_epoch);
+    let resp = if pid >= 0 && epoch >= 0 && epoch < i16::MAX - 1 {
+        resp.with_producer_id(ProducerId(pid)).with_producer_epoch(epoch + 1)
+    } else {
+        ctx.maybe_request_producer_ids();
+        match ctx.producer_ids.take() {
+            Some(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
+            None => resp.with_error_code(ResponseError::CoordinatorLoadInProgress.code()),
+        }
+    };
+    ctx.maybe_request_producer_ids();
+    respond(header, &resp)
+}
