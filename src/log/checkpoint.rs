@@ -88,7 +88,8 @@ pub fn read_all(dir: &Path, name: &str) -> HashMap<TopicPartition, i64> {
         let Some(fname) = fname.to_str() else {
             continue;
         };
-        if fname != name && !(fname.starts_with(&prefix) && !fname.ends_with(".tmp")) {
+        let is_shard_file = fname.starts_with(&prefix) && !fname.ends_with(".tmp");
+        if fname != name && !is_shard_file {
             continue;
         }
         let Ok(text) = std::fs::read_to_string(ent.path()) else {
