@@ -25,6 +25,28 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => fjord::server::run(args),
-        Command::DumpLog(args) => fjord::log::dump::run(args),
+        Command::DumpLog(args) => dump_log(args),
     }
+}
+
+/// `fjord dump-log`: producer snapshots are printed by the producer module,
+/// every other file by the log's dumper.
+fn dump_log(mut args: fjord::log::dump::DumpLogArgs) -> anyhow::Result<()> {
+    let is_snapshot = |f: &std::path::PathBuf| f.extension().is_some_and(|e| e == "snapshot");
+    let mut rest = Vec::new();
+    for f in args.files.drain(..).chain(args.files_flag.drain(..)) {
+        if is_snapshot(&f) {
+            println!("Dumping {}", f.display());
+            for line in fjord::producer::snapshot::describe(&f)? {
+                println!("{line}");
+            }
+        } else {
+            rest.push(f);
+        }
+    }
+    if rest.is_empty() {
+        return Ok(());
+    }
+    args.files = rest;
+    fjord::log::dump::run(args)
 }

@@ -27,11 +27,15 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
     if req.transactional_id.is_some() {
-        return respond(header, &resp.with_error_code(ResponseError::InvalidRequest.code()));
+        return respond(
+            header,
+            &resp.with_error_code(ResponseError::InvalidRequest.code()),
+        );
     }
     let (pid, epoch) = (req.producer_id.0, req.producer_epoch);
     let resp = if pid >= 0 && epoch >= 0 && epoch < i16::MAX - 1 {
-        resp.with_producer_id(ProducerId(pid)).with_producer_epoch(epoch + 1)
+        resp.with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch + 1)
     } else {
         ctx.maybe_request_producer_ids();
         match ctx.producer_ids.take() {

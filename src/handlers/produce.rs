@@ -29,12 +29,12 @@
 
 use super::{errors, respond, Outcome};
 use crate::log::{AppendInfo, PartitionLog};
+use crate::producer::{ProducerError, Verdict};
 use crate::protocol::produce::{
     decode_produce_request, single_batch_for_version, validate_for_append,
 };
 use crate::protocol::RequestHeader;
 use crate::record::{batch, RecordsError};
-use crate::producer::{ProducerError, Verdict};
 use crate::shard::{now_ms, ShardCtx};
 use crate::types::{Offset, TopicPartition};
 use bytes::BytesMut;
@@ -185,10 +185,18 @@ pub fn handle(
             match verdict {
                 Err(e) => {
                     let code = match e {
-                        ProducerError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
-                        ProducerError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+                        ProducerError::InvalidProducerEpoch { .. } => {
+                            ResponseError::InvalidProducerEpoch
+                        }
+                        ProducerError::OutOfOrderSequence { .. } => {
+                            ResponseError::OutOfOrderSequenceNumber
+                        }
                     };
-                    results.push(PartitionResult::error(index, code.code(), Some(e.to_string())));
+                    results.push(PartitionResult::error(
+                        index,
+                        code.code(),
+                        Some(e.to_string()),
+                    ));
                     continue;
                 }
                 Ok(Verdict::Duplicate(original)) => {
@@ -215,7 +223,11 @@ pub fn handle(
                     match crate::record::recompress(&records, codec) {
                         Ok(b) => records = b,
                         Err(e) => {
-                            results.push(PartitionResult::error(index, records_error_code(&e), Some(e.to_string())));
+                            results.push(PartitionResult::error(
+                                index,
+                                records_error_code(&e),
+                                Some(e.to_string()),
+                            ));
                             continue;
                         }
                     }
@@ -228,7 +240,10 @@ pub fn handle(
             }
             match state.log.append(records) {
                 Ok(info) => {
-                    state.producers.borrow_mut().record(&header, info.base_offset.0, now_ms());
+                    state
+                        .producers
+                        .borrow_mut()
+                        .record(&header, info.base_offset.0, now_ms());
                     results.push(PartitionResult {
                         index,
                         error: errors::NONE,
@@ -241,7 +256,11 @@ pub fn handle(
                 }
                 Err(e) => {
                     tracing::error!(%tp, error = %e, "append failed");
-                    results.push(PartitionResult::error(index, errors::log(&e), Some(e.to_string())));
+                    results.push(PartitionResult::error(
+                        index,
+                        errors::log(&e),
+                        Some(e.to_string()),
+                    ));
                 }
             }
         }

@@ -189,14 +189,19 @@ impl ProducerStateTable {
             last_offset: first_offset + h.last_offset_delta as i64,
             max_timestamp: h.max_timestamp,
         };
-        if !self.producers.contains_key(&h.producer_id) && self.producers.len() >= self.producers_max {
+        if !self.producers.contains_key(&h.producer_id)
+            && self.producers.len() >= self.producers_max
+        {
             self.evict_least_recently_used();
         }
-        let entry = self.producers.entry(h.producer_id).or_insert_with(|| ProducerEntry {
-            epoch: h.producer_epoch,
-            batches: VecDeque::with_capacity(BATCHES_PER_PRODUCER),
-            last_update_ms: now_ms,
-        });
+        let entry = self
+            .producers
+            .entry(h.producer_id)
+            .or_insert_with(|| ProducerEntry {
+                epoch: h.producer_epoch,
+                batches: VecDeque::with_capacity(BATCHES_PER_PRODUCER),
+                last_update_ms: now_ms,
+            });
         if h.producer_epoch != entry.epoch {
             entry.epoch = h.producer_epoch;
             entry.batches.clear();
@@ -256,7 +261,11 @@ mod tests {
     }
 
     /// Appends `h` at `*next` if accepted; returns the answer as Kafka gives it.
-    fn produce(t: &mut ProducerStateTable, next: &mut i64, h: BatchHeader) -> Result<i64, ProducerError> {
+    fn produce(
+        t: &mut ProducerStateTable,
+        next: &mut i64,
+        h: BatchHeader,
+    ) -> Result<i64, ProducerError> {
         match t.check(&h)? {
             Verdict::Duplicate(b) => Ok(b.first_offset),
             Verdict::Append => {
@@ -277,7 +286,11 @@ mod tests {
         assert_eq!(produce(&mut t, &mut next, batch(0, 0, 0, 3)), Ok(0));
         assert!(matches!(
             produce(&mut t, &mut next, batch(0, 0, 5, 1)),
-            Err(ProducerError::OutOfOrderSequence { expected: 3, got: 5, .. })
+            Err(ProducerError::OutOfOrderSequence {
+                expected: 3,
+                got: 5,
+                ..
+            })
         ));
         assert_eq!(produce(&mut t, &mut next, batch(0, 0, 3, 3)), Ok(3));
         for (seq, off) in [(6, 6), (9, 9), (12, 12), (15, 15)] {
@@ -298,11 +311,19 @@ mod tests {
         produce(&mut t, &mut next, batch(7, 3, 0, 1)).unwrap();
         assert!(matches!(
             produce(&mut t, &mut next, batch(7, 2, 1, 1)),
-            Err(ProducerError::InvalidProducerEpoch { current: 3, batch: 2, .. })
+            Err(ProducerError::InvalidProducerEpoch {
+                current: 3,
+                batch: 2,
+                ..
+            })
         ));
         assert!(matches!(
             produce(&mut t, &mut next, batch(7, 4, 1, 1)),
-            Err(ProducerError::OutOfOrderSequence { expected: 0, got: 1, .. })
+            Err(ProducerError::OutOfOrderSequence {
+                expected: 0,
+                got: 1,
+                ..
+            })
         ));
         assert_eq!(produce(&mut t, &mut next, batch(7, 4, 0, 1)), Ok(1));
         assert_eq!(t.get(7).unwrap().epoch, 4);

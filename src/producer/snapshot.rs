@@ -218,8 +218,12 @@ pub fn load_newest(dir: &Path, max_offset: i64) -> Option<(i64, Vec<(i64, Produc
         });
         match loaded {
             Ok((o, e)) if o == offset => return Some((o, e)),
-            Ok(_) => tracing::warn!(path = %path.display(), "producer snapshot offset does not match its name; deleting it"),
-            Err(e) => tracing::warn!(path = %path.display(), error = %e, "unreadable producer snapshot; deleting it"),
+            Ok(_) => {
+                tracing::warn!(path = %path.display(), "producer snapshot offset does not match its name; deleting it")
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "unreadable producer snapshot; deleting it")
+            }
         }
         let _ = std::fs::remove_file(&path);
     }
@@ -286,7 +290,10 @@ mod tests {
         for offset in [9, 12, 15] {
             write(dir.path(), offset, &encode(offset, t.entries()).unwrap()).unwrap();
         }
-        assert_eq!(list(dir.path()).iter().map(|(o, _)| *o).collect::<Vec<_>>(), vec![12, 15]);
+        assert_eq!(
+            list(dir.path()).iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+            vec![12, 15]
+        );
         let (offset, entries) = load_newest(dir.path(), 100).unwrap();
         assert_eq!(offset, 15);
         let mut back = ProducerStateTable::new(100);

@@ -124,7 +124,9 @@ impl Controller {
                 let record = MetadataRecord::ProducerIdBlock { next: end };
                 if let Err(e) = self.persist(vec![record.clone()]).await {
                     tracing::error!(error = %e, "persisting a producer id block failed");
-                    return ControllerReply::ProducerIds(Err(ControllerError::Storage(e.to_string())));
+                    return ControllerReply::ProducerIds(Err(ControllerError::Storage(
+                        e.to_string(),
+                    )));
                 }
                 // Only the controller's own image needs the new high-water mark.
                 ctx.apply_image(Arc::new(next.apply(&record))).await;

@@ -317,7 +317,9 @@ impl ShardCtx {
                 .await;
             match written {
                 Ok(()) => p.snapshot_offset.set(log_end),
-                Err(e) => tracing::error!(tp = %p.tp, error = %e, "writing producer snapshot failed"),
+                Err(e) => {
+                    tracing::error!(tp = %p.tp, error = %e, "writing producer snapshot failed")
+                }
             }
         }
     }
