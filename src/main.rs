@@ -16,7 +16,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the broker.
-    Serve(fjord::config::ServeArgs),
+    Serve(Box<fjord::config::ServeArgs>),
     /// Print segments, indexes and snapshots like kafka-dump-log.sh.
     DumpLog(fjord::log::dump::DumpLogArgs),
 }
@@ -24,7 +24,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => fjord::server::run(args),
+        Command::Serve(args) => fjord::server::run(*args),
         Command::DumpLog(args) => dump_log(args),
     }
 }

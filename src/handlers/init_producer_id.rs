@@ -33,7 +33,7 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -
         );
     }
     let (pid, epoch) = (req.producer_id.0, req.producer_epoch);
-    let resp = if pid >= 0 && epoch >= 0 && epoch < i16::MAX - 1 {
+    let resp = if pid >= 0 && (0..i16::MAX - 1).contains(&epoch) {
         resp.with_producer_id(ProducerId(pid))
             .with_producer_epoch(epoch + 1)
     } else {

@@ -10,6 +10,7 @@
 //! 2. a lower epoch than remembered → INVALID_PRODUCER_EPOCH;
 //! 3. a higher epoch must start at sequence 0, unless the producer is unknown;
 //! 4. the same epoch must continue at `lastSeq + 1` (`i32::MAX` wraps to 0);
+//!
 //! else OUT_OF_ORDER_SEQUENCE_NUMBER. An unknown producer (never seen, or
 //! expired) may start at any sequence.
 //!
