@@ -1,0 +1,353 @@
+//! Shared harness for the `server_*` integration tests: a real `fjord serve`
+//! process per test, driven by librdkafka (the `rdkafka` crate) and by a raw
+//! Kafka-protocol client.
+//!
+//! What it owns: the broker child process, its temporary data directory and
+//! its stderr log. Invariants: every wait is bounded by a deadline; a
+//! [`Broker`] that is dropped kills its process; if the test is panicking the
+//! broker's stderr is printed, so a failure shows what the broker logged.
+//!
+//! Tests run in parallel threads (and `cargo test` runs test binaries one
+//! after another, but CI may not), so ports are picked at random in
+//! [`PORT_RANGE_FIRST`]..[`PORT_RANGE_END`], each checked to bind before use,
+//! and start-up is retried with new ports when it fails.
+
+#![allow(dead_code)]
+
+pub mod client;
+pub mod disk;
+pub mod raw;
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// First port a broker may be given.
+pub const PORT_RANGE_FIRST: u16 = 20_000;
+/// One past the last port a broker may be given.
+pub const PORT_RANGE_END: u16 = 60_000;
+/// Start-up attempts (each with new ports) before a test gives up.
+pub const START_ATTEMPTS_MAX: usize = 8;
+/// Longest a broker may take to print `fjord: ready`.
+pub const READY_TIMEOUT_MS: u64 = 30_000;
+/// Longest a broker may take to exit after SIGTERM.
+pub const STOP_TIMEOUT_MS: u64 = 20_000;
+/// Lines of broker stderr printed when a test fails.
+pub const STDERR_TAIL_LINES: usize = 300;
+
+/// How to start a broker.
+#[derive(Clone, Debug)]
+pub struct BrokerOpts {
+    /// `--cores`: number of shards (each its own Kafka node on port + k).
+    pub cores: usize,
+    /// More `fjord serve` flags, e.g. `["--fsync-acks"]`.
+    pub extra_args: Vec<String>,
+}
+
+impl Default for BrokerOpts {
+    fn default() -> Self {
+        BrokerOpts {
+            cores: 2,
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+impl BrokerOpts {
+    pub fn cores(mut self, cores: usize) -> Self {
+        self.cores = cores;
+        self
+    }
+
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.extra_args.push(arg.into());
+        self
+    }
+}
+
+/// A running (or stopped) `fjord serve` process and its data directory.
+pub struct Broker {
+    opts: BrokerOpts,
+    /// Holds `data/` and `stderr.log`; removed on drop.
+    root: tempfile::TempDir,
+    child: Option<Child>,
+    /// Lines the broker printed on stdout since it was last started.
+    stdout: Option<Receiver<String>>,
+    /// Port of shard 0; shard k listens on `port + k`.
+    pub port: u16,
+}
+
+impl Broker {
+    /// Starts a broker in a fresh temporary data directory.
+    pub fn start(opts: BrokerOpts) -> Broker {
+        let root = tempfile::Builder::new()
+            .prefix("fjord-itest-")
+            .tempdir()
+            .expect("create a temporary directory");
+        let mut broker = Broker {
+            opts,
+            root,
+            child: None,
+            stdout: None,
+            port: 0,
+        };
+        broker.launch(None);
+        broker
+    }
+
+    /// The broker's `--data-dir`.
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.path().join("data")
+    }
+
+    /// `127.0.0.1:<port of shard 0>`, for `bootstrap.servers`.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The port of shard `shard` (Kafka node `shard`).
+    pub fn port_of(&self, shard: usize) -> u16 {
+        self.port + shard as u16
+    }
+
+    pub fn cores(&self) -> usize {
+        self.opts.cores
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// True while the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Asserts the process is still alive (it did not crash).
+    pub fn assert_alive(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            if let Ok(Some(status)) = c.try_wait() {
+                panic!("the broker exited unexpectedly: {status}");
+            }
+        } else {
+            panic!("the broker is not running");
+        }
+    }
+
+    /// SIGTERM, then waits for a clean exit and `fjord: stopped`.
+    pub fn stop(&mut self) {
+        let Some(pid) = self.pid() else { return };
+        signal(pid, libc::SIGTERM);
+        let status = self.wait_exit(Duration::from_millis(STOP_TIMEOUT_MS));
+        assert!(status.success(), "broker exited with {status} after SIGTERM");
+        let stopped = self
+            .stdout
+            .take()
+            .map(|rx| rx.try_iter().any(|l| l.trim() == "fjord: stopped"))
+            .unwrap_or(false);
+        assert!(stopped, "broker did not print `fjord: stopped` after SIGTERM");
+    }
+
+    /// SIGKILL: the broker gets no chance to flush or checkpoint.
+    pub fn kill9(&mut self) {
+        let Some(pid) = self.pid() else { return };
+        signal(pid, libc::SIGKILL);
+        self.wait_exit(Duration::from_millis(STOP_TIMEOUT_MS));
+        self.stdout = None;
+    }
+
+    /// Starts the broker again on the same data directory (stopping it
+    /// cleanly first if it runs), on the same ports if they are free.
+    pub fn restart(&mut self) {
+        if self.is_running() {
+            self.stop();
+        }
+        self.child = None;
+        let port = self.port;
+        self.launch(Some(port));
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let mut child = self.child.take().expect("a running broker");
+        let deadline = Instant::now() + timeout;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return status,
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("the broker did not exit within {timeout:?}");
+                }
+                Err(e) => panic!("waiting for the broker failed: {e}"),
+            }
+        }
+    }
+
+    /// Starts the process, retrying with fresh ports until it prints
+    /// `fjord: ready`. `preferred` is tried first (restarts keep their ports).
+    fn launch(&mut self, preferred: Option<u16>) {
+        let mut last_error = String::new();
+        for attempt in 0..START_ATTEMPTS_MAX {
+            let port = match (attempt, preferred) {
+                (0..=2, Some(p)) if ports_free(p, self.opts.cores) => p,
+                _ => free_port_base(self.opts.cores),
+            };
+            match self.try_launch(port) {
+                Ok(()) => return,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!(
+            "the broker did not start after {START_ATTEMPTS_MAX} attempts: {last_error}\n{}",
+            self.stderr_tail()
+        );
+    }
+
+    fn try_launch(&mut self, port: u16) -> Result<(), String> {
+        std::fs::create_dir_all(self.data_dir()).map_err(|e| e.to_string())?;
+        let stderr = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.stderr_path())
+            .map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--port")
+            .arg(port.to_string())
+            .arg("--listen")
+            .arg("127.0.0.1")
+            .arg("--cores")
+            .arg(self.opts.cores.to_string())
+            .arg("--no-pin")
+            .args(&self.opts.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr));
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        let mut child = cmd.spawn().map_err(|e| format!("spawn failed: {e}"))?;
+        let out = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            // Drains stdout for the life of the process so it never blocks.
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_millis(READY_TIMEOUT_MS);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok(line) if line.trim() == "fjord: ready" => {
+                    self.child = Some(child);
+                    self.stdout = Some(rx);
+                    self.port = port;
+                    return Ok(());
+                }
+                Ok(_) => {}
+                Err(RecvTimeoutError::Disconnected) | Err(RecvTimeoutError::Timeout) => {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        return Err(format!("broker on port {port} exited during start-up: {status}"));
+                    }
+                    if Instant::now() >= deadline {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        return Err(format!("broker on port {port} not ready in {READY_TIMEOUT_MS} ms"));
+                    }
+                }
+            }
+        }
+    }
+
+    fn stderr_path(&self) -> PathBuf {
+        self.root.path().join("stderr.log")
+    }
+
+    /// The last lines the broker wrote on stderr (all starts).
+    pub fn stderr_tail(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = File::open(self.stderr_path()) {
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            let _ = f.seek(SeekFrom::Start(len.saturating_sub(256 * 1024)));
+            let _ = f.read_to_string(&mut text);
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        let from = lines.len().saturating_sub(STDERR_TAIL_LINES);
+        format!("--- broker stderr (last lines) ---\n{}\n--- end ---", lines[from..].join("\n"))
+    }
+
+    /// The raw bytes of `<data-dir>/<topic>-<partition>/00000000000000000000.log`.
+    pub fn first_segment(&self, topic: &str, partition: i32) -> Vec<u8> {
+        std::fs::read(segment_path(&self.data_dir(), topic, partition)).unwrap_or_default()
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.stderr_tail());
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Path of a partition's first segment.
+pub fn segment_path(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
+    data_dir
+        .join(format!("{topic}-{partition}"))
+        .join("00000000000000000000.log")
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) on our own child's pid; no memory is touched.
+    unsafe { libc::kill(pid as libc::pid_t, sig) };
+}
+
+/// True if every port in `base..base + count` binds on 127.0.0.1 right now.
+fn ports_free(base: u16, count: usize) -> bool {
+    (0..count).all(|k| {
+        let Some(port) = base.checked_add(k as u16) else { return false };
+        TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)).is_ok()
+    })
+}
+
+/// A random base port whose `count` consecutive ports are free now.
+pub fn free_port_base(count: usize) -> u16 {
+    for _ in 0..1000 {
+        let base = rand::random_range(PORT_RANGE_FIRST..PORT_RANGE_END - count as u16);
+        if ports_free(base, count) {
+            return base;
+        }
+    }
+    panic!("no {count} consecutive free ports found");
+}
+
+/// Polls `f` every 20 ms until it returns `Some`, or panics after `timeout`
+/// with `what` in the message.
+pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,152 @@
+//! A raw Kafka client over a blocking `std::net::TcpStream`: requests are
+//! encoded with the `kafka-protocol` crate (request header + body, 4-byte
+//! length prefix), responses are read frame by frame and decoded with the
+//! same crate. It can also send arbitrary bytes, to test framing errors.
+//!
+//! Every read has a timeout ([`RAW_READ_TIMEOUT_MS`] unless told), so a
+//! missing response fails a test instead of hanging it.
+
+use bytes::{Buf, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// Default bound on waiting for one response.
+pub const RAW_READ_TIMEOUT_MS: u64 = 15_000;
+/// Largest response frame the raw client accepts.
+pub const RAW_FRAME_MAX_BYTES: usize = 256 << 20;
+
+/// What a read from the connection found.
+#[derive(Debug)]
+pub enum ReadOutcome {
+    /// One complete response frame (without the length prefix).
+    Frame(Bytes),
+    /// The broker closed the connection (EOF or reset).
+    Closed,
+    /// Nothing arrived before the timeout.
+    TimedOut,
+}
+
+pub struct RawClient {
+    stream: TcpStream,
+    next_correlation_id: i32,
+    /// Bytes read but not yet returned as a frame.
+    pending: BytesMut,
+}
+
+impl RawClient {
+    /// Connects to `127.0.0.1:port`.
+    pub fn connect(port: u16) -> RawClient {
+        let stream = TcpStream::connect(("127.0.0.1", port))
+            .unwrap_or_else(|e| panic!("connect to 127.0.0.1:{port}: {e}"));
+        stream.set_nodelay(true).expect("set TCP_NODELAY");
+        RawClient {
+            stream,
+            next_correlation_id: 1,
+            pending: BytesMut::new(),
+        }
+    }
+
+    /// Encodes and sends `req` at `version`; returns its correlation id.
+    pub fn send<R: Request>(&mut self, version: i16, req: &R) -> i32 {
+        let key = ApiKey::try_from(R::KEY).expect("a known api key");
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("fjord-itest-raw")));
+        let mut body = BytesMut::new();
+        header
+            .encode(&mut body, key.request_header_version(version))
+            .expect("encode request header");
+        req.encode(&mut body, version).expect("encode request body");
+        self.send_frame(&body);
+        correlation_id
+    }
+
+    /// Sends `body` with its 4-byte length prefix.
+    pub fn send_frame(&mut self, body: &[u8]) {
+        let mut framed = Vec::with_capacity(4 + body.len());
+        framed.extend_from_slice(&(body.len() as i32).to_be_bytes());
+        framed.extend_from_slice(body);
+        self.send_bytes(&framed);
+    }
+
+    /// Sends bytes exactly as given (no framing).
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write to the broker");
+    }
+
+    /// Reads the response to `correlation_id` (the next frame) and decodes it.
+    pub fn receive<R: Request>(&mut self, version: i16, correlation_id: i32) -> R::Response {
+        let key = ApiKey::try_from(R::KEY).expect("a known api key");
+        let mut frame = match self.read_frame(Duration::from_millis(RAW_READ_TIMEOUT_MS)) {
+            ReadOutcome::Frame(f) => f,
+            other => panic!("expected a {key:?} v{version} response, got {other:?}"),
+        };
+        let header = ResponseHeader::decode(&mut frame, key.response_header_version(version))
+            .expect("decode response header");
+        assert_eq!(header.correlation_id, correlation_id, "responses come back in order");
+        let resp = R::Response::decode(&mut frame, version).expect("decode response body");
+        assert_eq!(frame.remaining(), 0, "the {key:?} v{version} response has trailing bytes");
+        resp
+    }
+
+    /// Sends `req` and waits for its response.
+    pub fn request<R: Request>(&mut self, version: i16, req: &R) -> R::Response {
+        let id = self.send(version, req);
+        self.receive::<R>(version, id)
+    }
+
+    /// Reads one response frame, or tells that the connection closed or
+    /// nothing came within `timeout`.
+    pub fn read_frame(&mut self, timeout: Duration) -> ReadOutcome {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.pending.len() >= 4 {
+                let len = i32::from_be_bytes([
+                    self.pending[0],
+                    self.pending[1],
+                    self.pending[2],
+                    self.pending[3],
+                ]);
+                assert!(
+                    (0..RAW_FRAME_MAX_BYTES as i32).contains(&len),
+                    "the broker sent a frame of length {len}"
+                );
+                if self.pending.len() >= 4 + len as usize {
+                    self.pending.advance(4);
+                    return ReadOutcome::Frame(self.pending.split_to(len as usize).freeze());
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return ReadOutcome::TimedOut;
+            }
+            self.stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .expect("set read timeout");
+            let mut chunk = [0u8; 64 * 1024];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return ReadOutcome::Closed,
+                Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return ReadOutcome::Closed,
+            }
+        }
+    }
+
+    /// Asserts the broker closes this connection within `timeout` (any
+    /// frame that arrives first is a failure).
+    pub fn assert_closed(&mut self, timeout: Duration, what: &str) {
+        match self.read_frame(timeout) {
+            ReadOutcome::Closed => {}
+            other => panic!("{what}: expected the broker to close the connection, got {other:?}"),
+        }
+    }
+}
