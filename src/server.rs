@@ -20,7 +20,6 @@ use crate::shard::router::Router;
 use crate::shard::ShardCtx;
 use futures::StreamExt;
 use glommio::channels::channel_mesh::MeshBuilder;
-use glommio::net::TcpListener;
 use glommio::{Latency, Shares};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -187,7 +186,7 @@ async fn shard_main(
 
     let addr = SocketAddr::new(config.listen, config.port_of(shard));
     let listener =
-        TcpListener::bind(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+        crate::net::bind(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr().unwrap_or(addr);
     let accept = glommio::spawn_local(crate::net::accept_loop(ctx.clone(), listener));
     let _ = ready_tx.send((shard, Ok(bound)));

@@ -32,7 +32,7 @@ use glommio::net::{TcpListener, TcpStream};
 use glommio::task::JoinHandle;
 use std::cell::{Cell, RefCell};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
@@ -41,6 +41,18 @@ use std::task::{Context, Poll};
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Responses smaller than this are coalesced into one write.
 const COALESCE_BYTES_MAX: usize = 64 * 1024;
+
+/// Binds a listening socket for one shard. Unlike glommio's `bind`, which
+/// sets SO_REUSEPORT, this sets only SO_REUSEADDR (std's default): a restart
+/// can bind while old connections linger in TIME_WAIT, but a second broker
+/// cannot silently share the port and split its clients.
+pub fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let std_listener = std::net::TcpListener::bind(addr)?;
+    std_listener.set_nonblocking(true)?;
+    let fd = std_listener.into_raw_fd();
+    // SAFETY: fd is a bound, listening TCP socket we own and hand over.
+    Ok(unsafe { TcpListener::from_raw_fd(fd) })
+}
 
 /// Accepts connections until the task is dropped.
 pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {

@@ -90,9 +90,16 @@ impl RawClient {
         };
         let header = ResponseHeader::decode(&mut frame, key.response_header_version(version))
             .expect("decode response header");
-        assert_eq!(header.correlation_id, correlation_id, "responses come back in order");
+        assert_eq!(
+            header.correlation_id, correlation_id,
+            "responses come back in order"
+        );
         let resp = R::Response::decode(&mut frame, version).expect("decode response body");
-        assert_eq!(frame.remaining(), 0, "the {key:?} v{version} response has trailing bytes");
+        assert_eq!(
+            frame.remaining(),
+            0,
+            "the {key:?} v{version} response has trailing bytes"
+        );
         resp
     }
 
