@@ -142,10 +142,12 @@ pub fn await_deliveries(producer: &TestProducer, expected: usize, timeout: Durat
     producer.context().deliveries.lock().expect("lock").clone()
 }
 
-/// An assign-mode consumer (no group id, no commits).
+/// An assign-mode consumer: librdkafka's `assign` needs a `group.id`, but
+/// the consumer never joins the group nor commits.
 pub fn consumer(bootstrap: &str, extra: &[(&str, &str)]) -> BaseConsumer {
     let mut c = base_config(bootstrap);
-    c.set("enable.auto.commit", "false")
+    c.set("group.id", "fjord-itest-assign-only")
+        .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("fetch.wait.max.ms", "100")
         .set("enable.partition.eof", "false");
