@@ -271,3 +271,11 @@ pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32, config: &[(&s
         panic!("creating {name} failed: {code:?}");
     }
 }
+
+/// The port of the shard leading `topic`-`partition`.
+pub fn leader_port(broker: &crate::common::Broker, topic: &str, partition: i32) -> u16 {
+    let leaders = partition_leaders(&broker.bootstrap(), topic);
+    let node = leaders[&partition];
+    assert!(node >= 0, "{topic}-{partition} has a leader");
+    broker.port_of(node as usize)
+}
