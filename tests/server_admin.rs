@@ -8,10 +8,14 @@ mod common;
 use common::client::{self, admin, admin_opts, block_on, create_topic, partition_leaders};
 use common::raw::RawClient;
 use common::{wait_for, Broker, BrokerOpts};
-use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
-use kafka_protocol::messages::{alter_configs_request, AlterConfigsRequest, IncrementalAlterConfigsRequest};
-use kafka_protocol::ResponseError;
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use kafka_protocol::messages::{
+    alter_configs_request, AlterConfigsRequest, IncrementalAlterConfigsRequest,
+};
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 use rdkafka::admin::{
     AlterConfig, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
 };
@@ -64,12 +68,18 @@ fn create_topic_and_its_errors() {
     let broker = Broker::start(BrokerOpts::default());
     let ok = NewTopic::new("admin-created", 3, TopicReplication::Fixed(1));
     assert_eq!(create_one(&broker, &ok), Ok("admin-created".to_string()));
-    assert_eq!(partition_leaders(&broker.bootstrap(), "admin-created").len(), 3);
+    assert_eq!(
+        partition_leaders(&broker.bootstrap(), "admin-created").len(),
+        3
+    );
 
     let again = NewTopic::new("admin-created", 3, TopicReplication::Fixed(1));
     assert_eq!(
         create_one(&broker, &again),
-        Err(("admin-created".to_string(), RDKafkaErrorCode::TopicAlreadyExists))
+        Err((
+            "admin-created".to_string(),
+            RDKafkaErrorCode::TopicAlreadyExists
+        ))
     );
 
     let bad_name = NewTopic::new("bad/name!", 1, TopicReplication::Fixed(1));
@@ -81,18 +91,26 @@ fn create_topic_and_its_errors() {
     let rf3 = NewTopic::new("admin-rf3", 1, TopicReplication::Fixed(3));
     assert_eq!(
         create_one(&broker, &rf3),
-        Err(("admin-rf3".to_string(), RDKafkaErrorCode::InvalidReplicationFactor))
+        Err((
+            "admin-rf3".to_string(),
+            RDKafkaErrorCode::InvalidReplicationFactor
+        ))
     );
 
     let zero_partitions = NewTopic::new("admin-zero", 0, TopicReplication::Fixed(1));
     assert_eq!(
         create_one(&broker, &zero_partitions),
-        Err(("admin-zero".to_string(), RDKafkaErrorCode::InvalidPartitions))
+        Err((
+            "admin-zero".to_string(),
+            RDKafkaErrorCode::InvalidPartitions
+        ))
     );
 
     // The failed creations left nothing behind.
     let c = client::consumer(&broker.bootstrap(), &[]);
-    let md = c.fetch_metadata(None, Duration::from_secs(10)).expect("metadata");
+    let md = c
+        .fetch_metadata(None, Duration::from_secs(10))
+        .expect("metadata");
     let mut names: Vec<&str> = md.topics().iter().map(|t| t.name()).collect();
     names.sort_unstable();
     assert_eq!(names, vec!["admin-created"]);
@@ -100,12 +118,17 @@ fn create_topic_and_its_errors() {
 
 #[test]
 fn delete_topic() {
-    let broker = Broker::start(BrokerOpts::default().arg("--auto-create-topics-enable").arg("false"));
+    let broker = Broker::start(
+        BrokerOpts::default()
+            .arg("--auto-create-topics-enable")
+            .arg("false"),
+    );
     create_topic(&broker.bootstrap(), "admin-doomed", 2, &[]);
     let data_dir = broker.data_dir();
     assert!(data_dir.join("admin-doomed-0").exists());
     let a = admin(&broker.bootstrap());
-    let results = block_on(a.delete_topics(&["admin-doomed"], &admin_opts())).expect("delete_topics");
+    let results =
+        block_on(a.delete_topics(&["admin-doomed"], &admin_opts())).expect("delete_topics");
     assert_eq!(results, vec![Ok("admin-doomed".to_string())]);
 
     let c = client::consumer(&broker.bootstrap(), &[]);
@@ -118,29 +141,49 @@ fn delete_topic() {
         Some(RDKafkaErrorCode::UnknownTopicOrPartition),
         "the deleted topic is gone"
     );
-    wait_for(Duration::from_secs(10), "partition directories removed", || {
-        (!data_dir.join("admin-doomed-0").exists() && !data_dir.join("admin-doomed-1").exists()).then_some(())
-    });
+    wait_for(
+        Duration::from_secs(10),
+        "partition directories removed",
+        || {
+            (!data_dir.join("admin-doomed-0").exists() && !data_dir.join("admin-doomed-1").exists())
+                .then_some(())
+        },
+    );
 
-    let results = block_on(a.delete_topics(&["admin-never"], &admin_opts())).expect("delete_topics");
+    let results =
+        block_on(a.delete_topics(&["admin-never"], &admin_opts())).expect("delete_topics");
     assert_eq!(
         results,
-        vec![Err(("admin-never".to_string(), RDKafkaErrorCode::UnknownTopicOrPartition))]
+        vec![Err((
+            "admin-never".to_string(),
+            RDKafkaErrorCode::UnknownTopicOrPartition
+        ))]
     );
 
     // The name can be used again, and the new topic starts empty.
     create_topic(&broker.bootstrap(), "admin-doomed", 1, &[]);
-    assert_eq!(partition_leaders(&broker.bootstrap(), "admin-doomed").len(), 1);
+    assert_eq!(
+        partition_leaders(&broker.bootstrap(), "admin-doomed").len(),
+        1
+    );
 }
 
 #[test]
 fn describe_alter_and_incrementally_alter_configs() {
     let broker = Broker::start(BrokerOpts::default());
     let topic = "admin-configs";
-    create_topic(&broker.bootstrap(), topic, 1, &[("retention.ms", "3600000")]);
+    create_topic(
+        &broker.bootstrap(),
+        topic,
+        1,
+        &[("retention.ms", "3600000")],
+    );
 
     let configs = describe(&broker, topic);
-    assert_eq!(value(&configs, "compression.type").as_deref(), Some("producer"));
+    assert_eq!(
+        value(&configs, "compression.type").as_deref(),
+        Some("producer")
+    );
     assert_eq!(configs["compression.type"].1, "default");
     assert_eq!(value(&configs, "retention.ms").as_deref(), Some("3600000"));
     assert_eq!(configs["retention.ms"].1, "dynamic-topic");
@@ -156,44 +199,67 @@ fn describe_alter_and_incrementally_alter_configs() {
     let configs = describe(&broker, topic);
     assert_eq!(value(&configs, "compression.type").as_deref(), Some("gzip"));
     assert_eq!(configs["compression.type"].1, "dynamic-topic");
-    assert_eq!(configs["retention.ms"].1, "default", "retention.ms override dropped");
+    assert_eq!(
+        configs["retention.ms"].1, "default",
+        "retention.ms override dropped"
+    );
 
     // IncrementalAlterConfigs sets one key and keeps the others.
     let mut raw = RawClient::connect(broker.port);
-    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
-        .with_resource_type(TOPIC_RESOURCE_TYPE)
-        .with_resource_name(StrBytes::from_static_str("admin-configs"))
-        .with_configs(vec![AlterableConfig::default()
-            .with_name(StrBytes::from_static_str("retention.ms"))
-            .with_config_operation(0)
-            .with_value(Some(StrBytes::from_static_str("7200000")))])]);
+    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(TOPIC_RESOURCE_TYPE)
+            .with_resource_name(StrBytes::from_static_str("admin-configs"))
+            .with_configs(vec![AlterableConfig::default()
+                .with_name(StrBytes::from_static_str("retention.ms"))
+                .with_config_operation(0)
+                .with_value(Some(StrBytes::from_static_str("7200000")))]),
+    ]);
     let resp = raw.request(1, &req);
     assert_eq!(resp.responses.len(), 1);
-    assert_eq!(resp.responses[0].error_code, 0, "{:?}", resp.responses[0].error_message);
+    assert_eq!(
+        resp.responses[0].error_code, 0,
+        "{:?}",
+        resp.responses[0].error_message
+    );
     let configs = describe(&broker, topic);
     assert_eq!(value(&configs, "retention.ms").as_deref(), Some("7200000"));
-    assert_eq!(value(&configs, "compression.type").as_deref(), Some("gzip"), "kept");
+    assert_eq!(
+        value(&configs, "compression.type").as_deref(),
+        Some("gzip"),
+        "kept"
+    );
 
     // An unknown config is rejected with INVALID_CONFIG and changes nothing,
     // by both APIs (raw requests: rdkafka's AlterConfigs future drops the
     // per-resource error codes).
-    let req = AlterConfigsRequest::default().with_resources(vec![alter_configs_request::AlterConfigsResource::default()
-        .with_resource_type(TOPIC_RESOURCE_TYPE)
-        .with_resource_name(StrBytes::from_static_str("admin-configs"))
-        .with_configs(vec![alter_configs_request::AlterableConfig::default()
-            .with_name(StrBytes::from_static_str("no.such.config"))
-            .with_value(Some(StrBytes::from_static_str("1")))])]);
+    let req = AlterConfigsRequest::default().with_resources(vec![
+        alter_configs_request::AlterConfigsResource::default()
+            .with_resource_type(TOPIC_RESOURCE_TYPE)
+            .with_resource_name(StrBytes::from_static_str("admin-configs"))
+            .with_configs(vec![alter_configs_request::AlterableConfig::default()
+                .with_name(StrBytes::from_static_str("no.such.config"))
+                .with_value(Some(StrBytes::from_static_str("1")))]),
+    ]);
     let resp = raw.request(1, &req);
-    assert_eq!(resp.responses[0].error_code, ResponseError::InvalidConfig.code());
-    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
-        .with_resource_type(TOPIC_RESOURCE_TYPE)
-        .with_resource_name(StrBytes::from_static_str("admin-configs"))
-        .with_configs(vec![AlterableConfig::default()
-            .with_name(StrBytes::from_static_str("no.such.config"))
-            .with_config_operation(0)
-            .with_value(Some(StrBytes::from_static_str("1")))])]);
+    assert_eq!(
+        resp.responses[0].error_code,
+        ResponseError::InvalidConfig.code()
+    );
+    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(TOPIC_RESOURCE_TYPE)
+            .with_resource_name(StrBytes::from_static_str("admin-configs"))
+            .with_configs(vec![AlterableConfig::default()
+                .with_name(StrBytes::from_static_str("no.such.config"))
+                .with_config_operation(0)
+                .with_value(Some(StrBytes::from_static_str("1")))]),
+    ]);
     let resp = raw.request(1, &req);
-    assert_eq!(resp.responses[0].error_code, ResponseError::InvalidConfig.code());
+    assert_eq!(
+        resp.responses[0].error_code,
+        ResponseError::InvalidConfig.code()
+    );
     let configs = describe(&broker, topic);
     assert_eq!(value(&configs, "compression.type").as_deref(), Some("gzip"));
     assert_eq!(value(&configs, "retention.ms").as_deref(), Some("7200000"));
@@ -211,7 +277,10 @@ fn describe_alter_and_incrementally_alter_configs() {
     assert!(d[0].error.is_none());
     let stored = common::disk::batches(&broker.first_segment(topic, 0));
     assert_eq!(stored.len(), 1);
-    assert_eq!(stored[0].header.compression().ok(), Some(fjord::record::Compression::Gzip));
+    assert_eq!(
+        stored[0].header.compression().ok(),
+        Some(fjord::record::Compression::Gzip)
+    );
 }
 
 #[test]
@@ -231,8 +300,15 @@ fn create_partitions() {
     assert_eq!(nodes, vec![0, 1], "new partitions spread over both shards");
 
     let shrink = NewPartitions::new(topic, 3);
-    let results = block_on(a.create_partitions([&shrink], &admin_opts())).expect("create_partitions");
-    assert_eq!(results, vec![Err((topic.to_string(), RDKafkaErrorCode::InvalidPartitions))]);
+    let results =
+        block_on(a.create_partitions([&shrink], &admin_opts())).expect("create_partitions");
+    assert_eq!(
+        results,
+        vec![Err((
+            topic.to_string(),
+            RDKafkaErrorCode::InvalidPartitions
+        ))]
+    );
 
     // The new partitions accept messages.
     let producer = client::producer(&broker.bootstrap(), &[("acks", "1")]);
@@ -242,5 +318,8 @@ fn create_partitions() {
         .key("k");
     producer.send(rec).map_err(|(e, _)| e).expect("enqueue");
     let d = client::await_deliveries(&producer, 1, Duration::from_secs(30));
-    assert_eq!((d[0].partition, d[0].offset, d[0].error.clone()), (4, 0, None));
+    assert_eq!(
+        (d[0].partition, d[0].offset, d[0].error.clone()),
+        (4, 0, None)
+    );
 }

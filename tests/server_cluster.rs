@@ -34,12 +34,24 @@ fn two_shard_broker_shows_two_nodes_leading_partitions() {
         "one node per shard, node k on port + k"
     );
 
-    let t = md.topics().iter().find(|t| t.name() == topic).expect("topic listed");
+    let t = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .expect("topic listed");
     assert_eq!(t.partitions().len(), 4);
     let leaders: BTreeSet<i32> = t.partitions().iter().map(|p| p.leader()).collect();
-    assert_eq!(leaders, BTreeSet::from([0, 1]), "partitions are led by both shards");
+    assert_eq!(
+        leaders,
+        BTreeSet::from([0, 1]),
+        "partitions are led by both shards"
+    );
     for p in t.partitions() {
-        assert_eq!(p.replicas(), &[p.leader()], "replication factor 1, the leader");
+        assert_eq!(
+            p.replicas(),
+            &[p.leader()],
+            "replication factor 1, the leader"
+        );
         assert_eq!(p.isr(), &[p.leader()]);
     }
 }

@@ -44,7 +44,11 @@ impl Fixture {
         let md = self
             .bystander
             .request::<MetadataRequest>(9, &MetadataRequest::default().with_topics(Some(vec![])));
-        assert_eq!(md.brokers.len(), 2, "the bystander connection still answers");
+        assert_eq!(
+            md.brokers.len(),
+            2,
+            "the bystander connection still answers"
+        );
 
         let producer = client::producer(&self.broker.bootstrap(), &[("acks", "all")]);
         let m = TestMessage {
@@ -55,7 +59,11 @@ impl Fixture {
         };
         send(&producer, "malformed", &m);
         let d = await_deliveries(&producer, 1, CLIENT_TIMEOUT);
-        assert!(d[0].error.is_none(), "produce after malformed input: {:?}", d[0].error);
+        assert!(
+            d[0].error.is_none(),
+            "produce after malformed input: {:?}",
+            d[0].error
+        );
         self.produced += 1;
         let consumed = client::consume(
             &self.broker.bootstrap(),
@@ -65,7 +73,11 @@ impl Fixture {
             Duration::from_millis(200),
             CLIENT_TIMEOUT,
         );
-        assert_eq!(consumed.len(), self.produced, "every message so far is consumed once");
+        assert_eq!(
+            consumed.len(),
+            self.produced,
+            "every message so far is consumed once"
+        );
         self.broker.assert_alive();
     }
 }
@@ -160,14 +172,19 @@ fn api_versions_v99_gets_unsupported_version_in_v0_format() {
         .with_request_api_version(99)
         .with_correlation_id(42);
     header.encode(&mut body, 2).expect("encode header v2");
-    ApiVersionsRequest::default().encode(&mut body, 3).expect("encode body as v3");
+    ApiVersionsRequest::default()
+        .encode(&mut body, 3)
+        .expect("encode body as v3");
     c.send_frame(&body);
     let mut frame = match c.read_frame(CLOSE_TIMEOUT) {
         ReadOutcome::Frame(f) => f,
         other => panic!("expected an ApiVersions answer, got {other:?}"),
     };
     let correlation = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
-    assert_eq!(correlation, 42, "response header v0: just the correlation id");
+    assert_eq!(
+        correlation, 42,
+        "response header v0: just the correlation id"
+    );
     let _ = bytes::Buf::get_i32(&mut frame);
     let resp = ApiVersionsResponse::decode(&mut frame, 0).expect("a v0 body");
     assert_eq!(resp.error_code, ResponseError::UnsupportedVersion.code());
@@ -181,7 +198,10 @@ fn api_versions_v99_gets_unsupported_version_in_v0_format() {
     // The connection stays usable: a supported version is then answered.
     let resp = c.request(3, &ApiVersionsRequest::default());
     assert_eq!(resp.error_code, 0);
-    assert!(resp.api_keys.iter().any(|k| k.api_key == ApiKey::Produce as i16));
+    assert!(resp
+        .api_keys
+        .iter()
+        .any(|k| k.api_key == ApiKey::Produce as i16));
     f.assert_still_serving();
 }
 
@@ -190,7 +210,12 @@ fn api_versions_v99_gets_unsupported_version_in_v0_format() {
 #[test]
 fn other_api_at_unknown_version_closes_the_connection() {
     let mut f = fixture();
-    for (key, version) in [(ApiKey::Metadata, 99i16), (ApiKey::Produce, 99), (ApiKey::Fetch, 2), (ApiKey::Produce, 1)] {
+    for (key, version) in [
+        (ApiKey::Metadata, 99i16),
+        (ApiKey::Produce, 99),
+        (ApiKey::Fetch, 2),
+        (ApiKey::Produce, 1),
+    ] {
         let mut c = RawClient::connect(f.broker.port);
         c.send_frame(&header_v1(key as i16, version, 1));
         c.assert_closed(CLOSE_TIMEOUT, &format!("{key:?} v{version}"));

@@ -40,7 +40,11 @@ fn one_record(codec: Compression, value: &str) -> Bytes {
 /// size of the batches in the Kafka run (61-byte header + 3 × (7 + value)).
 fn three_records(codec: Compression, tag: &str) -> Bytes {
     let ts = now_ms();
-    let values = [format!("hello-kafka-{tag}"), format!("hello-kafka-{tag}"), format!("hello-kafka{tag}")];
+    let values = [
+        format!("hello-kafka-{tag}"),
+        format!("hello-kafka-{tag}"),
+        format!("hello-kafka{tag}"),
+    ];
     let mut b = BatchBuilder::new(codec);
     for v in &values {
         b = b.record(None, Some(v.as_bytes()), &[], ts);
@@ -82,7 +86,11 @@ impl Fixture {
             "a rejected batch reached the log"
         );
         let (err, base) = self.produce(1, one_record(Compression::None, "after"));
-        assert_eq!((err, base), (0, 0), "the next good batch starts the log at offset 0");
+        assert_eq!(
+            (err, base),
+            (0, 0),
+            "the next good batch starts the log at offset 0"
+        );
         let stored = batches(&self.broker.first_segment(&self.topic, 0));
         assert_eq!(stored.len(), 1);
         assert_eq!(stored[0].header.base_offset, 0);
@@ -165,7 +173,11 @@ fn acks_0_gets_no_response_but_is_written_at_offset_0() {
     });
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0].header.base_offset, 0);
-    assert_eq!(stored[0].bytes[21..], batch[21..], "stored as sent (CRC-covered bytes)");
+    assert_eq!(
+        stored[0].bytes[21..],
+        batch[21..],
+        "stored as sent (CRC-covered bytes)"
+    );
     // The connection still works, and the next response is the next request's.
     let md = f
         .client
@@ -183,7 +195,8 @@ fn acks_0_with_an_error_closes_the_connection() {
     batch[last] ^= 0x01;
     let req = produce_request(&f.topic, 0, 0, Bytes::from(batch));
     f.client.send(PRODUCE_VERSION, &req);
-    f.client.assert_closed(Duration::from_secs(10), "acks=0 with a bad CRC");
+    f.client
+        .assert_closed(Duration::from_secs(10), "acks=0 with a bad CRC");
     f.client = RawClient::connect(f.broker.port);
     f.assert_nothing_written();
 }
@@ -197,7 +210,10 @@ fn two_three_record_batches_get_offsets_0_and_3_with_client_crc_on_disk() {
     assert_eq!(second.len(), 120);
     let client_crc = u32::from_be_bytes([second[17], second[18], second[19], second[20]]);
     assert_eq!(client_crc, compute_crc(&second));
-    assert_eq!(i32::from_be_bytes([second[12], second[13], second[14], second[15]]), -1);
+    assert_eq!(
+        i32::from_be_bytes([second[12], second[13], second[14], second[15]]),
+        -1
+    );
 
     assert_eq!(f.produce(1, first), (0, 0));
     assert_eq!(f.produce(1, second.clone()), (0, 3));
@@ -212,7 +228,11 @@ fn two_three_record_batches_get_offsets_0_and_3_with_client_crc_on_disk() {
     assert_eq!(s.header.total_size(), 120);
     assert_eq!(s.header.crc, client_crc, "the client's CRC is kept");
     assert_eq!(compute_crc(&s.bytes), client_crc, "and still valid");
-    assert_eq!(s.bytes[16..], second[16..], "only baseOffset and partitionLeaderEpoch change");
+    assert_eq!(
+        s.bytes[16..],
+        second[16..],
+        "only baseOffset and partitionLeaderEpoch change"
+    );
 }
 
 #[test]
@@ -253,7 +273,11 @@ fn gzip_batch_to_lz4_topic_is_recompressed() {
         .collect();
     assert_eq!(
         values,
-        vec![b"hello-kafka-0".to_vec(), b"hello-kafka-0".to_vec(), b"hello-kafka0".to_vec()],
+        vec![
+            b"hello-kafka-0".to_vec(),
+            b"hello-kafka-0".to_vec(),
+            b"hello-kafka0".to_vec()
+        ],
         "the same records"
     );
 }

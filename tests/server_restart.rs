@@ -32,7 +32,12 @@ fn produce_acked(broker: &Broker, topic: &str) -> HashMap<usize, (i32, i64)> {
     let deliveries = await_deliveries(&producer, MESSAGES, TIMEOUT);
     let mut acked = HashMap::new();
     for d in deliveries {
-        assert!(d.error.is_none(), "message {} not acknowledged: {:?}", d.id, d.error);
+        assert!(
+            d.error.is_none(),
+            "message {} not acknowledged: {:?}",
+            d.id,
+            d.error
+        );
         acked.insert(d.id, (d.partition, d.offset));
     }
     assert_eq!(acked.len(), MESSAGES);
@@ -42,7 +47,14 @@ fn produce_acked(broker: &Broker, topic: &str) -> HashMap<usize, (i32, i64)> {
 /// Consumes the topic and asserts it holds exactly the acknowledged
 /// messages, each once, at the offset its delivery report gave.
 fn assert_exactly(broker: &Broker, topic: &str, acked: &HashMap<usize, (i32, i64)>) {
-    let consumed = client::consume(&broker.bootstrap(), topic, PARTITIONS, acked.len(), SETTLE, TIMEOUT);
+    let consumed = client::consume(
+        &broker.bootstrap(),
+        topic,
+        PARTITIONS,
+        acked.len(),
+        SETTLE,
+        TIMEOUT,
+    );
     let mut seen = HashSet::new();
     for c in &consumed {
         let id: usize = String::from_utf8_lossy(c.value.as_deref().unwrap_or_default())
@@ -50,10 +62,18 @@ fn assert_exactly(broker: &Broker, topic: &str, acked: &HashMap<usize, (i32, i64
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("unexpected message {c:?}"));
         assert!(seen.insert(id), "message {id} duplicated");
-        assert_eq!(Some((c.partition, c.offset)), acked.get(&id).copied(), "message {id} moved");
+        assert_eq!(
+            Some((c.partition, c.offset)),
+            acked.get(&id).copied(),
+            "message {id} moved"
+        );
         assert_eq!(c.key.as_deref(), Some(message(id).key.as_slice()));
     }
-    assert_eq!(consumed.len(), acked.len(), "exactly the acknowledged messages");
+    assert_eq!(
+        consumed.len(),
+        acked.len(),
+        "exactly the acknowledged messages"
+    );
 }
 
 fn survives_kill9(opts: BrokerOpts, topic: &str) {
@@ -67,14 +87,21 @@ fn survives_kill9(opts: BrokerOpts, topic: &str) {
     let more = client::producer(&broker.bootstrap(), &[("acks", "all")]);
     send(&more, topic, &message(MESSAGES));
     let d = await_deliveries(&more, 1, TIMEOUT);
-    assert!(d[0].error.is_none(), "produce after recovery: {:?}", d[0].error);
+    assert!(
+        d[0].error.is_none(),
+        "produce after recovery: {:?}",
+        d[0].error
+    );
     let next_offset = acked
         .values()
         .filter(|(p, _)| *p == d[0].partition)
         .map(|(_, o)| o + 1)
         .max()
         .unwrap_or(0);
-    assert_eq!(d[0].offset, next_offset, "appends continue at the recovered log end");
+    assert_eq!(
+        d[0].offset, next_offset,
+        "appends continue at the recovered log end"
+    );
     broker.stop();
 }
 
@@ -85,19 +112,31 @@ fn acks_all_messages_survive_kill9() {
 
 #[test]
 fn acks_all_messages_survive_kill9_with_fsync_acks() {
-    survives_kill9(BrokerOpts::default().arg("--fsync-acks"), "restart-kill9-fsync");
+    survives_kill9(
+        BrokerOpts::default().arg("--fsync-acks"),
+        "restart-kill9-fsync",
+    );
 }
 
 #[test]
 fn messages_and_topics_survive_clean_restart() {
     let mut broker = Broker::start(BrokerOpts::default());
     let topic = "restart-clean";
-    create_topic(&broker.bootstrap(), topic, PARTITIONS, &[("compression.type", "gzip")]);
+    create_topic(
+        &broker.bootstrap(),
+        topic,
+        PARTITIONS,
+        &[("compression.type", "gzip")],
+    );
     let acked = produce_acked(&broker, topic);
     broker.stop();
     broker.restart();
     assert_exactly(&broker, topic, &acked);
     let leaders = client::partition_leaders(&broker.bootstrap(), topic);
-    assert_eq!(leaders.len(), PARTITIONS as usize, "the topic's partitions survive");
+    assert_eq!(
+        leaders.len(),
+        PARTITIONS as usize,
+        "the topic's partitions survive"
+    );
     broker.stop();
 }

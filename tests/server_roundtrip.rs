@@ -27,7 +27,14 @@ fn message(id: usize) -> TestMessage {
     let value = format!("value-{id:08}-{}", "abcdefghij".repeat(1 + id % 7)).into_bytes();
     let headers = vec![
         ("id".to_string(), id.to_string().into_bytes()),
-        ("kind".to_string(), if id % 2 == 0 { b"even".to_vec() } else { b"odd".to_vec() }),
+        (
+            "kind".to_string(),
+            if id % 2 == 0 {
+                b"even".to_vec()
+            } else {
+                b"odd".to_vec()
+            },
+        ),
     ];
     TestMessage {
         id,
@@ -47,15 +54,25 @@ fn assert_stored_with(broker: &Broker, topic: &str, codec: Compression, strict: 
         for b in batches(&broker.first_segment(topic, p)) {
             let stored = b.header.compression().ok();
             let allowed = stored == Some(codec) || (!strict && stored == Some(Compression::None));
-            assert!(allowed, "{topic}-{p} batch at {}: {stored:?}, {:?}", b.position, b.header);
+            assert!(
+                allowed,
+                "{topic}-{p} batch at {}: {stored:?}, {:?}",
+                b.position, b.header
+            );
             records += b.header.records_count as usize;
             if stored == Some(codec) {
                 with_codec += b.header.records_count as usize;
             }
         }
     }
-    assert_eq!(records, MESSAGES, "every acknowledged record is in the segments");
-    assert!(with_codec * 2 > MESSAGES, "only {with_codec} records stored as {codec:?}");
+    assert_eq!(
+        records, MESSAGES,
+        "every acknowledged record is in the segments"
+    );
+    assert!(
+        with_codec * 2 > MESSAGES,
+        "only {with_codec} records stored as {codec:?}"
+    );
 }
 
 /// Produces with the client codec `codec` to a topic with `topic_config`,
@@ -83,15 +100,34 @@ fn roundtrip(codec: &str, topic_config: &[(&str, &str)], stored: Compression, st
     let mut delivered: HashMap<usize, (i32, i64)> = HashMap::with_capacity(MESSAGES);
     for d in &deliveries {
         assert!(d.error.is_none(), "message {} failed: {:?}", d.id, d.error);
-        assert!(delivered.insert(d.id, (d.partition, d.offset)).is_none(), "two reports for {}", d.id);
+        assert!(
+            delivered.insert(d.id, (d.partition, d.offset)).is_none(),
+            "two reports for {}",
+            d.id
+        );
     }
     let partitions_used: HashSet<i32> = delivered.values().map(|(p, _)| *p).collect();
-    assert_eq!(partitions_used.len(), PARTITIONS as usize, "keys spread over every partition");
+    assert_eq!(
+        partitions_used.len(),
+        PARTITIONS as usize,
+        "keys spread over every partition"
+    );
 
     assert_stored_with(&broker, &topic, stored, strict);
 
-    let consumed = client::consume(&broker.bootstrap(), &topic, PARTITIONS, MESSAGES, SETTLE, CONSUME_TIMEOUT);
-    assert_eq!(consumed.len(), MESSAGES, "exactly the produced messages, no duplicates");
+    let consumed = client::consume(
+        &broker.bootstrap(),
+        &topic,
+        PARTITIONS,
+        MESSAGES,
+        SETTLE,
+        CONSUME_TIMEOUT,
+    );
+    assert_eq!(
+        consumed.len(),
+        MESSAGES,
+        "exactly the produced messages, no duplicates"
+    );
     let mut seen = HashSet::with_capacity(MESSAGES);
     // Per key: (partition, offset, id) in consumption order.
     let mut per_key: HashMap<Vec<u8>, Vec<(i32, i64, usize)>> = HashMap::new();
@@ -108,17 +144,30 @@ fn roundtrip(codec: &str, topic_config: &[(&str, &str)], stored: Compression, st
         assert_eq!(c.key.as_deref(), Some(&m.key[..]), "key of {id}");
         assert_eq!(c.value.as_deref(), Some(&m.value[..]), "value of {id}");
         assert_eq!(c.headers, m.headers, "headers of {id}");
-        assert_eq!((c.partition, c.offset), delivered[&id], "message {id} where its delivery report said");
-        per_key.entry(m.key.clone()).or_default().push((c.partition, c.offset, id));
+        assert_eq!(
+            (c.partition, c.offset),
+            delivered[&id],
+            "message {id} where its delivery report said"
+        );
+        per_key
+            .entry(m.key.clone())
+            .or_default()
+            .push((c.partition, c.offset, id));
     }
     for (key, msgs) in per_key {
         let partition = msgs[0].0;
-        assert!(msgs.iter().all(|m| m.0 == partition), "key {key:?} on one partition");
+        assert!(
+            msgs.iter().all(|m| m.0 == partition),
+            "key {key:?} on one partition"
+        );
         let ids: Vec<usize> = msgs.iter().map(|m| m.2).collect();
         let mut sorted = ids.clone();
         sorted.sort_unstable();
         assert_eq!(ids, sorted, "key {key:?} consumed in the order it was sent");
-        assert!(msgs.windows(2).all(|w| w[0].1 < w[1].1), "offsets grow per key");
+        assert!(
+            msgs.windows(2).all(|w| w[0].1 < w[1].1),
+            "offsets grow per key"
+        );
     }
 }
 
@@ -145,7 +194,12 @@ fn roundtrip_100k_snappy() {
 /// consumer decodes lz4 batches the broker wrote.
 #[test]
 fn roundtrip_100k_lz4() {
-    roundtrip("lz4", &[("compression.type", "lz4")], Compression::Lz4, true);
+    roundtrip(
+        "lz4",
+        &[("compression.type", "lz4")],
+        Compression::Lz4,
+        true,
+    );
 }
 
 /// The strict form of the lz4 case: lz4 batches from librdkafka itself,

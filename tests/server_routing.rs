@@ -13,7 +13,9 @@ use common::{Broker, BrokerOpts};
 use fjord::record::{decode_batch, BatchBuilder, Compression};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{FetchRequest, FetchResponse, MetadataRequest, ProduceRequest, TopicName};
+use kafka_protocol::messages::{
+    FetchRequest, FetchResponse, MetadataRequest, ProduceRequest, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use std::time::{Duration, Instant};
@@ -40,9 +42,8 @@ fn setup() -> (Broker, i32, i32) {
 
 /// The topic id, from a Metadata v12 request.
 fn topic_id(client: &mut RawClient) -> uuid::Uuid {
-    let req = MetadataRequest::default().with_topics(Some(vec![
-        MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_static_str(TOPIC))))
-    ]));
+    let req = MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_static_str(TOPIC))))]));
     let resp = client.request(12, &req);
     assert_eq!(resp.topics.len(), 1);
     assert_eq!(resp.topics[0].error_code, 0);
@@ -85,10 +86,17 @@ fn produce_at_the_wrong_shard_is_not_leader_with_the_right_leader() {
         let req = produce_request(TOPIC, 0, 1, batch("misrouted"));
         let resp = wrong.request::<ProduceRequest>(version, &req);
         let p = only_partition(&resp);
-        assert_eq!(p.error_code, ResponseError::NotLeaderOrFollower.code(), "v{version}");
+        assert_eq!(
+            p.error_code,
+            ResponseError::NotLeaderOrFollower.code(),
+            "v{version}"
+        );
         assert_eq!(p.base_offset, -1);
         if version >= 10 {
-            assert_eq!(p.current_leader.leader_id.0, leader, "v{version} names the leader");
+            assert_eq!(
+                p.current_leader.leader_id.0, leader,
+                "v{version} names the leader"
+            );
             assert!(p.current_leader.leader_epoch >= 0);
             let ep: Vec<(i32, String, i32)> = resp
                 .node_endpoints
@@ -97,12 +105,19 @@ fn produce_at_the_wrong_shard_is_not_leader_with_the_right_leader() {
                 .collect();
             assert_eq!(
                 ep,
-                vec![(leader, "127.0.0.1".to_string(), broker.port_of(leader as usize) as i32)],
+                vec![(
+                    leader,
+                    "127.0.0.1".to_string(),
+                    broker.port_of(leader as usize) as i32
+                )],
                 "v{version} carries the leader's endpoint"
             );
         }
     }
-    assert!(batches(&broker.first_segment(TOPIC, 0)).is_empty(), "nothing written");
+    assert!(
+        batches(&broker.first_segment(TOPIC, 0)).is_empty(),
+        "nothing written"
+    );
 
     // The owner accepts the same batch.
     let mut right = RawClient::connect(broker.port_of(leader as usize));
@@ -121,14 +136,32 @@ fn fetch_at_the_wrong_shard_is_not_leader_with_the_right_leader() {
         assert_eq!(resp.responses.len(), 1);
         let p = &resp.responses[0].partitions[0];
         assert_eq!(p.partition_index, 0);
-        assert_eq!(p.error_code, ResponseError::NotLeaderOrFollower.code(), "v{version}");
-        assert!(p.records.as_ref().is_none_or(|r| r.is_empty()), "no records");
+        assert_eq!(
+            p.error_code,
+            ResponseError::NotLeaderOrFollower.code(),
+            "v{version}"
+        );
+        assert!(
+            p.records.as_ref().is_none_or(|r| r.is_empty()),
+            "no records"
+        );
         if version >= 12 {
-            assert_eq!(p.current_leader.leader_id.0, leader, "v{version} names the leader");
+            assert_eq!(
+                p.current_leader.leader_id.0, leader,
+                "v{version} names the leader"
+            );
         }
         if version >= 16 {
-            let ep: Vec<(i32, i32)> = resp.node_endpoints.iter().map(|e| (e.node_id.0, e.port)).collect();
-            assert_eq!(ep, vec![(leader, broker.port_of(leader as usize) as i32)], "v16 endpoint");
+            let ep: Vec<(i32, i32)> = resp
+                .node_endpoints
+                .iter()
+                .map(|e| (e.node_id.0, e.port))
+                .collect();
+            assert_eq!(
+                ep,
+                vec![(leader, broker.port_of(leader as usize) as i32)],
+                "v16 endpoint"
+            );
         }
     }
     // The owner answers the same fetch.
@@ -150,7 +183,8 @@ fn long_poll_returns_when_a_produce_arrives() {
     let correlation = fetcher.send(12, &fetch_request(12, id, 0, MAX_WAIT_MS));
     std::thread::sleep(Duration::from_millis(200));
     let mut producer = RawClient::connect(port);
-    let resp = producer.request::<ProduceRequest>(9, &produce_request(TOPIC, 0, 1, batch("wake-up")));
+    let resp =
+        producer.request::<ProduceRequest>(9, &produce_request(TOPIC, 0, 1, batch("wake-up")));
     assert_eq!(only_partition(&resp).error_code, 0);
     let resp: FetchResponse = fetcher.receive::<FetchRequest>(12, correlation);
     let p = &resp.responses[0].partitions[0];
@@ -172,5 +206,8 @@ fn long_poll_returns_when_a_produce_arrives() {
     };
     let p = &resp.responses[0].partitions[0];
     assert_eq!(p.error_code, 0);
-    assert!(p.records.as_ref().is_none_or(|r| r.is_empty()), "no data past the end");
+    assert!(
+        p.records.as_ref().is_none_or(|r| r.is_empty()),
+        "no data past the end"
+    );
 }

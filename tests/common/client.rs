@@ -125,7 +125,11 @@ pub fn send(producer: &TestProducer, topic: &str, msg: &TestMessage) {
 
 /// Polls until `expected` delivery reports arrived (or panics at `timeout`)
 /// and returns them all.
-pub fn await_deliveries(producer: &TestProducer, expected: usize, timeout: Duration) -> Vec<Delivery> {
+pub fn await_deliveries(
+    producer: &TestProducer,
+    expected: usize,
+    timeout: Duration,
+) -> Vec<Delivery> {
     let deadline = Instant::now() + timeout;
     loop {
         producer.poll(Duration::from_millis(50));
@@ -214,7 +218,12 @@ pub fn consume(
                     .headers()
                     .map(|hs| {
                         hs.iter()
-                            .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec).unwrap_or_default()))
+                            .map(|h| {
+                                (
+                                    h.key.to_string(),
+                                    h.value.map(<[u8]>::to_vec).unwrap_or_default(),
+                                )
+                            })
                             .collect()
                     })
                     .unwrap_or_default(),
@@ -226,7 +235,9 @@ pub fn consume(
 
 /// An admin client.
 pub fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
-    base_config(bootstrap).create().expect("create admin client")
+    base_config(bootstrap)
+        .create()
+        .expect("create admin client")
 }
 
 /// Admin options with bounded timeouts.
@@ -245,15 +256,25 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 pub fn partition_leaders(bootstrap: &str, topic: &str) -> HashMap<i32, i32> {
     let c = consumer(bootstrap, &[]);
     let md = c
-        .fetch_metadata(Some(topic), Duration::from_millis(CLIENT_REQUEST_TIMEOUT_MS))
+        .fetch_metadata(
+            Some(topic),
+            Duration::from_millis(CLIENT_REQUEST_TIMEOUT_MS),
+        )
         .expect("metadata");
     let t = md
         .topics()
         .iter()
         .find(|t| t.name() == topic)
         .expect("topic in metadata");
-    assert!(t.error().is_none(), "metadata error for {topic}: {:?}", t.error());
-    t.partitions().iter().map(|p| (p.id(), p.leader())).collect()
+    assert!(
+        t.error().is_none(),
+        "metadata error for {topic}: {:?}",
+        t.error()
+    );
+    t.partitions()
+        .iter()
+        .map(|p| (p.id(), p.leader()))
+        .collect()
 }
 
 /// Creates `topic` with `partitions` partitions (RF 1) and `config` and

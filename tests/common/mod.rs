@@ -146,13 +146,19 @@ impl Broker {
         let Some(pid) = self.pid() else { return };
         signal(pid, libc::SIGTERM);
         let status = self.wait_exit(Duration::from_millis(STOP_TIMEOUT_MS));
-        assert!(status.success(), "broker exited with {status} after SIGTERM");
+        assert!(
+            status.success(),
+            "broker exited with {status} after SIGTERM"
+        );
         let stopped = self
             .stdout
             .take()
             .map(|rx| rx.try_iter().any(|l| l.trim() == "fjord: stopped"))
             .unwrap_or(false);
-        assert!(stopped, "broker did not print `fjord: stopped` after SIGTERM");
+        assert!(
+            stopped,
+            "broker did not print `fjord: stopped` after SIGTERM"
+        );
     }
 
     /// SIGKILL: the broker gets no chance to flush or checkpoint.
@@ -180,7 +186,9 @@ impl Broker {
         loop {
             match child.try_wait() {
                 Ok(Some(status)) => return status,
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
                 Ok(None) => {
                     let _ = child.kill();
                     let _ = child.wait();
@@ -261,12 +269,16 @@ impl Broker {
                 Ok(_) => {}
                 Err(RecvTimeoutError::Disconnected) | Err(RecvTimeoutError::Timeout) => {
                     if let Ok(Some(status)) = child.try_wait() {
-                        return Err(format!("broker on port {port} exited during start-up: {status}"));
+                        return Err(format!(
+                            "broker on port {port} exited during start-up: {status}"
+                        ));
                     }
                     if Instant::now() >= deadline {
                         let _ = child.kill();
                         let _ = child.wait();
-                        return Err(format!("broker on port {port} not ready in {READY_TIMEOUT_MS} ms"));
+                        return Err(format!(
+                            "broker on port {port} not ready in {READY_TIMEOUT_MS} ms"
+                        ));
                     }
                 }
             }
@@ -287,7 +299,10 @@ impl Broker {
         }
         let lines: Vec<&str> = text.lines().collect();
         let from = lines.len().saturating_sub(STDERR_TAIL_LINES);
-        format!("--- broker stderr (last lines) ---\n{}\n--- end ---", lines[from..].join("\n"))
+        format!(
+            "--- broker stderr (last lines) ---\n{}\n--- end ---",
+            lines[from..].join("\n")
+        )
     }
 
     /// The raw bytes of `<data-dir>/<topic>-<partition>/00000000000000000000.log`.
@@ -323,7 +338,9 @@ fn signal(pid: u32, sig: libc::c_int) {
 /// True if every port in `base..base + count` binds on 127.0.0.1 right now.
 fn ports_free(base: u16, count: usize) -> bool {
     (0..count).all(|k| {
-        let Some(port) = base.checked_add(k as u16) else { return false };
+        let Some(port) = base.checked_add(k as u16) else {
+            return false;
+        };
         TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)).is_ok()
     })
 }
@@ -347,7 +364,10 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -90,9 +90,16 @@ impl RawClient {
         };
         let header = ResponseHeader::decode(&mut frame, key.response_header_version(version))
             .expect("decode response header");
-        assert_eq!(header.correlation_id, correlation_id, "responses come back in order");
+        assert_eq!(
+            header.correlation_id, correlation_id,
+            "responses come back in order"
+        );
         let resp = R::Response::decode(&mut frame, version).expect("decode response body");
-        assert_eq!(frame.remaining(), 0, "the {key:?} v{version} response has trailing bytes");
+        assert_eq!(
+            frame.remaining(),
+            0,
+            "the {key:?} v{version} response has trailing bytes"
+        );
         resp
     }
 
@@ -175,6 +182,10 @@ pub fn only_partition(
     resp: &kafka_protocol::messages::ProduceResponse,
 ) -> &kafka_protocol::messages::produce_response::PartitionProduceResponse {
     assert_eq!(resp.responses.len(), 1, "one topic in the response");
-    assert_eq!(resp.responses[0].partition_responses.len(), 1, "one partition in the response");
+    assert_eq!(
+        resp.responses[0].partition_responses.len(),
+        1,
+        "one partition in the response"
+    );
     &resp.responses[0].partition_responses[0]
 }
