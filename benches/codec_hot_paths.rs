@@ -19,7 +19,7 @@ fn batch_of(bytes: usize) -> BytesMut {
     let mut b = BatchBuilder::new(Compression::None);
     let value = vec![b'x'; 100];
     let mut i = 0;
-    while b.clone().build().len() < bytes {
+    while b.is_empty() || b.clone().build().len() < bytes {
         b = b.record(
             Some(format!("k{i}").as_bytes()),
             Some(&value),

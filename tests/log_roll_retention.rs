@@ -26,7 +26,7 @@ fn rolls_on_bytes_and_retention_moves_log_start() {
         let mut last = Offset(0);
         for i in 0..60 {
             last = log
-                .append(sized_batch(1, 900, now + i))
+                .append(sized_batch(1, 900, now - 10_000 + i))
                 .unwrap()
                 .last_offset;
         }
@@ -60,8 +60,8 @@ fn rolls_on_bytes_and_retention_moves_log_start() {
         let text =
             std::fs::read_to_string(data.join("log-start-offset-checkpoint.shard-0")).unwrap();
         assert!(text.contains(&format!("ret 0 {start}")), "{text}");
-        // retention.ms: timestamps of "now" are not expired; an hour-old limit
-        // from the future deletes all but the active segment.
+        // retention.ms: every record is ~10 s old, so a 1 ms limit deletes
+        // all but the active segment.
         log.set_config(LogConfig {
             retention_ms: 1,
             ..config.clone()

@@ -20,9 +20,16 @@ pub mod header;
 pub mod produce;
 pub mod wire;
 
-pub use apis::{supported, SUPPORTED};
+pub use apis::{api_versions_body, supported, Features, SUPPORTED};
+pub use fetch::{
+    encode_fetch_response, FetchPartitionResponse, FetchResponse, FetchTopicResponse, NodeEndpoint,
+};
 pub use frame::{frame_len, FrameError, SOCKET_REQUEST_MAX_BYTES};
 pub use header::{parse_request_header, write_response_header, RequestHeader};
+pub use produce::{
+    decode_produce_request, single_batch, validate_for_append, ProducePartition, ProduceRequest,
+    ProduceTopic,
+};
 
 /// Why a request (header or body) could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

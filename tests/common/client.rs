@@ -146,7 +146,8 @@ pub fn await_deliveries(
     producer.context().deliveries.lock().expect("lock").clone()
 }
 
-/// An assign-mode consumer (no group id, no commits).
+/// An assign-mode consumer: librdkafka's `assign` needs a `group.id`, but
+/// the consumer never joins the group nor commits.
 pub fn consumer(bootstrap: &str, extra: &[(&str, &str)]) -> BaseConsumer {
     let mut c = base_config(bootstrap);
     c.set("group.id", "fjord-itest-assign-only")
@@ -290,4 +291,12 @@ pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32, config: &[(&s
     if let Err((name, code)) = &results[0] {
         panic!("creating {name} failed: {code:?}");
     }
+}
+
+/// The port of the shard leading `topic`-`partition`.
+pub fn leader_port(broker: &crate::common::Broker, topic: &str, partition: i32) -> u16 {
+    let leaders = partition_leaders(&broker.bootstrap(), topic);
+    let node = leaders[&partition];
+    assert!(node >= 0, "{topic}-{partition} has a leader");
+    broker.port_of(node as usize)
 }

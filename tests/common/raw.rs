@@ -157,3 +157,35 @@ impl RawClient {
         }
     }
 }
+
+/// A Produce request for one partition of `topic` carrying `records` as is.
+pub fn produce_request(
+    topic: &str,
+    partition: i32,
+    acks: i16,
+    records: Bytes,
+) -> kafka_protocol::messages::ProduceRequest {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::TopicName;
+    kafka_protocol::messages::ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(records))])])
+}
+
+/// The single partition answer of a one-partition Produce response.
+pub fn only_partition(
+    resp: &kafka_protocol::messages::ProduceResponse,
+) -> &kafka_protocol::messages::produce_response::PartitionProduceResponse {
+    assert_eq!(resp.responses.len(), 1, "one topic in the response");
+    assert_eq!(
+        resp.responses[0].partition_responses.len(),
+        1,
+        "one partition in the response"
+    );
+    &resp.responses[0].partition_responses[0]
+}

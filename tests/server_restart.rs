@@ -1,0 +1,142 @@
+//! Durability across restarts: every message acknowledged with acks=all
+//! survives a SIGKILL (and a clean SIGTERM stop), and none is duplicated.
+
+mod common;
+
+use common::client::{self, await_deliveries, create_topic, send, TestMessage};
+use common::{Broker, BrokerOpts};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+const MESSAGES: usize = 20_000;
+const PARTITIONS: i32 = 4;
+const TIMEOUT: Duration = Duration::from_secs(120);
+const SETTLE: Duration = Duration::from_millis(1_000);
+
+fn message(id: usize) -> TestMessage {
+    TestMessage {
+        id,
+        key: format!("k{}", id % 97).into_bytes(),
+        value: format!("restart-value-{id}").into_bytes(),
+        headers: vec![("id".into(), id.to_string().into_bytes())],
+    }
+}
+
+/// Produces `MESSAGES` with acks=all and returns id → (partition, offset)
+/// from the delivery reports, all of which must be successes.
+fn produce_acked(broker: &Broker, topic: &str) -> HashMap<usize, (i32, i64)> {
+    let producer = client::producer(&broker.bootstrap(), &[("acks", "all"), ("linger.ms", "2")]);
+    for id in 0..MESSAGES {
+        send(&producer, topic, &message(id));
+    }
+    let deliveries = await_deliveries(&producer, MESSAGES, TIMEOUT);
+    let mut acked = HashMap::new();
+    for d in deliveries {
+        assert!(
+            d.error.is_none(),
+            "message {} not acknowledged: {:?}",
+            d.id,
+            d.error
+        );
+        acked.insert(d.id, (d.partition, d.offset));
+    }
+    assert_eq!(acked.len(), MESSAGES);
+    acked
+}
+
+/// Consumes the topic and asserts it holds exactly the acknowledged
+/// messages, each once, at the offset its delivery report gave.
+fn assert_exactly(broker: &Broker, topic: &str, acked: &HashMap<usize, (i32, i64)>) {
+    let consumed = client::consume(
+        &broker.bootstrap(),
+        topic,
+        PARTITIONS,
+        acked.len(),
+        SETTLE,
+        TIMEOUT,
+    );
+    let mut seen = HashSet::new();
+    for c in &consumed {
+        let id: usize = String::from_utf8_lossy(c.value.as_deref().unwrap_or_default())
+            .strip_prefix("restart-value-")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected message {c:?}"));
+        assert!(seen.insert(id), "message {id} duplicated");
+        assert_eq!(
+            Some((c.partition, c.offset)),
+            acked.get(&id).copied(),
+            "message {id} moved"
+        );
+        assert_eq!(c.key.as_deref(), Some(message(id).key.as_slice()));
+    }
+    assert_eq!(
+        consumed.len(),
+        acked.len(),
+        "exactly the acknowledged messages"
+    );
+}
+
+fn survives_kill9(opts: BrokerOpts, topic: &str) {
+    let mut broker = Broker::start(opts);
+    create_topic(&broker.bootstrap(), topic, PARTITIONS, &[]);
+    let acked = produce_acked(&broker, topic);
+    broker.kill9();
+    broker.restart();
+    assert_exactly(&broker, topic, &acked);
+    // The recovered log keeps accepting appends after what was recovered.
+    let more = client::producer(&broker.bootstrap(), &[("acks", "all")]);
+    send(&more, topic, &message(MESSAGES));
+    let d = await_deliveries(&more, 1, TIMEOUT);
+    assert!(
+        d[0].error.is_none(),
+        "produce after recovery: {:?}",
+        d[0].error
+    );
+    let next_offset = acked
+        .values()
+        .filter(|(p, _)| *p == d[0].partition)
+        .map(|(_, o)| o + 1)
+        .max()
+        .unwrap_or(0);
+    assert_eq!(
+        d[0].offset, next_offset,
+        "appends continue at the recovered log end"
+    );
+    broker.stop();
+}
+
+#[test]
+fn acks_all_messages_survive_kill9() {
+    survives_kill9(BrokerOpts::default(), "restart-kill9");
+}
+
+#[test]
+fn acks_all_messages_survive_kill9_with_fsync_acks() {
+    survives_kill9(
+        BrokerOpts::default().arg("--fsync-acks"),
+        "restart-kill9-fsync",
+    );
+}
+
+#[test]
+fn messages_and_topics_survive_clean_restart() {
+    let mut broker = Broker::start(BrokerOpts::default());
+    let topic = "restart-clean";
+    create_topic(
+        &broker.bootstrap(),
+        topic,
+        PARTITIONS,
+        &[("compression.type", "gzip")],
+    );
+    let acked = produce_acked(&broker, topic);
+    broker.stop();
+    broker.restart();
+    assert_exactly(&broker, topic, &acked);
+    let leaders = client::partition_leaders(&broker.bootstrap(), topic);
+    assert_eq!(
+        leaders.len(),
+        PARTITIONS as usize,
+        "the topic's partitions survive"
+    );
+    broker.stop();
+}
