@@ -60,7 +60,11 @@ pub fn decode(text: &str) -> Option<Vec<(TopicPartition, i64)>> {
 
 /// Atomically replaces `path` with `entries`.
 pub fn write(path: &Path, entries: &[(TopicPartition, i64)]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    // `<name>.shard-<k>.tmp`: with_extension would drop `.shard-<k>` and
+    // make every shard write the same temporary file.
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
     {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(encode(entries).as_bytes())?;

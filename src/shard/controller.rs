@@ -18,6 +18,7 @@ use crate::metadata::{
 };
 use futures::channel::oneshot;
 use glommio::sync::Semaphore;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -28,7 +29,13 @@ pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 
 pub struct Controller {
     config: Arc<BrokerConfig>,
+    /// Held for the whole of a request (and of the start-up replay), so
+    /// requests see each other's effects in order.
     lock: Semaphore,
+    /// The controller's own, authoritative image: what the metadata log
+    /// says. Shards (shard 0 included) serve from the copies broadcast to
+    /// them; producer-id blocks change only this one.
+    image: RefCell<Arc<MetadataImage>>,
 }
 
 impl Controller {
@@ -36,11 +43,17 @@ impl Controller {
         Controller {
             config,
             lock: Semaphore::new(1),
+            image: RefCell::new(Arc::new(MetadataImage::default())),
         }
     }
 
     /// Replays the metadata log and sends the resulting image to every shard.
     pub async fn load(&self, ctx: &Rc<ShardCtx>) -> std::io::Result<()> {
+        let _permit = self
+            .lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| std::io::Error::other("controller lock closed"))?;
         let dir = self.config.data_dir.clone();
         let records = glommio::executor()
             .spawn_blocking(move || store::load(&dir))
@@ -54,7 +67,9 @@ impl Controller {
             topics = image.topics.len(),
             "metadata log replayed"
         );
-        self.broadcast(ctx, Arc::new(image)).await;
+        let image = Arc::new(image);
+        *self.image.borrow_mut() = image.clone();
+        self.broadcast(ctx, image).await;
         Ok(())
     }
 
@@ -62,7 +77,7 @@ impl Controller {
         let Ok(_permit) = self.lock.acquire_permit(1).await else {
             return ControllerReply::Items(Vec::new());
         };
-        let image = ctx.image();
+        let image = self.image.borrow().clone();
         let mut items = Vec::new();
         let mut records = Vec::new();
         let mut next = (*image).clone();
@@ -129,7 +144,7 @@ impl Controller {
                     )));
                 }
                 // Only the controller's own image needs the new high-water mark.
-                ctx.apply_image(Arc::new(next.apply(&record))).await;
+                *self.image.borrow_mut() = Arc::new(next.apply(&record));
                 return ControllerReply::ProducerIds(Ok(start..end));
             }
             ControllerRequest::AlterConfigs {
@@ -162,7 +177,9 @@ impl Controller {
                 .collect();
             return ControllerReply::Items(items);
         }
-        self.broadcast(ctx, Arc::new(next)).await;
+        let next = Arc::new(next);
+        *self.image.borrow_mut() = next.clone();
+        self.broadcast(ctx, next).await;
         ControllerReply::Items(items)
     }
 

@@ -65,6 +65,8 @@ pub struct ShardCtx {
     first_image: RefCell<Option<oneshot::Sender<()>>>,
     /// Requests read but not yet answered, on all connections of this shard.
     inflight_requests: Cell<usize>,
+    /// Serializes [`ShardCtx::apply_image`].
+    apply_lock: glommio::sync::Semaphore,
     /// Producer ids this shard hands out (InitProducerId).
     pub producer_ids: ProducerIdBlocks,
     /// Produce requests appended so far (for the debug fault hook).
@@ -92,6 +94,7 @@ impl ShardCtx {
             partitions: RefCell::new(HashMap::new()),
             first_image: RefCell::new(Some(first_image)),
             inflight_requests: Cell::new(0),
+            apply_lock: glommio::sync::Semaphore::new(1),
             producer_ids: ProducerIdBlocks::default(),
             produce_count: Cell::new(0),
         })
@@ -151,7 +154,13 @@ impl ShardCtx {
 
     /// Applies a new image: opens logs of partitions this shard now leads,
     /// deletes logs of topics that are gone, updates configs, swaps the image.
+    /// Applications are serialized: one that waits on a log open must not
+    /// interleave with another, or the second would judge the partitions the
+    /// first is opening against a different image.
     pub async fn apply_image(&self, image: Arc<MetadataImage>) {
+        let Ok(_permit) = self.apply_lock.acquire_permit(1).await else {
+            return;
+        };
         let old = self.image();
         if image.version < old.version {
             return;

@@ -29,6 +29,14 @@ pub fn base_config(bootstrap: &str) -> ClientConfig {
         .set("socket.timeout.ms", CLIENT_REQUEST_TIMEOUT_MS.to_string())
         .set("topic.metadata.refresh.interval.ms", "5000")
         .set("log_level", "4");
+    // FJORD_TEST_RDKAFKA_DEBUG=eos,msg,... turns on librdkafka's debug log.
+    if let Ok(contexts) = std::env::var("FJORD_TEST_RDKAFKA_DEBUG") {
+        let _ = env_logger::builder()
+            .is_test(true)
+            .filter_level(log::LevelFilter::Debug)
+            .try_init();
+        c.set("debug", contexts).set("log_level", "7");
+    }
     c
 }
 

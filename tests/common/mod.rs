@@ -315,6 +315,16 @@ impl Drop for Broker {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("{}", self.stderr_tail());
+            // FJORD_TEST_KEEP_DATA=DIR keeps a failed test's data for a post-mortem.
+            if let Some(keep) = std::env::var_os("FJORD_TEST_KEEP_DATA") {
+                let to = Path::new(&keep).join(format!("broker-{}", self.port));
+                let status = Command::new("cp")
+                    .arg("-a")
+                    .arg(self.root.path())
+                    .arg(&to)
+                    .status();
+                eprintln!("kept the broker's data in {} ({status:?})", to.display());
+            }
         }
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
