@@ -7,7 +7,7 @@
 //! use instead of LEADER_NOT_AVAILABLE.
 
 use super::{decode, errors, respond, str_bytes, Outcome};
-use crate::metadata::{validate_topic_name, MetadataImage, TopicMeta};
+use crate::metadata::{internal, validate_topic_name, MetadataImage, TopicMeta};
 use crate::protocol::RequestHeader;
 use crate::shard::messages::{ControllerRequest, NewTopic};
 use crate::shard::ShardCtx;
@@ -77,7 +77,11 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 let missing: Vec<String> = list
                     .iter()
                     .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
-                    .filter(|n| image.topic(n).is_none() && validate_topic_name(n).is_ok())
+                    .filter(|n| {
+                        image.topic(n).is_none()
+                            && validate_topic_name(n).is_ok()
+                            && !internal::is_internal(n)
+                    })
                     .collect();
                 if !missing.is_empty() {
                     auto_create(ctx, missing).await;

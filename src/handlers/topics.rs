@@ -2,7 +2,7 @@
 //! the controller (shard 0), answered once every shard serves the change.
 
 use super::{decode, errors, respond, str_bytes, ErrorAnswer, Outcome};
-use crate::metadata::topic_config;
+use crate::metadata::{internal, topic_config};
 use crate::protocol::RequestHeader;
 use crate::shard::messages::{ControllerError, ControllerReply, ControllerRequest, NewTopic};
 use crate::shard::ShardCtx;
@@ -73,6 +73,16 @@ pub async fn create_topics(
                 Err((
                     ResponseError::InvalidRequest.code(),
                     "Found multiple entries for this topic.".into(),
+                )),
+            ));
+            continue;
+        }
+        if internal::is_internal(&name) {
+            results.push((
+                name,
+                Err((
+                    ResponseError::InvalidRequest.code(),
+                    "Creation of an internal topic is not allowed; the broker creates it on first use.".into(),
                 )),
             ));
             continue;
@@ -209,7 +219,11 @@ pub async fn delete_topics(
     let dup = duplicates(asked.iter().filter_map(|(n, _, _)| n.as_deref()));
     let names: Vec<String> = asked
         .iter()
-        .filter(|(n, _, e)| e.is_none() && n.as_ref().is_some_and(|n| !dup.contains(n)))
+        .filter(|(n, _, e)| {
+            e.is_none()
+                && n.as_ref()
+                    .is_some_and(|n| !dup.contains(n) && !internal::is_internal(n))
+        })
         .filter_map(|(n, _, _)| n.clone())
         .collect();
     let outcomes = if names.is_empty() {
@@ -239,6 +253,10 @@ pub async fn delete_topics(
                 (None, Some(n)) if dup.contains(n) => Some((
                     ResponseError::InvalidRequest.code(),
                     "Duplicate topic in request.".into(),
+                )),
+                (None, Some(n)) if internal::is_internal(n) => Some((
+                    ResponseError::TopicAuthorizationFailed.code(),
+                    "Internal topics cannot be deleted.".into(),
                 )),
                 (None, Some(n)) => match outcomes.get(n) {
                     Some(Ok(_)) => None,

@@ -14,6 +14,7 @@
 //! assignment is persisted: restarting with a different `--cores` keeps each
 //! partition on `shard % cores`.
 
+pub mod internal;
 pub mod store;
 pub mod topic_config;
 
@@ -75,7 +76,7 @@ impl TopicMeta {
     }
 
     pub fn is_internal(&self) -> bool {
-        self.name.starts_with("__")
+        internal::is_internal(&self.name)
     }
 }
 

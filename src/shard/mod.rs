@@ -18,7 +18,7 @@ pub mod router;
 
 use crate::config::BrokerConfig;
 use crate::log::{LogConfig, LogManager, PartitionLog};
-use crate::metadata::{MetadataImage, TopicConfig};
+use crate::metadata::{internal, MetadataImage, TopicConfig};
 use crate::producer::ids::ProducerIdBlocks;
 use crate::producer::{snapshot, ProducerStateTable};
 use crate::types::Offset;
@@ -43,6 +43,9 @@ pub struct PartitionState {
     /// The log end offset of the last producer snapshot written (-1 = none).
     pub snapshot_offset: Rc<Cell<i64>>,
 }
+
+/// File growth step of internal-topic partitions (see [`ShardCtx::log_config`]).
+pub const INTERNAL_PREALLOCATE_BYTES: u64 = 1024 * 1024;
 
 /// Milliseconds since the Unix epoch, by the wall clock.
 pub fn now_ms() -> i64 {
@@ -136,9 +139,17 @@ impl ShardCtx {
         self.partitions.borrow().values().cloned().collect()
     }
 
-    /// The log config a partition of a topic with `tc` runs with.
-    pub fn log_config(&self, tc: &TopicConfig) -> LogConfig {
+    /// The log config a partition of a topic with `tc` runs with. Internal
+    /// topics have 50 partitions each and little traffic, so their files
+    /// grow in small steps instead of the default preallocation.
+    pub fn log_config(&self, tc: &TopicConfig, internal: bool) -> LogConfig {
+        let preallocate_bytes = if internal {
+            INTERNAL_PREALLOCATE_BYTES
+        } else {
+            LogConfig::default().preallocate_bytes
+        };
         LogConfig {
+            preallocate_bytes,
             segment_bytes: tc.segment_bytes,
             segment_ms: tc.segment_ms,
             retention_ms: tc.retention_ms,
@@ -192,7 +203,7 @@ impl ShardCtx {
                 match existing {
                     Some(p) if p.config == tc => {}
                     Some(p) => {
-                        p.log.set_config(self.log_config(&tc));
+                        p.log.set_config(self.log_config(&tc, topic.is_internal()));
                         let updated = PartitionState {
                             tp: tp.clone(),
                             topic_id: p.topic_id,
@@ -203,7 +214,11 @@ impl ShardCtx {
                         };
                         self.partitions.borrow_mut().insert(tp, Rc::new(updated));
                     }
-                    None => match self.logs.open(&tp, self.log_config(&tc)).await {
+                    None => match self
+                        .logs
+                        .open(&tp, self.log_config(&tc, topic.is_internal()))
+                        .await
+                    {
                         Ok(log) => {
                             let (producers, snapshot_offset) = self.rebuild_producers(&log).await;
                             let state = PartitionState {
@@ -330,6 +345,40 @@ impl ShardCtx {
                     tracing::error!(tp = %p.tp, error = %e, "writing producer snapshot failed")
                 }
             }
+        }
+    }
+
+    /// The internal topic `name` (`__consumer_offsets`,
+    /// `__transaction_state`), created with its 50 partitions on first use.
+    pub async fn ensure_internal_topic(
+        self: &Rc<Self>,
+        name: &str,
+    ) -> Result<Arc<crate::metadata::TopicMeta>, ControllerError> {
+        if let Some(t) = self.image().topic(name) {
+            return Ok(t.clone());
+        }
+        let request = ControllerRequest::CreateTopics {
+            topics: vec![messages::NewTopic {
+                name: name.to_string(),
+                num_partitions: internal::INTERNAL_TOPIC_PARTITIONS,
+                replication_factor: -1,
+                assignments: Vec::new(),
+                configs: internal::internal_topic_configs(),
+            }],
+            validate_only: false,
+        };
+        match self.invoke_controller(request).await? {
+            ControllerReply::Items(items) => {
+                // A concurrent creation answers TOPIC_ALREADY_EXISTS: fine.
+                if let Some(t) = self.image().topic(name) {
+                    return Ok(t.clone());
+                }
+                match items.into_iter().next() {
+                    Some((_, Err(e))) => Err(e),
+                    _ => Err(ControllerError::Unavailable),
+                }
+            }
+            ControllerReply::ProducerIds(_) => Err(ControllerError::Unavailable),
         }
     }
 
