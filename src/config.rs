@@ -95,6 +95,10 @@ pub struct ServeArgs {
     /// the connection instead of answering, as if the response were lost.
     #[arg(long, hide = true)]
     pub debug_drop_produce_response_every: Option<u64>,
+    /// TESTING ONLY: wait this long before writing a transaction's markers
+    /// (after EndTxn was answered), so a test can kill the broker in between.
+    #[arg(long, hide = true)]
+    pub debug_delay_txn_markers_ms: Option<u64>,
 }
 
 /// The resolved broker configuration, identical on every shard.
@@ -122,6 +126,8 @@ pub struct BrokerConfig {
     pub producers_per_partition_max: usize,
     /// 0 = off. See `ServeArgs::debug_drop_produce_response_every`.
     pub debug_drop_produce_response_every: u64,
+    /// 0 = off. See `ServeArgs::debug_delay_txn_markers_ms`.
+    pub debug_delay_txn_markers_ms: u64,
 }
 
 impl ServeArgs {
@@ -156,6 +162,9 @@ impl ServeArgs {
             debug_drop_produce_response_every: self
                 .debug_drop_produce_response_every
                 .or(file.debug_drop_produce_response_every),
+            debug_delay_txn_markers_ms: self
+                .debug_delay_txn_markers_ms
+                .or(file.debug_delay_txn_markers_ms),
         }
     }
 
@@ -223,6 +232,7 @@ impl ServeArgs {
                 .unwrap_or(PRODUCERS_PER_PARTITION_MAX_DEFAULT)
                 .max(1),
             debug_drop_produce_response_every: a.debug_drop_produce_response_every.unwrap_or(0),
+            debug_delay_txn_markers_ms: a.debug_delay_txn_markers_ms.unwrap_or(0),
         })
     }
 }

@@ -37,8 +37,9 @@ const SHUTDOWN_DRAIN_MS_MAX: u64 = 5_000;
 /// Shares of the background task queue (flush, retention); requests run in
 /// the default queue with glommio's default 1000 shares.
 const BACKGROUND_SHARES: usize = 100;
-/// How often idle producers expire and producer snapshots are written.
-const PRODUCER_MAINTENANCE_MS: u64 = 10_000;
+/// How often idle producers expire, producer snapshots are written and
+/// timed-out transactions are aborted (Kafka checks timeouts every 10 s).
+const PRODUCER_MAINTENANCE_MS: u64 = crate::txn::ABORT_TIMED_OUT_CHECK_INTERVAL_MS;
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing();
@@ -177,6 +178,7 @@ async fn shard_main(
                 loop {
                     glommio::timer::sleep(Duration::from_millis(PRODUCER_MAINTENANCE_MS)).await;
                     ctx.maintain_producer_state().await;
+                    ctx.txn.abort_expired(&ctx).await;
                 }
             }
         },

@@ -36,3 +36,21 @@ pub fn log(e: &LogError) -> i16 {
         _ => ResponseError::KafkaStorageError.code(),
     }
 }
+
+/// Transaction coordinator refusals. `ProducerFenced` is PRODUCER_FENCED
+/// for request versions that know it (`fenced_known`), INVALID_PRODUCER_EPOCH
+/// before, as Kafka answers older clients.
+pub fn txn(e: crate::txn::coordinator::TxnError, fenced_known: bool) -> i16 {
+    use crate::txn::coordinator::TxnError as T;
+    match e {
+        T::NotCoordinator => ResponseError::NotCoordinator.code(),
+        T::CoordinatorNotAvailable | T::Storage => ResponseError::CoordinatorNotAvailable.code(),
+        T::CoordinatorLoadInProgress => ResponseError::CoordinatorLoadInProgress.code(),
+        T::ConcurrentTransactions => ResponseError::ConcurrentTransactions.code(),
+        T::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping.code(),
+        T::ProducerFenced if fenced_known => ResponseError::ProducerFenced.code(),
+        T::ProducerFenced => ResponseError::InvalidProducerEpoch.code(),
+        T::InvalidTxnState => ResponseError::InvalidTxnState.code(),
+        T::InvalidTransactionTimeout => ResponseError::InvalidTransactionTimeout.code(),
+    }
+}

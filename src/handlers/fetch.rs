@@ -15,19 +15,21 @@
 //! shard wake it. Fetch sessions (KIP-227) are not kept: every response says
 //! session 0, which clients treat as "full fetch each time".
 //!
+//! read_committed reads stop at the last stable offset and carry the aborted
+//! transactions overlapping the range (clients drop those batches).
+//!
 //! A partition led by another shard gets NOT_LEADER_OR_FOLLOWER with the
 //! current leader (v12+) and, on v16, that node's endpoint.
 
 use super::list_offsets::{check_leader_epoch, LEADER_EPOCH, READ_COMMITTED};
 use super::{decode, errors, Outcome};
-use crate::log::PartitionLog;
 use crate::protocol::fetch::{
     encode_fetch_response, FetchPartitionResponse, FetchResponse, FetchTopicResponse, NodeEndpoint,
 };
 use crate::protocol::header::write_response_header;
 use crate::protocol::RequestHeader;
 use crate::record::RecordsChunk;
-use crate::shard::ShardCtx;
+use crate::shard::{PartitionState, ShardCtx};
 use crate::types::{Offset, TopicPartition};
 use bytes::BytesMut;
 use futures::future::{self, LocalBoxFuture};
@@ -47,8 +49,8 @@ struct Wanted {
     partition: i32,
     fetch_offset: i64,
     partition_max_bytes: i32,
-    /// The log if this shard leads the partition, else the error to answer.
-    target: Result<Rc<PartitionLog>, (ResponseError, Option<i32>)>,
+    /// The partition if this shard leads it, else the error to answer.
+    target: Result<Rc<PartitionState>, (ResponseError, Option<i32>)>,
 }
 
 pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
@@ -96,7 +98,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                         None => Err((ResponseError::NotLeaderOrFollower, None)),
                         Some(state) => match check_leader_epoch(p.current_leader_epoch) {
                             Some(e) => Err((e, None)),
-                            None => Ok(state.log.clone()),
+                            None => Ok(state),
                         },
                     },
                 },
@@ -127,11 +129,17 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         if session_error || any_error || bytes >= min_bytes || now >= deadline {
             break partitions;
         }
-        // Park until a partition has something past its fetch offset.
+        // Park until a partition has something new past its fetch offset.
+        // Under read_committed the high watermark may already be past it
+        // while the LSO is not: then wait for the next append (data or
+        // the marker that moves the LSO), not for the HW we already saw.
         let mut waits: Vec<LocalBoxFuture<'_, ()>> = wanted
             .iter()
-            .filter_map(|w| w.target.as_ref().ok().map(|log| (log, w.fetch_offset)))
-            .map(|(log, offset)| log.wait_for_hw_above(Offset(offset)).boxed_local())
+            .filter_map(|w| w.target.as_ref().ok().map(|state| (&state.log, w.fetch_offset)))
+            .map(|(log, offset)| {
+                let seen = offset.max(log.high_watermark().0 - 1);
+                log.wait_for_hw_above(Offset(seen)).boxed_local()
+            })
             .collect();
         if waits.is_empty() {
             break partitions;
@@ -214,8 +222,8 @@ async fn read_all(
             records: Vec::new(),
             current_leader: None,
         };
-        let log = match &w.target {
-            Ok(log) => log,
+        let state = match &w.target {
+            Ok(state) => state,
             Err((e, leader)) => {
                 p.error_code = e.code();
                 p.current_leader = leader.map(|id| (id, LEADER_EPOCH));
@@ -224,17 +232,23 @@ async fn read_all(
                 continue;
             }
         };
+        let log = &state.log;
         p.high_watermark = log.high_watermark().0;
-        p.last_stable_offset = log.last_stable_offset().0;
+        p.last_stable_offset = state.last_stable_offset();
         p.log_start_offset = log.log_start_offset().0;
-        if read_committed {
-            p.aborted_transactions = Some(Vec::new());
-        }
         let upper = if read_committed {
             Offset(p.last_stable_offset)
         } else {
             Offset(p.high_watermark)
         };
+        if read_committed {
+            p.aborted_transactions = Some(
+                state
+                    .aborted
+                    .borrow()
+                    .overlapping(w.fetch_offset, upper.0),
+            );
+        }
         let limit = (w.partition_max_bytes.max(0) as usize).min(max_bytes.saturating_sub(total));
         if limit == 0 && total > 0 {
             out.push(p);

@@ -1,4 +1,4 @@
-//! InitProducerId for idempotent producers (no transactional id).
+//! InitProducerId, for idempotent and transactional producers.
 //!
 //! A new producer gets a fresh id from this shard's producer-id block, with
 //! epoch 0. A producer that sends its current id and epoch (KIP-360, after an
@@ -7,11 +7,10 @@
 //! after start-up — the answer is COORDINATOR_LOAD_IN_PROGRESS, which clients
 //! retry, as with Kafka.
 //!
-//! Transactional ids are not supported yet (transactions are a later issue):
-//! such a request is refused with INVALID_REQUEST rather than handing out an
-//! id whose transactional guarantees fjord cannot keep.
+//! With a transactional id the request goes to the transaction coordinator
+//! (`txn::coordinator`): epoch bump, fencing of an open transaction.
 
-use super::{decode, respond, Outcome};
+use super::{decode, errors, respond, Outcome};
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
 use bytes::BytesMut;
@@ -19,18 +18,28 @@ use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, Pr
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
     let Some(req) = decode::<InitProducerIdRequest>(header, body) else {
         return Outcome::Close;
     };
     let resp = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
-    if req.transactional_id.is_some() {
-        return respond(
-            header,
-            &resp.with_error_code(ResponseError::InvalidRequest.code()),
-        );
+    if let Some(id) = &req.transactional_id {
+        if id.0.is_empty() {
+            return respond(header, &resp.with_error_code(ResponseError::InvalidRequest.code()));
+        }
+        let expected = (header.api_version >= 3 && req.producer_id.0 >= 0)
+            .then_some((req.producer_id.0, req.producer_epoch));
+        let result = ctx
+            .txn
+            .init_producer_id(ctx, id.0.as_str(), req.transaction_timeout_ms, expected)
+            .await;
+        let resp = match result {
+            Ok((pid, epoch)) => resp.with_producer_id(ProducerId(pid)).with_producer_epoch(epoch),
+            Err(e) => resp.with_error_code(errors::txn(e, header.api_version >= 3)),
+        };
+        return respond(header, &resp);
     }
     let (pid, epoch) = (req.producer_id.0, req.producer_epoch);
     let resp = if pid >= 0 && (0..i16::MAX - 1).contains(&epoch) {

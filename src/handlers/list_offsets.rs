@@ -68,7 +68,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
             let log = &state.log;
             let found: Result<Option<(i64, i64)>, i16> = match p.timestamp {
                 LATEST_TIMESTAMP if req.isolation_level == READ_COMMITTED => {
-                    Ok(Some((log.last_stable_offset().0, -1)))
+                    Ok(Some((state.last_stable_offset(), -1)))
                 }
                 LATEST_TIMESTAMP => Ok(Some((log.high_watermark().0, -1))),
                 EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => {

@@ -20,6 +20,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 pub mod topics;
+pub mod txn;
 
 use crate::protocol::header::write_response_header;
 use crate::protocol::{supported, RequestHeader};
@@ -96,8 +97,15 @@ pub fn dispatch(
             async move { configs::incremental_alter(&ctx, &header, &mut body).await }.boxed_local()
         }
         ApiKey::InitProducerId => {
-            async move { init_producer_id::handle(&ctx, &header, &mut body) }.boxed_local()
+            async move { init_producer_id::handle(&ctx, &header, &mut body).await }.boxed_local()
         }
+        ApiKey::AddPartitionsToTxn => {
+            async move { txn::add_partitions(&ctx, &header, &mut body).await }.boxed_local()
+        }
+        ApiKey::AddOffsetsToTxn => {
+            async move { txn::add_offsets(&ctx, &header, &mut body).await }.boxed_local()
+        }
+        ApiKey::EndTxn => async move { txn::end_txn(&ctx, &header, &mut body).await }.boxed_local(),
         ApiKey::DescribeCluster => {
             async move { cluster::describe_cluster(&ctx, &header, &mut body) }.boxed_local()
         }

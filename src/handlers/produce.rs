@@ -106,6 +106,7 @@ pub fn handle(
         }
     };
     let acks = req.acks;
+    let req_transactional_id = req.transactional_id.clone();
     let timeout_ms = req.timeout_ms;
     let acks_valid = matches!(acks, -1..=1);
     let image = ctx.image();
@@ -171,11 +172,11 @@ pub fn handle(
                 ));
                 continue;
             }
-            if header.is_transactional() {
+            if header.is_transactional() && req_transactional_id.is_none() {
                 results.push(PartitionResult::error(
                     index,
-                    ResponseError::InvalidTxnState.code(),
-                    Some("fjord does not support transactions yet".into()),
+                    ResponseError::InvalidRecord.code(),
+                    Some("transactional records need a transactional id".into()),
                 ));
                 continue;
             }

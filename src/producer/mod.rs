@@ -33,6 +33,7 @@
 
 pub mod ids;
 pub mod snapshot;
+pub mod txn_index;
 
 use crate::record::BatchHeader;
 use std::collections::{HashMap, VecDeque};
@@ -59,6 +60,9 @@ pub struct ProducerEntry {
     pub batches: VecDeque<BatchMeta>,
     /// Wall-clock time of the last append (expiry and LRU eviction).
     pub last_update_ms: i64,
+    /// First offset of this producer's open transaction on this partition
+    /// (a transactional batch was written and no marker yet), if any.
+    pub current_txn_first_offset: Option<i64>,
 }
 
 impl ProducerEntry {
@@ -202,21 +206,43 @@ impl ProducerStateTable {
                 epoch: h.producer_epoch,
                 batches: VecDeque::with_capacity(BATCHES_PER_PRODUCER),
                 last_update_ms: now_ms,
+                current_txn_first_offset: None,
             });
         if h.producer_epoch != entry.epoch {
             entry.epoch = h.producer_epoch;
             entry.batches.clear();
         }
         if h.is_control() {
-            // Markers carry no sequence; they only move the epoch.
+            // Markers carry no sequence; they move the epoch and end the
+            // producer's open transaction.
             entry.last_update_ms = now_ms;
+            entry.current_txn_first_offset = None;
             return;
+        }
+        if h.is_transactional() && entry.current_txn_first_offset.is_none() {
+            entry.current_txn_first_offset = Some(first_offset);
         }
         if entry.batches.len() == BATCHES_PER_PRODUCER {
             entry.batches.pop_front();
         }
         entry.batches.push_back(meta);
         entry.last_update_ms = now_ms;
+    }
+
+    /// The first offset of `producer_id`'s open transaction, if it has one.
+    pub fn open_transaction(&self, producer_id: i64) -> Option<i64> {
+        self.producers
+            .get(&producer_id)
+            .and_then(|e| e.current_txn_first_offset)
+    }
+
+    /// The first offset of the oldest open transaction on this partition:
+    /// the last stable offset, when below the high watermark.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.producers
+            .values()
+            .filter_map(|e| e.current_txn_first_offset)
+            .min()
     }
 
     /// Inserts a whole entry (snapshot loading).
@@ -227,13 +253,22 @@ impl ProducerStateTable {
     /// Drops producers idle for longer than `expiration_ms`; returns how many.
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         let before = self.producers.len();
-        self.producers
-            .retain(|_, e| now_ms.saturating_sub(e.last_update_ms) < expiration_ms);
+        // A producer with an open transaction is never expired: its first
+        // offset holds the last stable offset back until a marker arrives.
+        self.producers.retain(|_, e| {
+            e.current_txn_first_offset.is_some()
+                || now_ms.saturating_sub(e.last_update_ms) < expiration_ms
+        });
         before - self.producers.len()
     }
 
     fn evict_least_recently_used(&mut self) {
-        if let Some((&pid, _)) = self.producers.iter().min_by_key(|(_, e)| e.last_update_ms) {
+        if let Some((&pid, _)) = self
+            .producers
+            .iter()
+            .filter(|(_, e)| e.current_txn_first_offset.is_none())
+            .min_by_key(|(_, e)| e.last_update_ms)
+        {
             self.producers.remove(&pid);
         }
     }
@@ -347,6 +382,31 @@ mod tests {
         produce(&mut t, &mut next, batch(1, 0, i32::MAX - 1, 2)).unwrap();
         assert_eq!(t.get(1).unwrap().last_seq(), Some(i32::MAX));
         assert_eq!(produce(&mut t, &mut next, batch(1, 0, 0, 1)), Ok(2));
+    }
+
+    #[test]
+    fn open_transactions_hold_the_first_unstable_offset() {
+        let mut t = ProducerStateTable::new(10);
+        let mut txn = batch(5, 0, 0, 3);
+        txn.attributes |= 0x10; // transactional
+        t.record(&txn, 10, 0);
+        let mut more = batch(5, 0, 3, 2);
+        more.attributes |= 0x10;
+        t.record(&more, 13, 0);
+        let mut other = batch(6, 0, 0, 1);
+        other.attributes |= 0x10;
+        t.record(&other, 15, 0);
+        assert_eq!(t.open_transaction(5), Some(10));
+        assert_eq!(t.first_unstable_offset(), Some(10));
+        let mut marker = batch(5, 1, -1, 1);
+        marker.attributes |= 0x30; // transactional + control
+        t.record(&marker, 16, 0);
+        assert_eq!(t.open_transaction(5), None);
+        assert_eq!(t.get(5).unwrap().epoch, 1);
+        assert_eq!(t.first_unstable_offset(), Some(15));
+        // Open transactions are neither expired nor evicted.
+        assert_eq!(t.expire(i64::MAX, 1), 1);
+        assert_eq!(t.open_transaction(6), Some(15));
     }
 
     #[test]

@@ -19,7 +19,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 4] = b"FJPS";
-const FORMAT_VERSION: u16 = 1;
+/// Version 2 added the open transaction's first offset.
+const FORMAT_VERSION: u16 = 2;
 const HEADER_BYTES: usize = 16;
 /// Snapshots kept per partition; older ones are deleted after a new one is written.
 pub const SNAPSHOTS_KEPT: usize = 2;
@@ -40,6 +41,8 @@ pub struct SnapshotProducer {
     pub epoch: i16,
     pub last_update_ms: i64,
     pub batches: Vec<SnapshotBatch>,
+    /// -1 = no open transaction.
+    pub current_txn_first_offset: i64,
 }
 
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
@@ -82,6 +85,7 @@ pub fn encode<'a>(
                 producer_id,
                 epoch: e.epoch,
                 last_update_ms: e.last_update_ms,
+                current_txn_first_offset: e.current_txn_first_offset.unwrap_or(-1),
                 batches: e
                     .batches
                     .iter()
@@ -163,6 +167,8 @@ pub fn entries(view: &ArchivedSnapshotData) -> Vec<(i64, ProducerEntry)> {
                     epoch: p.epoch.to_native(),
                     batches,
                     last_update_ms: p.last_update_ms.to_native(),
+                    current_txn_first_offset: Some(p.current_txn_first_offset.to_native())
+                        .filter(|o| *o >= 0),
                 },
             )
         })
@@ -247,8 +253,10 @@ pub fn describe(path: &Path) -> Result<Vec<String>, SnapshotError> {
             _ => (-1, -1, -1, -1),
         };
         lines.push(format!(
-            "producerId: {pid} producerEpoch: {} coordinatorEpoch: -1 currentTxnFirstOffset: None firstSequence: {first_seq} lastSequence: {last_seq} lastOffset: {last_offset} lastTimestamp: {ts} lastUpdateMs: {} batches: {}",
+            "producerId: {pid} producerEpoch: {} coordinatorEpoch: -1 currentTxnFirstOffset: {} firstSequence: {first_seq} lastSequence: {last_seq} lastOffset: {last_offset} lastTimestamp: {ts} lastUpdateMs: {} batches: {}",
             e.epoch,
+            e.current_txn_first_offset
+                .map_or("None".to_string(), |o| format!("Some({o})")),
             e.last_update_ms,
             e.batches.len()
         ));

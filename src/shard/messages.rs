@@ -96,4 +96,10 @@ pub enum ShardMessage {
         image: Arc<MetadataImage>,
         reply: oneshot::Sender<()>,
     },
+    /// Transaction markers for partitions the receiving shard leads; the
+    /// reply carries an error code per marker once all are written.
+    WriteTxnMarkers {
+        markers: Vec<crate::txn::TxnMarker>,
+        reply: oneshot::Sender<Vec<(crate::txn::TxnMarker, i16)>>,
+    },
 }

@@ -20,7 +20,12 @@ use crate::config::BrokerConfig;
 use crate::log::{LogConfig, LogManager, PartitionLog};
 use crate::metadata::{internal, MetadataImage, TopicConfig};
 use crate::producer::ids::ProducerIdBlocks;
+use crate::producer::txn_index::{self, AbortedTxn, AbortedTxns};
 use crate::producer::{snapshot, ProducerStateTable};
+use crate::record::records::{parse_control_key, ControlType};
+use crate::record::{control_batch, BatchHeader};
+use crate::txn::coordinator::TxnCoordinator;
+use crate::txn::TxnMarker;
 use crate::types::Offset;
 use crate::types::TopicPartition;
 use futures::channel::oneshot;
@@ -42,6 +47,30 @@ pub struct PartitionState {
     pub producers: Rc<RefCell<ProducerStateTable>>,
     /// The log end offset of the last producer snapshot written (-1 = none).
     pub snapshot_offset: Rc<Cell<i64>>,
+    /// Aborted transactions (for read_committed fetches).
+    pub aborted: Rc<RefCell<AbortedTxns>>,
+}
+
+impl PartitionState {
+    /// The last stable offset: the first offset of the oldest open
+    /// transaction, or the high watermark if that is lower or none is open.
+    pub fn last_stable_offset(&self) -> i64 {
+        let hw = self.log.high_watermark().0;
+        match self.producers.borrow().first_unstable_offset() {
+            Some(first) => first.min(hw),
+            None => hw,
+        }
+    }
+}
+
+/// Whether a control batch's (single) record is an ABORT marker.
+fn is_abort_marker(batch: &[u8]) -> bool {
+    crate::record::decode_batch(batch)
+        .ok()
+        .and_then(|(_, records)| records.into_iter().next())
+        .and_then(|r| r.key)
+        .and_then(|k| parse_control_key(&k).ok())
+        .is_some_and(|(_, kind)| kind == ControlType::Abort)
 }
 
 /// File growth step of internal-topic partitions (see [`ShardCtx::log_config`]).
@@ -74,6 +103,10 @@ pub struct ShardCtx {
     pub producer_ids: ProducerIdBlocks,
     /// Produce requests appended so far (for the debug fault hook).
     pub produce_count: Cell<u64>,
+    /// The transaction coordinator for the `__transaction_state` partitions
+    /// this shard leads. (A coordinator above the shard layer held here, so
+    /// handlers reach it through the one per-shard context.)
+    pub txn: TxnCoordinator,
 }
 
 impl ShardCtx {
@@ -100,6 +133,7 @@ impl ShardCtx {
             apply_lock: glommio::sync::Semaphore::new(1),
             producer_ids: ProducerIdBlocks::default(),
             produce_count: Cell::new(0),
+            txn: TxnCoordinator::default(),
         })
     }
 
@@ -168,7 +202,7 @@ impl ShardCtx {
     /// Applications are serialized: one that waits on a log open must not
     /// interleave with another, or the second would judge the partitions the
     /// first is opening against a different image.
-    pub async fn apply_image(&self, image: Arc<MetadataImage>) {
+    pub async fn apply_image(self: &Rc<Self>, image: Arc<MetadataImage>) {
         let Ok(_permit) = self.apply_lock.acquire_permit(1).await else {
             return;
         };
@@ -192,6 +226,7 @@ impl ShardCtx {
             }
         }
         // New partitions and config changes.
+        let mut opened_txn_partitions = Vec::new();
         for topic in image.topics.values() {
             let tc = TopicConfig::resolve(&topic.configs, &self.config);
             for (index, &owner) in topic.shards.iter().enumerate() {
@@ -211,6 +246,7 @@ impl ShardCtx {
                             config: tc.clone(),
                             producers: p.producers.clone(),
                             snapshot_offset: p.snapshot_offset.clone(),
+                            aborted: p.aborted.clone(),
                         };
                         self.partitions.borrow_mut().insert(tp, Rc::new(updated));
                     }
@@ -220,16 +256,21 @@ impl ShardCtx {
                         .await
                     {
                         Ok(log) => {
-                            let (producers, snapshot_offset) = self.rebuild_producers(&log).await;
-                            let state = PartitionState {
+                            let (producers, snapshot_offset, aborted) =
+                                self.rebuild_producers(&log).await;
+                            let state = Rc::new(PartitionState {
                                 tp: tp.clone(),
                                 topic_id: topic.id,
                                 log,
                                 config: tc.clone(),
                                 producers: Rc::new(RefCell::new(producers)),
                                 snapshot_offset: Rc::new(Cell::new(snapshot_offset)),
-                            };
-                            self.partitions.borrow_mut().insert(tp, Rc::new(state));
+                                aborted: Rc::new(RefCell::new(aborted)),
+                            });
+                            self.partitions.borrow_mut().insert(tp.clone(), state.clone());
+                            if tp.topic == internal::TRANSACTION_STATE {
+                                opened_txn_partitions.push(state);
+                            }
                         }
                         Err(e) => {
                             tracing::error!(%tp, error = %e, "opening partition log failed");
@@ -242,17 +283,28 @@ impl ShardCtx {
         if let Some(tx) = self.first_image.borrow_mut().take() {
             let _ = tx.send(());
         }
+        for state in opened_txn_partitions {
+            self.txn.load_partition(self, &state).await;
+        }
     }
 
     /// Producer state of a freshly opened log: the newest snapshot at or
     /// below the log end, then every batch written after it.
-    async fn rebuild_producers(&self, log: &Rc<PartitionLog>) -> (ProducerStateTable, i64) {
+    async fn rebuild_producers(
+        &self,
+        log: &Rc<PartitionLog>,
+    ) -> (ProducerStateTable, i64, AbortedTxns) {
         let mut table = ProducerStateTable::new(self.config.producers_per_partition_max);
         let dir = log.dir().to_path_buf();
         let log_end = log.log_end_offset().0;
-        let loaded = glommio::executor()
-            .spawn_blocking(move || snapshot::load_newest(&dir, log_end))
+        let (loaded, indexed) = glommio::executor()
+            .spawn_blocking(move || (snapshot::load_newest(&dir, log_end), txn_index::load_dir(&dir)))
             .await;
+        let mut aborted = AbortedTxns::default();
+        for e in indexed {
+            aborted.add(e);
+        }
+        let mut derived = Vec::new();
         let (from, snapshot_offset) = match loaded {
             Some((offset, entries)) => {
                 for (pid, e) in entries {
@@ -265,11 +317,28 @@ impl ShardCtx {
         let now = now_ms();
         let mut replayed = 0u64;
         let scan = log
-            .scan(Offset(from), &mut |h, _| {
+            .scan(Offset(from), &mut |h, bytes| {
+                // An ABORT marker: re-derive its index entry in case a crash
+                // left it unwritten (the index is only an index).
+                if h.is_control() && is_abort_marker(bytes) {
+                    if let Some(first) = table.open_transaction(h.producer_id) {
+                        let lso = table.first_unstable_offset().unwrap_or(first);
+                        derived.push(AbortedTxn {
+                            producer_id: h.producer_id,
+                            first_offset: first,
+                            last_offset: h.base_offset,
+                            last_stable_offset: lso,
+                        });
+                    }
+                }
                 table.record(h, h.base_offset, now);
                 replayed += 1;
             })
             .await;
+        for e in derived {
+            aborted.add(e);
+        }
+        aborted.truncate_before(log.log_start_offset().0);
         if let Err(e) = scan {
             tracing::error!(tp = %log.topic_partition(), error = %e, "replaying producer state failed");
         }
@@ -282,7 +351,106 @@ impl ShardCtx {
                 "producer state rebuilt"
             );
         }
-        (table, snapshot_offset)
+        (table, snapshot_offset, aborted)
+    }
+
+    /// Appends COMMIT/ABORT markers to partitions this shard leads and
+    /// waits until they are written (durable under `--fsync-acks`), as the
+    /// coordinator's acks=-1 write. Returns an error code per marker.
+    pub async fn write_txn_markers(self: &Rc<Self>, markers: Vec<TxnMarker>) -> Vec<(TxnMarker, i16)> {
+        let mut waits = Vec::with_capacity(markers.len());
+        let mut out = Vec::with_capacity(markers.len());
+        for m in markers {
+            match self.append_marker(&m) {
+                Ok((log, offset)) => waits.push((m, log, offset)),
+                Err(code) => out.push((m, code)),
+            }
+        }
+        for (m, log, offset) in waits {
+            let written = if self.config.fsync_acks {
+                log.wait_durable(offset).await
+            } else {
+                log.wait_written(offset).await
+            };
+            let code = match written {
+                Ok(()) => 0,
+                Err(e) => {
+                    tracing::error!(tp = %m.tp, error = %e, "writing a transaction marker failed");
+                    kafka_protocol::ResponseError::KafkaStorageError.code()
+                }
+            };
+            if code == 0 && m.tp.topic == internal::CONSUMER_OFFSETS {
+                self.on_offsets_marker(&m);
+            }
+            out.push((m, code));
+        }
+        out
+    }
+
+    /// Hook for the group coordinator: a marker landed on a
+    /// `__consumer_offsets` partition, so the producer's pending
+    /// transactional offset commits become visible (COMMIT) or are dropped.
+    fn on_offsets_marker(&self, m: &TxnMarker) {
+        tracing::debug!(tp = %m.tp, producer_id = m.producer_id, commit = m.commit, "offsets marker written");
+    }
+
+    /// Appends one marker now (synchronously, so it orders with produce
+    /// appends); returns the log and the marker's offset to wait on.
+    fn append_marker(&self, m: &TxnMarker) -> Result<(Rc<PartitionLog>, Offset), i16> {
+        use kafka_protocol::ResponseError as E;
+        let Some(state) = self.partition(&m.tp) else {
+            let known = self
+                .image()
+                .leader_shard(&m.tp.topic, m.tp.partition.0, self.cores())
+                .is_some();
+            return Err(if known { E::NotLeaderOrFollower } else { E::UnknownTopicOrPartition }.code());
+        };
+        let current_epoch = state.producers.borrow().get(m.producer_id).map(|e| e.epoch);
+        if current_epoch.is_some_and(|e| m.producer_epoch < e) {
+            return Err(E::InvalidProducerEpoch.code());
+        }
+        let kind = if m.commit { ControlType::Commit } else { ControlType::Abort };
+        let batch = control_batch(kind, m.producer_id, m.producer_epoch, m.coordinator_epoch, now_ms());
+        let header = BatchHeader::parse(&batch).map_err(|_| E::UnknownServerError.code())?;
+        let first = state.producers.borrow().open_transaction(m.producer_id);
+        let lso = state.last_stable_offset();
+        let info = state.log.append(batch).map_err(|e| {
+            tracing::error!(tp = %m.tp, error = %e, "appending a transaction marker failed");
+            E::KafkaStorageError.code()
+        })?;
+        state
+            .producers
+            .borrow_mut()
+            .record(&header, info.base_offset.0, now_ms());
+        if let (false, Some(first)) = (m.commit, first) {
+            let entry = AbortedTxn {
+                producer_id: m.producer_id,
+                first_offset: first,
+                last_offset: info.base_offset.0,
+                last_stable_offset: lso,
+            };
+            if state.aborted.borrow_mut().add(entry) {
+                let dir = state.log.dir().to_path_buf();
+                let segment = state
+                    .log
+                    .segment_base_offsets()
+                    .into_iter()
+                    .filter(|&b| b <= info.base_offset.0)
+                    .max()
+                    .unwrap_or(0);
+                let tp = m.tp.clone();
+                glommio::spawn_local(async move {
+                    let r = glommio::executor()
+                        .spawn_blocking(move || txn_index::append(&dir, segment, &entry))
+                        .await;
+                    if let Err(e) = r {
+                        tracing::error!(%tp, error = %e, "writing the .txnindex failed (replay re-derives it)");
+                    }
+                })
+                .detach();
+            }
+        }
+        Ok((state.log.clone(), info.last_offset))
     }
 
     /// Asks the controller for a new producer-id block when this shard runs
@@ -414,6 +582,13 @@ impl ShardCtx {
             ShardMessage::ApplyMetadata { image, reply } => {
                 self.apply_image(image).await;
                 let _ = reply.send(());
+            }
+            ShardMessage::WriteTxnMarkers { markers, reply } => {
+                let ctx = self.clone();
+                glommio::spawn_local(async move {
+                    let _ = reply.send(ctx.write_txn_markers(markers).await);
+                })
+                .detach();
             }
         }
     }

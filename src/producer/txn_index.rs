@@ -1,0 +1,164 @@
+//! Aborted transactions of a partition and Kafka's `.txnindex` files.
+//!
+//! Each ABORT marker appended to a partition records the aborted
+//! transaction: producer id, first offset (its first data batch), last offset
+//! (the marker) and the last stable offset when it was aborted. read_committed
+//! fetches return the entries that overlap the fetched range, and clients
+//! drop those producers' batches.
+//!
+//! On disk the entries go to the `.txnindex` of the segment holding the
+//! marker, 34 bytes each, big-endian: version i16 (0), producerId i64,
+//! firstOffset i64, lastOffset i64, lastStableOffset i64 — Kafka's layout, so
+//! Kafka's tools read them. The file is only an index: on start, the entries
+//! are loaded from every `.txnindex`, and the replay of the log tail re-derives
+//! any entry a crash left unwritten.
+
+use std::io::{self, Write};
+use std::path::Path;
+
+/// Bytes per `.txnindex` entry.
+pub const ENTRY_BYTES: usize = 34;
+const ENTRY_VERSION: i16 = 0;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub last_stable_offset: i64,
+}
+
+impl AbortedTxn {
+    pub fn encode(&self) -> [u8; ENTRY_BYTES] {
+        let mut out = [0u8; ENTRY_BYTES];
+        out[0..2].copy_from_slice(&ENTRY_VERSION.to_be_bytes());
+        out[2..10].copy_from_slice(&self.producer_id.to_be_bytes());
+        out[10..18].copy_from_slice(&self.first_offset.to_be_bytes());
+        out[18..26].copy_from_slice(&self.last_offset.to_be_bytes());
+        out[26..34].copy_from_slice(&self.last_stable_offset.to_be_bytes());
+        out
+    }
+
+    pub fn decode(b: &[u8]) -> Option<AbortedTxn> {
+        if b.len() < ENTRY_BYTES || i16::from_be_bytes([b[0], b[1]]) != ENTRY_VERSION {
+            return None;
+        }
+        let i64_at = |at: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[at..at + 8]);
+            i64::from_be_bytes(a)
+        };
+        Some(AbortedTxn {
+            producer_id: i64_at(2),
+            first_offset: i64_at(10),
+            last_offset: i64_at(18),
+            last_stable_offset: i64_at(26),
+        })
+    }
+}
+
+/// The aborted transactions of one partition, oldest first.
+#[derive(Clone, Debug, Default)]
+pub struct AbortedTxns {
+    entries: Vec<AbortedTxn>,
+}
+
+impl AbortedTxns {
+    /// Adds an entry unless the same (producer, first offset) is known.
+    pub fn add(&mut self, e: AbortedTxn) -> bool {
+        if self
+            .entries
+            .iter()
+            .any(|x| x.producer_id == e.producer_id && x.first_offset == e.first_offset)
+        {
+            return false;
+        }
+        let at = self.entries.partition_point(|x| x.last_offset <= e.last_offset);
+        self.entries.insert(at, e);
+        true
+    }
+
+    /// Entries overlapping `[from, to)`: what a read_committed fetch of that
+    /// range must carry, as `(producer id, first offset)`.
+    pub fn overlapping(&self, from: i64, to: i64) -> Vec<(i64, i64)> {
+        self.entries
+            .iter()
+            .filter(|e| e.last_offset >= from && e.first_offset < to)
+            .map(|e| (e.producer_id, e.first_offset))
+            .collect()
+    }
+
+    /// Forgets entries wholly below the log start offset.
+    pub fn truncate_before(&mut self, log_start: i64) {
+        self.entries.retain(|e| e.last_offset >= log_start);
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// `<base offset:020>.txnindex` for the segment with `base_offset`.
+pub fn file_name(base_offset: i64) -> String {
+    format!("{base_offset:020}.txnindex")
+}
+
+/// Every entry of every `.txnindex` file in a partition directory (blocking).
+pub fn load_dir(dir: &Path) -> Vec<AbortedTxn> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in rd.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "txnindex") {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        out.extend(bytes.chunks_exact(ENTRY_BYTES).filter_map(AbortedTxn::decode));
+    }
+    out
+}
+
+/// Appends one entry to the `.txnindex` of the segment `base_offset` (blocking).
+pub fn append(dir: &Path, base_offset: i64, e: &AbortedTxn) -> io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(file_name(base_offset)))?;
+    f.write_all(&e.encode())?;
+    f.sync_data()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_overlap() {
+        let e = AbortedTxn {
+            producer_id: 0,
+            first_offset: 4,
+            last_offset: 7,
+            last_stable_offset: 8,
+        };
+        assert_eq!(AbortedTxn::decode(&e.encode()), Some(e));
+        let dir = tempfile::tempdir().unwrap();
+        append(dir.path(), 0, &e).unwrap();
+        assert_eq!(load_dir(dir.path()), vec![e]);
+
+        let mut all = AbortedTxns::default();
+        assert!(all.add(e));
+        assert!(!all.add(e));
+        assert_eq!(all.overlapping(0, 11), vec![(0, 4)]);
+        assert_eq!(all.overlapping(8, 11), Vec::<(i64, i64)>::new());
+        assert_eq!(all.overlapping(0, 4), Vec::<(i64, i64)>::new());
+        assert_eq!(all.overlapping(7, 8), vec![(0, 4)]);
+    }
+}

@@ -1,0 +1,526 @@
+//! The transaction coordinator of one shard: the transactional ids whose
+//! `__transaction_state` partition this shard leads.
+//!
+//! Each request follows the same steps: locate the id's partition (this
+//! shard must lead it and have loaded it: NOT_COORDINATOR /
+//! COORDINATOR_LOAD_IN_PROGRESS otherwise), check the request against the
+//! id's state, mark the id pending, write the new state to the partition,
+//! wait until it is written (durable under `--fsync-acks`), then apply it and
+//! answer. EndTxn answers once Prepare* is written; the markers are then
+//! written by [`TxnCoordinator::complete`] in the background — to local
+//! partitions directly, to other shards' partitions over the router — and
+//! Complete* is written last. A coordinator that loads a partition finishes
+//! every transaction it finds in Prepare* the same way.
+
+use super::log::{decode_key, decode_value, encode_key, encode_value};
+use super::{TxnMarker, TxnMetadata, TxnState, TRANSACTION_MAX_TIMEOUT_MS};
+use crate::metadata::internal::{coordinator_partition, TRANSACTION_STATE};
+use crate::record::{BatchBuilder, Compression};
+use crate::shard::messages::ShardMessage;
+use crate::shard::{now_ms, PartitionState, ShardCtx};
+use crate::types::TopicPartition;
+use futures::channel::oneshot;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Coordinator epoch written in markers: leadership of a
+/// `__transaction_state` partition never moves on one node.
+pub const COORDINATOR_EPOCH: i32 = 0;
+/// Attempts to deliver a transaction's markers before giving up until the
+/// next load of the partition.
+const MARKER_ATTEMPTS_MAX: u32 = 50;
+const MARKER_RETRY_BACKOFF_MS: u64 = 100;
+
+/// Why a transactional request was refused; mapped to Kafka's error codes
+/// in `handlers::errors`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TxnError {
+    #[error("this shard is not the coordinator of the transactional id")]
+    NotCoordinator,
+    #[error("the transaction state topic does not exist yet")]
+    CoordinatorNotAvailable,
+    #[error("the coordinator is loading its state")]
+    CoordinatorLoadInProgress,
+    #[error("another operation on this transactional id is in progress")]
+    ConcurrentTransactions,
+    #[error("the producer id does not match the transactional id")]
+    InvalidProducerIdMapping,
+    #[error("the producer has been fenced by a newer epoch")]
+    ProducerFenced,
+    #[error("the request is not valid in the transaction's state")]
+    InvalidTxnState,
+    #[error("the transaction timeout is larger than transaction.max.timeout.ms")]
+    InvalidTransactionTimeout,
+    #[error("writing the transaction state failed")]
+    Storage,
+}
+
+#[derive(Default)]
+pub struct TxnCoordinator {
+    txns: RefCell<HashMap<String, TxnMetadata>>,
+    /// `__transaction_state` partitions whose state has been replayed.
+    loaded: RefCell<HashSet<i32>>,
+}
+
+impl TxnCoordinator {
+    /// A copy of the id's state, for DescribeTransactions and tests.
+    pub fn get(&self, id: &str) -> Option<TxnMetadata> {
+        self.txns.borrow().get(id).cloned()
+    }
+
+    /// Every transactional id this shard coordinates.
+    pub fn all(&self) -> Vec<TxnMetadata> {
+        self.txns.borrow().values().cloned().collect()
+    }
+
+    /// The id's `__transaction_state` partition, if this shard leads it and
+    /// has loaded it.
+    fn locate(&self, ctx: &ShardCtx, id: &str) -> Result<Rc<PartitionState>, TxnError> {
+        let image = ctx.image();
+        let Some(topic) = image.topic(TRANSACTION_STATE) else {
+            return Err(TxnError::CoordinatorNotAvailable);
+        };
+        let p = coordinator_partition(id, topic.partition_count());
+        let Some(state) = ctx.partition(&TopicPartition::new(TRANSACTION_STATE, p)) else {
+            return Err(TxnError::NotCoordinator);
+        };
+        if !self.loaded.borrow().contains(&p) {
+            return Err(TxnError::CoordinatorLoadInProgress);
+        }
+        Ok(state)
+    }
+
+    /// Replays a `__transaction_state` partition this shard just opened,
+    /// then finishes the transactions it left half-ended.
+    pub async fn load_partition(&self, ctx: &Rc<ShardCtx>, state: &Rc<PartitionState>) {
+        let p = state.tp.partition.0;
+        let mut found: BTreeMap<String, Option<TxnMetadata>> = BTreeMap::new();
+        let scan = state
+            .log
+            .scan(crate::types::Offset(state.log.log_start_offset().0), &mut |h, bytes| {
+                if h.is_control() {
+                    return;
+                }
+                let Ok((_, records)) = crate::record::decode_batch(bytes) else {
+                    return;
+                };
+                for r in records {
+                    let Some(id) = r.key.as_deref().and_then(|k| decode_key(k).ok()) else {
+                        continue;
+                    };
+                    let meta = r.value.as_deref().and_then(|v| decode_value(&id, v).ok());
+                    found.insert(id, meta);
+                }
+            })
+            .await;
+        if let Err(e) = scan {
+            tracing::error!(tp = %state.tp, error = %e, "replaying transaction state failed");
+            return;
+        }
+        let mut unfinished = Vec::new();
+        {
+            let mut txns = self.txns.borrow_mut();
+            for (id, meta) in found {
+                match meta {
+                    Some(m) => {
+                        if m.state.is_preparing() {
+                            unfinished.push(id.clone());
+                        }
+                        txns.insert(id, m);
+                    }
+                    None => {
+                        txns.remove(&id);
+                    }
+                }
+            }
+        }
+        self.loaded.borrow_mut().insert(p);
+        tracing::info!(tp = %state.tp, unfinished = unfinished.len(), "transaction state loaded");
+        for id in unfinished {
+            spawn_complete(ctx, id);
+        }
+    }
+
+    /// Writes `next` as the id's new state, then applies it. The id must
+    /// have been marked pending by the caller.
+    async fn persist(&self, ctx: &ShardCtx, state: &PartitionState, next: TxnMetadata) -> Result<(), TxnError> {
+        let batch = BatchBuilder::new(Compression::None)
+            .record(
+                Some(&encode_key(&next.transactional_id)),
+                Some(&encode_value(&next)),
+                &[],
+                now_ms(),
+            )
+            .build();
+        let written = match state.log.append(batch) {
+            Ok(info) if ctx.config.fsync_acks => state.log.wait_durable(info.last_offset).await,
+            Ok(info) => state.log.wait_written(info.last_offset).await,
+            Err(e) => Err(e),
+        };
+        let mut txns = self.txns.borrow_mut();
+        match written {
+            Ok(()) => {
+                let mut next = next;
+                next.pending = false;
+                txns.insert(next.transactional_id.clone(), next);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(tp = %state.tp, error = %e, "writing transaction state failed");
+                if let Some(m) = txns.get_mut(&next.transactional_id) {
+                    m.pending = false;
+                }
+                Err(TxnError::Storage)
+            }
+        }
+    }
+
+    /// Marks the id pending (it must exist and not be pending already).
+    fn begin(&self, id: &str) -> Result<TxnMetadata, TxnError> {
+        let mut txns = self.txns.borrow_mut();
+        let Some(m) = txns.get_mut(id) else {
+            return Err(TxnError::InvalidProducerIdMapping);
+        };
+        if m.pending {
+            return Err(TxnError::ConcurrentTransactions);
+        }
+        m.pending = true;
+        Ok(m.clone())
+    }
+
+    fn end_pending(&self, id: &str) {
+        if let Some(m) = self.txns.borrow_mut().get_mut(id) {
+            m.pending = false;
+        }
+    }
+
+    /// InitProducerId with a transactional id.
+    pub async fn init_producer_id(
+        &self,
+        ctx: &Rc<ShardCtx>,
+        id: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), TxnError> {
+        if timeout_ms <= 0 || timeout_ms > TRANSACTION_MAX_TIMEOUT_MS {
+            return Err(TxnError::InvalidTransactionTimeout);
+        }
+        let state = self.locate(ctx, id)?;
+        let now = now_ms();
+        let existing = self.txns.borrow().get(id).cloned();
+        let Some(current) = existing else {
+            ctx.maybe_request_producer_ids();
+            let Some(pid) = ctx.producer_ids.take() else {
+                return Err(TxnError::CoordinatorLoadInProgress);
+            };
+            let mut m = TxnMetadata::new(id, pid, timeout_ms, now);
+            m.pending = true;
+            self.txns.borrow_mut().insert(id.to_owned(), m.clone());
+            if let Err(e) = self.persist(ctx, &state, m).await {
+                self.txns.borrow_mut().remove(id);
+                return Err(e);
+            }
+            return Ok((pid, 0));
+        };
+        if current.pending || current.state.is_preparing() {
+            return Err(TxnError::ConcurrentTransactions);
+        }
+        if current.state == TxnState::Ongoing {
+            // Fence the open transaction: abort it under a bumped epoch; the
+            // client retries and then gets the epoch after that.
+            let m = self.begin(id)?;
+            let mut next = m;
+            next.state = TxnState::PrepareAbort;
+            next.producer_epoch = next.producer_epoch.saturating_add(1);
+            next.last_update_ms = now;
+            self.persist(ctx, &state, next).await?;
+            spawn_complete(ctx, id.to_owned());
+            return Err(TxnError::ConcurrentTransactions);
+        }
+        if let Some((pid, epoch)) = expected {
+            if pid >= 0 && (pid != current.producer_id || epoch != current.producer_epoch) {
+                return Err(TxnError::ProducerFenced);
+            }
+        }
+        let m = self.begin(id)?;
+        let mut next = m;
+        if next.producer_epoch >= i16::MAX - 1 {
+            ctx.maybe_request_producer_ids();
+            let Some(pid) = ctx.producer_ids.take() else {
+                self.end_pending(id);
+                return Err(TxnError::CoordinatorLoadInProgress);
+            };
+            next.producer_id = pid;
+            next.producer_epoch = 0;
+        } else {
+            next.producer_epoch += 1;
+        }
+        next.state = TxnState::Empty;
+        next.partitions.clear();
+        next.timeout_ms = timeout_ms;
+        next.start_ms = -1;
+        next.last_update_ms = now;
+        let answer = (next.producer_id, next.producer_epoch);
+        self.persist(ctx, &state, next).await?;
+        Ok(answer)
+    }
+
+    /// Checks that `pid`/`epoch` are the id's current producer.
+    fn check_producer(m: &TxnMetadata, pid: i64, epoch: i16) -> Result<(), TxnError> {
+        if m.producer_id != pid {
+            return Err(TxnError::InvalidProducerIdMapping);
+        }
+        if m.producer_epoch != epoch {
+            return Err(TxnError::ProducerFenced);
+        }
+        Ok(())
+    }
+
+    /// AddPartitionsToTxn (and AddOffsetsToTxn, with the group's offsets
+    /// partition): the partitions join the open transaction.
+    pub async fn add_partitions(
+        &self,
+        ctx: &Rc<ShardCtx>,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        partitions: &[TopicPartition],
+    ) -> Result<(), TxnError> {
+        let state = self.locate(ctx, id)?;
+        let Some(current) = self.get(id) else {
+            return Err(TxnError::InvalidProducerIdMapping);
+        };
+        Self::check_producer(&current, pid, epoch)?;
+        if current.pending || current.state.is_preparing() {
+            return Err(TxnError::ConcurrentTransactions);
+        }
+        if !current.state.can_transition_to(TxnState::Ongoing) {
+            return Err(TxnError::InvalidTxnState);
+        }
+        if current.state == TxnState::Ongoing && partitions.iter().all(|tp| current.partitions.contains(tp)) {
+            return Ok(());
+        }
+        let mut next = self.begin(id)?;
+        let now = now_ms();
+        if next.state != TxnState::Ongoing {
+            next.start_ms = now;
+            next.partitions.clear();
+        }
+        next.state = TxnState::Ongoing;
+        next.partitions.extend(partitions.iter().cloned());
+        next.last_update_ms = now;
+        self.persist(ctx, &state, next).await
+    }
+
+    /// Whether `tp` is part of the id's open transaction (the verify-only
+    /// form of AddPartitionsToTxn).
+    pub fn verify_partition(&self, ctx: &ShardCtx, id: &str, pid: i64, epoch: i16, tp: &TopicPartition) -> Result<(), TxnError> {
+        self.locate(ctx, id)?;
+        let Some(m) = self.get(id) else {
+            return Err(TxnError::InvalidProducerIdMapping);
+        };
+        Self::check_producer(&m, pid, epoch)?;
+        if m.state == TxnState::Ongoing && m.partitions.contains(tp) {
+            Ok(())
+        } else {
+            Err(TxnError::InvalidTxnState)
+        }
+    }
+
+    /// EndTxn. `tv2` for clients on transaction version 2 (EndTxn v5+),
+    /// whose epoch is bumped by every EndTxn. Returns the producer id and
+    /// epoch the client continues with.
+    pub async fn end_txn(
+        &self,
+        ctx: &Rc<ShardCtx>,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        commit: bool,
+        tv2: bool,
+    ) -> Result<(i64, i16), TxnError> {
+        let state = self.locate(ctx, id)?;
+        let Some(current) = self.get(id) else {
+            return Err(TxnError::InvalidProducerIdMapping);
+        };
+        if current.producer_id != pid {
+            return Err(TxnError::InvalidProducerIdMapping);
+        }
+        // A retry of an EndTxn that already completed: same answer.
+        let retried = match current.state {
+            TxnState::CompleteCommit => commit,
+            TxnState::CompleteAbort => !commit,
+            _ => false,
+        };
+        let epoch_ok = current.producer_epoch == epoch || (tv2 && current.producer_epoch == epoch.saturating_add(1));
+        if retried && epoch_ok && !current.pending {
+            return Ok((current.producer_id, current.producer_epoch));
+        }
+        if current.producer_epoch != epoch {
+            return Err(TxnError::ProducerFenced);
+        }
+        if current.pending || current.state.is_preparing() {
+            return Err(TxnError::ConcurrentTransactions);
+        }
+        let target = if commit {
+            TxnState::PrepareCommit
+        } else {
+            TxnState::PrepareAbort
+        };
+        let empty_allowed = tv2 && current.state != TxnState::Ongoing;
+        if current.state != TxnState::Ongoing && !empty_allowed {
+            return Err(TxnError::InvalidTxnState);
+        }
+        if !current.state.can_transition_to(target) {
+            return Err(TxnError::InvalidTxnState);
+        }
+        let mut next = self.begin(id)?;
+        if tv2 {
+            next.producer_epoch = next.producer_epoch.saturating_add(1);
+            next.client_txn_version = 2;
+        }
+        if next.state != TxnState::Ongoing {
+            next.partitions.clear();
+        }
+        next.state = target;
+        next.last_update_ms = now_ms();
+        let answer = (next.producer_id, next.producer_epoch);
+        self.persist(ctx, &state, next).await?;
+        spawn_complete(ctx, id.to_owned());
+        Ok(answer)
+    }
+
+    /// Writes the markers of a transaction in Prepare*, then Complete*.
+    pub async fn complete(&self, ctx: &Rc<ShardCtx>, id: &str) {
+        let delay_ms = ctx.config.debug_delay_txn_markers_ms;
+        if delay_ms > 0 {
+            glommio::timer::sleep(Duration::from_millis(delay_ms)).await;
+        }
+        let Ok(state) = self.locate(ctx, id) else { return };
+        let Some(m) = self.get(id) else { return };
+        if !m.state.is_preparing() {
+            return;
+        }
+        let commit = m.state == TxnState::PrepareCommit;
+        let mut todo: Vec<TxnMarker> = m
+            .partitions
+            .iter()
+            .map(|tp| TxnMarker {
+                tp: tp.clone(),
+                producer_id: m.producer_id,
+                producer_epoch: m.producer_epoch,
+                coordinator_epoch: COORDINATOR_EPOCH,
+                commit,
+            })
+            .collect();
+        let mut attempts = 0;
+        while !todo.is_empty() {
+            attempts += 1;
+            let results = send_markers(ctx, std::mem::take(&mut todo)).await;
+            for (marker, code) in results {
+                let retriable = code != 0
+                    && code != kafka_protocol::ResponseError::UnknownTopicOrPartition.code()
+                    && code != kafka_protocol::ResponseError::InvalidProducerEpoch.code();
+                if retriable {
+                    todo.push(marker);
+                } else if code != 0 {
+                    tracing::warn!(tp = %marker.tp, code, "transaction marker not written; skipping the partition");
+                }
+            }
+            if !todo.is_empty() {
+                if attempts >= MARKER_ATTEMPTS_MAX {
+                    tracing::error!(transactional_id = id, "giving up on transaction markers until the coordinator reloads");
+                    return;
+                }
+                glommio::timer::sleep(Duration::from_millis(MARKER_RETRY_BACKOFF_MS)).await;
+            }
+        }
+        let Ok(mut next) = self.begin(id) else { return };
+        next.state = if commit {
+            TxnState::CompleteCommit
+        } else {
+            TxnState::CompleteAbort
+        };
+        next.partitions.clear();
+        next.last_update_ms = now_ms();
+        if let Err(e) = self.persist(ctx, &state, next).await {
+            tracing::error!(transactional_id = id, error = %e, "writing Complete* failed");
+        }
+    }
+
+    /// Aborts open transactions that outlived their timeout, bumping the
+    /// epoch so the late producer is fenced.
+    pub async fn abort_expired(&self, ctx: &Rc<ShardCtx>) {
+        let now = now_ms();
+        let expired: Vec<String> = self
+            .txns
+            .borrow()
+            .values()
+            .filter(|m| !m.pending && m.expired(now))
+            .map(|m| m.transactional_id.clone())
+            .collect();
+        for id in expired {
+            let Ok(state) = self.locate(ctx, &id) else { continue };
+            let Ok(mut next) = self.begin(&id) else { continue };
+            tracing::info!(transactional_id = %id, "aborting a timed-out transaction");
+            next.state = TxnState::PrepareAbort;
+            next.producer_epoch = next.producer_epoch.saturating_add(1);
+            next.last_update_ms = now;
+            if self.persist(ctx, &state, next).await.is_ok() {
+                spawn_complete(ctx, id);
+            }
+        }
+    }
+}
+
+fn spawn_complete(ctx: &Rc<ShardCtx>, id: String) {
+    let ctx = ctx.clone();
+    glommio::spawn_local(async move { ctx.txn.complete(&ctx, &id).await }).detach();
+}
+
+/// Delivers markers to the shards leading their partitions; returns an
+/// error code per marker (UNKNOWN_TOPIC_OR_PARTITION for deleted ones).
+async fn send_markers(ctx: &Rc<ShardCtx>, markers: Vec<TxnMarker>) -> Vec<(TxnMarker, i16)> {
+    let image = ctx.image();
+    let mut by_shard: BTreeMap<usize, Vec<TxnMarker>> = BTreeMap::new();
+    let mut out = Vec::new();
+    for m in markers {
+        match image.leader_shard(&m.tp.topic, m.tp.partition.0, ctx.cores()) {
+            Some(shard) => by_shard.entry(shard).or_default().push(m),
+            None => out.push((m, kafka_protocol::ResponseError::UnknownTopicOrPartition.code())),
+        }
+    }
+    let mut remote = Vec::new();
+    for (shard, batch) in by_shard {
+        if shard == ctx.shard {
+            out.extend(ctx.write_txn_markers(batch).await);
+            continue;
+        }
+        let (tx, rx) = oneshot::channel();
+        let sent = ctx
+            .router
+            .send_to(shard, ShardMessage::WriteTxnMarkers { markers: batch.clone(), reply: tx })
+            .await;
+        match sent {
+            Ok(()) => remote.push((batch, rx)),
+            Err(_) => out.extend(
+                batch
+                    .into_iter()
+                    .map(|m| (m, kafka_protocol::ResponseError::CoordinatorNotAvailable.code())),
+            ),
+        }
+    }
+    for (batch, rx) in remote {
+        match rx.await {
+            Ok(results) => out.extend(results),
+            Err(_) => out.extend(
+                batch
+                    .into_iter()
+                    .map(|m| (m, kafka_protocol::ResponseError::CoordinatorNotAvailable.code())),
+            ),
+        }
+    }
+    out
+}

@@ -1,0 +1,199 @@
+//! Transactions: the transaction coordinator and its state machine.
+//!
+//! The coordinator for a transactional id is the shard that leads partition
+//! `abs(javaStringHashCode(id)) % 50` of `__transaction_state`
+//! ([`crate::metadata::internal`]); its [`coordinator::TxnCoordinator`] owns
+//! the [`TxnMetadata`] of every id that maps to a partition it leads.
+//!
+//! Every transition is written to that partition first (Kafka's record format,
+//! [`log`]) and applied in memory only once the write is durable (written, or
+//! fdatasync'ed under `--fsync-acks`): the log is the state, and a restarted
+//! coordinator replays it, then finishes any transaction it finds in
+//! PrepareCommit/PrepareAbort by writing its markers.
+//!
+//! While a transition is being written the id is *pending*: another request
+//! for it gets CONCURRENT_TRANSACTIONS (retriable), as in Kafka.
+//!
+//! Transaction versions: a client that ends transactions with EndTxn v5+
+//! follows transaction version 2 (KIP-890): each EndTxn bumps the epoch, the
+//! markers carry the bumped epoch, and the response returns it. Older clients
+//! (librdkafka uses EndTxn v0–1) follow version 1: the epoch moves only on
+//! InitProducerId and fencing.
+
+pub mod coordinator;
+pub mod log;
+
+use crate::types::TopicPartition;
+use std::collections::BTreeSet;
+
+/// Kafka's `transaction.max.timeout.ms` default (15 minutes).
+pub const TRANSACTION_MAX_TIMEOUT_MS: i32 = 15 * 60 * 1000;
+/// Kafka's `transaction.abort.timed.out.transaction.cleanup.interval.ms`.
+pub const ABORT_TIMED_OUT_CHECK_INTERVAL_MS: u64 = 10_000;
+
+/// Kafka's `TransactionState`, with its on-disk ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TxnState {
+    Empty = 0,
+    Ongoing = 1,
+    PrepareCommit = 2,
+    PrepareAbort = 3,
+    CompleteCommit = 4,
+    CompleteAbort = 5,
+    Dead = 6,
+    PrepareEpochFence = 7,
+}
+
+impl TxnState {
+    pub fn from_id(id: i8) -> Option<TxnState> {
+        use TxnState::*;
+        Some(match id {
+            0 => Empty,
+            1 => Ongoing,
+            2 => PrepareCommit,
+            3 => PrepareAbort,
+            4 => CompleteCommit,
+            5 => CompleteAbort,
+            6 => Dead,
+            7 => PrepareEpochFence,
+            _ => return None,
+        })
+    }
+
+    /// Kafka's state names, as ListTransactions / DescribeTransactions report them.
+    pub fn name(self) -> &'static str {
+        use TxnState::*;
+        match self {
+            Empty => "Empty",
+            Ongoing => "Ongoing",
+            PrepareCommit => "PrepareCommit",
+            PrepareAbort => "PrepareAbort",
+            CompleteCommit => "CompleteCommit",
+            CompleteAbort => "CompleteAbort",
+            Dead => "Dead",
+            PrepareEpochFence => "PrepareEpochFence",
+        }
+    }
+
+    /// The states a transition into `self` may start from (KAFKA_BEHAVIOUR.md §5).
+    pub fn valid_previous(self) -> &'static [TxnState] {
+        use TxnState::*;
+        match self {
+            Empty => &[Empty, CompleteCommit, CompleteAbort],
+            Ongoing => &[Ongoing, Empty, CompleteCommit, CompleteAbort],
+            PrepareCommit => &[Ongoing, Empty, CompleteCommit, CompleteAbort],
+            PrepareAbort => &[Ongoing, PrepareEpochFence, Empty, CompleteCommit, CompleteAbort],
+            CompleteCommit => &[PrepareCommit],
+            CompleteAbort => &[PrepareAbort],
+            Dead => &[Empty, CompleteAbort, CompleteCommit],
+            PrepareEpochFence => &[Ongoing],
+        }
+    }
+
+    pub fn can_transition_to(self, to: TxnState) -> bool {
+        to.valid_previous().contains(&self)
+    }
+
+    /// Markers are being written: the transaction cannot change until done.
+    pub fn is_preparing(self) -> bool {
+        matches!(self, TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::PrepareEpochFence)
+    }
+}
+
+/// One transactional id's state, as the coordinator keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxnMetadata {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub timeout_ms: i32,
+    pub state: TxnState,
+    pub partitions: BTreeSet<TopicPartition>,
+    /// When the current transaction began (first partition added); -1 if none.
+    pub start_ms: i64,
+    pub last_update_ms: i64,
+    /// 2 when the client follows transaction version 2 (EndTxn v5+), else 0.
+    pub client_txn_version: i16,
+    /// A transition is being written to the log (not persisted).
+    pub pending: bool,
+}
+
+impl TxnMetadata {
+    pub fn new(id: &str, producer_id: i64, timeout_ms: i32, now_ms: i64) -> TxnMetadata {
+        TxnMetadata {
+            transactional_id: id.to_owned(),
+            producer_id,
+            producer_epoch: 0,
+            timeout_ms,
+            state: TxnState::Empty,
+            partitions: BTreeSet::new(),
+            start_ms: -1,
+            last_update_ms: now_ms,
+            client_txn_version: 0,
+            pending: false,
+        }
+    }
+
+    /// Whether the open transaction has outlived its timeout at `now_ms`.
+    pub fn expired(&self, now_ms: i64) -> bool {
+        self.state == TxnState::Ongoing
+            && self.start_ms >= 0
+            && now_ms.saturating_sub(self.start_ms) > self.timeout_ms as i64
+    }
+}
+
+/// One marker to write: the end of `producer_id`'s transaction on `tp`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxnMarker {
+    pub tp: TopicPartition,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub coordinator_epoch: i32,
+    pub commit: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TxnState::*;
+    use super::*;
+
+    #[test]
+    fn transitions_are_kafkas() {
+        let all = [
+            Empty,
+            Ongoing,
+            PrepareCommit,
+            PrepareAbort,
+            CompleteCommit,
+            CompleteAbort,
+            Dead,
+            PrepareEpochFence,
+        ];
+        let allowed: Vec<(TxnState, TxnState)> = all
+            .iter()
+            .flat_map(|&a| all.iter().map(move |&b| (a, b)))
+            .filter(|(a, b)| a.can_transition_to(*b))
+            .collect();
+        assert!(Ongoing.can_transition_to(PrepareEpochFence));
+        assert!(PrepareEpochFence.can_transition_to(PrepareAbort));
+        assert!(!PrepareEpochFence.can_transition_to(PrepareCommit));
+        assert!(!Ongoing.can_transition_to(CompleteCommit));
+        assert!(!PrepareCommit.can_transition_to(CompleteAbort));
+        assert!(!Dead.can_transition_to(Empty));
+        // 3 + 4 + 4 + 5 + 1 + 1 + 3 + 1 edges, as listed in KAFKA_BEHAVIOUR.md §5.
+        assert_eq!(allowed.len(), 22);
+        for s in all {
+            assert_eq!(TxnState::from_id(s as i8), Some(s));
+        }
+    }
+
+    #[test]
+    fn expiry_follows_the_timeout() {
+        let mut m = TxnMetadata::new("t", 1, 1000, 0);
+        assert!(!m.expired(5000), "an empty transaction never expires");
+        m.state = Ongoing;
+        m.start_ms = 100;
+        assert!(!m.expired(1100));
+        assert!(m.expired(1101));
+    }
+}
