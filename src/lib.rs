@@ -20,7 +20,7 @@ pub mod producer;
 pub mod shard;
 
 pub mod fetch;
-pub mod txn;
 pub mod handlers;
 pub mod net;
 pub mod server;
+pub mod txn;

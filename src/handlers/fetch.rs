@@ -135,7 +135,12 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         // the marker that moves the LSO), not for the HW we already saw.
         let mut waits: Vec<LocalBoxFuture<'_, ()>> = wanted
             .iter()
-            .filter_map(|w| w.target.as_ref().ok().map(|state| (&state.log, w.fetch_offset)))
+            .filter_map(|w| {
+                w.target
+                    .as_ref()
+                    .ok()
+                    .map(|state| (&state.log, w.fetch_offset))
+            })
             .map(|(log, offset)| {
                 let seen = offset.max(log.high_watermark().0 - 1);
                 log.wait_for_hw_above(Offset(seen)).boxed_local()
@@ -242,12 +247,8 @@ async fn read_all(
             Offset(p.high_watermark)
         };
         if read_committed {
-            p.aborted_transactions = Some(
-                state
-                    .aborted
-                    .borrow()
-                    .overlapping(w.fetch_offset, upper.0),
-            );
+            p.aborted_transactions =
+                Some(state.aborted.borrow().overlapping(w.fetch_offset, upper.0));
         }
         let limit = (w.partition_max_bytes.max(0) as usize).min(max_bytes.saturating_sub(total));
         if limit == 0 && total > 0 {

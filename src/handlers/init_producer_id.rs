@@ -27,7 +27,10 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         .with_producer_epoch(-1);
     if let Some(id) = &req.transactional_id {
         if id.0.is_empty() {
-            return respond(header, &resp.with_error_code(ResponseError::InvalidRequest.code()));
+            return respond(
+                header,
+                &resp.with_error_code(ResponseError::InvalidRequest.code()),
+            );
         }
         let expected = (header.api_version >= 3 && req.producer_id.0 >= 0)
             .then_some((req.producer_id.0, req.producer_epoch));
@@ -36,7 +39,9 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
             .init_producer_id(ctx, id.0.as_str(), req.transaction_timeout_ms, expected)
             .await;
         let resp = match result {
-            Ok((pid, epoch)) => resp.with_producer_id(ProducerId(pid)).with_producer_epoch(epoch),
+            Ok((pid, epoch)) => resp
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch),
             Err(e) => resp.with_error_code(errors::txn(e, header.api_version >= 3)),
         };
         return respond(header, &resp);

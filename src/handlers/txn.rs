@@ -44,7 +44,9 @@ async fn add_topics(
     let mut unknown = false;
     for t in topics {
         for &p in &t.partitions {
-            let known = image.leader_shard(t.name.0.as_str(), p, ctx.cores()).is_some();
+            let known = image
+                .leader_shard(t.name.0.as_str(), p, ctx.cores())
+                .is_some();
             unknown |= !known;
             wanted.push((t.name.clone(), p, known));
         }
@@ -66,10 +68,12 @@ async fn add_topics(
             .collect()
     } else if verify_only {
         tps.iter()
-            .map(|tp| match ctx.txn.verify_partition(ctx, id, pid, epoch, tp) {
-                Ok(()) => errors::NONE,
-                Err(e) => errors::txn(e, fenced_known),
-            })
+            .map(
+                |tp| match ctx.txn.verify_partition(ctx, id, pid, epoch, tp) {
+                    Ok(()) => errors::NONE,
+                    Err(e) => errors::txn(e, fenced_known),
+                },
+            )
             .collect()
     } else {
         let code = match ctx.txn.add_partitions(ctx, id, pid, epoch, &tps).await {
@@ -95,7 +99,11 @@ async fn add_topics(
     results
 }
 
-pub async fn add_partitions(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub async fn add_partitions(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<AddPartitionsToTxnRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -137,7 +145,11 @@ pub async fn add_partitions(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &m
     respond(header, &resp)
 }
 
-pub async fn add_offsets(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub async fn add_offsets(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<AddOffsetsToTxnRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -166,7 +178,10 @@ pub async fn add_offsets(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut 
             }
         }
     };
-    respond(header, &AddOffsetsToTxnResponse::default().with_error_code(code))
+    respond(
+        header,
+        &AddOffsetsToTxnResponse::default().with_error_code(code),
+    )
 }
 
 pub async fn end_txn(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
@@ -195,7 +210,8 @@ pub async fn end_txn(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Byte
         Err(e) => {
             let resp = EndTxnResponse::default().with_error_code(errors::txn(e, false));
             if tv2 {
-                resp.with_producer_id(ProducerId(-1)).with_producer_epoch(-1)
+                resp.with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1)
             } else {
                 resp
             }

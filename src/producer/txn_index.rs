@@ -73,7 +73,9 @@ impl AbortedTxns {
         {
             return false;
         }
-        let at = self.entries.partition_point(|x| x.last_offset <= e.last_offset);
+        let at = self
+            .entries
+            .partition_point(|x| x.last_offset <= e.last_offset);
         self.entries.insert(at, e);
         true
     }
@@ -121,7 +123,11 @@ pub fn load_dir(dir: &Path) -> Vec<AbortedTxn> {
         let Ok(bytes) = std::fs::read(&path) else {
             continue;
         };
-        out.extend(bytes.chunks_exact(ENTRY_BYTES).filter_map(AbortedTxn::decode));
+        out.extend(
+            bytes
+                .chunks_exact(ENTRY_BYTES)
+                .filter_map(AbortedTxn::decode),
+        );
     }
     out
 }

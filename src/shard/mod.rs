@@ -267,7 +267,9 @@ impl ShardCtx {
                                 snapshot_offset: Rc::new(Cell::new(snapshot_offset)),
                                 aborted: Rc::new(RefCell::new(aborted)),
                             });
-                            self.partitions.borrow_mut().insert(tp.clone(), state.clone());
+                            self.partitions
+                                .borrow_mut()
+                                .insert(tp.clone(), state.clone());
                             if tp.topic == internal::TRANSACTION_STATE {
                                 opened_txn_partitions.push(state);
                             }
@@ -298,7 +300,12 @@ impl ShardCtx {
         let dir = log.dir().to_path_buf();
         let log_end = log.log_end_offset().0;
         let (loaded, indexed) = glommio::executor()
-            .spawn_blocking(move || (snapshot::load_newest(&dir, log_end), txn_index::load_dir(&dir)))
+            .spawn_blocking(move || {
+                (
+                    snapshot::load_newest(&dir, log_end),
+                    txn_index::load_dir(&dir),
+                )
+            })
             .await;
         let mut aborted = AbortedTxns::default();
         for e in indexed {
@@ -320,18 +327,20 @@ impl ShardCtx {
             .scan(Offset(from), &mut |h, bytes| {
                 // An ABORT marker: re-derive its index entry in case a crash
                 // left it unwritten (the index is only an index).
-                if h.is_control() && is_abort_marker(bytes) {
-                    if let Some(first) = table.open_transaction(h.producer_id) {
-                        let lso = table.first_unstable_offset().unwrap_or(first);
-                        derived.push(AbortedTxn {
-                            producer_id: h.producer_id,
-                            first_offset: first,
-                            last_offset: h.base_offset,
-                            last_stable_offset: lso,
-                        });
-                    }
-                }
+                let aborted_first = (h.is_control() && is_abort_marker(bytes))
+                    .then(|| table.open_transaction(h.producer_id))
+                    .flatten();
                 table.record(h, h.base_offset, now);
+                if let Some(first) = aborted_first {
+                    derived.push(AbortedTxn {
+                        producer_id: h.producer_id,
+                        first_offset: first,
+                        last_offset: h.base_offset,
+                        last_stable_offset: table
+                            .first_unstable_offset()
+                            .unwrap_or(h.base_offset + 1),
+                    });
+                }
                 replayed += 1;
             })
             .await;
@@ -357,7 +366,10 @@ impl ShardCtx {
     /// Appends COMMIT/ABORT markers to partitions this shard leads and
     /// waits until they are written (durable under `--fsync-acks`), as the
     /// coordinator's acks=-1 write. Returns an error code per marker.
-    pub async fn write_txn_markers(self: &Rc<Self>, markers: Vec<TxnMarker>) -> Vec<(TxnMarker, i16)> {
+    pub async fn write_txn_markers(
+        self: &Rc<Self>,
+        markers: Vec<TxnMarker>,
+    ) -> Vec<(TxnMarker, i16)> {
         let mut waits = Vec::with_capacity(markers.len());
         let mut out = Vec::with_capacity(markers.len());
         for m in markers {
@@ -403,17 +415,31 @@ impl ShardCtx {
                 .image()
                 .leader_shard(&m.tp.topic, m.tp.partition.0, self.cores())
                 .is_some();
-            return Err(if known { E::NotLeaderOrFollower } else { E::UnknownTopicOrPartition }.code());
+            return Err(if known {
+                E::NotLeaderOrFollower
+            } else {
+                E::UnknownTopicOrPartition
+            }
+            .code());
         };
         let current_epoch = state.producers.borrow().get(m.producer_id).map(|e| e.epoch);
         if current_epoch.is_some_and(|e| m.producer_epoch < e) {
             return Err(E::InvalidProducerEpoch.code());
         }
-        let kind = if m.commit { ControlType::Commit } else { ControlType::Abort };
-        let batch = control_batch(kind, m.producer_id, m.producer_epoch, m.coordinator_epoch, now_ms());
+        let kind = if m.commit {
+            ControlType::Commit
+        } else {
+            ControlType::Abort
+        };
+        let batch = control_batch(
+            kind,
+            m.producer_id,
+            m.producer_epoch,
+            m.coordinator_epoch,
+            now_ms(),
+        );
         let header = BatchHeader::parse(&batch).map_err(|_| E::UnknownServerError.code())?;
         let first = state.producers.borrow().open_transaction(m.producer_id);
-        let lso = state.last_stable_offset();
         let info = state.log.append(batch).map_err(|e| {
             tracing::error!(tp = %m.tp, error = %e, "appending a transaction marker failed");
             E::KafkaStorageError.code()
@@ -422,6 +448,13 @@ impl ShardCtx {
             .producers
             .borrow_mut()
             .record(&header, info.base_offset.0, now_ms());
+        // Kafka's lastStableOffset of an aborted transaction: the first
+        // unstable offset once it is complete.
+        let lso = state
+            .producers
+            .borrow()
+            .first_unstable_offset()
+            .unwrap_or(info.last_offset.0 + 1);
         if let (false, Some(first)) = (m.commit, first) {
             let entry = AbortedTxn {
                 producer_id: m.producer_id,

@@ -99,21 +99,24 @@ impl TxnCoordinator {
         let mut found: BTreeMap<String, Option<TxnMetadata>> = BTreeMap::new();
         let scan = state
             .log
-            .scan(crate::types::Offset(state.log.log_start_offset().0), &mut |h, bytes| {
-                if h.is_control() {
-                    return;
-                }
-                let Ok((_, records)) = crate::record::decode_batch(bytes) else {
-                    return;
-                };
-                for r in records {
-                    let Some(id) = r.key.as_deref().and_then(|k| decode_key(k).ok()) else {
-                        continue;
+            .scan(
+                crate::types::Offset(state.log.log_start_offset().0),
+                &mut |h, bytes| {
+                    if h.is_control() {
+                        return;
+                    }
+                    let Ok((_, records)) = crate::record::decode_batch(bytes) else {
+                        return;
                     };
-                    let meta = r.value.as_deref().and_then(|v| decode_value(&id, v).ok());
-                    found.insert(id, meta);
-                }
-            })
+                    for r in records {
+                        let Some(id) = r.key.as_deref().and_then(|k| decode_key(k).ok()) else {
+                            continue;
+                        };
+                        let meta = r.value.as_deref().and_then(|v| decode_value(&id, v).ok());
+                        found.insert(id, meta);
+                    }
+                },
+            )
             .await;
         if let Err(e) = scan {
             tracing::error!(tp = %state.tp, error = %e, "replaying transaction state failed");
@@ -145,7 +148,12 @@ impl TxnCoordinator {
 
     /// Writes `next` as the id's new state, then applies it. The id must
     /// have been marked pending by the caller.
-    async fn persist(&self, ctx: &ShardCtx, state: &PartitionState, next: TxnMetadata) -> Result<(), TxnError> {
+    async fn persist(
+        &self,
+        ctx: &ShardCtx,
+        state: &PartitionState,
+        next: TxnMetadata,
+    ) -> Result<(), TxnError> {
         let batch = BatchBuilder::new(Compression::None)
             .record(
                 Some(&encode_key(&next.transactional_id)),
@@ -206,6 +214,13 @@ impl TxnCoordinator {
     ) -> Result<(i64, i16), TxnError> {
         if timeout_ms <= 0 || timeout_ms > TRANSACTION_MAX_TIMEOUT_MS {
             return Err(TxnError::InvalidTransactionTimeout);
+        }
+        if ctx.image().topic(TRANSACTION_STATE).is_none() {
+            // Clients find their coordinator first, which creates the topic;
+            // a client that did not is told to, once it exists.
+            ctx.ensure_internal_topic(TRANSACTION_STATE)
+                .await
+                .map_err(|_| TxnError::CoordinatorNotAvailable)?;
         }
         let state = self.locate(ctx, id)?;
         let now = now_ms();
@@ -299,7 +314,9 @@ impl TxnCoordinator {
         if !current.state.can_transition_to(TxnState::Ongoing) {
             return Err(TxnError::InvalidTxnState);
         }
-        if current.state == TxnState::Ongoing && partitions.iter().all(|tp| current.partitions.contains(tp)) {
+        if current.state == TxnState::Ongoing
+            && partitions.iter().all(|tp| current.partitions.contains(tp))
+        {
             return Ok(());
         }
         let mut next = self.begin(id)?;
@@ -316,7 +333,14 @@ impl TxnCoordinator {
 
     /// Whether `tp` is part of the id's open transaction (the verify-only
     /// form of AddPartitionsToTxn).
-    pub fn verify_partition(&self, ctx: &ShardCtx, id: &str, pid: i64, epoch: i16, tp: &TopicPartition) -> Result<(), TxnError> {
+    pub fn verify_partition(
+        &self,
+        ctx: &ShardCtx,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        tp: &TopicPartition,
+    ) -> Result<(), TxnError> {
         self.locate(ctx, id)?;
         let Some(m) = self.get(id) else {
             return Err(TxnError::InvalidProducerIdMapping);
@@ -354,7 +378,8 @@ impl TxnCoordinator {
             TxnState::CompleteAbort => !commit,
             _ => false,
         };
-        let epoch_ok = current.producer_epoch == epoch || (tv2 && current.producer_epoch == epoch.saturating_add(1));
+        let epoch_ok = current.producer_epoch == epoch
+            || (tv2 && current.producer_epoch == epoch.saturating_add(1));
         if retried && epoch_ok && !current.pending {
             return Ok((current.producer_id, current.producer_epoch));
         }
@@ -398,7 +423,9 @@ impl TxnCoordinator {
         if delay_ms > 0 {
             glommio::timer::sleep(Duration::from_millis(delay_ms)).await;
         }
-        let Ok(state) = self.locate(ctx, id) else { return };
+        let Ok(state) = self.locate(ctx, id) else {
+            return;
+        };
         let Some(m) = self.get(id) else { return };
         if !m.state.is_preparing() {
             return;
@@ -431,7 +458,10 @@ impl TxnCoordinator {
             }
             if !todo.is_empty() {
                 if attempts >= MARKER_ATTEMPTS_MAX {
-                    tracing::error!(transactional_id = id, "giving up on transaction markers until the coordinator reloads");
+                    tracing::error!(
+                        transactional_id = id,
+                        "giving up on transaction markers until the coordinator reloads"
+                    );
                     return;
                 }
                 glommio::timer::sleep(Duration::from_millis(MARKER_RETRY_BACKOFF_MS)).await;
@@ -462,8 +492,12 @@ impl TxnCoordinator {
             .map(|m| m.transactional_id.clone())
             .collect();
         for id in expired {
-            let Ok(state) = self.locate(ctx, &id) else { continue };
-            let Ok(mut next) = self.begin(&id) else { continue };
+            let Ok(state) = self.locate(ctx, &id) else {
+                continue;
+            };
+            let Ok(mut next) = self.begin(&id) else {
+                continue;
+            };
             tracing::info!(transactional_id = %id, "aborting a timed-out transaction");
             next.state = TxnState::PrepareAbort;
             next.producer_epoch = next.producer_epoch.saturating_add(1);
@@ -489,7 +523,10 @@ async fn send_markers(ctx: &Rc<ShardCtx>, markers: Vec<TxnMarker>) -> Vec<(TxnMa
     for m in markers {
         match image.leader_shard(&m.tp.topic, m.tp.partition.0, ctx.cores()) {
             Some(shard) => by_shard.entry(shard).or_default().push(m),
-            None => out.push((m, kafka_protocol::ResponseError::UnknownTopicOrPartition.code())),
+            None => out.push((
+                m,
+                kafka_protocol::ResponseError::UnknownTopicOrPartition.code(),
+            )),
         }
     }
     let mut remote = Vec::new();
@@ -501,25 +538,33 @@ async fn send_markers(ctx: &Rc<ShardCtx>, markers: Vec<TxnMarker>) -> Vec<(TxnMa
         let (tx, rx) = oneshot::channel();
         let sent = ctx
             .router
-            .send_to(shard, ShardMessage::WriteTxnMarkers { markers: batch.clone(), reply: tx })
+            .send_to(
+                shard,
+                ShardMessage::WriteTxnMarkers {
+                    markers: batch.clone(),
+                    reply: tx,
+                },
+            )
             .await;
         match sent {
             Ok(()) => remote.push((batch, rx)),
-            Err(_) => out.extend(
-                batch
-                    .into_iter()
-                    .map(|m| (m, kafka_protocol::ResponseError::CoordinatorNotAvailable.code())),
-            ),
+            Err(_) => out.extend(batch.into_iter().map(|m| {
+                (
+                    m,
+                    kafka_protocol::ResponseError::CoordinatorNotAvailable.code(),
+                )
+            })),
         }
     }
     for (batch, rx) in remote {
         match rx.await {
             Ok(results) => out.extend(results),
-            Err(_) => out.extend(
-                batch
-                    .into_iter()
-                    .map(|m| (m, kafka_protocol::ResponseError::CoordinatorNotAvailable.code())),
-            ),
+            Err(_) => out.extend(batch.into_iter().map(|m| {
+                (
+                    m,
+                    kafka_protocol::ResponseError::CoordinatorNotAvailable.code(),
+                )
+            })),
         }
     }
     out

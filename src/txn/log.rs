@@ -21,7 +21,6 @@ const KEY_VERSION: i16 = 0;
 const VALUE_VERSION: i16 = 1;
 const TAG_CLIENT_TRANSACTION_VERSION: u32 = 2;
 
-
 pub fn encode_key(transactional_id: &str) -> BytesMut {
     let mut out = BytesMut::with_capacity(4 + transactional_id.len());
     out.put_i16(KEY_VERSION);
@@ -99,7 +98,8 @@ pub fn decode_value(transactional_id: &str, value: &[u8]) -> Result<TxnMetadata,
     let producer_epoch = r.i16("producer_epoch").map_err(err)?;
     let timeout_ms = r.i32("timeout_ms").map_err(err)?;
     let status = r.i8("status").map_err(err)?;
-    let state = TxnState::from_id(status).ok_or_else(|| TxnLogError(format!("unknown state {status}")))?;
+    let state =
+        TxnState::from_id(status).ok_or_else(|| TxnLogError(format!("unknown state {status}")))?;
     let mut partitions = BTreeSet::new();
     let topics = r.array_len(flexible, 2, "partitions").map_err(err)?;
     for _ in 0..topics.unwrap_or(0) {
@@ -108,7 +108,10 @@ pub fn decode_value(transactional_id: &str, value: &[u8]) -> Result<TxnMetadata,
             .map_err(err)?
             .unwrap_or_default()
             .to_owned();
-        let n = r.array_len(flexible, 4, "partition_ids").map_err(err)?.unwrap_or(0);
+        let n = r
+            .array_len(flexible, 4, "partition_ids")
+            .map_err(err)?
+            .unwrap_or(0);
         for _ in 0..n {
             let p = r.i32("partition_id").map_err(err)?;
             partitions.insert(TopicPartition::new(topic.clone(), p));

@@ -82,7 +82,13 @@ impl TxnState {
             Empty => &[Empty, CompleteCommit, CompleteAbort],
             Ongoing => &[Ongoing, Empty, CompleteCommit, CompleteAbort],
             PrepareCommit => &[Ongoing, Empty, CompleteCommit, CompleteAbort],
-            PrepareAbort => &[Ongoing, PrepareEpochFence, Empty, CompleteCommit, CompleteAbort],
+            PrepareAbort => &[
+                Ongoing,
+                PrepareEpochFence,
+                Empty,
+                CompleteCommit,
+                CompleteAbort,
+            ],
             CompleteCommit => &[PrepareCommit],
             CompleteAbort => &[PrepareAbort],
             Dead => &[Empty, CompleteAbort, CompleteCommit],
@@ -96,7 +102,10 @@ impl TxnState {
 
     /// Markers are being written: the transaction cannot change until done.
     pub fn is_preparing(self) -> bool {
-        matches!(self, TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::PrepareEpochFence)
+        matches!(
+            self,
+            TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::PrepareEpochFence
+        )
     }
 }
 

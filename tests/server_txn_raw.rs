@@ -1,0 +1,296 @@
+//! Transactions driven with raw requests, reproducing stock Kafka's outputs
+//! in KAFKA_BEHAVIOUR.md §5 exactly: offsets, marker epochs (transaction
+//! version 2: EndTxn v5 bumps the epoch), HW vs LSO while a transaction is
+//! open, the `.txnindex` entry, read_committed fetches, and fencing.
+//!
+//! The client here is a transaction-version-2 client that also sends
+//! AddPartitionsToTxn (fjord does not yet add partitions implicitly on
+//! Produce v12), so epochs follow version 2.
+
+mod common;
+
+use common::raw::{only_partition, produce_request, RawClient};
+use common::{Broker, BrokerOpts};
+use fjord::producer::txn_index::{AbortedTxn, ENTRY_BYTES};
+use fjord::record::{BatchBuilder, Compression, ControlType};
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, EndTxnRequest, FetchRequest, FetchResponse, InitProducerIdRequest,
+    ListOffsetsRequest, ProducerId, TopicName, TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use std::time::{Duration, Instant};
+
+const TOPIC: &str = "txn";
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn init(raw: &mut RawClient, id: &str) -> Result<(i64, i16), i16> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(s(id))))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+        let r = raw.request(4, &req);
+        if r.error_code == ResponseError::CoordinatorLoadInProgress.code()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        return if r.error_code == 0 {
+            Ok((r.producer_id.0, r.producer_epoch))
+        } else {
+            Err(r.error_code)
+        };
+    }
+}
+
+fn add_partition(raw: &mut RawClient, id: &str, pid: i64, epoch: i16) -> i16 {
+    let req = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(TransactionalId(s(id)))
+        .with_v3_and_below_producer_id(ProducerId(pid))
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+            .with_name(TopicName(s(TOPIC)))
+            .with_partitions(vec![0])]);
+    let r = raw.request(3, &req);
+    r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+}
+
+/// Produces a transactional batch of `values`; returns (error, base offset).
+fn produce(
+    raw: &mut RawClient,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+    values: &[&str],
+) -> (i16, i64) {
+    let mut b = BatchBuilder::new(Compression::None)
+        .producer(pid, epoch, seq)
+        .transactional(true);
+    for v in values {
+        b = b.record(None, Some(v.as_bytes()), &[], 1_700_000_000_000);
+    }
+    let req = produce_request(TOPIC, 0, -1, b.build().freeze())
+        .with_transactional_id(Some(TransactionalId(s(id))));
+    let resp = raw.request(9, &req);
+    let p = only_partition(&resp);
+    (p.error_code, p.base_offset)
+}
+
+/// EndTxn v5 (transaction version 2): returns (error, new epoch).
+fn end(raw: &mut RawClient, id: &str, pid: i64, epoch: i16, commit: bool) -> (i16, i16) {
+    let req = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(s(id)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
+    let r = raw.request(5, &req);
+    (r.error_code, r.producer_epoch)
+}
+
+/// ListOffsets latest under an isolation level.
+fn latest(raw: &mut RawClient, read_committed: bool) -> i64 {
+    let req = ListOffsetsRequest::default()
+        .with_isolation_level(read_committed as i8)
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(s(TOPIC)))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_timestamp(-1)])]);
+    raw.request(7, &req).topics[0].partitions[0].offset
+}
+
+fn fetch(raw: &mut RawClient, read_committed: bool) -> FetchResponse {
+    let req = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(1 << 20)
+        .with_isolation_level(read_committed as i8)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(s(TOPIC)))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    raw.request(11, &req)
+}
+
+/// (base offset, producer epoch, marker kind) of every stored batch.
+fn stored(broker: &Broker) -> Vec<(i64, i16, Option<ControlType>)> {
+    common::disk::batches(&broker.first_segment(TOPIC, 0))
+        .into_iter()
+        .map(|b| {
+            let kind = b.header.is_control().then(|| {
+                let key = b.records()[0].key.clone().expect("marker key");
+                fjord::record::records::parse_control_key(&key)
+                    .expect("control key")
+                    .1
+            });
+            (b.header.base_offset, b.header.producer_epoch, kind)
+        })
+        .collect()
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn commit_abort_commit_reproduces_stock_kafka() {
+    let broker = Broker::start(BrokerOpts::default().cores(1));
+    common::client::create_topic(&broker.bootstrap(), TOPIC, 1, &[]);
+    let mut raw = RawClient::connect(broker.port);
+    let id = "txn-abc";
+    let (pid, e0) = init(&mut raw, id).expect("InitProducerId");
+    assert_eq!(e0, 0);
+
+    // A: c1..c3, commit.
+    assert_eq!(add_partition(&mut raw, id, pid, 0), 0);
+    assert_eq!(
+        produce(&mut raw, id, pid, 0, 0, &["c1", "c2", "c3"]),
+        (0, 0)
+    );
+    assert_eq!(
+        end(&mut raw, id, pid, 0, true),
+        (0, 1),
+        "EndTxn v5 bumps the epoch"
+    );
+    wait_until("the COMMIT marker", || latest(&mut raw, false) == 4);
+
+    // B: a1..a3 under epoch 1, left open.
+    assert_eq!(add_partition(&mut raw, id, pid, 1), 0);
+    assert_eq!(
+        produce(&mut raw, id, pid, 1, 0, &["a1", "a2", "a3"]),
+        (0, 4)
+    );
+    assert_eq!(latest(&mut raw, false), 7, "read_uncommitted end = HW");
+    assert_eq!(latest(&mut raw, true), 4, "read_committed end = LSO");
+    assert_eq!(end(&mut raw, id, pid, 1, false), (0, 2));
+    wait_until("the ABORT marker", || latest(&mut raw, true) == 8);
+
+    // C: c4, c5 under epoch 2, commit.
+    assert_eq!(add_partition(&mut raw, id, pid, 2), 0);
+    assert_eq!(produce(&mut raw, id, pid, 2, 0, &["c4", "c5"]), (0, 8));
+    assert_eq!(end(&mut raw, id, pid, 2, true), (0, 3));
+    wait_until("the last COMMIT marker", || latest(&mut raw, true) == 11);
+
+    // On disk: data e0 @0-2, COMMIT e1 @3, data e1 @4-6, ABORT e2 @7,
+    // data e2 @8-9, COMMIT e3 @10.
+    assert_eq!(
+        stored(&broker),
+        vec![
+            (0, 0, None),
+            (3, 1, Some(ControlType::Commit)),
+            (4, 1, None),
+            (7, 2, Some(ControlType::Abort)),
+            (8, 2, None),
+            (10, 3, Some(ControlType::Commit)),
+        ]
+    );
+    // .txnindex: producerId, firstOffset 4, lastOffset 7, lastStableOffset 8.
+    let txnindex = std::fs::read(
+        broker
+            .data_dir()
+            .join("txn-0/00000000000000000000.txnindex"),
+    )
+    .expect(".txnindex written");
+    assert_eq!(txnindex.len(), ENTRY_BYTES);
+    assert_eq!(
+        AbortedTxn::decode(&txnindex),
+        Some(AbortedTxn {
+            producer_id: pid,
+            first_offset: 4,
+            last_offset: 7,
+            last_stable_offset: 8
+        })
+    );
+    // read_committed fetches carry the aborted transaction; both read to 11.
+    let committed = fetch(&mut raw, true);
+    let p = &committed.responses[0].partitions[0];
+    assert_eq!(p.last_stable_offset, 11);
+    let aborted: Vec<(i64, i64)> = p
+        .aborted_transactions
+        .as_ref()
+        .expect("aborted transactions")
+        .iter()
+        .map(|a| (a.producer_id.0, a.first_offset))
+        .collect();
+    assert_eq!(aborted, vec![(pid, 4)]);
+    let uncommitted = fetch(&mut raw, false);
+    assert!(uncommitted.responses[0].partitions[0]
+        .aborted_transactions
+        .is_none());
+}
+
+#[test]
+fn a_second_producer_fences_the_first() {
+    let broker = Broker::start(BrokerOpts::default().cores(1));
+    common::client::create_topic(&broker.bootstrap(), TOPIC, 1, &[]);
+    let mut p1 = RawClient::connect(broker.port);
+    let mut p2 = RawClient::connect(broker.port);
+    let id = "txn-fence";
+    let (pid, e) = init(&mut p1, id).unwrap();
+    assert_eq!(e, 0);
+    assert_eq!(add_partition(&mut p1, id, pid, 0), 0);
+    assert_eq!(produce(&mut p1, id, pid, 0, 0, &["z1"]), (0, 0));
+
+    // Producer 2: the first attempt fences the open transaction
+    // (CONCURRENT_TRANSACTIONS); the retry gets epoch 2.
+    assert_eq!(
+        init(&mut p2, id),
+        Err(ResponseError::ConcurrentTransactions.code())
+    );
+    let mut got = Err(0);
+    wait_until("producer 2's epoch", || {
+        got = init(&mut p2, id);
+        got.is_ok()
+    });
+    assert_eq!(got, Ok((pid, 2)));
+
+    // Producer 1's commit fails with INVALID_PRODUCER_EPOCH.
+    assert_eq!(
+        end(&mut p1, id, pid, 0, true).0,
+        ResponseError::InvalidProducerEpoch.code()
+    );
+
+    assert_eq!(add_partition(&mut p2, id, pid, 2), 0);
+    assert_eq!(produce(&mut p2, id, pid, 2, 0, &["y1"]), (0, 2));
+    assert_eq!(end(&mut p2, id, pid, 2, true), (0, 3));
+    wait_until("the COMMIT marker", || latest(&mut p2, true) == 4);
+
+    // On disk: z1 e0 @0, ABORT e1 @1, y1 e2 @2, COMMIT e3 @3.
+    assert_eq!(
+        stored(&broker),
+        vec![
+            (0, 0, None),
+            (1, 1, Some(ControlType::Abort)),
+            (2, 2, None),
+            (3, 3, Some(ControlType::Commit)),
+        ]
+    );
+    let committed = fetch(&mut p2, true);
+    let aborted = committed.responses[0].partitions[0]
+        .aborted_transactions
+        .clone()
+        .unwrap();
+    assert_eq!(aborted.len(), 1);
+    assert_eq!(
+        (aborted[0].producer_id.0, aborted[0].first_offset),
+        (pid, 0)
+    );
+}
