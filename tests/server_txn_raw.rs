@@ -53,7 +53,20 @@ fn init(raw: &mut RawClient, id: &str) -> Result<(i64, i16), i16> {
     }
 }
 
+/// AddPartitionsToTxn, retried while the previous transaction's markers
+/// are still being completed (CONCURRENT_TRANSACTIONS), as clients do.
 fn add_partition(raw: &mut RawClient, id: &str, pid: i64, epoch: i16) -> i16 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let code = add_partition_once(raw, id, pid, epoch);
+        if code != ResponseError::ConcurrentTransactions.code() || Instant::now() >= deadline {
+            return code;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn add_partition_once(raw: &mut RawClient, id: &str, pid: i64, epoch: i16) -> i16 {
     let req = AddPartitionsToTxnRequest::default()
         .with_v3_and_below_transactional_id(TransactionalId(s(id)))
         .with_v3_and_below_producer_id(ProducerId(pid))
