@@ -17,6 +17,8 @@ pub mod messages;
 pub mod router;
 
 use crate::config::BrokerConfig;
+use crate::group::state::GroupConfig;
+use crate::group::GroupCoordinator;
 use crate::log::{LogConfig, LogManager, PartitionLog};
 use crate::metadata::{internal, MetadataImage, TopicConfig};
 use crate::producer::ids::ProducerIdBlocks;
@@ -74,6 +76,8 @@ pub struct ShardCtx {
     pub producer_ids: ProducerIdBlocks,
     /// Produce requests appended so far (for the debug fault hook).
     pub produce_count: Cell<u64>,
+    /// The groups whose `__consumer_offsets` partition this shard leads.
+    pub groups: Rc<GroupCoordinator>,
 }
 
 impl ShardCtx {
@@ -87,6 +91,12 @@ impl ShardCtx {
         first_image: oneshot::Sender<()>,
     ) -> Rc<ShardCtx> {
         let controller = (shard == 0).then(|| controller::Controller::new(config.clone()));
+        let group_config = GroupConfig {
+            initial_rebalance_delay_ms: config.group_initial_rebalance_delay_ms,
+            offsets_retention_ms: config.offsets_retention_minutes * 60_000,
+            ..GroupConfig::default()
+        };
+        let groups = GroupCoordinator::new(group_config, config.fsync_acks);
         Rc::new(ShardCtx {
             shard,
             config,
@@ -100,6 +110,7 @@ impl ShardCtx {
             apply_lock: glommio::sync::Semaphore::new(1),
             producer_ids: ProducerIdBlocks::default(),
             produce_count: Cell::new(0),
+            groups,
         })
     }
 
@@ -229,6 +240,9 @@ impl ShardCtx {
                                 producers: Rc::new(RefCell::new(producers)),
                                 snapshot_offset: Rc::new(Cell::new(snapshot_offset)),
                             };
+                            if tp.topic == internal::CONSUMER_OFFSETS {
+                                self.groups.load_partition(tp.partition.0, state.log.clone());
+                            }
                             self.partitions.borrow_mut().insert(tp, Rc::new(state));
                         }
                         Err(e) => {
