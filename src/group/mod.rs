@@ -267,7 +267,10 @@ impl GroupCoordinator {
                 for g in op.groups.values_mut() {
                     for (topic, partition) in g.expired_offsets(&self.config, now) {
                         g.offsets.remove(&(topic.clone(), partition));
-                        writes.push((records::offset_commit_key(&g.group_id, &topic, partition), None));
+                        writes.push((
+                            records::offset_commit_key(&g.group_id, &topic, partition),
+                            None,
+                        ));
                     }
                     if g.is(GroupState::Empty)
                         && g.offsets.is_empty()
@@ -292,7 +295,12 @@ impl GroupCoordinator {
     }
 
     /// Routes completions to the parked requests.
-    fn deliver(&self, group: &str, completions: Vec<Completion>, meta: &(Option<String>, Option<String>)) {
+    fn deliver(
+        &self,
+        group: &str,
+        completions: Vec<Completion>,
+        meta: &(Option<String>, Option<String>),
+    ) {
         for c in completions {
             match c {
                 Completion::Join { member_id, result } => {
@@ -418,7 +426,11 @@ impl GroupCoordinator {
     }
 
     /// JoinGroup: answers at once, or parks until the join phase ends.
-    pub async fn join(&self, group_id: &str, mut req: JoinRequest) -> Result<JoinResult, GroupError> {
+    pub async fn join(
+        &self,
+        group_id: &str,
+        mut req: JoinRequest,
+    ) -> Result<JoinResult, GroupError> {
         if group_id.is_empty() {
             return Err(GroupError::InvalidGroupId);
         }
@@ -629,7 +641,8 @@ impl GroupCoordinator {
                 )
             })
             .collect();
-        self.write(p, recs, Some((producer_id, producer_epoch))).await?;
+        self.write(p, recs, Some((producer_id, producer_epoch)))
+            .await?;
         self.with_group(group_id, true, |g, _| {
             for (t, part, o) in offsets {
                 g.add_pending_txn_offset(producer_id, &t, part, o);
@@ -859,7 +872,12 @@ impl GroupCoordinator {
             op.compacted_size_bytes = op.log.size_bytes();
         }
         let deleted = result?;
-        tracing::info!(partition = p, start, deleted_segments = deleted, "offsets partition compacted");
+        tracing::info!(
+            partition = p,
+            start,
+            deleted_segments = deleted,
+            "offsets partition compacted"
+        );
         Ok(())
     }
 }

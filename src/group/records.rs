@@ -233,7 +233,11 @@ pub fn parse_group_metadata_value(value: &[u8]) -> Result<GroupMetadataValue, Re
     let mut members = Vec::new();
     for _ in 0..count.max(0) {
         let member_id = r.string()?;
-        let group_instance_id = if version >= 3 { r.nullable_string()? } else { None };
+        let group_instance_id = if version >= 3 {
+            r.nullable_string()?
+        } else {
+            None
+        };
         let client_id = r.string()?;
         let client_host = r.string()?;
         let session_or_rebalance = r.i32()?;
@@ -388,7 +392,9 @@ mod tests {
         let key = group_metadata_key("grp");
         assert_eq!(
             parse_key(&key).unwrap(),
-            RecordKey::GroupMetadata { group: "grp".into() }
+            RecordKey::GroupMetadata {
+                group: "grp".into()
+            }
         );
         let v = GroupMetadataValue {
             protocol_type: "consumer".into(),

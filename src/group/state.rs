@@ -172,7 +172,9 @@ pub enum SyncReply {
     /// The leader's assignment must be written before anyone is answered:
     /// the coordinator writes the group record, then calls
     /// [`Group::assignment_persisted`] with this generation.
-    Persist { generation: i32 },
+    Persist {
+        generation: i32,
+    },
 }
 
 /// One consumer group.
@@ -236,7 +238,11 @@ impl Group {
 
     /// Kafka's `validateMember`: a static member must present the member id
     /// its instance id maps to; a dynamic one must be known.
-    fn validate_member(&self, member_id: &str, instance_id: Option<&str>) -> Result<(), GroupError> {
+    fn validate_member(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Result<(), GroupError> {
         match instance_id {
             Some(instance) => match self.static_members.get(instance) {
                 None => Err(GroupError::UnknownMemberId),
@@ -259,9 +265,11 @@ impl Group {
         if self.protocol_type.as_deref() != Some(protocol_type) {
             return false;
         }
-        protocols
-            .iter()
-            .any(|(name, _)| self.members.values().all(|m| m.protocols.iter().any(|(n, _)| n == name)))
+        protocols.iter().any(|(name, _)| {
+            self.members
+                .values()
+                .all(|m| m.protocols.iter().any(|(n, _)| n == name))
+        })
     }
 
     /// Kafka's protocol vote: among the protocols every member supports,
@@ -668,7 +676,8 @@ impl Group {
         if self.is(GroupState::Dead) {
             return;
         }
-        self.pending_members.retain(|_, deadline| *deadline > now_ms);
+        self.pending_members
+            .retain(|_, deadline| *deadline > now_ms);
         let expired: Vec<String> = self
             .members
             .values()
@@ -687,8 +696,8 @@ impl Group {
             self.after_member_removed(cfg, now_ms, out);
         }
         if self.is(GroupState::PreparingRebalance) {
-            let all_joined = self.members.values().all(|m| m.awaiting_join)
-                && self.pending_members.is_empty();
+            let all_joined =
+                self.members.values().all(|m| m.awaiting_join) && self.pending_members.is_empty();
             let initial = self.initial_join_cap_ms.is_some();
             if now_ms >= self.join_deadline_ms || (all_joined && !initial) {
                 self.complete_join(now_ms, out);
@@ -739,13 +748,19 @@ impl Group {
             GroupState::Empty | GroupState::Dead => Err(GroupError::UnknownMemberId),
             GroupState::PreparingRebalance => Err(GroupError::RebalanceInProgress),
             GroupState::Stable => {
-                let m = self.members.get_mut(member_id).ok_or(GroupError::UnknownMemberId)?;
+                let m = self
+                    .members
+                    .get_mut(member_id)
+                    .ok_or(GroupError::UnknownMemberId)?;
                 m.last_heartbeat_ms = now_ms;
                 Ok(SyncReply::Now(m.assignment.clone()))
             }
             GroupState::CompletingRebalance => {
                 let is_leader = self.is_leader(member_id);
-                let m = self.members.get_mut(member_id).ok_or(GroupError::UnknownMemberId)?;
+                let m = self
+                    .members
+                    .get_mut(member_id)
+                    .ok_or(GroupError::UnknownMemberId)?;
                 m.awaiting_sync = true;
                 m.last_heartbeat_ms = now_ms;
                 if !is_leader || self.persisting.is_some() {
@@ -939,7 +954,9 @@ impl Group {
     /// Whether a transactional commit for the partition is pending.
     pub fn has_pending_txn_offset(&self, topic: &str, partition: i32) -> bool {
         let key = (topic.to_string(), partition);
-        self.pending_txn_offsets.values().any(|p| p.contains_key(&key))
+        self.pending_txn_offsets
+            .values()
+            .any(|p| p.contains_key(&key))
     }
 
     /// Offsets past `offsets.retention`: for an empty group counted from

@@ -241,7 +241,8 @@ impl ShardCtx {
                                 snapshot_offset: Rc::new(Cell::new(snapshot_offset)),
                             };
                             if tp.topic == internal::CONSUMER_OFFSETS {
-                                self.groups.load_partition(tp.partition.0, state.log.clone());
+                                self.groups
+                                    .load_partition(tp.partition.0, state.log.clone());
                             }
                             self.partitions.borrow_mut().insert(tp, Rc::new(state));
                         }
