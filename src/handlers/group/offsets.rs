@@ -246,8 +246,13 @@ pub async fn txn_offset_commit(
     )
 }
 
-/// One group's OffsetFetch rows (topic → partitions) or its group error.
-type FetchRows = Result<BTreeMap<String, Vec<(i32, i64, i32, String, i16)>>, GroupError>;
+/// One OffsetFetch partition row: partition, offset, leader epoch,
+/// metadata, error code.
+type FetchRow = (i32, i64, i32, String, i16);
+/// Rows by topic.
+type FetchTopics = BTreeMap<String, Vec<FetchRow>>;
+/// One group's OffsetFetch rows or its group error.
+type FetchRows = Result<FetchTopics, GroupError>;
 
 fn fetch_group(
     ctx: &ShardCtx,
@@ -261,7 +266,7 @@ fn fetch_group(
             .collect::<Vec<_>>()
     });
     let rows = ctx.groups.fetch_offsets(group_id, wanted, require_stable)?;
-    let mut out: BTreeMap<String, Vec<(i32, i64, i32, String, i16)>> = BTreeMap::new();
+    let mut out: FetchTopics = BTreeMap::new();
     for (t, p, r) in rows {
         let row = match r {
             Ok(Some(o)) => (p, o.offset, o.leader_epoch, o.metadata, errors::NONE),
@@ -323,7 +328,7 @@ pub fn offset_fetch(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
             .map(|t| (t.name.to_string(), t.partition_indexes.clone()))
             .collect()
     });
-    let to_response = |rows: BTreeMap<String, Vec<(i32, i64, i32, String, i16)>>| {
+    let to_response = |rows: FetchTopics| {
         rows.into_iter()
             .map(|(t, parts)| {
                 OffsetFetchResponseTopic::default()
@@ -350,7 +355,7 @@ pub fn offset_fetch(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         Err(e) => {
             // v1 has no top-level error: every partition carries it.
             let code = errors::group(&e);
-            let mut rows: BTreeMap<String, Vec<(i32, i64, i32, String, i16)>> = BTreeMap::new();
+            let mut rows: FetchTopics = BTreeMap::new();
             for (t, ps) in topics.unwrap_or_default() {
                 rows.insert(
                     t,
