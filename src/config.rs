@@ -24,6 +24,10 @@ pub const IO_MEMORY_BYTES_MAX: usize = 8 * 1024 * 1024;
 pub const PRODUCER_ID_EXPIRATION_MS_DEFAULT: i64 = 24 * 60 * 60 * 1000;
 /// Producers tracked per partition before the least recently used is evicted.
 pub const PRODUCERS_PER_PARTITION_MAX_DEFAULT: usize = 10_000;
+/// Kafka's `group.initial.rebalance.delay.ms` default.
+pub const GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT: i64 = 3_000;
+/// Kafka's `offsets.retention.minutes` default (7 days).
+pub const OFFSETS_RETENTION_MINUTES_DEFAULT: i64 = 7 * 24 * 60;
 /// Requests read from one connection before the first is answered.
 pub const INFLIGHT_REQUESTS_MAX_DEFAULT: usize = 64;
 
@@ -91,6 +95,14 @@ pub struct ServeArgs {
     /// Producers tracked per partition; the least recently used is evicted beyond it [default: 10000].
     #[arg(long)]
     pub producers_per_partition_max: Option<usize>,
+    /// Kafka `group.initial.rebalance.delay.ms`: the first rebalance of an
+    /// empty group waits this long for more members [default: 3000].
+    #[arg(long)]
+    pub group_initial_rebalance_delay_ms: Option<i64>,
+    /// Kafka `offsets.retention.minutes`: committed offsets of an empty
+    /// group are dropped this long after it became empty [default: 10080].
+    #[arg(long)]
+    pub offsets_retention_minutes: Option<i64>,
     /// TESTING ONLY: after appending every Nth produce request on a shard, close
     /// the connection instead of answering, as if the response were lost.
     #[arg(long, hide = true)]
@@ -124,6 +136,8 @@ pub struct BrokerConfig {
     pub message_max_bytes: i32,
     pub producer_id_expiration_ms: i64,
     pub producers_per_partition_max: usize,
+    pub group_initial_rebalance_delay_ms: i64,
+    pub offsets_retention_minutes: i64,
     /// 0 = off. See `ServeArgs::debug_drop_produce_response_every`.
     pub debug_drop_produce_response_every: u64,
     /// 0 = off. See `ServeArgs::debug_delay_txn_markers_ms`.
@@ -159,6 +173,12 @@ impl ServeArgs {
             producers_per_partition_max: self
                 .producers_per_partition_max
                 .or(file.producers_per_partition_max),
+            group_initial_rebalance_delay_ms: self
+                .group_initial_rebalance_delay_ms
+                .or(file.group_initial_rebalance_delay_ms),
+            offsets_retention_minutes: self
+                .offsets_retention_minutes
+                .or(file.offsets_retention_minutes),
             debug_drop_produce_response_every: self
                 .debug_drop_produce_response_every
                 .or(file.debug_drop_produce_response_every),
@@ -230,6 +250,14 @@ impl ServeArgs {
             producers_per_partition_max: a
                 .producers_per_partition_max
                 .unwrap_or(PRODUCERS_PER_PARTITION_MAX_DEFAULT)
+                .max(1),
+            group_initial_rebalance_delay_ms: a
+                .group_initial_rebalance_delay_ms
+                .unwrap_or(GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT)
+                .max(0),
+            offsets_retention_minutes: a
+                .offsets_retention_minutes
+                .unwrap_or(OFFSETS_RETENTION_MINUTES_DEFAULT)
                 .max(1),
             debug_drop_produce_response_every: a.debug_drop_produce_response_every.unwrap_or(0),
             debug_delay_txn_markers_ms: a.debug_delay_txn_markers_ms.unwrap_or(0),

@@ -3,7 +3,7 @@
 //! Modules follow DESIGN.md §8's layering; a module uses only those listed
 //! before it here:
 //! `config`, `types` → `record`, `protocol` → `runtime`, `log` → `producer`,
-//! `metadata` → `shard` → `fetch` → `handlers` → `net` → `server`.
+//! `metadata`, `group` → `shard` → `fetch` → `handlers` → `net` → `server`.
 
 pub mod config;
 pub mod types;
@@ -16,6 +16,8 @@ pub mod runtime;
 
 pub mod metadata;
 pub mod producer;
+
+pub mod group;
 
 pub mod shard;
 

@@ -54,3 +54,30 @@ pub fn txn(e: crate::txn::coordinator::TxnError, fenced_known: bool) -> i16 {
         T::InvalidTransactionTimeout => ResponseError::InvalidTransactionTimeout.code(),
     }
 }
+
+/// Group coordinator refusals.
+pub fn group(e: &crate::group::error::GroupError) -> i16 {
+    use crate::group::error::GroupError as G;
+    let r = match e {
+        G::NotCoordinator => ResponseError::NotCoordinator,
+        G::LoadInProgress => ResponseError::CoordinatorLoadInProgress,
+        G::CoordinatorNotAvailable => ResponseError::CoordinatorNotAvailable,
+        G::InvalidGroupId => ResponseError::InvalidGroupId,
+        G::UnknownMemberId => ResponseError::UnknownMemberId,
+        G::MemberIdRequired(_) => ResponseError::MemberIdRequired,
+        G::IllegalGeneration => ResponseError::IllegalGeneration,
+        G::RebalanceInProgress => ResponseError::RebalanceInProgress,
+        G::FencedInstanceId => ResponseError::FencedInstanceId,
+        G::InconsistentGroupProtocol => ResponseError::InconsistentGroupProtocol,
+        G::InvalidSessionTimeout => ResponseError::InvalidSessionTimeout,
+        G::GroupIdNotFound => ResponseError::GroupIdNotFound,
+        G::NonEmptyGroup => ResponseError::NonEmptyGroup,
+        G::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
+        G::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
+        G::OffsetMetadataTooLarge => ResponseError::OffsetMetadataTooLarge,
+        G::UnstableOffsetCommit => ResponseError::UnstableOffsetCommit,
+        // Kafka maps a failed coordinator write to a retriable error.
+        G::Storage(_) => ResponseError::CoordinatorNotAvailable,
+    };
+    r.code()
+}

@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod configs;
 pub mod errors;
 pub mod fetch;
+pub mod group;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
@@ -111,6 +112,48 @@ pub fn dispatch(
         }
         ApiKey::DescribeLogDirs => {
             async move { cluster::describe_log_dirs(&ctx, &header, &mut body) }.boxed_local()
+        }
+        ApiKey::FindCoordinator => {
+            async move { group::find_coordinator::handle(&ctx, &header, &mut body).await }
+                .boxed_local()
+        }
+        ApiKey::JoinGroup => {
+            async move { group::membership::join_group(&ctx, &header, &mut body).await }
+                .boxed_local()
+        }
+        ApiKey::SyncGroup => {
+            async move { group::membership::sync_group(&ctx, &header, &mut body).await }
+                .boxed_local()
+        }
+        ApiKey::Heartbeat => {
+            async move { group::membership::heartbeat(&ctx, &header, &mut body) }.boxed_local()
+        }
+        ApiKey::LeaveGroup => {
+            async move { group::membership::leave_group(&ctx, &header, &mut body) }.boxed_local()
+        }
+        ApiKey::OffsetCommit => {
+            async move { group::offsets::offset_commit(&ctx, &header, &mut body).await }
+                .boxed_local()
+        }
+        ApiKey::OffsetFetch => {
+            async move { group::offsets::offset_fetch(&ctx, &header, &mut body) }.boxed_local()
+        }
+        ApiKey::OffsetDelete => {
+            async move { group::offsets::offset_delete(&ctx, &header, &mut body).await }
+                .boxed_local()
+        }
+        ApiKey::TxnOffsetCommit => {
+            async move { group::offsets::txn_offset_commit(&ctx, &header, &mut body).await }
+                .boxed_local()
+        }
+        ApiKey::ListGroups => {
+            async move { group::admin::list_groups(&ctx, &header, &mut body) }.boxed_local()
+        }
+        ApiKey::DescribeGroups => {
+            async move { group::admin::describe_groups(&ctx, &header, &mut body) }.boxed_local()
+        }
+        ApiKey::DeleteGroups => {
+            async move { group::admin::delete_groups(&ctx, &header, &mut body).await }.boxed_local()
         }
         _ => async { Outcome::Close }.boxed_local(),
     }

@@ -900,6 +900,34 @@ impl PartitionLog {
         Ok(deleted)
     }
 
+    /// Deletes whole sealed segments whose every offset is below `offset`
+    /// and moves the log start up to the first kept segment. Used by
+    /// coordinators that bound an internal topic by re-writing their live
+    /// state (the equivalent of compaction); never touches the active
+    /// segment. Returns how many segments were deleted.
+    pub fn delete_segments_below(&self, offset: Offset) -> Result<usize, LogError> {
+        self.check_usable()?;
+        let mut deleted = 0;
+        loop {
+            let (seg, next_base) = {
+                let segs = self.segments.borrow();
+                let mut it = segs.values();
+                let (Some(first), Some(second)) = (it.next(), it.next()) else {
+                    break;
+                };
+                (first.clone(), second.base_offset)
+            };
+            if !seg.sealed.get() || next_base > offset.0 {
+                break;
+            }
+            self.segments.borrow_mut().remove(&seg.base_offset);
+            self.log_start.set(self.log_start.get().max(next_base));
+            remove_segment_files(&self.dir, seg.base_offset);
+            deleted += 1;
+        }
+        Ok(deleted)
+    }
+
     /// Runs the flush.ms policy: fsync if the oldest unsynced data is older.
     pub async fn maybe_flush_by_time(&self, now_ms: i64) -> Result<(), LogError> {
         let flush_ms = self.config.borrow().flush_ms;

@@ -42,6 +42,20 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
     (ApiKey::EndTxn, 0, 5),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    // v0-1 of OffsetCommit and v0 of OffsetFetch are not in kafka-protocol
+    // 0.18's schemas (Kafka 4 removed them, KIP-896).
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::TxnOffsetCommit, 0, 5),
 ];
 
 /// The supported version range of `api_key`, if fjord serves it at all.
@@ -159,8 +173,11 @@ mod tests {
         assert!(!supported(ApiKey::Produce as i16, 2));
         assert!(supported(ApiKey::Fetch as i16, 16));
         assert!(!supported(ApiKey::Fetch as i16, 17));
-        assert!(!supported(ApiKey::JoinGroup as i16, 0));
-        assert_eq!(SUPPORTED.len(), 14);
+        assert!(supported(ApiKey::JoinGroup as i16, 9));
+        assert!(!supported(ApiKey::JoinGroup as i16, 10));
+        assert!(supported(ApiKey::FindCoordinator as i16, 6));
+        assert!(!supported(ApiKey::OffsetCommit as i16, 1));
+        assert_eq!(SUPPORTED.len(), 26);
         // Every advertised range lies within what Kafka 4.1's schemas define.
         for &(key, min, max) in SUPPORTED {
             let v = key.valid_versions();

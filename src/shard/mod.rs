@@ -17,6 +17,8 @@ pub mod messages;
 pub mod router;
 
 use crate::config::BrokerConfig;
+use crate::group::state::GroupConfig;
+use crate::group::GroupCoordinator;
 use crate::log::{LogConfig, LogManager, PartitionLog};
 use crate::metadata::{internal, MetadataImage, TopicConfig};
 use crate::producer::ids::ProducerIdBlocks;
@@ -107,6 +109,8 @@ pub struct ShardCtx {
     /// this shard leads. (A coordinator above the shard layer held here, so
     /// handlers reach it through the one per-shard context.)
     pub txn: TxnCoordinator,
+    /// The groups whose `__consumer_offsets` partition this shard leads.
+    pub groups: Rc<GroupCoordinator>,
 }
 
 impl ShardCtx {
@@ -120,6 +124,12 @@ impl ShardCtx {
         first_image: oneshot::Sender<()>,
     ) -> Rc<ShardCtx> {
         let controller = (shard == 0).then(|| controller::Controller::new(config.clone()));
+        let group_config = GroupConfig {
+            initial_rebalance_delay_ms: config.group_initial_rebalance_delay_ms,
+            offsets_retention_ms: config.offsets_retention_minutes * 60_000,
+            ..GroupConfig::default()
+        };
+        let groups = GroupCoordinator::new(group_config, config.fsync_acks);
         Rc::new(ShardCtx {
             shard,
             config,
@@ -134,6 +144,7 @@ impl ShardCtx {
             producer_ids: ProducerIdBlocks::default(),
             produce_count: Cell::new(0),
             txn: TxnCoordinator::default(),
+            groups,
         })
     }
 
@@ -272,6 +283,9 @@ impl ShardCtx {
                                 .insert(tp.clone(), state.clone());
                             if tp.topic == internal::TRANSACTION_STATE {
                                 opened_txn_partitions.push(state);
+                            } else if tp.topic == internal::CONSUMER_OFFSETS {
+                                self.groups
+                                    .load_partition(tp.partition.0, state.log.clone());
                             }
                         }
                         Err(e) => {
@@ -403,7 +417,8 @@ impl ShardCtx {
     /// `__consumer_offsets` partition, so the producer's pending
     /// transactional offset commits become visible (COMMIT) or are dropped.
     fn on_offsets_marker(&self, m: &TxnMarker) {
-        tracing::debug!(tp = %m.tp, producer_id = m.producer_id, commit = m.commit, "offsets marker written");
+        self.groups
+            .complete_transaction(m.tp.partition.0, m.producer_id, m.commit);
     }
 
     /// Appends one marker now (synchronously, so it orders with produce

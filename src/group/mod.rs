@@ -1,0 +1,1006 @@
+//! The group coordinator of one shard: the consumer groups whose
+//! `__consumer_offsets` partition this shard leads (a group lives in
+//! partition `abs(javaHash(group.id)) % 50`, like Kafka), their committed
+//! offsets, and the parked JoinGroup / SyncGroup requests waiting on them.
+//!
+//! Ownership: everything here belongs to the shard that leads the offsets
+//! partition; requests for other groups are refused with NOT_COORDINATOR
+//! (the client then asks FindCoordinator). Nothing is shared across shards.
+//!
+//! The log is the state. Every membership change that Kafka persists (a
+//! generation's assignment, a group becoming empty, a static member's new
+//! id, a deletion) and every offset commit is appended to the partition as
+//! records in Kafka's formats ([`records`]) before it is answered; opening
+//! the partition replays it ([`GroupCoordinator::load_partition`]), and
+//! until the replay finishes the partition's groups answer
+//! COORDINATOR_LOAD_IN_PROGRESS. Transactional offset commits are written
+//! as transactional batches of the producer and stay pending until a
+//! COMMIT/ABORT marker for that producer ([`GroupCoordinator::complete_transaction`],
+//! and control batches during replay).
+//!
+//! Time: the pure machine ([`state`]) takes the time as an argument; a
+//! glommio timer task ticks every [`GROUP_TICK_MS`] and calls
+//! [`state::Group::poll`], which expires sessions and ends join phases.
+//!
+//! Boundedness: when a partition's log has grown by more than
+//! [`OFFSETS_COMPACT_TRIGGER_BYTES`] since its last compaction, the live
+//! state (group records and committed offsets) is re-written at the log
+//! end and every older segment is dropped ([`PartitionLog::delete_segments_below`]),
+//! so the topic holds O(live state), like a compacted topic.
+
+pub mod error;
+pub mod records;
+pub mod state;
+
+use crate::log::PartitionLog;
+use crate::metadata::internal;
+use crate::record::batch::Compression;
+use crate::record::builder::{BatchBuilder, NewRecord};
+use crate::record::records::{decode_batch, parse_control_key, ControlType};
+use crate::types::Offset;
+use bytes::Bytes;
+use error::GroupError;
+use futures::channel::oneshot;
+use records::{GroupMetadataValue, RecordKey};
+use state::{
+    CommittedOffset, Completion, Group, GroupConfig, GroupState, JoinReply, JoinRequest,
+    JoinResult, SyncReply,
+};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::{Rc, Weak};
+use std::time::Duration;
+
+/// How often the timer task polls every group (session expiry, join
+/// deadlines). Kafka's timers fire exactly; 100 ms of slack is far below
+/// any session timeout (6 s minimum).
+pub const GROUP_TICK_MS: u64 = 100;
+/// How often expired offsets are looked for (Kafka's
+/// `offsets.retention.check.interval.ms` default is 10 minutes; fjord
+/// checks every minute, the check is cheap).
+pub const OFFSETS_RETENTION_CHECK_INTERVAL_MS: i64 = 60_000;
+/// Bytes appended to an offsets partition since its last compaction that
+/// trigger a new one.
+pub const OFFSETS_COMPACT_TRIGGER_BYTES: u64 = 16 * 1024 * 1024;
+/// Records per batch when the coordinator rewrites live state.
+pub const COMPACT_RECORDS_PER_BATCH_MAX: usize = 500;
+
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// A SyncGroup answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncAnswer {
+    pub assignment: Bytes,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+}
+
+/// DescribeGroups' view of a group.
+#[derive(Debug, Clone)]
+pub struct GroupDescription {
+    pub state: GroupState,
+    pub protocol_type: String,
+    pub protocol_name: String,
+    /// (member, metadata, assignment)
+    pub members: Vec<(state::Member, Bytes, Bytes)>,
+}
+
+/// A committed offset to write: topic, partition, value.
+pub type OffsetToCommit = (String, i32, CommittedOffset);
+
+/// The groups of one `__consumer_offsets` partition.
+struct OffsetsPartition {
+    log: Rc<PartitionLog>,
+    loaded: bool,
+    groups: HashMap<String, Group>,
+    /// Log size right after the last compaction.
+    compacted_size_bytes: u64,
+    compacting: bool,
+}
+
+type JoinWaiter = oneshot::Sender<Result<JoinResult, GroupError>>;
+type SyncWaiter = oneshot::Sender<Result<SyncAnswer, GroupError>>;
+
+/// The shard's group coordinator.
+pub struct GroupCoordinator {
+    config: GroupConfig,
+    fsync_acks: bool,
+    partitions: RefCell<HashMap<i32, OffsetsPartition>>,
+    join_waiters: RefCell<HashMap<(String, String), JoinWaiter>>,
+    sync_waiters: RefCell<HashMap<(String, String), SyncWaiter>>,
+    ticking: Cell<bool>,
+    last_retention_check_ms: Cell<i64>,
+}
+
+impl GroupCoordinator {
+    pub fn new(config: GroupConfig, fsync_acks: bool) -> Rc<GroupCoordinator> {
+        Rc::new(GroupCoordinator {
+            config,
+            fsync_acks,
+            partitions: RefCell::new(HashMap::new()),
+            join_waiters: RefCell::new(HashMap::new()),
+            sync_waiters: RefCell::new(HashMap::new()),
+            ticking: Cell::new(false),
+            last_retention_check_ms: Cell::new(0),
+        })
+    }
+
+    pub fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    /// The offsets partition of `group_id`.
+    pub fn partition_for(group_id: &str) -> i32 {
+        internal::coordinator_partition(group_id, internal::INTERNAL_TOPIC_PARTITIONS)
+    }
+
+    /// Whether this shard coordinates `group_id` right now.
+    pub fn check(&self, group_id: &str) -> Result<i32, GroupError> {
+        let p = Self::partition_for(group_id);
+        match self.partitions.borrow().get(&p) {
+            None => Err(GroupError::NotCoordinator),
+            Some(op) if !op.loaded => Err(GroupError::LoadInProgress),
+            Some(_) => Ok(p),
+        }
+    }
+
+    /// Whether any partition of this shard is still loading.
+    pub fn any_loading(&self) -> bool {
+        self.partitions.borrow().values().any(|p| !p.loaded)
+    }
+
+    /// Takes over an offsets partition this shard now leads: its groups
+    /// answer COORDINATOR_LOAD_IN_PROGRESS until the replay (run in the
+    /// background) has rebuilt them.
+    pub fn load_partition(self: &Rc<Self>, partition: i32, log: Rc<PartitionLog>) {
+        let size = log.size_bytes();
+        self.partitions.borrow_mut().insert(
+            partition,
+            OffsetsPartition {
+                log: log.clone(),
+                loaded: false,
+                groups: HashMap::new(),
+                compacted_size_bytes: size,
+                compacting: false,
+            },
+        );
+        self.start_ticker();
+        let me = self.clone();
+        glommio::spawn_local(async move {
+            let now = now_ms();
+            let mut replay = Replay::new(now);
+            let result = log
+                .scan(Offset(log.log_start_offset().0), &mut |h, bytes| {
+                    replay.batch(h.is_control(), h.is_transactional(), h.producer_id, bytes)
+                })
+                .await;
+            if let Err(e) = result {
+                tracing::error!(partition, error = %e, "replaying __consumer_offsets failed");
+            }
+            let groups = replay.finish();
+            tracing::info!(partition, groups = groups.len(), "offsets partition loaded");
+            if let Some(op) = me.partitions.borrow_mut().get_mut(&partition) {
+                op.groups = groups;
+                op.loaded = true;
+            }
+        })
+        .detach();
+    }
+
+    fn start_ticker(self: &Rc<Self>) {
+        if self.ticking.replace(true) {
+            return;
+        }
+        let weak: Weak<Self> = Rc::downgrade(self);
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(Duration::from_millis(GROUP_TICK_MS)).await;
+                let Some(me) = weak.upgrade() else {
+                    return;
+                };
+                me.tick(now_ms()).await;
+            }
+        })
+        .detach();
+    }
+
+    /// One timer tick: polls every group, persists what changed, expires
+    /// old offsets, compacts partitions that grew.
+    pub async fn tick(self: &Rc<Self>, now: i64) {
+        let partitions: Vec<i32> = self.partitions.borrow().keys().copied().collect();
+        for p in partitions {
+            let mut out = Vec::new();
+            let mut writes = Vec::new();
+            {
+                let mut parts = self.partitions.borrow_mut();
+                let Some(op) = parts.get_mut(&p) else {
+                    continue;
+                };
+                if !op.loaded {
+                    continue;
+                }
+                for g in op.groups.values_mut() {
+                    let mut completions = Vec::new();
+                    g.poll(&self.config, now, &mut completions);
+                    if g.metadata_dirty {
+                        g.metadata_dirty = false;
+                        writes.push(group_record(g));
+                    }
+                    out.push((g.group_id.clone(), completions, sync_meta(g)));
+                }
+            }
+            for (group, completions, meta) in out {
+                self.deliver(&group, completions, &meta);
+            }
+            if !writes.is_empty() {
+                if let Err(e) = self.append(p, writes, None) {
+                    tracing::error!(partition = p, error = %e, "writing group metadata failed");
+                }
+            }
+        }
+        if now - self.last_retention_check_ms.get() >= OFFSETS_RETENTION_CHECK_INTERVAL_MS {
+            self.last_retention_check_ms.set(now);
+            self.expire_offsets(now);
+        }
+        self.maybe_compact().await;
+    }
+
+    fn expire_offsets(&self, now: i64) {
+        let partitions: Vec<i32> = self.partitions.borrow().keys().copied().collect();
+        for p in partitions {
+            let mut writes = Vec::new();
+            {
+                let mut parts = self.partitions.borrow_mut();
+                let Some(op) = parts.get_mut(&p) else {
+                    continue;
+                };
+                if !op.loaded {
+                    continue;
+                }
+                let mut dead = Vec::new();
+                for g in op.groups.values_mut() {
+                    for (topic, partition) in g.expired_offsets(&self.config, now) {
+                        g.offsets.remove(&(topic.clone(), partition));
+                        writes.push((
+                            records::offset_commit_key(&g.group_id, &topic, partition),
+                            None,
+                        ));
+                    }
+                    if g.is(GroupState::Empty)
+                        && g.offsets.is_empty()
+                        && g.pending_txn_offsets.is_empty()
+                        && now - g.state_timestamp_ms >= self.config.offsets_retention_ms
+                    {
+                        writes.push((records::group_metadata_key(&g.group_id), None));
+                        dead.push(g.group_id.clone());
+                    }
+                }
+                for id in dead {
+                    op.groups.remove(&id);
+                }
+            }
+            if !writes.is_empty() {
+                tracing::info!(partition = p, records = writes.len(), "expired offsets");
+                if let Err(e) = self.append(p, writes, None) {
+                    tracing::error!(partition = p, error = %e, "writing offset tombstones failed");
+                }
+            }
+        }
+    }
+
+    /// Routes completions to the parked requests.
+    fn deliver(
+        &self,
+        group: &str,
+        completions: Vec<Completion>,
+        meta: &(Option<String>, Option<String>),
+    ) {
+        for c in completions {
+            match c {
+                Completion::Join { member_id, result } => {
+                    if let Some(tx) = self
+                        .join_waiters
+                        .borrow_mut()
+                        .remove(&(group.to_string(), member_id))
+                    {
+                        let _ = tx.send(result);
+                    }
+                }
+                Completion::Sync { member_id, result } => {
+                    if let Some(tx) = self
+                        .sync_waiters
+                        .borrow_mut()
+                        .remove(&(group.to_string(), member_id))
+                    {
+                        let _ = tx.send(result.map(|assignment| SyncAnswer {
+                            assignment,
+                            protocol_type: meta.0.clone(),
+                            protocol_name: meta.1.clone(),
+                        }));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Appends `recs` (key, value-or-tombstone) as one batch to the offsets
+    /// partition; transactional when `txn` = (producer id, epoch). Returns
+    /// the log and the batch's last offset to wait on.
+    fn append(
+        &self,
+        partition: i32,
+        recs: Vec<(Bytes, Option<Bytes>)>,
+        txn: Option<(i64, i16)>,
+    ) -> Result<(Rc<PartitionLog>, Offset), GroupError> {
+        let log = self
+            .partitions
+            .borrow()
+            .get(&partition)
+            .map(|p| p.log.clone())
+            .ok_or(GroupError::NotCoordinator)?;
+        let now = now_ms();
+        let mut builder = BatchBuilder::new(Compression::None);
+        if let Some((pid, epoch)) = txn {
+            builder = builder.producer(pid, epoch, -1).transactional(true);
+        }
+        for (key, value) in recs {
+            builder.push(NewRecord {
+                key: Some(key),
+                value,
+                headers: Vec::new(),
+                timestamp_ms: now,
+            });
+        }
+        let info = log
+            .append(builder.build())
+            .map_err(|e| GroupError::Storage(e.to_string()))?;
+        Ok((log, info.last_offset))
+    }
+
+    /// Waits until an appended batch is written (or durable with
+    /// `--fsync-acks`).
+    async fn wait(&self, log: Rc<PartitionLog>, last: Offset) -> Result<(), GroupError> {
+        let r = if self.fsync_acks {
+            log.wait_durable(last).await
+        } else {
+            log.wait_written(last).await
+        };
+        r.map_err(|e| GroupError::Storage(e.to_string()))
+    }
+
+    async fn write(
+        &self,
+        partition: i32,
+        recs: Vec<(Bytes, Option<Bytes>)>,
+        txn: Option<(i64, i16)>,
+    ) -> Result<(), GroupError> {
+        let (log, last) = self.append(partition, recs, txn)?;
+        self.wait(log, last).await
+    }
+
+    /// Runs `f` on the group (created if `create`), then delivers its
+    /// completions and persists its membership if it changed.
+    fn with_group<T>(
+        &self,
+        group_id: &str,
+        create: bool,
+        f: impl FnOnce(&mut Group, &mut Vec<Completion>) -> Result<T, GroupError>,
+    ) -> Result<T, GroupError> {
+        let p = self.check(group_id)?;
+        let mut completions = Vec::new();
+        let (result, write, meta) = {
+            let mut parts = self.partitions.borrow_mut();
+            let op = parts.get_mut(&p).ok_or(GroupError::NotCoordinator)?;
+            if !op.groups.contains_key(group_id) {
+                if !create {
+                    return Err(GroupError::GroupIdNotFound);
+                }
+                op.groups
+                    .insert(group_id.to_string(), Group::new(group_id, now_ms()));
+            }
+            let Some(g) = op.groups.get_mut(group_id) else {
+                return Err(GroupError::GroupIdNotFound);
+            };
+            let result = f(g, &mut completions);
+            let write = if g.metadata_dirty {
+                g.metadata_dirty = false;
+                Some(group_record(g))
+            } else {
+                None
+            };
+            (result, write, sync_meta(g))
+        };
+        self.deliver(group_id, completions, &meta);
+        if let Some(w) = write {
+            if let Err(e) = self.append(p, vec![w], None) {
+                tracing::error!(group = group_id, error = %e, "writing group metadata failed");
+            }
+        }
+        result
+    }
+
+    /// JoinGroup: answers at once, or parks until the join phase ends.
+    pub async fn join(
+        &self,
+        group_id: &str,
+        mut req: JoinRequest,
+    ) -> Result<JoinResult, GroupError> {
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        let prefix = req
+            .group_instance_id
+            .clone()
+            .unwrap_or_else(|| req.client_id.clone());
+        req.new_member_id = format!(
+            "{prefix}-{}",
+            uuid::Builder::from_random_bytes(rand::random()).into_uuid()
+        );
+        let now = now_ms();
+        let cfg = self.config;
+        let mut member_id = req.member_id.clone();
+        if member_id.is_empty() {
+            member_id = req.new_member_id.clone();
+        }
+        let rx = self.with_group(group_id, true, |g, out| {
+            let reply = g.join(req, &cfg, now, out)?;
+            match reply {
+                JoinReply::Now(r) => Ok(Err(r)),
+                JoinReply::Pending => {
+                    let (tx, rx) = oneshot::channel();
+                    self.join_waiters
+                        .borrow_mut()
+                        .insert((group_id.to_string(), member_id.clone()), tx);
+                    // The join may already be complete (everyone is in).
+                    g.poll(&cfg, now, out);
+                    Ok(Ok(rx))
+                }
+            }
+        })?;
+        match rx {
+            Err(now_result) => Ok(now_result),
+            Ok(rx) => rx.await.unwrap_or(Err(GroupError::RebalanceInProgress)),
+        }
+    }
+
+    /// SyncGroup: the leader's assignment is written before anyone gets it.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn sync(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        protocol_type: Option<&str>,
+        protocol_name: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+    ) -> Result<SyncAnswer, GroupError> {
+        let now = now_ms();
+        let (tx, rx) = oneshot::channel();
+        let key = (group_id.to_string(), member_id.to_string());
+        let reply = self.with_group(group_id, false, |g, _| {
+            let r = g.sync(
+                member_id,
+                instance_id,
+                generation_id,
+                protocol_type,
+                protocol_name,
+                assignments,
+                now,
+            )?;
+            let persist = match &r {
+                SyncReply::Persist { .. } => Some(group_record(g)),
+                _ => None,
+            };
+            Ok((r, sync_meta(g), persist))
+        });
+        let (reply, meta, persist) = match reply {
+            Err(GroupError::GroupIdNotFound) => return Err(GroupError::UnknownMemberId),
+            other => other?,
+        };
+        match reply {
+            SyncReply::Now(assignment) => Ok(SyncAnswer {
+                assignment,
+                protocol_type: meta.0,
+                protocol_name: meta.1,
+            }),
+            SyncReply::Pending => {
+                self.sync_waiters.borrow_mut().insert(key, tx);
+                rx.await.unwrap_or(Err(GroupError::RebalanceInProgress))
+            }
+            SyncReply::Persist { generation } => {
+                self.sync_waiters.borrow_mut().insert(key, tx);
+                let p = self.check(group_id)?;
+                let written = match persist {
+                    Some(rec) => self.write(p, vec![rec], None).await,
+                    None => Ok(()),
+                };
+                let cfg = self.config;
+                let now = now_ms();
+                let _ = self.with_group(group_id, false, |g, out| {
+                    g.assignment_persisted(generation, written, &cfg, now, out);
+                    Ok(())
+                });
+                rx.await.unwrap_or(Err(GroupError::RebalanceInProgress))
+            }
+        }
+    }
+
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+    ) -> Result<(), GroupError> {
+        let now = now_ms();
+        match self.with_group(group_id, false, |g, _| {
+            g.heartbeat(member_id, instance_id, generation_id, now)
+        }) {
+            Err(GroupError::GroupIdNotFound) => Err(GroupError::UnknownMemberId),
+            other => other,
+        }
+    }
+
+    /// LeaveGroup: one result per (member id, instance id).
+    pub fn leave(
+        &self,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let now = now_ms();
+        let cfg = self.config;
+        match self.with_group(group_id, false, |g, out| g.leave(members, &cfg, now, out)) {
+            Err(GroupError::GroupIdNotFound) => Ok(members
+                .iter()
+                .map(|_| Err(GroupError::UnknownMemberId))
+                .collect()),
+            other => other,
+        }
+    }
+
+    /// OffsetCommit: validated against the group, written, then applied.
+    /// `create_if_missing` lets a simple consumer (generation < 0) commit to
+    /// a group that does not exist yet.
+    pub async fn commit_offsets(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        offsets: Vec<OffsetToCommit>,
+        unknown_group_error: GroupError,
+    ) -> Result<(), GroupError> {
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        let p = self.check(group_id)?;
+        let create = generation_id < 0;
+        match self.with_group(group_id, create, |g, _| {
+            g.validate_offset_commit(member_id, instance_id, generation_id, false)
+        }) {
+            Err(GroupError::GroupIdNotFound) => return Err(unknown_group_error),
+            other => other?,
+        }
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let recs = offsets
+            .iter()
+            .map(|(t, part, o)| {
+                (
+                    records::offset_commit_key(group_id, t, *part),
+                    Some(records::offset_commit_value(o)),
+                )
+            })
+            .collect();
+        self.write(p, recs, None).await?;
+        self.with_group(group_id, true, |g, _| {
+            for (t, part, o) in offsets {
+                g.commit_offset(&t, part, o);
+            }
+            Ok(())
+        })
+    }
+
+    /// TxnOffsetCommit: written as a transactional batch of the producer,
+    /// pending until the transaction's marker.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn txn_commit_offsets(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        offsets: Vec<OffsetToCommit>,
+    ) -> Result<(), GroupError> {
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        let p = self.check(group_id)?;
+        self.with_group(group_id, true, |g, _| {
+            g.validate_offset_commit(member_id, instance_id, generation_id, true)
+        })?;
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let recs = offsets
+            .iter()
+            .map(|(t, part, o)| {
+                (
+                    records::offset_commit_key(group_id, t, *part),
+                    Some(records::offset_commit_value(o)),
+                )
+            })
+            .collect();
+        self.write(p, recs, Some((producer_id, producer_epoch)))
+            .await?;
+        self.with_group(group_id, true, |g, _| {
+            for (t, part, o) in offsets {
+                g.add_pending_txn_offset(producer_id, &t, part, o);
+            }
+            Ok(())
+        })
+    }
+
+    /// Called by the transaction code after it wrote a COMMIT (`commit`) or
+    /// ABORT marker for `producer_id` to offsets partition
+    /// `offsets_partition`: the producer's pending offsets in every group of
+    /// that partition become committed, or are dropped.
+    pub fn complete_transaction(&self, offsets_partition: i32, producer_id: i64, commit: bool) {
+        if let Some(op) = self.partitions.borrow_mut().get_mut(&offsets_partition) {
+            for g in op.groups.values_mut() {
+                g.complete_transaction(producer_id, commit);
+            }
+        }
+    }
+
+    /// OffsetFetch for one group: `partitions` None = every committed
+    /// offset. Each entry: topic, partition, offset (None = no commit) or
+    /// UNSTABLE_OFFSET_COMMIT when `require_stable` and a transactional
+    /// commit is pending.
+    #[allow(clippy::type_complexity)]
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        partitions: Option<Vec<(String, i32)>>,
+        require_stable: bool,
+    ) -> Result<Vec<(String, i32, Result<Option<CommittedOffset>, GroupError>)>, GroupError> {
+        let p = self.check(group_id)?;
+        let parts = self.partitions.borrow();
+        let group = parts.get(&p).and_then(|op| op.groups.get(group_id));
+        let Some(g) = group else {
+            return Ok(partitions
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(t, part)| (t, part, Ok(None)))
+                .collect());
+        };
+        let wanted = partitions.unwrap_or_else(|| g.offsets.keys().cloned().collect());
+        Ok(wanted
+            .into_iter()
+            .map(|(t, part)| {
+                if require_stable && g.has_pending_txn_offset(&t, part) {
+                    return (t, part, Err(GroupError::UnstableOffsetCommit));
+                }
+                let o = g.offsets.get(&(t.clone(), part)).cloned();
+                (t, part, Ok(o))
+            })
+            .collect())
+    }
+
+    /// ListGroups: (group id, protocol type, state) of every group here.
+    pub fn list_groups(&self) -> Vec<(String, String, GroupState)> {
+        let parts = self.partitions.borrow();
+        let mut out: Vec<_> = parts
+            .values()
+            .filter(|op| op.loaded)
+            .flat_map(|op| op.groups.values())
+            .filter(|g| !g.is(GroupState::Dead))
+            .map(|g| {
+                (
+                    g.group_id.clone(),
+                    g.protocol_type.clone().unwrap_or_default(),
+                    g.state,
+                )
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// DescribeGroups for one group (None = no such group).
+    pub fn describe(&self, group_id: &str) -> Result<Option<GroupDescription>, GroupError> {
+        let p = self.check(group_id)?;
+        let parts = self.partitions.borrow();
+        let Some(g) = parts.get(&p).and_then(|op| op.groups.get(group_id)) else {
+            return Ok(None);
+        };
+        if g.is(GroupState::Dead) {
+            return Ok(None);
+        }
+        Ok(Some(GroupDescription {
+            state: g.state,
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            protocol_name: g.protocol_name.clone().unwrap_or_default(),
+            members: g.describe_members(),
+        }))
+    }
+
+    /// DeleteGroups for one group: only an empty group; its offsets and
+    /// membership are tombstoned.
+    pub async fn delete_group(&self, group_id: &str) -> Result<(), GroupError> {
+        let p = self.check(group_id)?;
+        let recs = {
+            let parts = self.partitions.borrow();
+            let g = parts
+                .get(&p)
+                .and_then(|op| op.groups.get(group_id))
+                .ok_or(GroupError::GroupIdNotFound)?;
+            g.validate_delete()?;
+            let mut recs: Vec<(Bytes, Option<Bytes>)> = g
+                .offsets
+                .keys()
+                .map(|(t, part)| (records::offset_commit_key(group_id, t, *part), None))
+                .collect();
+            recs.push((records::group_metadata_key(group_id), None));
+            recs
+        };
+        let (log, last) = self.append(p, recs, None)?;
+        if let Some(op) = self.partitions.borrow_mut().get_mut(&p) {
+            if let Some(mut g) = op.groups.remove(group_id) {
+                g.mark_dead(now_ms());
+            }
+        }
+        self.wait(log, last).await
+    }
+
+    /// OffsetDelete: removes committed offsets of partitions the group is
+    /// not subscribed to. Per partition: Ok or GROUP_SUBSCRIBED_TO_TOPIC.
+    pub async fn delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: Vec<(String, i32)>,
+    ) -> Result<Vec<(String, i32, Result<(), GroupError>)>, GroupError> {
+        let p = self.check(group_id)?;
+        let (results, recs) = {
+            let mut parts = self.partitions.borrow_mut();
+            let g = parts
+                .get_mut(&p)
+                .and_then(|op| op.groups.get_mut(group_id))
+                .ok_or(GroupError::GroupIdNotFound)?;
+            if g.is(GroupState::Dead) {
+                return Err(GroupError::GroupIdNotFound);
+            }
+            if !g.is(GroupState::Empty) && g.protocol_type.as_deref() != Some("consumer") {
+                return Err(GroupError::NonEmptyGroup);
+            }
+            let subscribed = g.subscribed_topics().unwrap_or_default();
+            let mut recs = Vec::new();
+            let mut results = Vec::new();
+            for (t, part) in partitions {
+                if subscribed.contains(&t) {
+                    results.push((t, part, Err(GroupError::GroupSubscribedToTopic)));
+                    continue;
+                }
+                if g.offsets.remove(&(t.clone(), part)).is_some() {
+                    recs.push((records::offset_commit_key(group_id, &t, part), None));
+                }
+                results.push((t, part, Ok(())));
+            }
+            (results, recs)
+        };
+        if !recs.is_empty() {
+            self.write(p, recs, None).await?;
+        }
+        Ok(results)
+    }
+
+    /// Compacts every loaded partition whose log grew by more than
+    /// [`OFFSETS_COMPACT_TRIGGER_BYTES`] since the last compaction and
+    /// has no pending transactional offsets (those must stay in their
+    /// producer's transactional batches until the marker).
+    async fn maybe_compact(&self) {
+        let due: Vec<i32> = self
+            .partitions
+            .borrow()
+            .iter()
+            .filter(|(_, op)| {
+                op.loaded
+                    && !op.compacting
+                    && op.log.size_bytes() > op.compacted_size_bytes + OFFSETS_COMPACT_TRIGGER_BYTES
+                    && op.groups.values().all(|g| g.pending_txn_offsets.is_empty())
+            })
+            .map(|(p, _)| *p)
+            .collect();
+        for p in due {
+            if let Err(e) = self.compact(p).await {
+                tracing::error!(partition = p, error = %e, "compacting offsets partition failed");
+            }
+        }
+    }
+
+    /// Re-writes partition `p`'s live state at the log end, then drops the
+    /// segments wholly below the rewrite. Appends made while waiting land
+    /// after the rewrite, so replay order still gives the newest value.
+    pub async fn compact(&self, p: i32) -> Result<(), GroupError> {
+        let (log, recs) = {
+            let mut parts = self.partitions.borrow_mut();
+            let op = parts.get_mut(&p).ok_or(GroupError::NotCoordinator)?;
+            op.compacting = true;
+            let mut recs = Vec::new();
+            for g in op.groups.values() {
+                if g.is(GroupState::Dead) {
+                    continue;
+                }
+                recs.push(group_record(g));
+                for ((t, part), o) in &g.offsets {
+                    recs.push((
+                        records::offset_commit_key(&g.group_id, t, *part),
+                        Some(records::offset_commit_value(o)),
+                    ));
+                }
+            }
+            (op.log.clone(), recs)
+        };
+        // Start the rewrite in a fresh segment so that every older segment
+        // can go once it is written.
+        log.roll();
+        let start = log.log_end_offset().0;
+        let mut last = None;
+        for chunk in recs.chunks(COMPACT_RECORDS_PER_BATCH_MAX) {
+            last = Some(self.append(p, chunk.to_vec(), None)?);
+        }
+        let result = async {
+            if let Some((log, last)) = last {
+                self.wait(log, last).await?;
+            }
+            log.delete_segments_below(Offset(start))
+                .map_err(|e| GroupError::Storage(e.to_string()))
+        }
+        .await;
+        if let Some(op) = self.partitions.borrow_mut().get_mut(&p) {
+            op.compacting = false;
+            op.compacted_size_bytes = op.log.size_bytes();
+        }
+        let deleted = result?;
+        tracing::info!(
+            partition = p,
+            start,
+            deleted_segments = deleted,
+            "offsets partition compacted"
+        );
+        Ok(())
+    }
+}
+
+/// The group's membership record (key, GroupMetadataValue).
+fn group_record(g: &Group) -> (Bytes, Option<Bytes>) {
+    let value = GroupMetadataValue {
+        protocol_type: g.protocol_type.clone().unwrap_or_default(),
+        generation_id: g.generation_id,
+        protocol_name: g.protocol_name.clone(),
+        leader: g.leader.clone(),
+        current_state_timestamp_ms: g.state_timestamp_ms,
+        members: g.members.values().cloned().collect(),
+    };
+    (
+        records::group_metadata_key(&g.group_id),
+        Some(records::group_metadata_value(&value)),
+    )
+}
+
+fn sync_meta(g: &Group) -> (Option<String>, Option<String>) {
+    (g.protocol_type.clone(), g.protocol_name.clone())
+}
+
+/// Rebuilds the groups of a partition from its batches, in log order.
+struct Replay {
+    now_ms: i64,
+    groups: HashMap<String, Group>,
+}
+
+impl Replay {
+    fn new(now_ms: i64) -> Replay {
+        Replay {
+            now_ms,
+            groups: HashMap::new(),
+        }
+    }
+
+    fn group(&mut self, id: &str) -> &mut Group {
+        let now = self.now_ms;
+        self.groups
+            .entry(id.to_string())
+            .or_insert_with(|| Group::new(id, now))
+    }
+
+    /// One batch. A malformed record is skipped with a log line: the rest
+    /// of the partition is still worth loading.
+    fn batch(&mut self, control: bool, transactional: bool, producer_id: i64, bytes: &[u8]) {
+        let (_, recs) = match decode_batch(bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "undecodable __consumer_offsets batch skipped");
+                return;
+            }
+        };
+        if control {
+            for r in &recs {
+                let Some(key) = &r.key else { continue };
+                if let Ok((_, kind)) = parse_control_key(key) {
+                    let commit = match kind {
+                        ControlType::Commit => true,
+                        ControlType::Abort => false,
+                        _ => continue,
+                    };
+                    for g in self.groups.values_mut() {
+                        g.complete_transaction(producer_id, commit);
+                    }
+                }
+            }
+            return;
+        }
+        for r in recs {
+            let Some(key) = &r.key else { continue };
+            let key = match records::parse_key(key) {
+                Ok(k) => k,
+                Err(e) => {
+                    tracing::warn!(error = %e, "undecodable __consumer_offsets key skipped");
+                    continue;
+                }
+            };
+            match key {
+                RecordKey::OffsetCommit {
+                    group,
+                    topic,
+                    partition,
+                } => match r.value.as_deref().map(records::parse_offset_commit_value) {
+                    None => {
+                        if let Some(g) = self.groups.get_mut(&group) {
+                            g.offsets.remove(&(topic, partition));
+                        }
+                    }
+                    Some(Ok(o)) if transactional => {
+                        self.group(&group)
+                            .add_pending_txn_offset(producer_id, &topic, partition, o)
+                    }
+                    Some(Ok(o)) => self.group(&group).commit_offset(&topic, partition, o),
+                    Some(Err(e)) => tracing::warn!(error = %e, "bad offset commit value skipped"),
+                },
+                RecordKey::GroupMetadata { group } => {
+                    match r.value.as_deref().map(records::parse_group_metadata_value) {
+                        None => {
+                            self.groups.remove(&group);
+                        }
+                        Some(Ok(v)) => {
+                            let now = self.now_ms;
+                            self.group(&group).restore(
+                                v.protocol_type,
+                                v.generation_id,
+                                v.protocol_name,
+                                v.leader,
+                                v.current_state_timestamp_ms,
+                                v.members,
+                                now,
+                            );
+                        }
+                        Some(Err(e)) => tracing::warn!(error = %e, "bad group metadata skipped"),
+                    }
+                }
+            }
+        }
+    }
+
+    fn finish(self) -> HashMap<String, Group> {
+        self.groups
+    }
+}

@@ -1,0 +1,136 @@
+//! ListGroups v0-5 (state filter v4+, type filter v5+), DescribeGroups
+//! v0-5 and DeleteGroups v0-2. ListGroups answers the groups of this
+//! shard only: admin clients ask every node and merge, as with Kafka.
+
+use crate::group::error::GroupError;
+use crate::group::state::GroupState;
+use crate::handlers::errors;
+use crate::handlers::{decode, respond, str_bytes, Outcome};
+use crate::protocol::RequestHeader;
+use crate::shard::ShardCtx;
+use bytes::BytesMut;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::{
+    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    GroupId, ListGroupsRequest, ListGroupsResponse,
+};
+use std::rc::Rc;
+
+/// The group type of every fjord group (KIP-848 groups are not served).
+pub const CLASSIC_GROUP_TYPE: &str = "classic";
+/// `authorized_operations` when the client did not ask for them.
+pub const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
+
+pub fn list_groups(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    let Some(req) = decode::<ListGroupsRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
+    let types: Vec<String> = req.types_filter.iter().map(|s| s.to_lowercase()).collect();
+    let code = if ctx.groups.any_loading() {
+        errors::group(&GroupError::LoadInProgress)
+    } else {
+        errors::NONE
+    };
+    let groups = ctx
+        .groups
+        .list_groups()
+        .into_iter()
+        .filter(|(_, _, s)| states.is_empty() || states.contains(&s.name().to_lowercase()))
+        .filter(|_| types.is_empty() || types.iter().any(|t| t == CLASSIC_GROUP_TYPE))
+        .map(|(id, protocol_type, state)| {
+            ListedGroup::default()
+                .with_group_id(GroupId(str_bytes(id)))
+                .with_protocol_type(str_bytes(protocol_type))
+                .with_group_state(str_bytes(state.name()))
+                .with_group_type(str_bytes(CLASSIC_GROUP_TYPE))
+        })
+        .collect();
+    respond(
+        header,
+        &ListGroupsResponse::default()
+            .with_error_code(code)
+            .with_groups(groups),
+    )
+}
+
+pub fn describe_groups(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    let Some(req) = decode::<DescribeGroupsRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let v = header.api_version;
+    let groups = req
+        .groups
+        .iter()
+        .map(|id| {
+            let base = DescribedGroup::default()
+                .with_group_id(id.clone())
+                .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+            match ctx.groups.describe(id) {
+                Err(e) => base
+                    .with_error_code(errors::group(&e))
+                    .with_group_state(str_bytes("")),
+                Ok(None) if v >= 6 => base
+                    .with_error_code(errors::group(&GroupError::GroupIdNotFound))
+                    .with_group_state(str_bytes(GroupState::Dead.name())),
+                Ok(None) => base
+                    .with_error_code(errors::NONE)
+                    .with_group_state(str_bytes(GroupState::Dead.name())),
+                Ok(Some(d)) => base
+                    .with_error_code(errors::NONE)
+                    .with_group_state(str_bytes(d.state.name()))
+                    .with_protocol_type(str_bytes(d.protocol_type))
+                    .with_protocol_data(str_bytes(d.protocol_name))
+                    .with_members(
+                        d.members
+                            .into_iter()
+                            .map(|(m, metadata, assignment)| {
+                                DescribedGroupMember::default()
+                                    .with_member_id(str_bytes(m.member_id))
+                                    .with_group_instance_id(m.group_instance_id.map(str_bytes))
+                                    .with_client_id(str_bytes(m.client_id))
+                                    .with_client_host(str_bytes(m.client_host))
+                                    .with_member_metadata(metadata)
+                                    .with_member_assignment(assignment)
+                            })
+                            .collect(),
+                    ),
+            }
+        })
+        .collect();
+    respond(
+        header,
+        &DescribeGroupsResponse::default().with_groups(groups),
+    )
+}
+
+pub async fn delete_groups(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
+    let Some(req) = decode::<DeleteGroupsRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let mut results = Vec::with_capacity(req.groups_names.len());
+    for id in &req.groups_names {
+        let r = match ctx.groups.check(id) {
+            Ok(_) => ctx.groups.delete_group(id).await,
+            Err(e) => Err(e),
+        };
+        results.push(
+            DeletableGroupResult::default()
+                .with_group_id(id.clone())
+                .with_error_code(match r {
+                    Ok(()) => errors::NONE,
+                    Err(e) => errors::group(&e),
+                }),
+        );
+    }
+    respond(
+        header,
+        &DeleteGroupsResponse::default().with_results(results),
+    )
+}

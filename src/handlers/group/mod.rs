@@ -1,0 +1,22 @@
+//! Handlers of the group APIs: FindCoordinator, the classic membership
+//! protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), offsets
+//! (OffsetCommit, OffsetFetch, OffsetDelete, TxnOffsetCommit) and the
+//! admin APIs (ListGroups, DescribeGroups, DeleteGroups). They translate
+//! between kafka-protocol's types and [`crate::group::GroupCoordinator`];
+//! all group logic lives there. A request for a group this shard does not
+//! coordinate gets NOT_COORDINATOR (never forwarded: the client asks
+//! FindCoordinator and reconnects, as with Kafka).
+
+pub mod admin;
+pub mod find_coordinator;
+pub mod membership;
+pub mod offsets;
+
+use crate::shard::ShardCtx;
+
+/// Whether `topic` exists with partition `partition`.
+pub(crate) fn partition_exists(ctx: &ShardCtx, topic: &str, partition: i32) -> bool {
+    ctx.image()
+        .topic(topic)
+        .is_some_and(|t| (0..t.partition_count()).contains(&partition))
+}

@@ -1,0 +1,437 @@
+//! OffsetCommit v2-9, OffsetFetch v1-9 (several groups from v8),
+//! OffsetDelete v0 and TxnOffsetCommit v0-5. Partitions of unknown topics
+//! get UNKNOWN_TOPIC_OR_PARTITION on commit; a group-level refusal
+//! (NOT_COORDINATOR, ILLEGAL_GENERATION, ...) is reported on every
+//! partition of a commit, as Kafka does. (v0/v1 of OffsetCommit and v0 of
+//! OffsetFetch are not in kafka-protocol 0.18's schemas, so not served.)
+
+use super::partition_exists;
+use crate::group::error::GroupError;
+use crate::group::state::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
+use crate::group::OffsetToCommit;
+use crate::handlers::errors;
+use crate::handlers::{decode, respond, str_bytes, Outcome};
+use crate::protocol::RequestHeader;
+use crate::shard::{now_ms, ShardCtx};
+use bytes::BytesMut;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{
+    GroupId, OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+    OffsetFetchRequest, OffsetFetchResponse, TopicName, TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// Per (topic, partition) of a request: the offset to write, or the error
+/// that partition already has.
+type Checked = Vec<(String, i32, Result<CommittedOffset, GroupError>)>;
+
+fn check_partition(
+    ctx: &ShardCtx,
+    topic: &str,
+    partition: i32,
+    offset: CommittedOffset,
+) -> Result<CommittedOffset, GroupError> {
+    if !partition_exists(ctx, topic, partition) {
+        return Err(GroupError::UnknownTopicOrPartition);
+    }
+    if offset.metadata.len() > OFFSET_METADATA_MAX_BYTES {
+        return Err(GroupError::OffsetMetadataTooLarge);
+    }
+    Ok(offset)
+}
+
+/// Writes the valid partitions of `checked` through `commit`; returns the
+/// error of every partition.
+async fn commit_checked<F, Fut>(checked: Checked, commit: F) -> Vec<(String, i32, i16)>
+where
+    F: FnOnce(Vec<OffsetToCommit>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), GroupError>>,
+{
+    let valid: Vec<OffsetToCommit> = checked
+        .iter()
+        .filter_map(|(t, p, r)| r.as_ref().ok().map(|o| (t.clone(), *p, o.clone())))
+        .collect();
+    let group_result = commit(valid).await;
+    checked
+        .into_iter()
+        .map(|(t, p, r)| {
+            let code = match (r, &group_result) {
+                (Err(e), _) => errors::group(&e),
+                (Ok(_), Err(e)) => errors::group(e),
+                (Ok(_), Ok(())) => errors::NONE,
+            };
+            (t, p, code)
+        })
+        .collect()
+}
+
+/// Groups (topic, partition, code) rows by topic, in request order.
+fn by_topic(rows: Vec<(String, i32, i16)>) -> Vec<(String, Vec<(i32, i16)>)> {
+    let mut out: Vec<(String, Vec<(i32, i16)>)> = Vec::new();
+    for (t, p, c) in rows {
+        match out.last_mut() {
+            Some((last, parts)) if *last == t => parts.push((p, c)),
+            _ => out.push((t, vec![(p, c)])),
+        }
+    }
+    out
+}
+
+pub async fn offset_commit(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
+    let Some(req) = decode::<OffsetCommitRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let v = header.api_version;
+    let now = now_ms();
+    let expire = (v <= 4 && req.retention_time_ms > 0).then(|| now + req.retention_time_ms);
+    let checked: Checked = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                let offset = CommittedOffset {
+                    offset: p.committed_offset,
+                    leader_epoch: if v >= 6 { p.committed_leader_epoch } else { -1 },
+                    metadata: p
+                        .committed_metadata
+                        .as_ref()
+                        .map(|m| m.to_string())
+                        .unwrap_or_default(),
+                    commit_timestamp_ms: now,
+                    expire_timestamp_ms: expire,
+                };
+                (
+                    t.name.to_string(),
+                    p.partition_index,
+                    check_partition(ctx, &t.name, p.partition_index, offset),
+                )
+            })
+        })
+        .collect();
+    let group_id = req.group_id.to_string();
+    let instance = req.group_instance_id.as_ref().map(|s| s.to_string());
+    let unknown_group = if v >= 9 {
+        GroupError::GroupIdNotFound
+    } else {
+        GroupError::IllegalGeneration
+    };
+    let rows = commit_checked(checked, |valid| async {
+        ctx.groups.check(&group_id)?;
+        ctx.groups
+            .commit_offsets(
+                &group_id,
+                &req.member_id,
+                instance.as_deref(),
+                req.generation_id_or_member_epoch,
+                valid,
+                unknown_group,
+            )
+            .await
+    })
+    .await;
+    let topics = by_topic(rows)
+        .into_iter()
+        .map(|(t, parts)| {
+            OffsetCommitResponseTopic::default()
+                .with_name(TopicName(str_bytes(t)))
+                .with_partitions(
+                    parts
+                        .into_iter()
+                        .map(|(p, c)| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_error_code(c)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    respond(header, &OffsetCommitResponse::default().with_topics(topics))
+}
+
+pub async fn txn_offset_commit(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
+    let Some(req) = decode::<TxnOffsetCommitRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let v = header.api_version;
+    let now = now_ms();
+    let checked: Checked = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                let offset = CommittedOffset {
+                    offset: p.committed_offset,
+                    leader_epoch: if v >= 2 { p.committed_leader_epoch } else { -1 },
+                    metadata: p
+                        .committed_metadata
+                        .as_ref()
+                        .map(|m| m.to_string())
+                        .unwrap_or_default(),
+                    commit_timestamp_ms: now,
+                    expire_timestamp_ms: None,
+                };
+                (
+                    t.name.to_string(),
+                    p.partition_index,
+                    check_partition(ctx, &t.name, p.partition_index, offset),
+                )
+            })
+        })
+        .collect();
+    let group_id = req.group_id.to_string();
+    let instance = req.group_instance_id.as_ref().map(|s| s.to_string());
+    let (member_id, generation) = if v >= 3 {
+        (req.member_id.to_string(), req.generation_id)
+    } else {
+        (String::new(), -1)
+    };
+    let rows = commit_checked(checked, |valid| async {
+        ctx.groups.check(&group_id)?;
+        ctx.groups
+            .txn_commit_offsets(
+                &group_id,
+                req.producer_id.0,
+                req.producer_epoch,
+                &member_id,
+                instance.as_deref(),
+                generation,
+                valid,
+            )
+            .await
+    })
+    .await;
+    let topics = by_topic(rows)
+        .into_iter()
+        .map(|(t, parts)| {
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(TopicName(str_bytes(t)))
+                .with_partitions(
+                    parts
+                        .into_iter()
+                        .map(|(p, c)| {
+                            TxnOffsetCommitResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_error_code(c)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    respond(
+        header,
+        &TxnOffsetCommitResponse::default().with_topics(topics),
+    )
+}
+
+/// One OffsetFetch partition row: partition, offset, leader epoch,
+/// metadata, error code.
+type FetchRow = (i32, i64, i32, String, i16);
+/// Rows by topic.
+type FetchTopics = BTreeMap<String, Vec<FetchRow>>;
+/// One group's OffsetFetch rows or its group error.
+type FetchRows = Result<FetchTopics, GroupError>;
+
+fn fetch_group(
+    ctx: &ShardCtx,
+    group_id: &str,
+    topics: Option<Vec<(String, Vec<i32>)>>,
+    require_stable: bool,
+) -> FetchRows {
+    let wanted = topics.map(|ts| {
+        ts.into_iter()
+            .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
+            .collect::<Vec<_>>()
+    });
+    let rows = ctx.groups.fetch_offsets(group_id, wanted, require_stable)?;
+    let mut out: FetchTopics = BTreeMap::new();
+    for (t, p, r) in rows {
+        let row = match r {
+            Ok(Some(o)) => (p, o.offset, o.leader_epoch, o.metadata, errors::NONE),
+            Ok(None) => (p, -1, -1, String::new(), errors::NONE),
+            Err(e) => (p, -1, -1, String::new(), errors::group(&e)),
+        };
+        out.entry(t).or_default().push(row);
+    }
+    Ok(out)
+}
+
+pub fn offset_fetch(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    let Some(req) = decode::<OffsetFetchRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let v = header.api_version;
+    let require_stable = v >= 7 && req.require_stable;
+    if v >= 8 {
+        let groups = req
+            .groups
+            .iter()
+            .map(|g| {
+                let topics = g.topics.as_ref().map(|ts| {
+                    ts.iter()
+                        .map(|t| (t.name.to_string(), t.partition_indexes.clone()))
+                        .collect()
+                });
+                let base = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+                match fetch_group(ctx, &g.group_id, topics, require_stable) {
+                    Err(e) => base.with_error_code(errors::group(&e)),
+                    Ok(rows) => base.with_topics(
+                        rows.into_iter()
+                            .map(|(t, parts)| {
+                                OffsetFetchResponseTopics::default()
+                                    .with_name(TopicName(str_bytes(t)))
+                                    .with_partitions(
+                                        parts
+                                            .into_iter()
+                                            .map(|(p, o, e, m, c)| {
+                                                OffsetFetchResponsePartitions::default()
+                                                    .with_partition_index(p)
+                                                    .with_committed_offset(o)
+                                                    .with_committed_leader_epoch(e)
+                                                    .with_metadata(Some(str_bytes(m)))
+                                                    .with_error_code(c)
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    ),
+                }
+            })
+            .collect();
+        return respond(header, &OffsetFetchResponse::default().with_groups(groups));
+    }
+    let topics: Option<Vec<(String, Vec<i32>)>> = req.topics.as_ref().map(|ts| {
+        ts.iter()
+            .map(|t| (t.name.to_string(), t.partition_indexes.clone()))
+            .collect()
+    });
+    let to_response = |rows: FetchTopics| {
+        rows.into_iter()
+            .map(|(t, parts)| {
+                OffsetFetchResponseTopic::default()
+                    .with_name(TopicName(str_bytes(t)))
+                    .with_partitions(
+                        parts
+                            .into_iter()
+                            .map(|(p, o, e, m, c)| {
+                                OffsetFetchResponsePartition::default()
+                                    .with_partition_index(p)
+                                    .with_committed_offset(o)
+                                    .with_committed_leader_epoch(e)
+                                    .with_metadata(Some(str_bytes(m)))
+                                    .with_error_code(c)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect::<Vec<_>>()
+    };
+    let resp = match fetch_group(ctx, &req.group_id, topics.clone(), require_stable) {
+        Ok(rows) => OffsetFetchResponse::default().with_topics(to_response(rows)),
+        Err(e) if v >= 2 => OffsetFetchResponse::default().with_error_code(errors::group(&e)),
+        Err(e) => {
+            // v1 has no top-level error: every partition carries it.
+            let code = errors::group(&e);
+            let mut rows: FetchTopics = BTreeMap::new();
+            for (t, ps) in topics.unwrap_or_default() {
+                rows.insert(
+                    t,
+                    ps.into_iter()
+                        .map(|p| (p, -1, -1, String::new(), code))
+                        .collect(),
+                );
+            }
+            OffsetFetchResponse::default().with_topics(to_response(rows))
+        }
+    };
+    respond(header, &resp)
+}
+
+pub async fn offset_delete(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
+    let Some(req) = decode::<OffsetDeleteRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let group_id: &GroupId = &req.group_id;
+    let mut rows: Vec<(String, i32, i16)> = Vec::new();
+    let mut wanted = Vec::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            if partition_exists(ctx, &t.name, p.partition_index) {
+                wanted.push((t.name.to_string(), p.partition_index));
+            } else {
+                rows.push((
+                    t.name.to_string(),
+                    p.partition_index,
+                    errors::group(&GroupError::UnknownTopicOrPartition),
+                ));
+            }
+        }
+    }
+    let result = match ctx.groups.check(group_id) {
+        Ok(_) => ctx.groups.delete_offsets(group_id, wanted).await,
+        Err(e) => Err(e),
+    };
+    let resp = match result {
+        Err(e) => OffsetDeleteResponse::default().with_error_code(errors::group(&e)),
+        Ok(results) => {
+            rows.extend(results.into_iter().map(|(t, p, r)| {
+                (
+                    t,
+                    p,
+                    match r {
+                        Ok(()) => errors::NONE,
+                        Err(e) => errors::group(&e),
+                    },
+                )
+            }));
+            rows.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+            OffsetDeleteResponse::default().with_topics(
+                by_topic(rows)
+                    .into_iter()
+                    .map(|(t, parts)| {
+                        OffsetDeleteResponseTopic::default()
+                            .with_name(TopicName(str_bytes(t)))
+                            .with_partitions(
+                                parts
+                                    .into_iter()
+                                    .map(|(p, c)| {
+                                        OffsetDeleteResponsePartition::default()
+                                            .with_partition_index(p)
+                                            .with_error_code(c)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            )
+        }
+    };
+    respond(header, &resp)
+}

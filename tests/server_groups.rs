@@ -1,0 +1,415 @@
+//! Consumer groups end to end: librdkafka consumers subscribing through
+//! fjord's group coordinator (FindCoordinator, JoinGroup, SyncGroup,
+//! Heartbeat, LeaveGroup, OffsetCommit/Fetch), a raw-protocol member that
+//! stops heartbeating, the admin API, and committed offsets across a
+//! SIGKILL.
+
+mod common;
+
+use common::client::{self, await_deliveries, block_on, create_topic, send, TestMessage};
+use common::raw::RawClient;
+use common::{Broker, BrokerOpts};
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::{
+    FindCoordinatorRequest, GroupId, HeartbeatRequest, JoinGroupRequest, SyncGroupRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::Message;
+use rdkafka::ClientContext;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const PARTITIONS: i32 = 6;
+const MESSAGES: usize = 6_000;
+const TIMEOUT: Duration = Duration::from_secs(90);
+const SESSION_TIMEOUT_MS: &str = "6000";
+
+fn broker() -> Broker {
+    Broker::start(
+        BrokerOpts::default()
+            .cores(2)
+            .arg("--group-initial-rebalance-delay-ms")
+            .arg("0"),
+    )
+}
+
+/// Counts the assignments librdkafka hands the application.
+#[derive(Default, Clone)]
+struct Counting {
+    assigns: Arc<AtomicUsize>,
+}
+
+impl ClientContext for Counting {}
+impl ConsumerContext for Counting {
+    fn post_rebalance(&self, _c: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(_) = rebalance {
+            self.assigns.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn group_consumer(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> BaseConsumer<Counting> {
+    let mut c = client::base_config(bootstrap);
+    c.set("group.id", group)
+        .set("session.timeout.ms", SESSION_TIMEOUT_MS)
+        .set("heartbeat.interval.ms", "500")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "100")
+        .set("enable.partition.eof", "false");
+    for (k, v) in extra {
+        c.set(*k, *v);
+    }
+    c.create_with_context(Counting::default())
+        .expect("create group consumer")
+}
+
+fn assigned(c: &BaseConsumer<Counting>) -> HashSet<i32> {
+    c.assignment()
+        .map(|tpl| tpl.elements().iter().map(|e| e.partition()).collect())
+        .unwrap_or_default()
+}
+
+/// Polls every consumer until `done` holds; returns what each consumed as
+/// (partition, id).
+fn poll_until(
+    consumers: &[&BaseConsumer<Counting>],
+    what: &str,
+    mut done: impl FnMut(&[Vec<(i32, usize)>]) -> bool,
+) -> Vec<Vec<(i32, usize)>> {
+    let deadline = Instant::now() + TIMEOUT;
+    let mut got: Vec<Vec<(i32, usize)>> = vec![Vec::new(); consumers.len()];
+    while !done(&got) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        for (i, c) in consumers.iter().enumerate() {
+            match c.poll(Duration::from_millis(50)) {
+                None => {}
+                Some(Err(e)) => eprintln!("consumer {i} error: {e}"),
+                Some(Ok(m)) => {
+                    let id: usize = std::str::from_utf8(m.payload().unwrap_or_default())
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .expect("numeric payload");
+                    got[i].push((m.partition(), id));
+                }
+            }
+        }
+    }
+    got
+}
+
+fn produce(broker: &Broker, topic: &str, ids: std::ops::Range<usize>) {
+    let producer = client::producer(&broker.bootstrap(), &[("acks", "all"), ("linger.ms", "2")]);
+    let n = ids.len();
+    for id in ids {
+        send(
+            &producer,
+            topic,
+            &TestMessage {
+                id,
+                key: format!("k{id}").into_bytes(),
+                value: id.to_string().into_bytes(),
+                headers: vec![],
+            },
+        );
+    }
+    for d in await_deliveries(&producer, n, TIMEOUT) {
+        assert!(d.error.is_none(), "delivery failed: {:?}", d.error);
+    }
+}
+
+#[test]
+fn two_consumers_split_a_topic_then_one_leaves() {
+    let broker = broker();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "split", PARTITIONS, &[]);
+    let a = group_consumer(&bs, "g-split", &[]);
+    let b = group_consumer(&bs, "g-split", &[]);
+    a.subscribe(&["split"]).expect("subscribe a");
+    b.subscribe(&["split"]).expect("subscribe b");
+    poll_until(&[&a, &b], "both consumers assigned", |_| {
+        let (pa, pb) = (assigned(&a), assigned(&b));
+        !pa.is_empty() && !pb.is_empty() && pa.len() + pb.len() == PARTITIONS as usize
+    });
+    let (pa, pb) = (assigned(&a), assigned(&b));
+    assert!(pa.is_disjoint(&pb), "assignments overlap: {pa:?} {pb:?}");
+    assert_eq!(pa.union(&pb).count(), PARTITIONS as usize);
+
+    produce(&broker, "split", 0..MESSAGES);
+    let got = poll_until(&[&a, &b], "6000 messages", |g| {
+        g[0].len() + g[1].len() >= MESSAGES
+    });
+    // Settle: nothing more (no duplicates) arrives.
+    let extra = poll_until(&[&a, &b], "settle", {
+        let start = Instant::now();
+        move |_| start.elapsed() > Duration::from_secs(1)
+    });
+    assert!(extra.iter().all(Vec::is_empty), "duplicates: {extra:?}");
+    let mut ids = HashSet::new();
+    for (i, per) in got.iter().enumerate() {
+        let mine = if i == 0 { &pa } else { &pb };
+        for (p, id) in per {
+            assert!(
+                mine.contains(p),
+                "consumer {i} read partition {p} it does not own"
+            );
+            assert!(ids.insert(*id), "message {id} consumed twice");
+        }
+    }
+    assert_eq!(ids.len(), MESSAGES);
+
+    // b leaves (LeaveGroup on close); a takes every partition.
+    drop(b);
+    poll_until(&[&a], "a owning all partitions", |_| {
+        assigned(&a).len() == PARTITIONS as usize
+    });
+}
+
+/// ConsumerProtocolSubscription v0 for one topic.
+fn subscription(topic: &str) -> bytes::Bytes {
+    let mut v = vec![0u8, 0, 0, 0, 0, 1];
+    v.extend_from_slice(&(topic.len() as i16).to_be_bytes());
+    v.extend_from_slice(topic.as_bytes());
+    v.extend_from_slice(&(-1i32).to_be_bytes());
+    bytes::Bytes::from(v)
+}
+
+fn coordinator_port(broker: &Broker, group: &str) -> u16 {
+    let mut raw = RawClient::connect(broker.port_of(0));
+    let resp = raw.request(
+        3,
+        &FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_string(group.into()))
+            .with_key_type(0),
+    );
+    assert_eq!(resp.error_code, 0, "FindCoordinator failed");
+    resp.port as u16
+}
+
+#[test]
+fn a_member_that_stops_heartbeating_is_expired_and_its_partitions_move() {
+    let broker = broker();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "expiry", PARTITIONS, &[]);
+    let c = group_consumer(
+        &bs,
+        "g-expiry",
+        &[("partition.assignment.strategy", "range")],
+    );
+    c.subscribe(&["expiry"]).expect("subscribe");
+    poll_until(&[&c], "c owning all partitions", |_| {
+        assigned(&c).len() == PARTITIONS as usize
+    });
+
+    // A raw member joins; c's heartbeats see the rebalance and rejoin.
+    let port = coordinator_port(&broker, "g-expiry");
+    let join = |raw: &mut RawClient, member: &str| {
+        raw.send(
+            5,
+            &JoinGroupRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("g-expiry")))
+                .with_session_timeout_ms(6000)
+                .with_rebalance_timeout_ms(10_000)
+                .with_member_id(StrBytes::from_string(member.into()))
+                .with_protocol_type(StrBytes::from_static_str("consumer"))
+                .with_protocols(vec![JoinGroupRequestProtocol::default()
+                    .with_name(StrBytes::from_static_str("range"))
+                    .with_metadata(subscription("expiry"))]),
+        )
+    };
+    let mut raw = RawClient::connect(port);
+    let id = join(&mut raw, "");
+    let first = raw.receive::<JoinGroupRequest>(5, id);
+    assert_eq!(first.error_code, 79, "MEMBER_ID_REQUIRED first");
+    let member = first.member_id.to_string();
+    let id = join(&mut raw, &member);
+    // The join completes once c rejoins: keep c polling meanwhile.
+    let joined = std::thread::scope(|s| {
+        let h = s.spawn(|| raw.receive::<JoinGroupRequest>(5, id));
+        poll_until(&[&c], "raw member joined", |_| h.is_finished());
+        h.join().expect("join thread")
+    });
+    assert_eq!(joined.error_code, 0);
+    let generation = joined.generation_id;
+    let id = raw.send(
+        3,
+        &SyncGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g-expiry")))
+            .with_generation_id(generation)
+            .with_member_id(StrBytes::from_string(member.clone())),
+    );
+    let synced = std::thread::scope(|s| {
+        let h = s.spawn(|| raw.receive::<SyncGroupRequest>(3, id));
+        poll_until(&[&c], "raw member synced", |_| h.is_finished());
+        h.join().expect("sync thread")
+    });
+    assert_eq!(synced.error_code, 0);
+    poll_until(&[&c], "c owning half", |_| {
+        assigned(&c).len() == PARTITIONS as usize / 2
+    });
+    let hb = raw.request(
+        2,
+        &HeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g-expiry")))
+            .with_generation_id(generation)
+            .with_member_id(StrBytes::from_string(member.clone())),
+    );
+    assert_eq!(hb.error_code, 0, "a live member's heartbeat is accepted");
+
+    // The raw member goes silent: after its 6 s session it is expired.
+    let silent_since = Instant::now();
+    poll_until(&[&c], "c owning all partitions again", |_| {
+        assigned(&c).len() == PARTITIONS as usize
+    });
+    assert!(
+        silent_since.elapsed() >= Duration::from_secs(5),
+        "partitions moved before the session timeout"
+    );
+    let hb = raw.request(
+        2,
+        &HeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g-expiry")))
+            .with_generation_id(generation)
+            .with_member_id(StrBytes::from_string(member)),
+    );
+    assert_eq!(hb.error_code, 25, "the expired member is UNKNOWN_MEMBER_ID");
+}
+
+#[test]
+fn a_static_member_restarts_without_a_rebalance() {
+    let broker = broker();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "static", PARTITIONS, &[]);
+    let a = group_consumer(&bs, "g-static", &[("group.instance.id", "static-a")]);
+    let b = group_consumer(&bs, "g-static", &[]);
+    a.subscribe(&["static"]).expect("subscribe a");
+    b.subscribe(&["static"]).expect("subscribe b");
+    poll_until(&[&a, &b], "both assigned", |_| {
+        let (pa, pb) = (assigned(&a), assigned(&b));
+        !pa.is_empty() && !pb.is_empty() && pa.len() + pb.len() == PARTITIONS as usize
+    });
+    let a_parts = assigned(&a);
+    // Let heartbeats settle, then note b's assignment count.
+    poll_until(&[&a, &b], "settle", {
+        let start = Instant::now();
+        move |_| start.elapsed() > Duration::from_secs(2)
+    });
+    let b_assigns = b.context().assigns.load(Ordering::SeqCst);
+    // A static member does not send LeaveGroup on close.
+    drop(a);
+    let a2 = group_consumer(&bs, "g-static", &[("group.instance.id", "static-a")]);
+    a2.subscribe(&["static"]).expect("subscribe a2");
+    poll_until(&[&a2, &b], "a2 assigned", |_| !assigned(&a2).is_empty());
+    assert_eq!(assigned(&a2), a_parts, "a2 gets a's partitions back");
+    poll_until(&[&a2, &b], "settle", {
+        let start = Instant::now();
+        move |_| start.elapsed() > Duration::from_secs(3)
+    });
+    assert_eq!(
+        b.context().assigns.load(Ordering::SeqCst),
+        b_assigns,
+        "b saw no rebalance"
+    );
+}
+
+#[test]
+fn committed_offsets_survive_sigkill_and_a_new_consumer_resumes() {
+    let mut broker = broker();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "resume", PARTITIONS, &[]);
+    produce(&broker, "resume", 0..600);
+    {
+        let c = group_consumer(&bs, "g-resume", &[]);
+        c.subscribe(&["resume"]).expect("subscribe");
+        poll_until(&[&c], "600 messages", |g| g[0].len() >= 600);
+        c.commit_consumer_state(CommitMode::Sync).expect("commit");
+        let committed = c
+            .committed(Duration::from_secs(10))
+            .expect("committed offsets");
+        let total: i64 = committed
+            .elements()
+            .iter()
+            .map(|e| e.offset().to_raw().unwrap_or(0))
+            .sum();
+        assert_eq!(total, 600, "committed offsets cover every message");
+    }
+    broker.kill9();
+    broker.restart();
+    let bs = broker.bootstrap();
+    produce(&broker, "resume", 600..900);
+    let c = group_consumer(&bs, "g-resume", &[]);
+    c.subscribe(&["resume"]).expect("subscribe");
+    let got = poll_until(&[&c], "300 new messages", |g| g[0].len() >= 300);
+    let extra = poll_until(&[&c], "settle", {
+        let start = Instant::now();
+        move |_| start.elapsed() > Duration::from_secs(1)
+    });
+    let ids: Vec<usize> = got[0]
+        .iter()
+        .chain(extra[0].iter())
+        .map(|(_, id)| *id)
+        .collect();
+    assert_eq!(ids.len(), 300, "no message re-read");
+    assert!(
+        ids.iter().all(|id| (600..900).contains(id)),
+        "re-read old: {ids:?}"
+    );
+}
+
+#[test]
+fn admin_lists_describes_and_deletes_groups() {
+    let broker = broker();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "admin", PARTITIONS, &[]);
+    let a = group_consumer(&bs, "g-admin", &[("client.id", "admin-a")]);
+    a.subscribe(&["admin"]).expect("subscribe");
+    poll_until(&[&a], "assigned", |_| {
+        assigned(&a).len() == PARTITIONS as usize
+    });
+    // librdkafka's group list: ListGroups on every node + DescribeGroups.
+    let list = a
+        .fetch_group_list(Some("g-admin"), Duration::from_secs(10))
+        .expect("group list");
+    let g = list
+        .groups()
+        .iter()
+        .find(|g| g.name() == "g-admin")
+        .expect("g-admin listed");
+    assert_eq!(g.state(), "Stable");
+    assert_eq!(g.protocol_type(), "consumer");
+    assert_eq!(g.members().len(), 1);
+    assert_eq!(g.members()[0].client_id(), "admin-a");
+    assert!(
+        g.members()[0].assignment().is_some_and(|b| !b.is_empty()),
+        "the member's assignment is described"
+    );
+    let all = a
+        .fetch_group_list(None, Duration::from_secs(10))
+        .expect("all groups");
+    assert!(all.groups().iter().any(|g| g.name() == "g-admin"));
+
+    let admin = client::admin(&bs);
+    // A live group cannot be deleted.
+    let r = block_on(admin.delete_groups(&["g-admin"], &client::admin_opts())).expect("delete");
+    assert!(r[0].is_err(), "NON_EMPTY_GROUP expected: {r:?}");
+    a.commit_consumer_state(CommitMode::Sync).ok();
+    drop(a);
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let r = block_on(admin.delete_groups(&["g-admin"], &client::admin_opts())).expect("delete");
+        if r[0].is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "empty group not deleted: {r:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let r = block_on(admin.delete_groups(&["g-admin"], &client::admin_opts())).expect("delete");
+    assert!(
+        r[0].is_err(),
+        "GROUP_ID_NOT_FOUND on the second delete: {r:?}"
+    );
+    let _ = HashMap::<i32, i32>::new();
+}
