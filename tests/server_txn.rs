@@ -1,0 +1,168 @@
+//! Transactions with librdkafka (a transaction-version-1 client: it sends
+//! AddPartitionsToTxn and EndTxn v0–1, so its epoch moves only on
+//! InitProducerId and fencing). Offsets, visibility and positions are those
+//! of KAFKA_BEHAVIOUR.md §5; the exact per-transaction epochs of version 2
+//! are checked with raw requests in `server_txn_raw.rs`.
+
+mod common;
+
+use common::client::{self, base_config};
+use common::{Broker, BrokerOpts};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+use std::time::{Duration, Instant};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn txn_producer(bootstrap: &str, id: &str, extra: &[(&str, &str)]) -> BaseProducer {
+    let mut c = base_config(bootstrap);
+    c.set("transactional.id", id)
+        .set("transaction.timeout.ms", "60000")
+        .set("linger.ms", "0");
+    for (k, v) in extra {
+        c.set(*k, *v);
+    }
+    c.create().expect("transactional producer")
+}
+
+fn send(p: &BaseProducer, topic: &str, value: &str) {
+    p.send(BaseRecord::<(), str>::to(topic).payload(value).partition(0))
+        .map_err(|(e, _)| e)
+        .expect("enqueue");
+    p.flush(TIMEOUT).expect("flush");
+}
+
+/// Every (value, offset) of partition 0 from the beginning, under
+/// `isolation`, and the consumer's position at the end.
+fn read_all(bootstrap: &str, topic: &str, isolation: &str, end_offset: i64) -> (Vec<(String, i64)>, i64) {
+    let consumer: BaseConsumer = {
+        let mut c = base_config(bootstrap);
+        c.set("group.id", format!("reader-{isolation}"))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", isolation)
+            .set("enable.partition.eof", "false");
+        c.create().expect("consumer")
+    };
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
+    consumer.assign(&tpl).unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    let mut out = Vec::new();
+    loop {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.expect("consume");
+            out.push((String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(), m.offset()));
+        }
+        let position = consumer
+            .position()
+            .ok()
+            .and_then(|tpl| tpl.find_partition(topic, 0).map(|p| p.offset()));
+        if let Some(Offset::Offset(pos)) = position {
+            if pos >= end_offset {
+                // Drain anything polled in the same round.
+                while let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+                    out.push((String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(), m.offset()));
+                }
+                return (out, pos);
+            }
+        }
+        assert!(Instant::now() < deadline, "{isolation} consumer stuck at {position:?}, got {out:?}");
+    }
+}
+
+fn pairs(v: &[(&str, i64)]) -> Vec<(String, i64)> {
+    v.iter().map(|(s, o)| (s.to_string(), *o)).collect()
+}
+
+#[test]
+fn commit_abort_commit_with_librdkafka() {
+    let broker = Broker::start(BrokerOpts::default().cores(2));
+    let topic = "tx-abc";
+    client::create_topic(&broker.bootstrap(), topic, 1, &[]);
+    let p = txn_producer(&broker.bootstrap(), "tx-abc-id", &[]);
+    p.init_transactions(TIMEOUT).expect("init_transactions");
+
+    p.begin_transaction().unwrap();
+    for v in ["c1", "c2", "c3"] {
+        send(&p, topic, v);
+    }
+    p.commit_transaction(TIMEOUT).expect("commit A");
+
+    p.begin_transaction().unwrap();
+    for v in ["a1", "a2", "a3"] {
+        send(&p, topic, v);
+    }
+    // While B is open: HW 7, LSO 4.
+    let (_, hw) = client::consumer(&broker.bootstrap(), &[("isolation.level", "read_uncommitted")])
+        .fetch_watermarks(topic, 0, TIMEOUT)
+        .expect("watermarks");
+    assert_eq!(hw, 7, "read_uncommitted end (HW) while B is open");
+    let (_, lso) = client::consumer(&broker.bootstrap(), &[("isolation.level", "read_committed")])
+        .fetch_watermarks(topic, 0, TIMEOUT)
+        .expect("watermarks");
+    assert_eq!(lso, 4, "read_committed end (LSO) while B is open");
+    p.abort_transaction(TIMEOUT).expect("abort B");
+
+    p.begin_transaction().unwrap();
+    for v in ["c4", "c5"] {
+        send(&p, topic, v);
+    }
+    p.commit_transaction(TIMEOUT).expect("commit C");
+
+    let (uncommitted, pos) = read_all(&broker.bootstrap(), topic, "read_uncommitted", 11);
+    assert_eq!(
+        uncommitted,
+        pairs(&[("c1", 0), ("c2", 1), ("c3", 2), ("a1", 4), ("a2", 5), ("a3", 6), ("c4", 8), ("c5", 9)])
+    );
+    assert_eq!(pos, 11);
+    let (committed, pos) = read_all(&broker.bootstrap(), topic, "read_committed", 11);
+    assert_eq!(committed, pairs(&[("c1", 0), ("c2", 1), ("c3", 2), ("c4", 8), ("c5", 9)]));
+    assert_eq!(pos, 11);
+
+    // Markers at 3 (COMMIT), 7 (ABORT), 10 (COMMIT); the .txnindex entry.
+    let stored = common::disk::batches(&broker.first_segment(topic, 0));
+    let markers: Vec<i64> = stored
+        .iter()
+        .filter(|b| b.header.is_control())
+        .map(|b| b.header.base_offset)
+        .collect();
+    assert_eq!(markers, vec![3, 7, 10]);
+    let index = std::fs::read(broker.data_dir().join(format!("{topic}-0/00000000000000000000.txnindex"))).unwrap();
+    let e = fjord::producer::txn_index::AbortedTxn::decode(&index).expect("one entry");
+    assert_eq!((e.first_offset, e.last_offset, e.last_stable_offset), (4, 7, 8));
+}
+
+#[test]
+fn a_second_producer_fences_the_first_with_librdkafka() {
+    let broker = Broker::start(BrokerOpts::default().cores(2));
+    let topic = "tx-fence";
+    client::create_topic(&broker.bootstrap(), topic, 1, &[]);
+    let p1 = txn_producer(&broker.bootstrap(), "tx-fence-id", &[]);
+    p1.init_transactions(TIMEOUT).unwrap();
+    p1.begin_transaction().unwrap();
+    send(&p1, topic, "z1");
+
+    let p2 = txn_producer(&broker.bootstrap(), "tx-fence-id", &[]);
+    p2.init_transactions(TIMEOUT).expect("producer 2 fences producer 1");
+    let err = p1.commit_transaction(TIMEOUT).expect_err("producer 1 is fenced");
+    let text = err.to_string().to_lowercase();
+    assert!(text.contains("fenc") || text.contains("epoch"), "unexpected error: {err}");
+
+    p2.begin_transaction().unwrap();
+    send(&p2, topic, "y1");
+    p2.commit_transaction(TIMEOUT).unwrap();
+
+    let (uncommitted, _) = read_all(&broker.bootstrap(), topic, "read_uncommitted", 4);
+    assert_eq!(uncommitted, pairs(&[("z1", 0), ("y1", 2)]));
+    let (committed, _) = read_all(&broker.bootstrap(), topic, "read_committed", 4);
+    assert_eq!(committed, pairs(&[("y1", 2)]));
+    let epochs: Vec<(i64, i16, bool)> = common::disk::batches(&broker.first_segment(topic, 0))
+        .iter()
+        .map(|b| (b.header.base_offset, b.header.producer_epoch, b.header.is_control()))
+        .collect();
+    // z1 e0 @0, ABORT e1 @1, y1 e2 @2, COMMIT @3 (epoch 2 for this
+    // version-1 client; a version-2 client's marker has epoch 3).
+    assert_eq!(epochs, vec![(0, 0, false), (1, 1, true), (2, 2, false), (3, 2, true)]);
+}
