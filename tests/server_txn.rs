@@ -166,3 +166,105 @@ fn a_second_producer_fences_the_first_with_librdkafka() {
     // version-1 client; a version-2 client's marker has epoch 3).
     assert_eq!(epochs, vec![(0, 0, false), (1, 1, true), (2, 2, false), (3, 2, true)]);
 }
+
+/// Reads `count` messages from a subscribed consumer.
+fn poll_n(consumer: &BaseConsumer, count: usize) -> Vec<(String, i64)> {
+    let deadline = Instant::now() + TIMEOUT;
+    let mut out = Vec::new();
+    while out.len() < count {
+        assert!(Instant::now() < deadline, "got only {out:?}");
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.expect("consume");
+            out.push((String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(), m.offset()));
+        }
+    }
+    out
+}
+
+#[test]
+fn consume_transform_produce_exactly_once() {
+    const INPUT: usize = 30;
+    const BATCH: usize = 10;
+    let broker = Broker::start(BrokerOpts::default().cores(2));
+    let bootstrap = broker.bootstrap();
+    client::create_topic(&bootstrap, "ctp-in", 1, &[]);
+    client::create_topic(&bootstrap, "ctp-out", 1, &[]);
+    let plain = client::producer(&bootstrap, &[("acks", "all")]);
+    for i in 0..INPUT {
+        let msg = client::TestMessage {
+            id: i,
+            key: Vec::new(),
+            value: format!("v{i}").into_bytes(),
+            headers: Vec::new(),
+        };
+        client::send(&plain, "ctp-in", &msg);
+    }
+    client::await_deliveries(&plain, INPUT, TIMEOUT);
+
+    let consumer: BaseConsumer = {
+        let mut c = base_config(&bootstrap);
+        c.set("group.id", "ctp-group")
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("isolation.level", "read_committed");
+        c.create().expect("consumer")
+    };
+    consumer.subscribe(&["ctp-in"]).unwrap();
+    let p = txn_producer(&bootstrap, "ctp-tx", &[]);
+    p.init_transactions(TIMEOUT).unwrap();
+
+    let mut round = 0;
+    let mut done = 0;
+    while done < INPUT {
+        let batch = poll_n(&consumer, BATCH);
+        let first = batch[0].1;
+        p.begin_transaction().unwrap();
+        for (v, _) in &batch {
+            send(&p, "ctp-out", &format!("out-{v}"));
+        }
+        let next = batch.last().unwrap().1 + 1;
+        let mut offsets = TopicPartitionList::new();
+        offsets.add_partition_offset("ctp-in", 0, Offset::Offset(next)).unwrap();
+        let meta = consumer.group_metadata().expect("group metadata");
+        p.send_offsets_to_transaction(&offsets, &meta, TIMEOUT).expect("send offsets");
+        round += 1;
+        if round == 2 {
+            // Abort the second batch: its output and its offsets vanish, and
+            // the consumer goes back to re-process it.
+            p.abort_transaction(TIMEOUT).unwrap();
+            consumer
+                .seek("ctp-in", 0, Offset::Offset(first), TIMEOUT)
+                .expect("seek back");
+        } else {
+            p.commit_transaction(TIMEOUT).unwrap();
+            done += batch.len();
+        }
+    }
+
+    // Every input exactly once in the committed output, in order.
+    let reader: BaseConsumer = {
+        let mut c = base_config(&bootstrap);
+        c.set("group.id", "ctp-reader")
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed");
+        c.create().unwrap()
+    };
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("ctp-out", 0, Offset::Beginning).unwrap();
+    reader.assign(&tpl).unwrap();
+    let values: Vec<String> = poll_n(&reader, INPUT).into_iter().map(|(v, _)| v).collect();
+    let expected: Vec<String> = (0..INPUT).map(|i| format!("out-v{i}")).collect();
+    assert_eq!(values, expected);
+    assert!(
+        reader.poll(Duration::from_millis(1500)).is_none(),
+        "no more committed output (the aborted batch stays invisible)"
+    );
+    // The group's committed offset is the end of the input.
+    let mut want = TopicPartitionList::new();
+    want.add_partition("ctp-in", 0);
+    let committed = consumer.committed_offsets(want, TIMEOUT).expect("committed offsets");
+    assert_eq!(
+        committed.find_partition("ctp-in", 0).map(|p| p.offset()),
+        Some(Offset::Offset(INPUT as i64))
+    );
+}
