@@ -14,11 +14,13 @@ use common::{Broker, BrokerOpts};
 use fjord::producer::txn_index::{AbortedTxn, ENTRY_BYTES};
 use fjord::record::{BatchBuilder, Compression, ControlType};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, EndTxnRequest, FetchRequest, FetchResponse, InitProducerIdRequest,
-    ListOffsetsRequest, ProducerId, TopicName, TransactionalId,
+    AddPartitionsToTxnRequest, DescribeProducersRequest, DescribeTransactionsRequest,
+    EndTxnRequest, FetchRequest, FetchResponse, InitProducerIdRequest, ListOffsetsRequest,
+    ListTransactionsRequest, ProducerId, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -296,6 +298,41 @@ fn a_second_producer_fences_the_first() {
             (3, 3, Some(ControlType::Commit)),
         ]
     );
+    // The admin view: the id, its producer on the partition.
+    let desc = p2.request(
+        0,
+        &DescribeTransactionsRequest::default()
+            .with_transactional_ids(vec![TransactionalId(s(id))]),
+    );
+    let st = &desc.transaction_states[0];
+    assert_eq!(
+        (st.error_code, st.transaction_state.as_str()),
+        (0, "CompleteCommit")
+    );
+    assert_eq!((st.producer_id.0, st.producer_epoch), (pid, 3));
+    let listed = p2.request(
+        1,
+        &ListTransactionsRequest::default().with_duration_filter(-1),
+    );
+    assert_eq!(listed.transaction_states.len(), 1);
+    assert_eq!(listed.transaction_states[0].transactional_id.0.as_str(), id);
+    let producers = p2.request(
+        0,
+        &DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+            .with_name(TopicName(s(TOPIC)))
+            .with_partition_indexes(vec![0])]),
+    );
+    let active = &producers.topics[0].partitions[0].active_producers;
+    assert_eq!(active.len(), 1);
+    assert_eq!(
+        (active[0].producer_id.0, active[0].producer_epoch),
+        (pid, 3)
+    );
+    assert_eq!(
+        active[0].current_txn_start_offset, -1,
+        "no open transaction"
+    );
+
     let committed = fetch(&mut p2, true);
     let aborted = committed.responses[0].partitions[0]
         .aborted_transactions

@@ -22,6 +22,7 @@ pub mod metadata;
 pub mod produce;
 pub mod topics;
 pub mod txn;
+pub mod txn_admin;
 
 use crate::protocol::header::write_response_header;
 use crate::protocol::{supported, RequestHeader};
@@ -107,6 +108,19 @@ pub fn dispatch(
             async move { txn::add_offsets(&ctx, &header, &mut body).await }.boxed_local()
         }
         ApiKey::EndTxn => async move { txn::end_txn(&ctx, &header, &mut body).await }.boxed_local(),
+        ApiKey::WriteTxnMarkers => {
+            async move { txn_admin::write_txn_markers(&ctx, &header, &mut body).await }
+                .boxed_local()
+        }
+        ApiKey::DescribeTransactions => {
+            async move { txn_admin::describe_transactions(&ctx, &header, &mut body) }.boxed_local()
+        }
+        ApiKey::ListTransactions => {
+            async move { txn_admin::list_transactions(&ctx, &header, &mut body) }.boxed_local()
+        }
+        ApiKey::DescribeProducers => {
+            async move { txn_admin::describe_producers(&ctx, &header, &mut body) }.boxed_local()
+        }
         ApiKey::DescribeCluster => {
             async move { cluster::describe_cluster(&ctx, &header, &mut body) }.boxed_local()
         }

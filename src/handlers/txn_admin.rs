@@ -1,0 +1,261 @@
+//! DescribeTransactions, ListTransactions, DescribeProducers and
+//! WriteTxnMarkers.
+//!
+//! Each shard is a node: ListTransactions and DescribeTransactions answer
+//! for the transactional ids this shard coordinates (admin clients ask every
+//! node), DescribeProducers for the partitions it leads. WriteTxnMarkers is
+//! how another node's coordinator would deliver markers; on one node the
+//! coordinator reaches partition owners over the router instead, and this
+//! handler serves the same local marker path to a remote caller.
+
+use super::{decode, respond, str_bytes, Outcome};
+use crate::metadata::internal::{coordinator_partition, TRANSACTION_STATE};
+use crate::protocol::RequestHeader;
+use crate::shard::ShardCtx;
+use crate::txn::TxnMarker;
+use crate::types::TopicPartition;
+use bytes::BytesMut;
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
+use kafka_protocol::messages::describe_transactions_response::{self, TopicData};
+use kafka_protocol::messages::list_transactions_response;
+use kafka_protocol::messages::write_txn_markers_response::{
+    WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+};
+use kafka_protocol::messages::{
+    DescribeProducersRequest, DescribeProducersResponse, DescribeTransactionsRequest,
+    DescribeTransactionsResponse, ListTransactionsRequest, ListTransactionsResponse, ProducerId,
+    TopicName, TransactionalId, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+};
+use kafka_protocol::ResponseError;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+const TXN_STATE_NAMES: &[&str] = &[
+    "Empty",
+    "Ongoing",
+    "PrepareCommit",
+    "PrepareAbort",
+    "CompleteCommit",
+    "CompleteAbort",
+    "Dead",
+    "PrepareEpochFence",
+];
+
+pub fn describe_transactions(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
+    let Some(req) = decode::<DescribeTransactionsRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let image = ctx.image();
+    let states = req
+        .transactional_ids
+        .iter()
+        .map(|id| {
+            let base = describe_transactions_response::TransactionState::default()
+                .with_transactional_id(id.clone())
+                .with_transaction_state(str_bytes(""))
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1);
+            let owner = image.topic(TRANSACTION_STATE).and_then(|t| {
+                let p = coordinator_partition(id.0.as_str(), t.partition_count());
+                image.leader_shard(TRANSACTION_STATE, p, ctx.cores())
+            });
+            if owner != Some(ctx.shard) {
+                return base.with_error_code(ResponseError::NotCoordinator.code());
+            }
+            match ctx.txn.get(id.0.as_str()) {
+                None => base.with_error_code(ResponseError::TransactionalIdNotFound.code()),
+                Some(m) => {
+                    let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+                    for tp in &m.partitions {
+                        topics.entry(&tp.topic).or_default().push(tp.partition.0);
+                    }
+                    base.with_transaction_state(str_bytes(m.state.name()))
+                        .with_transaction_timeout_ms(m.timeout_ms)
+                        .with_transaction_start_time_ms(m.start_ms)
+                        .with_producer_id(ProducerId(m.producer_id))
+                        .with_producer_epoch(m.producer_epoch)
+                        .with_topics(
+                            topics
+                                .into_iter()
+                                .map(|(t, ps)| {
+                                    TopicData::default()
+                                        .with_topic(TopicName(str_bytes(t)))
+                                        .with_partitions(ps)
+                                })
+                                .collect(),
+                        )
+                }
+            }
+        })
+        .collect();
+    respond(
+        header,
+        &DescribeTransactionsResponse::default().with_transaction_states(states),
+    )
+}
+
+pub fn list_transactions(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
+    let Some(req) = decode::<ListTransactionsRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let unknown: Vec<_> = req
+        .state_filters
+        .iter()
+        .filter(|f| !TXN_STATE_NAMES.contains(&f.as_str()))
+        .cloned()
+        .collect();
+    let now = crate::shard::now_ms();
+    let mut states: Vec<_> = ctx
+        .txn
+        .all()
+        .into_iter()
+        .filter(|m| {
+            req.state_filters.is_empty()
+                || req
+                    .state_filters
+                    .iter()
+                    .any(|f| f.as_str() == m.state.name())
+        })
+        .filter(|m| {
+            req.producer_id_filters.is_empty()
+                || req.producer_id_filters.iter().any(|p| p.0 == m.producer_id)
+        })
+        .filter(|m| {
+            req.duration_filter < 0 || (m.start_ms >= 0 && now - m.start_ms >= req.duration_filter)
+        })
+        .map(|m| {
+            list_transactions_response::TransactionState::default()
+                .with_transactional_id(TransactionalId(str_bytes(m.transactional_id)))
+                .with_producer_id(ProducerId(m.producer_id))
+                .with_transaction_state(str_bytes(m.state.name()))
+        })
+        .collect();
+    states.sort_by(|a, b| a.transactional_id.0.cmp(&b.transactional_id.0));
+    respond(
+        header,
+        &ListTransactionsResponse::default()
+            .with_unknown_state_filters(unknown)
+            .with_transaction_states(states),
+    )
+}
+
+pub fn describe_producers(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
+    let Some(req) = decode::<DescribeProducersRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let image = ctx.image();
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| {
+            let partitions = t
+                .partition_indexes
+                .iter()
+                .map(|&p| {
+                    let r = PartitionResponse::default().with_partition_index(p);
+                    let tp = TopicPartition::new(t.name.0.to_string(), p);
+                    match ctx.partition(&tp) {
+                        None if image.leader_shard(&tp.topic, p, ctx.cores()).is_some() => {
+                            r.with_error_code(ResponseError::NotLeaderOrFollower.code())
+                        }
+                        None => r.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+                        Some(state) => {
+                            let producers = state.producers.borrow();
+                            let mut active: Vec<ProducerState> = producers
+                                .entries()
+                                .map(|(&pid, e)| {
+                                    let last = e.batches.back();
+                                    ProducerState::default()
+                                        .with_producer_id(ProducerId(pid))
+                                        .with_producer_epoch(e.epoch as i32)
+                                        .with_last_sequence(last.map_or(-1, |b| b.last_seq))
+                                        .with_last_timestamp(last.map_or(-1, |b| b.max_timestamp))
+                                        .with_coordinator_epoch(-1)
+                                        .with_current_txn_start_offset(
+                                            e.current_txn_first_offset.unwrap_or(-1),
+                                        )
+                                })
+                                .collect();
+                            active.sort_by_key(|p| p.producer_id.0);
+                            r.with_active_producers(active)
+                        }
+                    }
+                })
+                .collect();
+            TopicResponse::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    respond(
+        header,
+        &DescribeProducersResponse::default().with_topics(topics),
+    )
+}
+
+pub async fn write_txn_markers(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
+    let Some(req) = decode::<WriteTxnMarkersRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let mut results = Vec::with_capacity(req.markers.len());
+    for m in &req.markers {
+        let markers: Vec<TxnMarker> = m
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partition_indexes.iter().map(move |&p| TxnMarker {
+                    tp: TopicPartition::new(t.name.0.to_string(), p),
+                    producer_id: m.producer_id.0,
+                    producer_epoch: m.producer_epoch,
+                    coordinator_epoch: m.coordinator_epoch,
+                    commit: m.transaction_result,
+                })
+            })
+            .collect();
+        let written = ctx.write_txn_markers(markers).await;
+        let mut by_topic: BTreeMap<String, Vec<WritableTxnMarkerPartitionResult>> = BTreeMap::new();
+        for (marker, code) in written {
+            by_topic.entry(marker.tp.topic.clone()).or_default().push(
+                WritableTxnMarkerPartitionResult::default()
+                    .with_partition_index(marker.tp.partition.0)
+                    .with_error_code(code),
+            );
+        }
+        results.push(
+            WritableTxnMarkerResult::default()
+                .with_producer_id(m.producer_id)
+                .with_topics(
+                    by_topic
+                        .into_iter()
+                        .map(|(name, partitions)| {
+                            WritableTxnMarkerTopicResult::default()
+                                .with_name(TopicName(str_bytes(name)))
+                                .with_partitions(partitions)
+                        })
+                        .collect(),
+                ),
+        );
+    }
+    respond(
+        header,
+        &WriteTxnMarkersResponse::default().with_markers(results),
+    )
+}
