@@ -181,7 +181,9 @@ mod tests {
         assert!(!supported(ApiKey::JoinGroup as i16, 10));
         assert!(supported(ApiKey::FindCoordinator as i16, 6));
         assert!(!supported(ApiKey::OffsetCommit as i16, 1));
-        assert_eq!(SUPPORTED.len(), 26);
+        assert!(supported(ApiKey::EndTxn as i16, 5));
+        assert!(supported(ApiKey::AddPartitionsToTxn as i16, 5));
+        assert_eq!(SUPPORTED.len(), 33);
         // Every advertised range lies within what Kafka 4.1's schemas define.
         for &(key, min, max) in SUPPORTED {
             let v = key.valid_versions();
