@@ -344,3 +344,91 @@ fn a_second_producer_fences_the_first() {
         (pid, 0)
     );
 }
+
+/// Produce v12 (transaction version 2): no AddPartitionsToTxn, the
+/// partition leader adds the partition; retried while the coordinator is
+/// still completing the previous transaction (NOT_ENOUGH_REPLICAS).
+fn produce_v12(
+    raw: &mut RawClient,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+    values: &[&str],
+) -> (i16, i64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut b = BatchBuilder::new(Compression::None)
+            .producer(pid, epoch, seq)
+            .transactional(true);
+        for v in values {
+            b = b.record(None, Some(v.as_bytes()), &[], 1_700_000_000_000);
+        }
+        let req = produce_request(TOPIC, 0, -1, b.build().freeze())
+            .with_transactional_id(Some(TransactionalId(s(id))));
+        let resp = raw.request(12, &req);
+        let p = only_partition(&resp);
+        if p.error_code == ResponseError::NotEnoughReplicas.code() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        return (p.error_code, p.base_offset);
+    }
+}
+
+#[test]
+fn transaction_version_2_adds_partitions_on_produce() {
+    let broker = Broker::start(BrokerOpts::default().cores(2));
+    common::client::create_topic(&broker.bootstrap(), TOPIC, 1, &[]);
+    // The coordinator may be on the other shard than the partition leader.
+    let leader = common::client::leader_port(&broker, TOPIC, 0);
+    let mut raw = RawClient::connect(leader);
+    let id = "txn-tv2";
+    // InitProducerId must reach the coordinator; try both shards.
+    let mut pid_epoch = None;
+    for shard in 0..2 {
+        let mut c = RawClient::connect(broker.port_of(shard));
+        if let Ok(pe) = init(&mut c, id) {
+            pid_epoch = Some((pe, shard));
+            break;
+        }
+    }
+    let ((pid, epoch), coordinator_shard) = pid_epoch.expect("a coordinator answered");
+    assert_eq!(epoch, 0);
+    let mut coord = RawClient::connect(broker.port_of(coordinator_shard));
+
+    assert_eq!(
+        produce_v12(&mut raw, id, pid, 0, 0, &["c1", "c2", "c3"]),
+        (0, 0)
+    );
+    assert_eq!(end(&mut coord, id, pid, 0, true), (0, 1));
+    assert_eq!(
+        produce_v12(&mut raw, id, pid, 1, 0, &["a1", "a2", "a3"]),
+        (0, 4)
+    );
+    assert_eq!(
+        latest(&mut raw, true),
+        4,
+        "LSO while the second transaction is open"
+    );
+    assert_eq!(end(&mut coord, id, pid, 1, false), (0, 2));
+    assert_eq!(produce_v12(&mut raw, id, pid, 2, 0, &["c4", "c5"]), (0, 8));
+    assert_eq!(end(&mut coord, id, pid, 2, true), (0, 3));
+    wait_until("the last COMMIT marker", || latest(&mut raw, true) == 11);
+    assert_eq!(
+        stored(&broker),
+        vec![
+            (0, 0, None),
+            (3, 1, Some(ControlType::Commit)),
+            (4, 1, None),
+            (7, 2, Some(ControlType::Abort)),
+            (8, 2, None),
+            (10, 3, Some(ControlType::Commit)),
+        ]
+    );
+    // A producer with the old epoch is fenced on the partition.
+    assert_eq!(
+        produce_v12(&mut raw, id, pid, 2, 2, &["late"]).0,
+        ResponseError::InvalidProducerEpoch.code()
+    );
+}

@@ -10,9 +10,13 @@ use crate::protocol::RequestHeader;
 use crate::record::RecordsChunk;
 use bytes::BytesMut;
 
-/// The finalized features this broker advertises. Transactions are not
-/// implemented yet, so `transaction.version` is not advertised.
-pub const FEATURES: Features = Features::NONE;
+/// The finalized features this broker advertises: `transaction.version` 2
+/// (KIP-890: Produce v12 adds partitions to the transaction, EndTxn v5
+/// bumps the epoch per transaction). Clients of version 1 keep working.
+pub const FEATURES: Features = Features {
+    transaction_version: 2,
+    finalized_epoch: 1,
+};
 
 pub fn handle(header: &RequestHeader, _body: &BytesMut) -> Outcome {
     let (body, _version_used) = api_versions_body(header.api_version, FEATURES);

@@ -48,8 +48,29 @@ pub enum Outcome {
     Close,
 }
 
+/// A dispatched request.
+pub enum Dispatched {
+    /// Everything that had to happen in arrival order has happened; the
+    /// future answers.
+    Ready(LocalBoxFuture<'static, Outcome>),
+    /// The connection must await this first stage before reading the next
+    /// request (it ends with what must happen in order, e.g. an append after
+    /// a coordinator round trip); it yields the future that answers.
+    Ordered(LocalBoxFuture<'static, LocalBoxFuture<'static, Outcome>>),
+}
+
 /// Routes one request to its handler.
-pub fn dispatch(
+pub fn dispatch(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Dispatched {
+    match header.api_key {
+        k if k == ApiKey::Produce as i16 && supported(k, header.api_version) => {
+            produce::handle(ctx, header, body)
+        }
+        _ => Dispatched::Ready(dispatch_other(ctx, header, body)),
+    }
+}
+
+/// Routes every request but Produce.
+fn dispatch_other(
     ctx: &Rc<ShardCtx>,
     header: RequestHeader,
     mut body: BytesMut,
@@ -72,7 +93,6 @@ pub fn dispatch(
         return async { Outcome::Close }.boxed_local();
     }
     match key {
-        ApiKey::Produce => produce::handle(&ctx, header, body),
         ApiKey::Fetch => async move { fetch::handle(&ctx, &header, &mut body).await }.boxed_local(),
         ApiKey::Metadata => {
             async move { metadata::handle(&ctx, &header, &mut body).await }.boxed_local()

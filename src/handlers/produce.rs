@@ -15,6 +15,15 @@
 //!    broker timestamps for LogAppendTime topics, then the append, which
 //!    assigns offsets in place.
 //!
+//! Transactions: a transactional batch needs the request's transactional id.
+//! On Produce v12+ (transaction version 2) the first batch of a transaction
+//! on a partition first adds the partition to the transaction at the
+//! coordinator (possibly another shard); the connection waits for that
+//! round trip before reading its next request, so appends stay in order.
+//! Older versions are not verified with the coordinator (KIP-890 part 1's
+//! verification is not implemented): a version-1 client adds its partitions
+//! itself with AddPartitionsToTxn.
+//!
 //! Steps 1–6 run synchronously when the request is dispatched, so pipelined
 //! produce requests on one connection append in arrival order. The returned
 //! future only waits: acks=1 and acks=-1 for the write to reach the file
@@ -27,15 +36,18 @@
 //! acks=all is always accepted on a single node, as stock Kafka accepts it for
 //! a 1-replica topic with min.insync.replicas=2.
 
-use super::{errors, respond, Outcome};
+use super::{errors, respond, Dispatched, Outcome};
 use crate::log::{AppendInfo, PartitionLog};
+use crate::metadata::internal::{coordinator_partition, TRANSACTION_STATE};
 use crate::producer::{ProducerError, Verdict};
 use crate::protocol::produce::{
     decode_produce_request, single_batch_for_version, validate_for_append,
 };
 use crate::protocol::RequestHeader;
 use crate::record::{batch, RecordsError};
+use crate::shard::messages::ShardMessage;
 use crate::shard::{now_ms, ShardCtx};
+use crate::txn::coordinator::TxnError;
 use crate::types::{Offset, TopicPartition};
 use bytes::BytesMut;
 use futures::future::{self, Either, LocalBoxFuture};
@@ -45,6 +57,7 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{BrokerId, ProduceResponse, TopicName};
 use kafka_protocol::ResponseError;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -92,19 +105,138 @@ impl PartitionResult {
 }
 
 /// Validates and appends now; returns the future that waits and answers.
-pub fn handle(
-    ctx: &Rc<ShardCtx>,
-    header: RequestHeader,
-    body: BytesMut,
-) -> LocalBoxFuture<'static, Outcome> {
+pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Dispatched {
     let version = header.api_version;
     let req = match decode_produce_request(body, version) {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(error = %e, "malformed produce request; closing");
-            return future::ready(Outcome::Close).boxed_local();
+            return Dispatched::Ready(future::ready(Outcome::Close).boxed_local());
         }
     };
+    let to_add = partitions_to_add(ctx, &req, version);
+    if to_add.is_empty() {
+        return Dispatched::Ready(append_and_answer(ctx, header, req, HashMap::new()));
+    }
+    // Transaction version 2: the first transactional batch of a
+    // transaction on a partition adds the partition to the transaction
+    // (with the coordinator, maybe on another shard) before it is appended.
+    // The connection waits for this stage before reading on, so appends
+    // still happen in request order.
+    let ctx = ctx.clone();
+    Dispatched::Ordered(
+        async move {
+            let mut refused = HashMap::new();
+            if let Some(id) = req.transactional_id.clone() {
+                let (pid, epoch) = to_add[0].1;
+                let tps: Vec<TopicPartition> = to_add.iter().map(|(tp, _)| tp.clone()).collect();
+                if let Err(e) = add_partitions_to_txn(&ctx, &id, pid, epoch, tps.clone()).await {
+                    for tp in tps {
+                        refused.insert((tp.topic, tp.partition.0), produce_txn_error(e));
+                    }
+                }
+            }
+            append_and_answer(&ctx, header, req, refused)
+        }
+        .boxed_local(),
+    )
+}
+
+/// First Produce version of transaction version 2 (partitions are added to
+/// the transaction by the partition leader).
+pub const PRODUCE_TV2_VERSION: i16 = 12;
+
+/// The partitions of a v12+ transactional request that this shard leads and
+/// whose producer has no open transaction on them yet, with the producer.
+fn partitions_to_add(
+    ctx: &ShardCtx,
+    req: &crate::protocol::produce::ProduceRequest,
+    version: i16,
+) -> Vec<(TopicPartition, (i64, i16))> {
+    if version < PRODUCE_TV2_VERSION || req.transactional_id.is_none() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            let Some(records) = &p.records else { continue };
+            let Ok(h) = crate::record::BatchHeader::parse(records) else {
+                continue;
+            };
+            if !h.is_transactional() || h.producer_id < 0 {
+                continue;
+            }
+            let tp = TopicPartition::new(t.name.clone(), p.index);
+            if let Some(state) = ctx.partition(&tp) {
+                if state
+                    .producers
+                    .borrow()
+                    .open_transaction(h.producer_id)
+                    .is_none()
+                {
+                    out.push((tp, (h.producer_id, h.producer_epoch)));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Adds partitions to `id`'s transaction at its coordinator, local or not.
+async fn add_partitions_to_txn(
+    ctx: &Rc<ShardCtx>,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    tps: Vec<TopicPartition>,
+) -> Result<(), TxnError> {
+    let image = ctx.image();
+    let Some(topic) = image.topic(TRANSACTION_STATE) else {
+        return Err(TxnError::CoordinatorNotAvailable);
+    };
+    let p = coordinator_partition(id, topic.partition_count());
+    let Some(shard) = image.leader_shard(TRANSACTION_STATE, p, ctx.cores()) else {
+        return Err(TxnError::CoordinatorNotAvailable);
+    };
+    if shard == ctx.shard {
+        return ctx.txn.add_partitions(ctx, id, pid, epoch, &tps).await;
+    }
+    let (tx, rx) = futures::channel::oneshot::channel();
+    let msg = ShardMessage::AddPartitionsToTxn {
+        transactional_id: id.to_owned(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        partitions: tps,
+        reply: tx,
+    };
+    ctx.router
+        .send_to(shard, msg)
+        .await
+        .map_err(|_| TxnError::CoordinatorNotAvailable)?;
+    rx.await.map_err(|_| TxnError::CoordinatorNotAvailable)?
+}
+
+/// What a produce partition answers when adding it to the transaction
+/// failed: retriable coordinator trouble is NOT_ENOUGH_REPLICAS, which every
+/// client retries (KIP-890), a fenced producer INVALID_PRODUCER_EPOCH.
+fn produce_txn_error(e: TxnError) -> i16 {
+    match e {
+        TxnError::ProducerFenced => ResponseError::InvalidProducerEpoch.code(),
+        TxnError::InvalidProducerIdMapping | TxnError::InvalidTxnState => {
+            ResponseError::InvalidTxnState.code()
+        }
+        _ => ResponseError::NotEnoughReplicas.code(),
+    }
+}
+
+/// Steps 1–6, synchronously; returns the future that waits and answers.
+fn append_and_answer(
+    ctx: &Rc<ShardCtx>,
+    header: RequestHeader,
+    req: crate::protocol::produce::ProduceRequest,
+    refused: HashMap<(String, i32), i16>,
+) -> LocalBoxFuture<'static, Outcome> {
+    let version = header.api_version;
     let acks = req.acks;
     let req_transactional_id = req.transactional_id.clone();
     let timeout_ms = req.timeout_ms;
@@ -161,6 +293,10 @@ pub fn handle(
                     continue;
                 }
             };
+            if let Some(&code) = refused.get(&(topic.name.clone(), index)) {
+                results.push(PartitionResult::error(index, code, None));
+                continue;
+            }
             // 5. baseOffset, size, CRC.
             records.truncate(header.total_size());
             let max_bytes = state.config.max_message_bytes.max(0) as usize;

@@ -20,7 +20,7 @@
 
 mod sendfile;
 
-use crate::handlers::{self, Outcome};
+use crate::handlers::{self, Dispatched, Outcome};
 use crate::protocol::frame::{declared_frame_len, FRAME_PREFIX_BYTES};
 use crate::protocol::{parse_request_header, SOCKET_REQUEST_MAX_BYTES};
 use crate::record::RecordsChunk;
@@ -151,7 +151,11 @@ async fn read_requests(
             frame.advance(FRAME_PREFIX_BYTES);
             let header = parse_request_header(&mut frame)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            let task = glommio::spawn_local(handlers::dispatch(ctx, header, frame)).detach();
+            let answer = match handlers::dispatch(ctx, header, frame) {
+                Dispatched::Ready(answer) => answer,
+                Dispatched::Ordered(first_stage) => first_stage.await,
+            };
+            let task = glommio::spawn_local(answer).detach();
             queued.set(queued.get() + 1);
             ctx.request_started();
             if tx.send(task).await.is_err() {

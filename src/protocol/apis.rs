@@ -25,7 +25,7 @@ pub const UNSUPPORTED_VERSION: i16 = 35;
 
 /// Every API fjord serves, with the inclusive version range it implements.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 11),
+    (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 16),
     (ApiKey::ListOffsets, 1, 8),
     (ApiKey::Metadata, 0, 12),
@@ -172,8 +172,8 @@ mod tests {
     #[test]
     fn table_matches_the_issue() {
         assert!(supported(ApiKey::Produce as i16, 3));
-        assert!(supported(ApiKey::Produce as i16, 11));
-        assert!(!supported(ApiKey::Produce as i16, 12));
+        assert!(supported(ApiKey::Produce as i16, 12));
+        assert!(!supported(ApiKey::Produce as i16, 13));
         assert!(!supported(ApiKey::Produce as i16, 2));
         assert!(supported(ApiKey::Fetch as i16, 16));
         assert!(!supported(ApiKey::Fetch as i16, 17));

@@ -102,4 +102,13 @@ pub enum ShardMessage {
         markers: Vec<crate::txn::TxnMarker>,
         reply: oneshot::Sender<Vec<(crate::txn::TxnMarker, i16)>>,
     },
+    /// For the transaction coordinator of `transactional_id`: a partition
+    /// leader adds partitions to the transaction (transaction version 2).
+    AddPartitionsToTxn {
+        transactional_id: String,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: Vec<crate::types::TopicPartition>,
+        reply: oneshot::Sender<Result<(), crate::txn::coordinator::TxnError>>,
+    },
 }

@@ -631,6 +631,29 @@ impl ShardCtx {
                 self.apply_image(image).await;
                 let _ = reply.send(());
             }
+            ShardMessage::AddPartitionsToTxn {
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                partitions,
+                reply,
+            } => {
+                let ctx = self.clone();
+                glommio::spawn_local(async move {
+                    let r = ctx
+                        .txn
+                        .add_partitions(
+                            &ctx,
+                            &transactional_id,
+                            producer_id,
+                            producer_epoch,
+                            &partitions,
+                        )
+                        .await;
+                    let _ = reply.send(r);
+                })
+                .detach();
+            }
             ShardMessage::WriteTxnMarkers { markers, reply } => {
                 let ctx = self.clone();
                 glommio::spawn_local(async move {
