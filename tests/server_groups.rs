@@ -541,4 +541,27 @@ fn find_coordinator_places_keys_like_kafka_and_other_shards_refuse() {
         &ListGroupsRequest::default().with_states_filter(vec![StrBytes::from_static_str("Stable")]),
     );
     assert!(list.groups.is_empty());
+
+    // A JoinGroup refused (session timeout below the broker's minimum)
+    // leaves no group behind.
+    let bad = "g-b";
+    let mut c2 = RawClient::connect(coordinator_port(&broker, bad));
+    let join = JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str(bad)))
+        .with_session_timeout_ms(1000)
+        .with_rebalance_timeout_ms(1000)
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default()
+            .with_name(StrBytes::from_static_str("range"))
+            .with_metadata(subscription("raw"))]);
+    let resp = common::wait_for(TIMEOUT, "offsets partition loaded", || {
+        let r = c2.request(5, &join);
+        (r.error_code != 14).then_some(r)
+    });
+    assert_eq!(resp.error_code, 26, "INVALID_SESSION_TIMEOUT");
+    let list = c2.request(4, &ListGroupsRequest::default());
+    assert!(
+        list.groups.iter().all(|g| g.group_id.0.as_str() != bad),
+        "refused join left a group: {list:?}"
+    );
 }

@@ -408,6 +408,10 @@ impl GroupCoordinator {
                 return Err(GroupError::GroupIdNotFound);
             };
             let result = f(g, &mut completions);
+            if g.is(GroupState::Dead) {
+                op.groups.remove(group_id);
+                return result;
+            }
             let write = if g.metadata_dirty {
                 g.metadata_dirty = false;
                 Some(group_record(g))
@@ -449,7 +453,11 @@ impl GroupCoordinator {
             member_id = req.new_member_id.clone();
         }
         let rx = self.with_group(group_id, true, |g, out| {
-            let reply = g.join(req, &cfg, now, out)?;
+            let reply = g.join(req, &cfg, now, out);
+            if reply.is_err() {
+                self.forget_if_unused(g);
+            }
+            let reply = reply?;
             match reply {
                 JoinReply::Now(r) => Ok(Err(r)),
                 JoinReply::Pending => {
@@ -466,6 +474,21 @@ impl GroupCoordinator {
         match rx {
             Err(now_result) => Ok(now_result),
             Ok(rx) => rx.await.unwrap_or(Err(GroupError::RebalanceInProgress)),
+        }
+    }
+
+    /// A group created by a JoinGroup that failed leaves no trace (Kafka
+    /// removes a group it created for a request that then failed). The
+    /// group is marked; [`GroupCoordinator::with_group`] drops it.
+    fn forget_if_unused(&self, g: &mut Group) {
+        if g.is(GroupState::Empty)
+            && g.generation_id == 0
+            && g.members.is_empty()
+            && g.pending_members.is_empty()
+            && g.offsets.is_empty()
+            && g.pending_txn_offsets.is_empty()
+        {
+            g.state = GroupState::Dead;
         }
     }
 
