@@ -605,8 +605,12 @@ impl GroupCoordinator {
         }
         let p = self.check(group_id)?;
         let create = generation_id < 0;
+        let now = now_ms();
         match self.with_group(group_id, create, |g, _| {
-            g.validate_offset_commit(member_id, instance_id, generation_id, false)
+            g.validate_offset_commit(member_id, instance_id, generation_id, false)?;
+            // A commit keeps the member's session alive, as in Kafka.
+            g.touch_if_active(member_id, now);
+            Ok(())
         }) {
             Err(GroupError::GroupIdNotFound) => return Err(unknown_group_error),
             other => other?,
@@ -649,9 +653,13 @@ impl GroupCoordinator {
             return Err(GroupError::InvalidGroupId);
         }
         let p = self.check(group_id)?;
-        self.with_group(group_id, true, |g, _| {
+        // Only a simple consumer (generation < 0) may create the group.
+        match self.with_group(group_id, generation_id < 0, |g, _| {
             g.validate_offset_commit(member_id, instance_id, generation_id, true)
-        })?;
+        }) {
+            Err(GroupError::GroupIdNotFound) => return Err(GroupError::IllegalGeneration),
+            other => other?,
+        }
         if offsets.is_empty() {
             return Ok(());
         }

@@ -843,6 +843,14 @@ impl Group {
         }
     }
 
+    /// An offset commit in Stable or PreparingRebalance counts as a
+    /// heartbeat of its member.
+    pub fn touch_if_active(&mut self, member_id: &str, now_ms: i64) {
+        if self.is(GroupState::Stable) || self.is(GroupState::PreparingRebalance) {
+            self.touch(member_id, now_ms);
+        }
+    }
+
     fn touch(&mut self, member_id: &str, now_ms: i64) {
         if let Some(m) = self.members.get_mut(member_id) {
             m.last_heartbeat_ms = now_ms;
