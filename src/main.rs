@@ -30,7 +30,8 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// `fjord dump-log`: producer snapshots are printed by the producer module,
-/// every other file by the log's dumper.
+/// every other file by the log's dumper (with the group coordinator's
+/// record decoder for `--offsets-decoder`).
 fn dump_log(mut args: fjord::log::dump::DumpLogArgs) -> anyhow::Result<()> {
     let is_snapshot = |f: &std::path::PathBuf| f.extension().is_some_and(|e| e == "snapshot");
     let mut rest = Vec::new();
@@ -48,5 +49,8 @@ fn dump_log(mut args: fjord::log::dump::DumpLogArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     args.files = rest;
+    // The log's dumper cannot know the group coordinator's record formats
+    // (layering): hand it the decoder.
+    args.record_formatter = Some(fjord::group::records::describe);
     fjord::log::dump::run(args)
 }

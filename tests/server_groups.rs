@@ -413,3 +413,155 @@ fn admin_lists_describes_and_deletes_groups() {
     );
     let _ = HashMap::<i32, i32>::new();
 }
+
+#[test]
+fn find_coordinator_places_keys_like_kafka_and_other_shards_refuse() {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
+    use kafka_protocol::messages::{
+        ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest, TopicName,
+    };
+    let broker = broker();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "raw", 2, &[]);
+    let mut raw = RawClient::connect(broker.port_of(0));
+    // Batched (v4+): groups and transactional ids, each on its partition's shard.
+    let keys = ["g-a", "g-b", "g-c", "g-d"];
+    for key_type in [0i8, 1] {
+        let resp = raw.request(
+            4,
+            &FindCoordinatorRequest::default()
+                .with_key_type(key_type)
+                .with_coordinator_keys(keys.iter().map(|k| StrBytes::from_static_str(k)).collect()),
+        );
+        assert_eq!(resp.coordinators.len(), keys.len());
+        for c in &resp.coordinators {
+            assert_eq!(c.error_code, 0, "{:?}", c);
+            let node = c.node_id.0;
+            assert!((0..2).contains(&node));
+            assert_eq!(c.port as u16, broker.port_of(node as usize));
+        }
+    }
+    let bad = raw.request(
+        3,
+        &FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_static_str("g-a"))
+            .with_key_type(5),
+    );
+    assert_eq!(
+        bad.error_code, 42,
+        "INVALID_REQUEST for an unknown key type"
+    );
+
+    // The coordinator's shard serves the group; the other refuses it.
+    let group = "g-a";
+    let port = coordinator_port(&broker, group);
+    let other = if port == broker.port_of(0) {
+        broker.port_of(1)
+    } else {
+        broker.port_of(0)
+    };
+    let heartbeat = HeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str(group)))
+        .with_generation_id(1)
+        .with_member_id(StrBytes::from_static_str("nobody"));
+    let resp = RawClient::connect(other).request(2, &heartbeat);
+    assert_eq!(resp.error_code, 16, "NOT_COORDINATOR on the wrong shard");
+    let mut coord = RawClient::connect(port);
+    // Right after the topic's creation the partition may still be loading
+    // (COORDINATOR_LOAD_IN_PROGRESS, retriable).
+    let resp = common::wait_for(TIMEOUT, "offsets partition loaded", || {
+        let r = coord.request(2, &heartbeat);
+        (r.error_code != 14).then_some(r)
+    });
+    assert_eq!(resp.error_code, 25, "UNKNOWN_MEMBER_ID on the right one");
+
+    // A simple-consumer commit: known partitions succeed, unknown topics fail.
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str(group)))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("raw")))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(42),
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(7)
+                        .with_committed_offset(1),
+                ]),
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("nope")))
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(1)]),
+        ]);
+    let resp = coord.request(8, &commit);
+    let codes: Vec<(String, i32, i16)> = resp
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |p| (t.name.to_string(), p.partition_index, p.error_code))
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        vec![
+            ("raw".into(), 0, 0),
+            ("raw".into(), 7, 3),
+            ("nope".into(), 0, 3)
+        ]
+    );
+    // OffsetFetch v8: several groups at once (one unknown: offsets -1).
+    let fetch = OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
+        .with_group_id(GroupId(StrBytes::from_static_str(group)))
+        .with_topics(None)]);
+    let resp = coord.request(8, &fetch);
+    assert_eq!(resp.groups.len(), 1);
+    assert_eq!(resp.groups[0].error_code, 0);
+    let parts = &resp.groups[0].topics[0].partitions;
+    assert_eq!(parts.len(), 1);
+    assert_eq!(
+        (parts[0].partition_index, parts[0].committed_offset),
+        (0, 42)
+    );
+    // ListGroups with a state filter: the simple group is Empty.
+    let list = coord.request(
+        4,
+        &ListGroupsRequest::default().with_states_filter(vec![StrBytes::from_static_str("Empty")]),
+    );
+    assert!(list.groups.iter().any(|g| g.group_id.0.as_str() == group));
+    let list = coord.request(
+        4,
+        &ListGroupsRequest::default().with_states_filter(vec![StrBytes::from_static_str("Stable")]),
+    );
+    assert!(list.groups.is_empty());
+
+    // A JoinGroup refused (session timeout below the broker's minimum)
+    // leaves no group behind.
+    let bad = "g-b";
+    let mut c2 = RawClient::connect(coordinator_port(&broker, bad));
+    let join = JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str(bad)))
+        .with_session_timeout_ms(1000)
+        .with_rebalance_timeout_ms(1000)
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default()
+            .with_name(StrBytes::from_static_str("range"))
+            .with_metadata(subscription("raw"))]);
+    let resp = common::wait_for(TIMEOUT, "offsets partition loaded", || {
+        let r = c2.request(5, &join);
+        (r.error_code != 14).then_some(r)
+    });
+    assert_eq!(resp.error_code, 26, "INVALID_SESSION_TIMEOUT");
+    let list = c2.request(4, &ListGroupsRequest::default());
+    assert!(
+        list.groups.iter().all(|g| g.group_id.0.as_str() != bad),
+        "refused join left a group: {list:?}"
+    );
+}

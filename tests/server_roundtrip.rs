@@ -203,10 +203,9 @@ fn roundtrip_100k_lz4() {
 }
 
 /// The strict form of the lz4 case: lz4 batches from librdkafka itself,
-/// stored as sent. Ignored until fjord advertises FindCoordinator (groups);
-/// today librdkafka falls back to uncompressed batches.
+/// stored as sent (librdkafka uses lz4 only with brokers that advertise
+/// FindCoordinator).
 #[test]
-#[ignore = "librdkafka sends lz4 only to brokers advertising FindCoordinator (groups not implemented)"]
 fn roundtrip_100k_lz4_from_client() {
     roundtrip("lz4", &[], Compression::Lz4, false);
 }

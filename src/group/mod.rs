@@ -408,6 +408,10 @@ impl GroupCoordinator {
                 return Err(GroupError::GroupIdNotFound);
             };
             let result = f(g, &mut completions);
+            if g.is(GroupState::Dead) {
+                op.groups.remove(group_id);
+                return result;
+            }
             let write = if g.metadata_dirty {
                 g.metadata_dirty = false;
                 Some(group_record(g))
@@ -449,7 +453,11 @@ impl GroupCoordinator {
             member_id = req.new_member_id.clone();
         }
         let rx = self.with_group(group_id, true, |g, out| {
-            let reply = g.join(req, &cfg, now, out)?;
+            let reply = g.join(req, &cfg, now, out);
+            if reply.is_err() {
+                self.forget_if_unused(g);
+            }
+            let reply = reply?;
             match reply {
                 JoinReply::Now(r) => Ok(Err(r)),
                 JoinReply::Pending => {
@@ -466,6 +474,21 @@ impl GroupCoordinator {
         match rx {
             Err(now_result) => Ok(now_result),
             Ok(rx) => rx.await.unwrap_or(Err(GroupError::RebalanceInProgress)),
+        }
+    }
+
+    /// A group created by a JoinGroup that failed leaves no trace (Kafka
+    /// removes a group it created for a request that then failed). The
+    /// group is marked; [`GroupCoordinator::with_group`] drops it.
+    fn forget_if_unused(&self, g: &mut Group) {
+        if g.is(GroupState::Empty)
+            && g.generation_id == 0
+            && g.members.is_empty()
+            && g.pending_members.is_empty()
+            && g.offsets.is_empty()
+            && g.pending_txn_offsets.is_empty()
+        {
+            g.state = GroupState::Dead;
         }
     }
 
@@ -582,8 +605,12 @@ impl GroupCoordinator {
         }
         let p = self.check(group_id)?;
         let create = generation_id < 0;
+        let now = now_ms();
         match self.with_group(group_id, create, |g, _| {
-            g.validate_offset_commit(member_id, instance_id, generation_id, false)
+            g.validate_offset_commit(member_id, instance_id, generation_id, false)?;
+            // A commit keeps the member's session alive, as in Kafka.
+            g.touch_if_active(member_id, now);
+            Ok(())
         }) {
             Err(GroupError::GroupIdNotFound) => return Err(unknown_group_error),
             other => other?,
@@ -626,9 +653,13 @@ impl GroupCoordinator {
             return Err(GroupError::InvalidGroupId);
         }
         let p = self.check(group_id)?;
-        self.with_group(group_id, true, |g, _| {
+        // Only a simple consumer (generation < 0) may create the group.
+        match self.with_group(group_id, generation_id < 0, |g, _| {
             g.validate_offset_commit(member_id, instance_id, generation_id, true)
-        })?;
+        }) {
+            Err(GroupError::GroupIdNotFound) => return Err(GroupError::IllegalGeneration),
+            other => other?,
+        }
         if offsets.is_empty() {
             return Ok(());
         }

@@ -843,6 +843,14 @@ impl Group {
         }
     }
 
+    /// An offset commit in Stable or PreparingRebalance counts as a
+    /// heartbeat of its member.
+    pub fn touch_if_active(&mut self, member_id: &str, now_ms: i64) {
+        if self.is(GroupState::Stable) || self.is(GroupState::PreparingRebalance) {
+            self.touch(member_id, now_ms);
+        }
+    }
+
     fn touch(&mut self, member_id: &str, now_ms: i64) {
         if let Some(m) = self.members.get_mut(member_id) {
             m.last_heartbeat_ms = now_ms;
@@ -1095,4 +1103,591 @@ pub fn parse_subscription_topics(metadata: &[u8]) -> Option<Vec<String>> {
         topics.push(String::from_utf8(name).ok()?);
     }
     Some(topics)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every transition and error of the machine, on a fake clock (plain
+    //! millisecond values).
+    use super::*;
+
+    const SESSION_MS: i32 = 10_000;
+    const REBALANCE_MS: i32 = 20_000;
+
+    fn cfg(delay_ms: i64) -> GroupConfig {
+        GroupConfig {
+            initial_rebalance_delay_ms: delay_ms,
+            ..GroupConfig::default()
+        }
+    }
+
+    fn req(member_id: &str, new_id: &str) -> JoinRequest {
+        JoinRequest {
+            member_id: member_id.into(),
+            group_instance_id: None,
+            client_id: "client".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: SESSION_MS,
+            rebalance_timeout_ms: REBALANCE_MS,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"r"))],
+            require_known_member_id: false,
+            new_member_id: new_id.into(),
+        }
+    }
+
+    fn static_req(member_id: &str, new_id: &str, instance: &str) -> JoinRequest {
+        JoinRequest {
+            group_instance_id: Some(instance.into()),
+            ..req(member_id, new_id)
+        }
+    }
+
+    fn joins(out: &[Completion]) -> Vec<(String, Result<JoinResult, GroupError>)> {
+        out.iter()
+            .filter_map(|c| match c {
+                Completion::Join { member_id, result } => Some((member_id.clone(), result.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn syncs(out: &[Completion]) -> Vec<(String, Result<Bytes, GroupError>)> {
+        out.iter()
+            .filter_map(|c| match c {
+                Completion::Sync { member_id, result } => Some((member_id.clone(), result.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A Stable group with members m1 (leader) and m2 at generation 1.
+    fn stable_pair(c: &GroupConfig) -> Group {
+        let mut g = Group::new("g", 0);
+        let mut out = Vec::new();
+        assert_eq!(
+            g.join(req("", "m1"), c, 0, &mut out),
+            Ok(JoinReply::Pending)
+        );
+        assert_eq!(
+            g.join(req("", "m2"), c, 0, &mut out),
+            Ok(JoinReply::Pending)
+        );
+        g.poll(c, 0, &mut out);
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        assert_eq!(joins(&out).len(), 2);
+        out.clear();
+        assert_eq!(
+            g.sync("m2", None, 1, None, None, vec![], 1),
+            Ok(SyncReply::Pending)
+        );
+        let assignments = vec![
+            ("m1".to_string(), Bytes::from_static(b"a1")),
+            ("m2".to_string(), Bytes::from_static(b"a2")),
+        ];
+        assert_eq!(
+            g.sync(
+                "m1",
+                None,
+                1,
+                Some("consumer"),
+                Some("range"),
+                assignments,
+                1
+            ),
+            Ok(SyncReply::Persist { generation: 1 })
+        );
+        g.assignment_persisted(1, Ok(()), c, 2, &mut out);
+        assert_eq!(g.state, GroupState::Stable);
+        let mut s = syncs(&out);
+        s.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            s,
+            vec![
+                ("m1".into(), Ok(Bytes::from_static(b"a1"))),
+                ("m2".into(), Ok(Bytes::from_static(b"a2")))
+            ]
+        );
+        g
+    }
+
+    #[test]
+    fn new_dynamic_member_needs_a_member_id_from_v4() {
+        let c = cfg(0);
+        let mut g = Group::new("g", 0);
+        let mut out = Vec::new();
+        let r = JoinRequest {
+            require_known_member_id: true,
+            ..req("", "m1")
+        };
+        assert_eq!(
+            g.join(r.clone(), &c, 0, &mut out),
+            Err(GroupError::MemberIdRequired("m1".into()))
+        );
+        assert!(g.members.is_empty() && g.pending_members.contains_key("m1"));
+        let again = JoinRequest {
+            member_id: "m1".into(),
+            ..r
+        };
+        assert_eq!(g.join(again, &c, 1, &mut out), Ok(JoinReply::Pending));
+        g.poll(&c, 1, &mut out);
+        let j = joins(&out);
+        assert_eq!(j.len(), 1);
+        let result = j[0].1.clone().unwrap();
+        assert_eq!(result.generation_id, 1);
+        assert_eq!(result.leader, "m1");
+        assert_eq!(result.protocol_name.as_deref(), Some("range"));
+        assert_eq!(result.members.len(), 1, "the leader gets the member list");
+    }
+
+    #[test]
+    fn pending_member_ids_expire_after_the_session_timeout() {
+        let c = cfg(0);
+        let mut g = Group::new("g", 0);
+        let mut out = Vec::new();
+        let r = JoinRequest {
+            require_known_member_id: true,
+            ..req("", "m1")
+        };
+        let _ = g.join(r, &c, 0, &mut out);
+        g.poll(&c, SESSION_MS as i64, &mut out);
+        assert!(g.pending_members.is_empty());
+        assert_eq!(
+            g.join(req("m1", ""), &c, SESSION_MS as i64 + 1, &mut out),
+            Err(GroupError::UnknownMemberId)
+        );
+    }
+
+    #[test]
+    fn initial_rebalance_delay_waits_and_extends_per_new_member() {
+        let c = cfg(3_000);
+        let mut g = Group::new("g", 0);
+        let mut out = Vec::new();
+        g.join(req("", "m1"), &c, 0, &mut out).unwrap();
+        g.poll(&c, 2_999, &mut out);
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        assert!(out.is_empty(), "everyone joined, but the delay holds");
+        g.join(req("", "m2"), &c, 2_000, &mut out).unwrap();
+        g.poll(&c, 4_999, &mut out);
+        assert!(out.is_empty(), "a new member extends the delay to 5000");
+        g.poll(&c, 5_000, &mut out);
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        assert_eq!(joins(&out).len(), 2);
+        assert_eq!(g.generation_id, 1);
+    }
+
+    #[test]
+    fn initial_delay_never_exceeds_the_rebalance_timeout() {
+        let c = cfg(15_000);
+        let mut g = Group::new("g", 0);
+        let mut out = Vec::new();
+        g.join(req("", "m1"), &c, 0, &mut out).unwrap();
+        for (i, t) in [10_000i64, 19_000].iter().enumerate() {
+            g.join(req("", &format!("n{i}")), &c, *t, &mut out).unwrap();
+        }
+        g.poll(&c, REBALANCE_MS as i64 - 1, &mut out);
+        assert!(out.is_empty());
+        g.poll(&c, REBALANCE_MS as i64, &mut out);
+        assert_eq!(joins(&out).len(), 3, "capped at the rebalance timeout");
+    }
+
+    #[test]
+    fn join_errors() {
+        let c = cfg(0);
+        let mut g = Group::new("g", 0);
+        let mut out = Vec::new();
+        let short = JoinRequest {
+            session_timeout_ms: GROUP_MIN_SESSION_TIMEOUT_MS - 1,
+            ..req("", "m1")
+        };
+        assert_eq!(
+            g.join(short, &c, 0, &mut out),
+            Err(GroupError::InvalidSessionTimeout)
+        );
+        let long = JoinRequest {
+            session_timeout_ms: GROUP_MAX_SESSION_TIMEOUT_MS + 1,
+            ..req("", "m1")
+        };
+        assert_eq!(
+            g.join(long, &c, 0, &mut out),
+            Err(GroupError::InvalidSessionTimeout)
+        );
+        let no_protocols = JoinRequest {
+            protocols: vec![],
+            ..req("", "m1")
+        };
+        assert_eq!(
+            g.join(no_protocols, &c, 0, &mut out),
+            Err(GroupError::InconsistentGroupProtocol)
+        );
+        assert_eq!(
+            g.join(req("ghost", ""), &c, 0, &mut out),
+            Err(GroupError::UnknownMemberId)
+        );
+        g.join(req("", "m1"), &c, 0, &mut out).unwrap();
+        let other_type = JoinRequest {
+            protocol_type: "connect".into(),
+            ..req("", "m2")
+        };
+        assert_eq!(
+            g.join(other_type, &c, 0, &mut out),
+            Err(GroupError::InconsistentGroupProtocol)
+        );
+        let no_common = JoinRequest {
+            protocols: vec![("roundrobin".into(), Bytes::new())],
+            ..req("", "m2")
+        };
+        assert_eq!(
+            g.join(no_common, &c, 0, &mut out),
+            Err(GroupError::InconsistentGroupProtocol)
+        );
+        g.mark_dead(1);
+        assert_eq!(
+            g.join(req("", "m3"), &c, 1, &mut out),
+            Err(GroupError::CoordinatorNotAvailable)
+        );
+    }
+
+    #[test]
+    fn sync_hands_out_the_leaders_assignment_after_it_is_persisted() {
+        let g = stable_pair(&cfg(0));
+        assert_eq!(g.members["m2"].assignment, Bytes::from_static(b"a2"));
+    }
+
+    #[test]
+    fn failed_persist_fails_the_syncs_and_rebalances() {
+        let c = cfg(0);
+        let mut g = Group::new("g", 0);
+        let mut out = Vec::new();
+        g.join(req("", "m1"), &c, 0, &mut out).unwrap();
+        g.poll(&c, 0, &mut out);
+        out.clear();
+        assert_eq!(
+            g.sync("m1", None, 1, None, None, vec![], 1),
+            Ok(SyncReply::Persist { generation: 1 })
+        );
+        let e = GroupError::Storage("disk".into());
+        g.assignment_persisted(1, Err(e.clone()), &c, 2, &mut out);
+        assert_eq!(syncs(&out), vec![("m1".into(), Err(e))]);
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+    }
+
+    #[test]
+    fn sync_errors() {
+        let c = cfg(0);
+        let mut g = stable_pair(&c);
+        assert_eq!(
+            g.sync("ghost", None, 1, None, None, vec![], 3),
+            Err(GroupError::UnknownMemberId)
+        );
+        assert_eq!(
+            g.sync("m1", None, 0, None, None, vec![], 3),
+            Err(GroupError::IllegalGeneration)
+        );
+        assert_eq!(
+            g.sync("m1", None, 1, Some("connect"), None, vec![], 3),
+            Err(GroupError::InconsistentGroupProtocol)
+        );
+        assert_eq!(
+            g.sync("m1", None, 1, None, Some("roundrobin"), vec![], 3),
+            Err(GroupError::InconsistentGroupProtocol)
+        );
+        // Stable: a sync returns the stored assignment at once.
+        assert_eq!(
+            g.sync("m2", None, 1, None, None, vec![], 3),
+            Ok(SyncReply::Now(Bytes::from_static(b"a2")))
+        );
+        let mut out = Vec::new();
+        g.prepare_rebalance(&c, 4, &mut out);
+        assert_eq!(
+            g.sync("m2", None, 1, None, None, vec![], 5),
+            Err(GroupError::RebalanceInProgress)
+        );
+    }
+
+    #[test]
+    fn heartbeat_transitions_and_errors() {
+        let c = cfg(0);
+        let mut g = stable_pair(&c);
+        assert_eq!(g.heartbeat("m1", None, 1, 10), Ok(()));
+        assert_eq!(
+            g.heartbeat("ghost", None, 1, 10),
+            Err(GroupError::UnknownMemberId)
+        );
+        assert_eq!(
+            g.heartbeat("m1", None, 7, 10),
+            Err(GroupError::IllegalGeneration)
+        );
+        let mut out = Vec::new();
+        // The leader rejoining starts a rebalance; m2's heartbeat learns it.
+        assert_eq!(
+            g.join(req("m1", ""), &c, 11, &mut out),
+            Ok(JoinReply::Pending)
+        );
+        assert_eq!(
+            g.heartbeat("m2", None, 1, 12),
+            Err(GroupError::RebalanceInProgress)
+        );
+    }
+
+    #[test]
+    fn a_follower_rejoining_a_stable_group_with_same_protocols_gets_the_current_generation() {
+        let c = cfg(0);
+        let mut g = stable_pair(&c);
+        let mut out = Vec::new();
+        match g.join(req("m2", ""), &c, 5, &mut out) {
+            Ok(JoinReply::Now(r)) => {
+                assert_eq!(r.generation_id, 1);
+                assert!(r.members.is_empty());
+            }
+            other => panic!("expected an immediate answer, got {other:?}"),
+        }
+        assert_eq!(g.state, GroupState::Stable);
+    }
+
+    #[test]
+    fn session_expiry_removes_the_member_and_rebalances() {
+        let c = cfg(0);
+        let mut g = stable_pair(&c);
+        let mut out = Vec::new();
+        // m1 keeps heartbeating, m2 goes silent after t=2.
+        g.heartbeat("m1", None, 1, 9_000).unwrap();
+        g.poll(&c, 2 + SESSION_MS as i64 - 1, &mut out);
+        assert_eq!(g.members.len(), 2);
+        g.poll(&c, 2 + SESSION_MS as i64, &mut out);
+        assert!(!g.members.contains_key("m2"));
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        // m1 rejoins; the join completes without m2 at generation 2.
+        g.join(req("m1", ""), &c, 10_003, &mut out).unwrap();
+        g.poll(&c, 10_003, &mut out);
+        assert_eq!(g.generation_id, 2);
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        assert_eq!(joins(&out).len(), 1);
+    }
+
+    #[test]
+    fn members_that_do_not_rejoin_are_dropped_at_the_rebalance_timeout() {
+        let c = cfg(0);
+        let mut g = stable_pair(&c);
+        let mut out = Vec::new();
+        g.join(req("m1", ""), &c, 10, &mut out).unwrap();
+        // m2 keeps heartbeating but never rejoins.
+        for t in (1_000..REBALANCE_MS as i64).step_by(1_000) {
+            let _ = g.heartbeat("m2", None, 1, t);
+            g.poll(&c, t, &mut out);
+        }
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        g.poll(&c, 10 + REBALANCE_MS as i64, &mut out);
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        assert!(!g.members.contains_key("m2"));
+        assert_eq!(g.leader.as_deref(), Some("m1"));
+    }
+
+    #[test]
+    fn leave_rebalances_and_moves_leadership() {
+        let c = cfg(0);
+        let mut g = stable_pair(&c);
+        let mut out = Vec::new();
+        let r = g
+            .leave(
+                &[("m1".into(), None), ("ghost".into(), None)],
+                &c,
+                5,
+                &mut out,
+            )
+            .unwrap();
+        assert_eq!(r, vec![Ok(()), Err(GroupError::UnknownMemberId)]);
+        assert_eq!(g.leader.as_deref(), Some("m2"));
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        // The last member leaving empties the group at the next generation.
+        g.leave(&[("m2".into(), None)], &c, 6, &mut out).unwrap();
+        assert_eq!(g.state, GroupState::Empty);
+        assert_eq!(g.generation_id, 2);
+        assert!(g.metadata_dirty);
+    }
+
+    #[test]
+    fn static_member_rejoins_without_a_rebalance_and_fences_its_old_id() {
+        let c = cfg(0);
+        let mut g = Group::new("g", 0);
+        let mut out = Vec::new();
+        g.join(static_req("", "s1", "inst"), &c, 0, &mut out)
+            .unwrap();
+        g.join(req("", "m2"), &c, 0, &mut out).unwrap();
+        g.poll(&c, 0, &mut out);
+        g.sync("m2", None, 1, None, None, vec![], 1).unwrap();
+        g.sync(
+            "s1",
+            Some("inst"),
+            1,
+            None,
+            None,
+            vec![("s1".into(), Bytes::from_static(b"x"))],
+            1,
+        )
+        .unwrap();
+        g.assignment_persisted(1, Ok(()), &c, 1, &mut out);
+        assert_eq!(g.state, GroupState::Stable);
+        // Restart: same instance id, no member id.
+        match g.join(static_req("", "s2", "inst"), &c, 5, &mut out) {
+            Ok(JoinReply::Now(r)) => {
+                assert_eq!(r.generation_id, 1, "no new generation");
+                assert_eq!(r.member_id, "s2");
+            }
+            other => panic!("expected an immediate answer, got {other:?}"),
+        }
+        assert_eq!(g.state, GroupState::Stable);
+        assert_eq!(g.members["s2"].assignment, Bytes::from_static(b"x"));
+        assert!(g.metadata_dirty, "the new member id is persisted");
+        assert_eq!(
+            g.heartbeat("s1", Some("inst"), 1, 6),
+            Err(GroupError::FencedInstanceId)
+        );
+        assert_eq!(g.heartbeat("s2", Some("inst"), 1, 6), Ok(()));
+        assert_eq!(
+            g.leave(&[("s1".into(), Some("inst".into()))], &c, 7, &mut out)
+                .unwrap(),
+            vec![Err(GroupError::FencedInstanceId)]
+        );
+        assert_eq!(
+            g.leave(&[("".into(), Some("other".into()))], &c, 7, &mut out)
+                .unwrap(),
+            vec![Err(GroupError::UnknownMemberId)]
+        );
+    }
+
+    #[test]
+    fn offset_commit_validation() {
+        let c = cfg(0);
+        let mut g = Group::new("g", 0);
+        assert_eq!(g.validate_offset_commit("", None, -1, false), Ok(()));
+        g = stable_pair(&c);
+        assert_eq!(g.validate_offset_commit("m1", None, 1, false), Ok(()));
+        assert_eq!(
+            g.validate_offset_commit("m1", None, 0, false),
+            Err(GroupError::IllegalGeneration)
+        );
+        assert_eq!(
+            g.validate_offset_commit("ghost", None, 1, false),
+            Err(GroupError::UnknownMemberId)
+        );
+        assert_eq!(
+            g.validate_offset_commit("", None, -1, false),
+            Err(GroupError::UnknownMemberId)
+        );
+        let mut out = Vec::new();
+        g.join(req("m1", ""), &c, 3, &mut out).unwrap();
+        g.join(req("m2", ""), &c, 3, &mut out).unwrap();
+        g.poll(&c, 3, &mut out);
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        assert_eq!(
+            g.validate_offset_commit("m1", None, 2, false),
+            Err(GroupError::RebalanceInProgress)
+        );
+    }
+
+    fn offset(o: i64, ts: i64) -> CommittedOffset {
+        CommittedOffset {
+            offset: o,
+            leader_epoch: -1,
+            metadata: String::new(),
+            commit_timestamp_ms: ts,
+            expire_timestamp_ms: None,
+        }
+    }
+
+    #[test]
+    fn transactional_offsets_wait_for_their_marker() {
+        let mut g = Group::new("g", 0);
+        g.add_pending_txn_offset(7, "t", 0, offset(10, 0));
+        g.add_pending_txn_offset(8, "t", 1, offset(20, 0));
+        assert!(g.has_pending_txn_offset("t", 0));
+        assert!(g.offsets.is_empty());
+        g.complete_transaction(7, true);
+        assert_eq!(g.offsets[&("t".to_string(), 0)].offset, 10);
+        g.complete_transaction(8, false);
+        assert!(!g.offsets.contains_key(&("t".to_string(), 1)));
+        assert!(g.pending_txn_offsets.is_empty());
+    }
+
+    #[test]
+    fn offsets_expire_only_when_the_group_is_empty() {
+        let c = GroupConfig {
+            offsets_retention_ms: 1_000,
+            ..cfg(0)
+        };
+        let mut g = stable_pair(&c);
+        g.commit_offset("t", 0, offset(5, 0));
+        assert!(
+            g.expired_offsets(&c, 1_000_000).is_empty(),
+            "group has members"
+        );
+        let mut out = Vec::new();
+        g.leave(
+            &[("m1".into(), None), ("m2".into(), None)],
+            &c,
+            100,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(g.state, GroupState::Empty);
+        assert!(g.expired_offsets(&c, 1_099).is_empty());
+        assert_eq!(g.expired_offsets(&c, 1_100), vec![("t".to_string(), 0)]);
+    }
+
+    #[test]
+    fn delete_requires_an_empty_group() {
+        let c = cfg(0);
+        let mut g = stable_pair(&c);
+        assert_eq!(g.validate_delete(), Err(GroupError::NonEmptyGroup));
+        let mut out = Vec::new();
+        g.leave(&[("m1".into(), None), ("m2".into(), None)], &c, 1, &mut out)
+            .unwrap();
+        assert_eq!(g.validate_delete(), Ok(()));
+        g.mark_dead(2);
+        assert_eq!(g.validate_delete(), Err(GroupError::GroupIdNotFound));
+        assert_eq!(
+            g.heartbeat("m1", None, 1, 3),
+            Err(GroupError::CoordinatorNotAvailable)
+        );
+    }
+
+    #[test]
+    fn protocol_vote_picks_the_most_preferred_common_protocol() {
+        let c = cfg(0);
+        let mut g = Group::new("g", 0);
+        let mut out = Vec::new();
+        let p = |names: &[&str]| -> Vec<(String, Bytes)> {
+            names
+                .iter()
+                .map(|n| (n.to_string(), Bytes::new()))
+                .collect()
+        };
+        for (id, prefs) in [
+            ("a", p(&["range", "roundrobin"])),
+            ("b", p(&["roundrobin", "range"])),
+            ("c", p(&["roundrobin", "range", "sticky"])),
+        ] {
+            let r = JoinRequest {
+                protocols: prefs,
+                ..req("", id)
+            };
+            g.join(r, &c, 0, &mut out).unwrap();
+        }
+        assert_eq!(g.select_protocol().as_deref(), Some("roundrobin"));
+    }
+
+    #[test]
+    fn subscription_topics_are_parsed_from_consumer_metadata() {
+        let mut m = vec![0u8, 1, 0, 0, 0, 2];
+        for t in ["a", "bb"] {
+            m.extend_from_slice(&(t.len() as i16).to_be_bytes());
+            m.extend_from_slice(t.as_bytes());
+        }
+        assert_eq!(
+            parse_subscription_topics(&m),
+            Some(vec!["a".to_string(), "bb".to_string()])
+        );
+        assert_eq!(parse_subscription_topics(&m[..5]), None);
+    }
 }

@@ -11,6 +11,11 @@
 //! - `--verify-index-only`: checks each `.index`/`.timeindex` entry against
 //!   the `.log` beside it and prints only mismatches.
 //!
+//! - `--offsets-decoder` (implies deep iteration): each record of a
+//!   `__consumer_offsets` segment is printed decoded as group or offset
+//!   data. The decoding belongs to the group coordinator, above `log` in
+//!   the layering, so the caller supplies it as [`DumpLogArgs::record_formatter`].
+//!
 //! A plain synchronous tool: no executor, ordinary file reads.
 
 use crate::log::index::{OffsetIndex, TimeIndex};
@@ -23,6 +28,9 @@ use std::path::{Path, PathBuf};
 /// lastOffset, lastStableOffset (i64 each).
 pub const TXN_INDEX_ENTRY_BYTES: usize = 34;
 const RECORD_INDENT: &str = "|";
+
+/// Formats one record's key and value (e.g. as `__consumer_offsets` data).
+pub type RecordFormatter = fn(Option<&[u8]>, Option<&[u8]>) -> String;
 
 /// Arguments of `fjord dump-log`.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -41,6 +49,13 @@ pub struct DumpLogArgs {
     /// Only check index entries against the log; print mismatches.
     #[arg(long)]
     pub verify_index_only: bool,
+    /// Decode records as __consumer_offsets group and offset data (implies --deep-iteration).
+    #[arg(long)]
+    pub offsets_decoder: bool,
+    /// The decoder `--offsets-decoder` uses; set by the caller (the binary
+    /// passes the group coordinator's). Without one the flag prints raw data.
+    #[arg(skip)]
+    pub record_formatter: Option<RecordFormatter>,
 }
 
 pub fn run(args: DumpLogArgs) -> anyhow::Result<()> {
@@ -59,10 +74,16 @@ pub fn dump(args: &DumpLogArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         writeln!(out, "Dumping {}", f.display())?;
         let name = f.to_string_lossy();
         if name.ends_with(".log") {
+            let formatter = if args.offsets_decoder {
+                args.record_formatter
+            } else {
+                None
+            };
             dump_log(
                 f,
-                args.deep_iteration || args.print_data_log,
-                args.print_data_log,
+                args.deep_iteration || args.print_data_log || args.offsets_decoder,
+                args.print_data_log || args.offsets_decoder,
+                formatter,
                 out,
             )?;
         } else if name.ends_with(".index") {
@@ -140,7 +161,13 @@ fn record_sequence(h: &BatchHeader, offset: i64) -> i64 {
     }
 }
 
-fn dump_log(path: &Path, deep: bool, print_data: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+fn dump_log(
+    path: &Path,
+    deep: bool,
+    print_data: bool,
+    formatter: Option<RecordFormatter>,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     writeln!(out, "Log starting offset: {}", base_offset_of(path))?;
     let bytes = std::fs::read(path)?;
     let mut it = BatchIter::new(&bytes);
@@ -173,6 +200,8 @@ fn dump_log(path: &Path, deep: bool, print_data: bool, out: &mut dyn Write) -> a
                     )?;
                     if h.is_control() {
                         write!(out, "{}", control_text(&r))?;
+                    } else if let Some(format) = formatter {
+                        write!(out, " {}", format(r.key.as_deref(), r.value.as_deref()))?;
                     } else if print_data {
                         let mut prefix = " ";
                         if let Some(k) = &r.key {

@@ -35,6 +35,9 @@ use kafka_protocol::messages::{
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+/// OffsetCommit v2-v4's `retention_time_ms` meaning "the broker's".
+pub const DEFAULT_RETENTION_TIME_MS: i64 = -1;
+
 /// Per (topic, partition) of a request: the offset to write, or the error
 /// that partition already has.
 type Checked = Vec<(String, i32, Result<CommittedOffset, GroupError>)>;
@@ -101,7 +104,9 @@ pub async fn offset_commit(
     };
     let v = header.api_version;
     let now = now_ms();
-    let expire = (v <= 4 && req.retention_time_ms > 0).then(|| now + req.retention_time_ms);
+    // v2-v4 may override the retention; -1 means the broker's.
+    let expire = (v <= 4 && req.retention_time_ms != DEFAULT_RETENTION_TIME_MS)
+        .then(|| now + req.retention_time_ms);
     let checked: Checked = req
         .topics
         .iter()

@@ -1,0 +1,178 @@
+//! The group coordinator over a real `__consumer_offsets` partition log,
+//! without a network: committed offsets and transactional offsets are
+//! rebuilt by replaying the log (honouring COMMIT/ABORT markers), and
+//! compaction bounds the log while keeping the state.
+
+mod log_util;
+
+use fjord::group::error::GroupError;
+use fjord::group::state::{CommittedOffset, GroupConfig};
+use fjord::group::GroupCoordinator;
+use fjord::log::{LogConfig, LogManager, TailCache};
+use fjord::record::builder::control_batch;
+use fjord::record::records::ControlType;
+use fjord::types::TopicPartition;
+use std::rc::Rc;
+use std::time::Duration;
+
+const GROUP: &str = "replay-group";
+
+fn offset(o: i64) -> CommittedOffset {
+    CommittedOffset {
+        offset: o,
+        leader_epoch: -1,
+        metadata: format!("m{o}"),
+        commit_timestamp_ms: 1_700_000_000_000,
+        expire_timestamp_ms: None,
+    }
+}
+
+async fn loaded(log: Rc<fjord::log::PartitionLog>) -> Rc<GroupCoordinator> {
+    let coord = GroupCoordinator::new(GroupConfig::default(), false);
+    coord.load_partition(GroupCoordinator::partition_for(GROUP), log);
+    for _ in 0..500 {
+        match coord.check(GROUP) {
+            Err(GroupError::LoadInProgress) => {
+                glommio::timer::sleep(Duration::from_millis(10)).await
+            }
+            other => {
+                other.expect("loaded");
+                return coord;
+            }
+        }
+    }
+    panic!("partition never loaded");
+}
+
+/// (topic, partition) → offset, or "unstable".
+fn fetch(coord: &GroupCoordinator, require_stable: bool) -> Vec<(String, i32, Option<i64>)> {
+    let wanted = (0..4).map(|p| ("t".to_string(), p)).collect();
+    coord
+        .fetch_offsets(GROUP, Some(wanted), require_stable)
+        .expect("fetch")
+        .into_iter()
+        .map(|(t, p, r)| (t, p, r.map(|o| o.map(|o| o.offset)).unwrap_or(Some(-99))))
+        .collect()
+}
+
+#[test]
+fn replay_rebuilds_offsets_and_honours_transaction_markers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().to_path_buf();
+    log_util::run(data.clone(), move || async move {
+        let mgr = LogManager::new_for_shard(data, TailCache::new(1 << 20), 0);
+        let p = GroupCoordinator::partition_for(GROUP);
+        let tp = TopicPartition::new("__consumer_offsets", p);
+        let log = mgr.open(&tp, LogConfig::default()).await.expect("open");
+        let coord = loaded(log.clone()).await;
+        // A plain commit (simple consumer: generation -1), two transactional
+        // ones (producers 7 and 8) and one left open (producer 9).
+        coord
+            .commit_offsets(
+                GROUP,
+                "",
+                None,
+                -1,
+                vec![("t".into(), 0, offset(10))],
+                GroupError::IllegalGeneration,
+            )
+            .await
+            .expect("commit");
+        for (pid, part, o) in [(7, 1, 11), (8, 2, 12), (9, 3, 13)] {
+            coord
+                .txn_commit_offsets(
+                    GROUP,
+                    pid,
+                    0,
+                    "",
+                    None,
+                    -1,
+                    vec![("t".into(), part, offset(o))],
+                )
+                .await
+                .expect("txn commit");
+        }
+        assert_eq!(
+            fetch(&coord, true),
+            vec![
+                ("t".into(), 0, Some(10)),
+                ("t".into(), 1, Some(-99)),
+                ("t".into(), 2, Some(-99)),
+                ("t".into(), 3, Some(-99)),
+            ],
+            "pending transactional offsets are unstable"
+        );
+        // The transaction code writes markers, then tells the coordinator.
+        for (pid, kind) in [(7, ControlType::Commit), (8, ControlType::Abort)] {
+            let info = log
+                .append(control_batch(kind, pid, 1, 0, 1_700_000_000_100))
+                .expect("marker");
+            log.wait_written(info.last_offset).await.expect("written");
+            coord.complete_transaction(p, pid, kind == ControlType::Commit);
+        }
+        let expected = vec![
+            ("t".into(), 0, Some(10)),
+            ("t".into(), 1, Some(11)),
+            ("t".into(), 2, None),
+            ("t".into(), 3, None),
+        ];
+        assert_eq!(fetch(&coord, false), expected);
+
+        // A fresh coordinator replaying the same log sees the same state,
+        // with producer 9's offsets still pending.
+        let again = loaded(log.clone()).await;
+        assert_eq!(fetch(&again, false), expected);
+        assert_eq!(fetch(&again, true)[3], ("t".into(), 3, Some(-99)));
+        again.complete_transaction(p, 9, true);
+        assert_eq!(fetch(&again, false)[3], ("t".into(), 3, Some(13)));
+        mgr.shutdown().await.expect("shutdown");
+    });
+}
+
+#[test]
+fn compaction_drops_old_segments_and_keeps_the_live_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().to_path_buf();
+    log_util::run(data.clone(), move || async move {
+        let mgr = LogManager::new_for_shard(data, TailCache::new(1 << 20), 0);
+        let p = GroupCoordinator::partition_for(GROUP);
+        let tp = TopicPartition::new("__consumer_offsets", p);
+        let config = LogConfig {
+            segment_bytes: 4096,
+            preallocate_bytes: 64 * 1024,
+            ..LogConfig::default()
+        };
+        let log = mgr.open(&tp, config).await.expect("open");
+        let coord = loaded(log.clone()).await;
+        // 400 commits of 4 partitions: many segments of superseded values.
+        for i in 0..400i64 {
+            let part = (i % 4) as i32;
+            coord
+                .commit_offsets(
+                    GROUP,
+                    "",
+                    None,
+                    -1,
+                    vec![("t".into(), part, offset(i))],
+                    GroupError::IllegalGeneration,
+                )
+                .await
+                .expect("commit");
+        }
+        let before = fetch(&coord, false);
+        let segments_before = log.segment_count();
+        assert!(segments_before > 5, "{segments_before} segments");
+        coord.compact(p).await.expect("compact");
+        let segments_after = log.segment_count();
+        assert!(
+            segments_after <= 2,
+            "compaction left {segments_after} of {segments_before} segments"
+        );
+        assert!(log.log_start_offset().0 > 0, "log start moved");
+        assert_eq!(fetch(&coord, false), before);
+        let again = loaded(log.clone()).await;
+        assert_eq!(fetch(&again, false), before, "replay after compaction");
+        assert_eq!(before[3], ("t".into(), 3, Some(399)));
+        mgr.shutdown().await.expect("shutdown");
+    });
+}
