@@ -105,6 +105,8 @@ impl PartitionResult {
 }
 
 /// Validates and appends now; returns the future that waits and answers.
+// The ordered first stage yields the answering future by design.
+#[allow(clippy::async_yields_async)]
 pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Dispatched {
     let version = header.api_version;
     let req = match decode_produce_request(body, version) {
