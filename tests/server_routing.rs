@@ -176,7 +176,8 @@ fn long_poll_returns_when_a_produce_arrives() {
     let port = broker.port_of(leader as usize);
     let mut fetcher = RawClient::connect(port);
     let id = topic_id(&mut fetcher);
-    const MAX_WAIT_MS: i32 = 2_000;
+    // Long enough that a loaded CI machine still delivers the produce first.
+    const MAX_WAIT_MS: i32 = 10_000;
 
     // Parked fetch, then a produce on another connection wakes it.
     let started = Instant::now();
@@ -196,7 +197,7 @@ fn long_poll_returns_when_a_produce_arrives() {
     assert_eq!(recs.len(), 1);
     assert_eq!(recs[0].value.as_deref(), Some(&b"wake-up"[..]));
     // Loose bound only: the fetch did not need to wait out much longer than max_wait.
-    assert!(started.elapsed() < Duration::from_secs(15));
+    assert!(started.elapsed() < Duration::from_secs(20));
 
     // Nothing new: the fetch waits and returns empty, with no error.
     let resp: FetchResponse = {
