@@ -52,5 +52,6 @@ fn dump_log(mut args: fjord::log::dump::DumpLogArgs) -> anyhow::Result<()> {
     // The log's dumper cannot know the group coordinator's record formats
     // (layering): hand it the decoder.
     args.record_formatter = Some(fjord::group::records::describe);
+    args.txn_record_formatter = Some(fjord::txn::log::describe);
     fjord::log::dump::run(args)
 }

@@ -56,6 +56,13 @@ pub struct DumpLogArgs {
     /// passes the group coordinator's). Without one the flag prints raw data.
     #[arg(skip)]
     pub record_formatter: Option<RecordFormatter>,
+    /// Decode records as __transaction_state data (implies --deep-iteration).
+    #[arg(long)]
+    pub transaction_log_decoder: bool,
+    /// The decoder `--transaction-log-decoder` uses; set by the caller (the
+    /// binary passes the transaction coordinator's).
+    #[arg(skip)]
+    pub txn_record_formatter: Option<RecordFormatter>,
 }
 
 pub fn run(args: DumpLogArgs) -> anyhow::Result<()> {
@@ -76,13 +83,16 @@ pub fn dump(args: &DumpLogArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         if name.ends_with(".log") {
             let formatter = if args.offsets_decoder {
                 args.record_formatter
+            } else if args.transaction_log_decoder {
+                args.txn_record_formatter
             } else {
                 None
             };
+            let decoded = args.offsets_decoder || args.transaction_log_decoder;
             dump_log(
                 f,
-                args.deep_iteration || args.print_data_log || args.offsets_decoder,
-                args.print_data_log || args.offsets_decoder,
+                args.deep_iteration || args.print_data_log || decoded,
+                args.print_data_log || decoded,
                 formatter,
                 out,
             )?;

@@ -148,6 +148,38 @@ pub fn decode_value(transactional_id: &str, value: &[u8]) -> Result<TxnMetadata,
     })
 }
 
+/// One `__transaction_state` record as `fjord dump-log
+/// --transaction-log-decoder` prints it, in the spirit of Kafka's
+/// TransactionLogMessageFormatter.
+pub fn describe(key: Option<&[u8]>, value: Option<&[u8]>) -> String {
+    let Some(key) = key else {
+        return "key: null payload: null".to_string();
+    };
+    let id = match decode_key(key) {
+        Ok(id) => id,
+        Err(e) => return format!("key: <{e}> payload: <not decoded>"),
+    };
+    let payload = match value.map(|v| decode_value(&id, v)) {
+        None => "<DELETE>".to_string(),
+        Some(Err(e)) => format!("<{e}>"),
+        Some(Ok(m)) => {
+            let partitions: Vec<String> = m.partitions.iter().map(|tp| tp.to_string()).collect();
+            format!(
+                "{{\"producerId\":{},\"producerEpoch\":{},\"transactionTimeoutMs\":{},\"transactionStatus\":\"{}\",\"transactionPartitions\":[{}],\"transactionLastUpdateTimestampMs\":{},\"transactionStartTimestampMs\":{},\"clientTransactionVersion\":{}}}",
+                m.producer_id,
+                m.producer_epoch,
+                m.timeout_ms,
+                m.state.name(),
+                partitions.iter().map(|p| format!("\"{p}\"")).collect::<Vec<_>>().join(","),
+                m.last_update_ms,
+                m.start_ms,
+                m.client_txn_version
+            )
+        }
+    };
+    format!("key: {{\"transactionalId\":\"{id}\"}} payload: {payload}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,6 +197,12 @@ mod tests {
         assert_eq!(decode_key(&key).unwrap(), "tx-1");
         let back = decode_value("tx-1", &encode_value(&m)).unwrap();
         assert_eq!(back, m);
+
+        let line = describe(Some(&key), Some(&encode_value(&m)));
+        assert!(line.contains("\"transactionalId\":\"tx-1\""), "{line}");
+        assert!(line.contains("\"transactionStatus\":\"Ongoing\""), "{line}");
+        assert!(line.contains("\"a-0\",\"a-1\",\"b-4\""), "{line}");
+        assert!(describe(Some(&key), None).ends_with("<DELETE>"));
 
         m.state = TxnState::Empty;
         m.partitions.clear();

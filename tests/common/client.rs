@@ -1,6 +1,7 @@
 //! librdkafka (the `rdkafka` crate) helpers: producers that record every
-//! delivery report, assign-mode consumers (fjord has no group coordinator
-//! yet, so consumers never subscribe and never commit), and the admin client.
+//! delivery report, assign-mode consumers (they read chosen partitions and
+//! never commit; group tests build their own subscribing consumers), and the
+//! admin client.
 //!
 //! Every client points `bootstrap.servers` at one broker and has bounded
 //! timeouts; every helper that waits takes a deadline.
