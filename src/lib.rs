@@ -3,7 +3,10 @@
 //! Modules follow DESIGN.md §8's layering; a module uses only those listed
 //! before it here:
 //! `config`, `types` → `record`, `protocol` → `runtime`, `log` → `producer`,
-//! `metadata`, `group` → `shard` → `fetch` → `handlers` → `net` → `server`.
+//! `metadata`, `group` → `shard` → `txn` → `handlers` → `net` → `server`.
+//! (`ShardCtx` holds its shard's transaction coordinator, so that handlers
+//! reach all per-shard state through one context: the one reference from a
+//! layer to one above it.)
 
 pub mod config;
 pub mod types;
@@ -21,8 +24,8 @@ pub mod group;
 
 pub mod shard;
 
-pub mod fetch;
+pub mod txn;
+
 pub mod handlers;
 pub mod net;
 pub mod server;
-pub mod txn;
