@@ -80,6 +80,17 @@ fn add_partition_once(raw: &mut RawClient, id: &str, pid: i64, epoch: i16) -> i1
     r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
 }
 
+/// A transactional batch of `values` from `pid`/`epoch` starting at `seq`.
+fn txn_batch(pid: i64, epoch: i16, seq: i32, values: &[&str]) -> bytes::Bytes {
+    let mut b = BatchBuilder::new(Compression::None)
+        .producer(pid, epoch, seq)
+        .transactional(true);
+    for v in values {
+        b = b.record(None, Some(v.as_bytes()), &[], 1_700_000_000_000);
+    }
+    b.build().freeze()
+}
+
 /// Produces a transactional batch of `values`; returns (error, base offset).
 fn produce(
     raw: &mut RawClient,
@@ -89,13 +100,7 @@ fn produce(
     seq: i32,
     values: &[&str],
 ) -> (i16, i64) {
-    let mut b = BatchBuilder::new(Compression::None)
-        .producer(pid, epoch, seq)
-        .transactional(true);
-    for v in values {
-        b = b.record(None, Some(v.as_bytes()), &[], 1_700_000_000_000);
-    }
-    let req = produce_request(TOPIC, 0, -1, b.build().freeze())
+    let req = produce_request(TOPIC, 0, -1, txn_batch(pid, epoch, seq, values))
         .with_transactional_id(Some(TransactionalId(s(id))));
     let resp = raw.request(9, &req);
     let p = only_partition(&resp);
@@ -358,13 +363,7 @@ fn produce_v12(
 ) -> (i16, i64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let mut b = BatchBuilder::new(Compression::None)
-            .producer(pid, epoch, seq)
-            .transactional(true);
-        for v in values {
-            b = b.record(None, Some(v.as_bytes()), &[], 1_700_000_000_000);
-        }
-        let req = produce_request(TOPIC, 0, -1, b.build().freeze())
+        let req = produce_request(TOPIC, 0, -1, txn_batch(pid, epoch, seq, values))
             .with_transactional_id(Some(TransactionalId(s(id))));
         let resp = raw.request(12, &req);
         let p = only_partition(&resp);
