@@ -20,9 +20,10 @@
 //! on a partition first adds the partition to the transaction at the
 //! coordinator (possibly another shard); the connection waits for that
 //! round trip before reading its next request, so appends stay in order.
-//! Older versions are not verified with the coordinator (KIP-890 part 1's
-//! verification is not implemented): a version-1 client adds its partitions
-//! itself with AddPartitionsToTxn.
+//! On older versions a version-1 client adds its partitions itself with
+//! AddPartitionsToTxn, and the leader verifies with the coordinator that it
+//! did (KIP-890 part 1) before the first batch; a batch for a partition that
+//! is not in the transaction gets INVALID_TXN_STATE and is not written.
 //!
 //! Steps 1–6 run synchronously when the request is dispatched, so pipelined
 //! produce requests on one connection append in arrival order. The returned
@@ -116,25 +117,33 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Disp
             return Dispatched::Ready(future::ready(Outcome::Close).boxed_local());
         }
     };
-    let to_add = partitions_to_add(ctx, &req, version);
+    let to_add = partitions_to_add(ctx, &req);
     if to_add.is_empty() {
         return Dispatched::Ready(append_and_answer(ctx, header, req, HashMap::new()));
     }
-    // Transaction version 2: the first transactional batch of a
-    // transaction on a partition adds the partition to the transaction
-    // (with the coordinator, maybe on another shard) before it is appended.
-    // The connection waits for this stage before reading on, so appends
-    // still happen in request order.
+    // The first transactional batch of a transaction on a partition goes
+    // through the coordinator (maybe on another shard) before it is
+    // appended: transaction version 2 (Produce v12+) adds the partition to
+    // the transaction, older versions verify that the client added it
+    // (KIP-890 part 1). The connection waits for this stage before reading
+    // on, so appends still happen in request order.
     let ctx = ctx.clone();
     Dispatched::Ordered(
         async move {
             let mut refused = HashMap::new();
             if let Some(id) = req.transactional_id.clone() {
-                let (pid, epoch) = to_add[0].1;
-                let tps: Vec<TopicPartition> = to_add.iter().map(|(tp, _)| tp.clone()).collect();
-                if let Err(e) = add_partitions_to_txn(&ctx, &id, pid, epoch, tps.clone()).await {
-                    for tp in tps {
-                        refused.insert((tp.topic, tp.partition.0), produce_txn_error(e));
+                let verify_only = version < PRODUCE_TV2_VERSION;
+                let mut by_producer: HashMap<(i64, i16), Vec<TopicPartition>> = HashMap::new();
+                for (tp, producer) in to_add {
+                    by_producer.entry(producer).or_default().push(tp);
+                }
+                for ((pid, epoch), tps) in by_producer {
+                    let outcome =
+                        add_partitions_to_txn(&ctx, &id, pid, epoch, tps.clone(), verify_only).await;
+                    if let Err(e) = outcome {
+                        for tp in tps {
+                            refused.insert((tp.topic, tp.partition.0), produce_txn_error(e));
+                        }
                     }
                 }
             }
@@ -148,14 +157,13 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Disp
 /// the transaction by the partition leader).
 pub const PRODUCE_TV2_VERSION: i16 = 12;
 
-/// The partitions of a v12+ transactional request that this shard leads and
+/// The partitions of a transactional request that this shard leads and
 /// whose producer has no open transaction on them yet, with the producer.
 fn partitions_to_add(
     ctx: &ShardCtx,
     req: &crate::protocol::produce::ProduceRequest,
-    version: i16,
 ) -> Vec<(TopicPartition, (i64, i16))> {
-    if version < PRODUCE_TV2_VERSION || req.transactional_id.is_none() {
+    if req.transactional_id.is_none() {
         return Vec::new();
     }
     let mut out = Vec::new();
@@ -170,12 +178,17 @@ fn partitions_to_add(
             }
             let tp = TopicPartition::new(t.name.clone(), p.index);
             if let Some(state) = ctx.partition(&tp) {
-                if state
-                    .producers
-                    .borrow()
-                    .open_transaction(h.producer_id)
-                    .is_none()
-                {
+                let producers = state.producers.borrow();
+                // A new transaction on this partition: none open, or the open
+                // one belongs to an older epoch (transaction version 2 bumps
+                // the epoch at EndTxn; until its marker is written the
+                // coordinator answers CONCURRENT_TRANSACTIONS and the client
+                // retries, so the new batch never joins the old transaction).
+                let new_txn = producers.open_transaction(h.producer_id).is_none()
+                    || producers
+                        .get(h.producer_id)
+                        .is_some_and(|e| e.epoch < h.producer_epoch);
+                if new_txn {
                     out.push((tp, (h.producer_id, h.producer_epoch)));
                 }
             }
@@ -184,13 +197,15 @@ fn partitions_to_add(
     out
 }
 
-/// Adds partitions to `id`'s transaction at its coordinator, local or not.
+/// Adds partitions to `id`'s transaction at its coordinator, local or not
+/// (`verify_only`: checks that they are already part of it).
 async fn add_partitions_to_txn(
     ctx: &Rc<ShardCtx>,
     id: &str,
     pid: i64,
     epoch: i16,
     tps: Vec<TopicPartition>,
+    verify_only: bool,
 ) -> Result<(), TxnError> {
     let image = ctx.image();
     let Some(topic) = image.topic(TRANSACTION_STATE) else {
@@ -201,7 +216,7 @@ async fn add_partitions_to_txn(
         return Err(TxnError::CoordinatorNotAvailable);
     };
     if shard == ctx.shard {
-        return ctx.txn.add_partitions(ctx, id, pid, epoch, &tps).await;
+        return ctx.txn.add_or_verify(ctx, id, pid, epoch, &tps, verify_only).await;
     }
     let (tx, rx) = futures::channel::oneshot::channel();
     let msg = ShardMessage::AddPartitionsToTxn {
@@ -209,6 +224,7 @@ async fn add_partitions_to_txn(
         producer_id: pid,
         producer_epoch: epoch,
         partitions: tps,
+        verify_only,
         reply: tx,
     };
     ctx.router

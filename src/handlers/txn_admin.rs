@@ -227,6 +227,8 @@ pub async fn write_txn_markers(
                     producer_epoch: m.producer_epoch,
                     coordinator_epoch: m.coordinator_epoch,
                     commit: m.transaction_result,
+                    // WriteTxnMarkers v1 carries no transaction version.
+                    tv2: false,
                 })
             })
             .collect();

@@ -109,6 +109,8 @@ pub enum ShardMessage {
         producer_id: i64,
         producer_epoch: i16,
         partitions: Vec<crate::types::TopicPartition>,
+        /// Only check that they are in the transaction (KIP-890 part 1).
+        verify_only: bool,
         reply: oneshot::Sender<Result<(), crate::txn::coordinator::TxnError>>,
     },
 }

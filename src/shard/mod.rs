@@ -437,8 +437,17 @@ impl ShardCtx {
             }
             .code());
         };
+        // Version 1 markers carry the producer's epoch; version 2 markers a
+        // bumped one, so there an epoch not above the current is stale.
         let current_epoch = state.producers.borrow().get(m.producer_id).map(|e| e.epoch);
-        if current_epoch.is_some_and(|e| m.producer_epoch < e) {
+        let stale = current_epoch.is_some_and(|e| {
+            if m.tv2 {
+                m.producer_epoch <= e
+            } else {
+                m.producer_epoch < e
+            }
+        });
+        if stale {
             return Err(E::InvalidProducerEpoch.code());
         }
         let kind = if m.commit {
@@ -636,18 +645,20 @@ impl ShardCtx {
                 producer_id,
                 producer_epoch,
                 partitions,
+                verify_only,
                 reply,
             } => {
                 let ctx = self.clone();
                 glommio::spawn_local(async move {
                     let r = ctx
                         .txn
-                        .add_partitions(
+                        .add_or_verify(
                             &ctx,
                             &transactional_id,
                             producer_id,
                             producer_epoch,
                             &partitions,
+                            verify_only,
                         )
                         .await;
                     let _ = reply.send(r);

@@ -331,6 +331,26 @@ impl TxnCoordinator {
         self.persist(ctx, &state, next).await
     }
 
+    /// A partition leader's request: add `partitions` (transaction version
+    /// 2) or verify that they are in the open transaction (version 1).
+    pub async fn add_or_verify(
+        &self,
+        ctx: &Rc<ShardCtx>,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        partitions: &[TopicPartition],
+        verify_only: bool,
+    ) -> Result<(), TxnError> {
+        if verify_only {
+            partitions
+                .iter()
+                .try_for_each(|tp| self.verify_partition(ctx, id, pid, epoch, tp))
+        } else {
+            self.add_partitions(ctx, id, pid, epoch, partitions).await
+        }
+    }
+
     /// Whether `tp` is part of the id's open transaction (the verify-only
     /// form of AddPartitionsToTxn).
     pub fn verify_partition(
@@ -440,6 +460,7 @@ impl TxnCoordinator {
                 producer_epoch: m.producer_epoch,
                 coordinator_epoch: COORDINATOR_EPOCH,
                 commit,
+                tv2: m.client_txn_version >= 2,
             })
             .collect();
         let mut attempts = 0;

@@ -159,6 +159,10 @@ pub struct TxnMarker {
     pub producer_epoch: i16,
     pub coordinator_epoch: i32,
     pub commit: bool,
+    /// Written for a transaction-version-2 client: its marker carries a
+    /// bumped epoch, so one whose epoch is not above the producer's current
+    /// epoch on the partition is stale (a duplicate) and is refused.
+    pub tv2: bool,
 }
 
 #[cfg(test)]
