@@ -129,22 +129,22 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         if session_error || any_error || bytes >= min_bytes || now >= deadline {
             break partitions;
         }
-        // Park until a partition has something new past its fetch offset.
-        // Under read_committed the high watermark may already be past it
-        // while the LSO is not: then wait for the next append (data or
-        // the marker that moves the LSO), not for the HW we already saw.
+        // Park until a partition has something new: its high watermark
+        // moves past both the fetch offset and the HW this read saw (the HW
+        // is the next offset, so waiting for "above HW - 1" would be ready at
+        // once and spin). Under read_committed the HW may be past the fetch
+        // offset while the LSO is not: the marker that moves the LSO moves
+        // the HW too. Using the HW read above loses no wake-up.
         let mut waits: Vec<LocalBoxFuture<'_, ()>> = wanted
             .iter()
-            .filter_map(|w| {
+            .zip(&partitions)
+            .filter_map(|(w, p)| {
                 w.target
                     .as_ref()
                     .ok()
-                    .map(|state| (&state.log, w.fetch_offset))
+                    .map(|state| (&state.log, w.fetch_offset.max(p.high_watermark)))
             })
-            .map(|(log, offset)| {
-                let seen = offset.max(log.high_watermark().0 - 1);
-                log.wait_for_hw_above(Offset(seen)).boxed_local()
-            })
+            .map(|(log, seen)| log.wait_for_hw_above(Offset(seen)).boxed_local())
             .collect();
         if waits.is_empty() {
             break partitions;

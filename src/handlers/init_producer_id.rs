@@ -26,7 +26,9 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
     if let Some(id) = &req.transactional_id {
-        if id.0.is_empty() {
+        // Empty ids are Kafka's INVALID_REQUEST; ids too long for the
+        // transaction log's key (an i16 length) are refused the same way.
+        if id.0.is_empty() || id.0.len() > i16::MAX as usize {
             return respond(
                 header,
                 &resp.with_error_code(ResponseError::InvalidRequest.code()),

@@ -139,7 +139,8 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Disp
                 }
                 for ((pid, epoch), tps) in by_producer {
                     let outcome =
-                        add_partitions_to_txn(&ctx, &id, pid, epoch, tps.clone(), verify_only).await;
+                        add_partitions_to_txn(&ctx, &id, pid, epoch, tps.clone(), verify_only)
+                            .await;
                     if let Err(e) = outcome {
                         for tp in tps {
                             refused.insert((tp.topic, tp.partition.0), produce_txn_error(e));
@@ -216,7 +217,10 @@ async fn add_partitions_to_txn(
         return Err(TxnError::CoordinatorNotAvailable);
     };
     if shard == ctx.shard {
-        return ctx.txn.add_or_verify(ctx, id, pid, epoch, &tps, verify_only).await;
+        return ctx
+            .txn
+            .add_or_verify(ctx, id, pid, epoch, &tps, verify_only)
+            .await;
     }
     let (tx, rx) = futures::channel::oneshot::channel();
     let msg = ShardMessage::AddPartitionsToTxn {
@@ -446,7 +450,11 @@ fn append_and_answer(
             };
         }
         let durable = acks == -1 && ctx.config.fsync_acks;
-        let timeout = Duration::from_millis(timeout_ms.max(0) as u64);
+        // One deadline for the whole request, and only for acks=-1 (Kafka's
+        // timeout bounds the wait for replication; an acks=1 append that was
+        // made is answered as made).
+        let deadline = (acks == -1)
+            .then(|| std::time::Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64));
         for (_, results) in topics.iter_mut() {
             for r in results.iter_mut() {
                 let (Some(log), Some(info)) = (&r.log, &r.appended) else {
@@ -460,15 +468,25 @@ fn append_and_answer(
                         log.wait_written(last).await
                     }
                 };
-                let timer = glommio::timer::sleep(timeout);
-                match future::select(Box::pin(wait), Box::pin(timer)).await {
-                    Either::Left((Ok(()), _)) => {}
-                    Either::Left((Err(e), _)) => {
+                let outcome = match deadline {
+                    None => Some(wait.await),
+                    Some(d) => {
+                        let left = d.saturating_duration_since(std::time::Instant::now());
+                        let timer = glommio::timer::sleep(left);
+                        match future::select(Box::pin(wait), Box::pin(timer)).await {
+                            Either::Left((written, _)) => Some(written),
+                            Either::Right(_) => None,
+                        }
+                    }
+                };
+                match outcome {
+                    Some(Ok(())) => {}
+                    Some(Err(e)) => {
                         r.error = errors::log(&e);
                         r.message = Some(e.to_string());
                         r.appended = None;
                     }
-                    Either::Right(_) => {
+                    None => {
                         r.error = ResponseError::RequestTimedOut.code();
                         r.appended = None;
                     }

@@ -51,6 +51,12 @@ pub struct PartitionState {
     pub snapshot_offset: Rc<Cell<i64>>,
     /// Aborted transactions (for read_committed fetches).
     pub aborted: Rc<RefCell<AbortedTxns>>,
+    /// `.txnindex` appends in flight. No producer snapshot is taken while
+    /// any is, nor after one failed (`txn_index_failed`): a snapshot past an
+    /// ABORT marker whose entry is not on disk would stop the replay that
+    /// re-derives it, and read_committed readers would see aborted data.
+    pub txn_index_pending: Rc<Cell<usize>>,
+    pub txn_index_failed: Rc<Cell<bool>>,
 }
 
 impl PartitionState {
@@ -74,6 +80,9 @@ fn is_abort_marker(batch: &[u8]) -> bool {
         .and_then(|k| parse_control_key(&k).ok())
         .is_some_and(|(_, kind)| kind == ControlType::Abort)
 }
+
+/// Tries to append one `.txnindex` entry before giving up.
+const TXN_INDEX_WRITE_ATTEMPTS: u32 = 3;
 
 /// File growth step of internal-topic partitions (see [`ShardCtx::log_config`]).
 pub const INTERNAL_PREALLOCATE_BYTES: u64 = 1024 * 1024;
@@ -258,6 +267,8 @@ impl ShardCtx {
                             producers: p.producers.clone(),
                             snapshot_offset: p.snapshot_offset.clone(),
                             aborted: p.aborted.clone(),
+                            txn_index_pending: p.txn_index_pending.clone(),
+                            txn_index_failed: p.txn_index_failed.clone(),
                         };
                         self.partitions.borrow_mut().insert(tp, Rc::new(updated));
                     }
@@ -277,6 +288,8 @@ impl ShardCtx {
                                 producers: Rc::new(RefCell::new(producers)),
                                 snapshot_offset: Rc::new(Cell::new(snapshot_offset)),
                                 aborted: Rc::new(RefCell::new(aborted)),
+                                txn_index_pending: Rc::new(Cell::new(0)),
+                                txn_index_failed: Rc::new(Cell::new(false)),
                             });
                             self.partitions
                                 .borrow_mut()
@@ -496,13 +509,32 @@ impl ShardCtx {
                     .max()
                     .unwrap_or(0);
                 let tp = m.tp.clone();
+                let (pending, failed) = (
+                    state.txn_index_pending.clone(),
+                    state.txn_index_failed.clone(),
+                );
+                pending.set(pending.get() + 1);
                 glommio::spawn_local(async move {
-                    let r = glommio::executor()
-                        .spawn_blocking(move || txn_index::append(&dir, segment, &entry))
-                        .await;
-                    if let Err(e) = r {
-                        tracing::error!(%tp, error = %e, "writing the .txnindex failed (replay re-derives it)");
+                    let mut result = Ok(());
+                    for attempt in 0..TXN_INDEX_WRITE_ATTEMPTS {
+                        if attempt > 0 {
+                            glommio::timer::sleep(std::time::Duration::from_millis(100)).await;
+                        }
+                        let dir = dir.clone();
+                        result = glommio::executor()
+                            .spawn_blocking(move || txn_index::append(&dir, segment, &entry))
+                            .await;
+                        if result.is_ok() {
+                            break;
+                        }
                     }
+                    if let Err(e) = result {
+                        // The replay from the last snapshot still re-derives
+                        // the entry; no snapshot is taken from now on.
+                        tracing::error!(%tp, error = %e, "writing the .txnindex failed; producer snapshots stop for this partition");
+                        failed.set(true);
+                    }
+                    pending.set(pending.get() - 1);
                 })
                 .detach();
             }
@@ -548,6 +580,9 @@ impl ShardCtx {
                 .expire(now, self.config.producer_id_expiration_ms);
             let log_end = p.log.log_end_offset().0;
             if log_end == p.snapshot_offset.get() || p.producers.borrow().is_empty() {
+                continue;
+            }
+            if p.txn_index_pending.get() > 0 || p.txn_index_failed.get() {
                 continue;
             }
             if p.log.written_offset().0 != log_end {

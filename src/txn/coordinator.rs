@@ -62,6 +62,8 @@ pub struct TxnCoordinator {
     txns: RefCell<HashMap<String, TxnMetadata>>,
     /// `__transaction_state` partitions whose state has been replayed.
     loaded: RefCell<HashSet<i32>>,
+    /// Ids whose markers a task is writing now.
+    completing: RefCell<HashSet<String>>,
 }
 
 impl TxnCoordinator {
@@ -242,6 +244,13 @@ impl TxnCoordinator {
         if current.pending || current.state.is_preparing() {
             return Err(TxnError::ConcurrentTransactions);
         }
+        // KIP-360: a producer that names its (id, epoch) must be the current
+        // one; a stale instance must not abort the live producer's work.
+        if let Some((pid, epoch)) = expected {
+            if pid >= 0 && (pid != current.producer_id || epoch != current.producer_epoch) {
+                return Err(TxnError::ProducerFenced);
+            }
+        }
         if current.state == TxnState::Ongoing {
             // Fence the open transaction: abort it under a bumped epoch; the
             // client retries and then gets the epoch after that.
@@ -253,11 +262,6 @@ impl TxnCoordinator {
             self.persist(ctx, &state, next).await?;
             spawn_complete(ctx, id.to_owned());
             return Err(TxnError::ConcurrentTransactions);
-        }
-        if let Some((pid, epoch)) = expected {
-            if pid >= 0 && (pid != current.producer_id || epoch != current.producer_epoch) {
-                return Err(TxnError::ProducerFenced);
-            }
         }
         let m = self.begin(id)?;
         let mut next = m;
@@ -403,6 +407,17 @@ impl TxnCoordinator {
         if retried && epoch_ok && !current.pending {
             return Ok((current.producer_id, current.producer_epoch));
         }
+        // A version-2 retry while the markers are still being written: the
+        // epoch was bumped by the first attempt, so it is not a fenced
+        // producer but one that must wait.
+        let preparing_same = match current.state {
+            TxnState::PrepareCommit => commit,
+            TxnState::PrepareAbort => !commit,
+            _ => false,
+        };
+        if tv2 && preparing_same && current.producer_epoch == epoch.saturating_add(1) {
+            return Err(TxnError::ConcurrentTransactions);
+        }
         if current.producer_epoch != epoch {
             return Err(TxnError::ProducerFenced);
         }
@@ -421,17 +436,34 @@ impl TxnCoordinator {
         if !current.state.can_transition_to(target) {
             return Err(TxnError::InvalidTxnState);
         }
+        // Version 2 bumps the epoch per transaction. When it would run out,
+        // the markers still use the old id at the bumped epoch and the
+        // client continues with a new id at epoch 0 (Kafka's NextProducerId).
+        let rotate = tv2 && current.producer_epoch >= i16::MAX - 2;
+        let next_pid = if rotate {
+            ctx.maybe_request_producer_ids();
+            match ctx.producer_ids.take() {
+                Some(pid) => Some(pid),
+                None => return Err(TxnError::CoordinatorLoadInProgress),
+            }
+        } else {
+            None
+        };
         let mut next = self.begin(id)?;
         if tv2 {
             next.producer_epoch = next.producer_epoch.saturating_add(1);
             next.client_txn_version = 2;
         }
+        next.next_producer_id = next_pid;
         if next.state != TxnState::Ongoing {
             next.partitions.clear();
         }
         next.state = target;
         next.last_update_ms = now_ms();
-        let answer = (next.producer_id, next.producer_epoch);
+        let answer = match next.next_producer_id {
+            Some(pid) => (pid, 0),
+            None => (next.producer_id, next.producer_epoch),
+        };
         self.persist(ctx, &state, next).await?;
         spawn_complete(ctx, id.to_owned());
         Ok(answer)
@@ -496,8 +528,12 @@ impl TxnCoordinator {
         };
         next.partitions.clear();
         next.last_update_ms = now_ms();
+        if let Some(pid) = next.next_producer_id.take() {
+            next.producer_id = pid;
+            next.producer_epoch = 0;
+        }
         if let Err(e) = self.persist(ctx, &state, next).await {
-            tracing::error!(transactional_id = id, error = %e, "writing Complete* failed");
+            tracing::error!(transactional_id = id, error = %e, "writing Complete* failed; retried by the next sweep");
         }
     }
 
@@ -519,6 +555,12 @@ impl TxnCoordinator {
             let Ok(mut next) = self.begin(&id) else {
                 continue;
             };
+            // Re-check after the awaits of earlier ids: the client may have
+            // ended this transaction meanwhile.
+            if !next.expired(now_ms()) {
+                self.end_pending(&id);
+                continue;
+            }
             tracing::info!(transactional_id = %id, "aborting a timed-out transaction");
             next.state = TxnState::PrepareAbort;
             next.producer_epoch = next.producer_epoch.saturating_add(1);
@@ -527,12 +569,33 @@ impl TxnCoordinator {
                 spawn_complete(ctx, id);
             }
         }
+        // Transactions left in Prepare* (markers gave up, or Complete* could
+        // not be written) are finished by a new attempt.
+        let stuck: Vec<String> = self
+            .txns
+            .borrow()
+            .values()
+            .filter(|m| !m.pending && m.state.is_preparing())
+            .map(|m| m.transactional_id.clone())
+            .filter(|id| !self.completing.borrow().contains(id))
+            .collect();
+        for id in stuck {
+            spawn_complete(ctx, id);
+        }
     }
 }
 
+/// Starts writing a transaction's markers unless a task already is.
 fn spawn_complete(ctx: &Rc<ShardCtx>, id: String) {
+    if !ctx.txn.completing.borrow_mut().insert(id.clone()) {
+        return;
+    }
     let ctx = ctx.clone();
-    glommio::spawn_local(async move { ctx.txn.complete(&ctx, &id).await }).detach();
+    glommio::spawn_local(async move {
+        ctx.txn.complete(&ctx, &id).await;
+        ctx.txn.completing.borrow_mut().remove(&id);
+    })
+    .detach();
 }
 
 /// Delivers markers to the shards leading their partitions; returns an

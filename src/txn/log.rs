@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 const KEY_VERSION: i16 = 0;
 const VALUE_VERSION: i16 = 1;
+const TAG_NEXT_PRODUCER_ID: u32 = 1;
 const TAG_CLIENT_TRANSACTION_VERSION: u32 = 2;
 
 pub fn encode_key(transactional_id: &str) -> BytesMut {
@@ -55,13 +56,21 @@ pub fn encode_value(m: &TxnMetadata) -> BytesMut {
     }
     out.put_i64(m.last_update_ms);
     out.put_i64(m.start_ms);
-    if m.client_txn_version != 0 {
-        put_uvarint(&mut out, 1);
-        put_uvarint(&mut out, TAG_CLIENT_TRANSACTION_VERSION);
-        put_uvarint(&mut out, 2);
-        out.put_i16(m.client_txn_version);
-    } else {
+    let tags = m.next_producer_id.is_some() as u32 + (m.client_txn_version != 0) as u32;
+    if tags == 0 {
         put_empty_tagged_fields(&mut out);
+    } else {
+        put_uvarint(&mut out, tags);
+        if let Some(pid) = m.next_producer_id {
+            put_uvarint(&mut out, TAG_NEXT_PRODUCER_ID);
+            put_uvarint(&mut out, 8);
+            out.put_i64(pid);
+        }
+        if m.client_txn_version != 0 {
+            put_uvarint(&mut out, TAG_CLIENT_TRANSACTION_VERSION);
+            put_uvarint(&mut out, 2);
+            out.put_i16(m.client_txn_version);
+        }
     }
     out
 }
@@ -123,6 +132,7 @@ pub fn decode_value(transactional_id: &str, value: &[u8]) -> Result<TxnMetadata,
     let last_update_ms = r.i64("last_update_ms").map_err(err)?;
     let start_ms = r.i64("start_ms").map_err(err)?;
     let mut client_txn_version = 0;
+    let mut next_producer_id = None;
     if flexible {
         let count = r.uvarint("tag_count").map_err(err)?;
         for _ in 0..count {
@@ -131,6 +141,11 @@ pub fn decode_value(transactional_id: &str, value: &[u8]) -> Result<TxnMetadata,
             let bytes = r.take(size, "tag_value").map_err(err)?;
             if tag == TAG_CLIENT_TRANSACTION_VERSION && bytes.len() == 2 {
                 client_txn_version = i16::from_be_bytes([bytes[0], bytes[1]]);
+            }
+            if tag == TAG_NEXT_PRODUCER_ID && bytes.len() == 8 {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(bytes);
+                next_producer_id = Some(i64::from_be_bytes(a)).filter(|p| *p >= 0);
             }
         }
     }
@@ -144,6 +159,7 @@ pub fn decode_value(transactional_id: &str, value: &[u8]) -> Result<TxnMetadata,
         start_ms,
         last_update_ms,
         client_txn_version,
+        next_producer_id,
         pending: false,
     })
 }
@@ -193,6 +209,7 @@ mod tests {
         m.partitions.insert(TopicPartition::new("a", 0));
         m.partitions.insert(TopicPartition::new("b", 4));
         m.client_txn_version = 2;
+        m.next_producer_id = Some(1234);
         let key = encode_key("tx-1");
         assert_eq!(decode_key(&key).unwrap(), "tx-1");
         let back = decode_value("tx-1", &encode_value(&m)).unwrap();
@@ -207,6 +224,7 @@ mod tests {
         m.state = TxnState::Empty;
         m.partitions.clear();
         m.client_txn_version = 0;
+        m.next_producer_id = None;
         assert_eq!(decode_value("tx-1", &encode_value(&m)).unwrap(), m);
     }
 }

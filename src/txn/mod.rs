@@ -123,6 +123,9 @@ pub struct TxnMetadata {
     pub last_update_ms: i64,
     /// 2 when the client follows transaction version 2 (EndTxn v5+), else 0.
     pub client_txn_version: i16,
+    /// The producer id the client continues with once this transaction is
+    /// complete, when its epoch ran out (version 2).
+    pub next_producer_id: Option<i64>,
     /// A transition is being written to the log (not persisted).
     pub pending: bool,
 }
@@ -139,6 +142,7 @@ impl TxnMetadata {
             start_ms: -1,
             last_update_ms: now_ms,
             client_txn_version: 0,
+            next_producer_id: None,
             pending: false,
         }
     }
