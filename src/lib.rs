@@ -23,3 +23,6 @@ pub mod fetch;
 pub mod handlers;
 pub mod net;
 pub mod server;
+
+pub mod bench;
+pub mod report;
