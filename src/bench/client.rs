@@ -299,7 +299,10 @@ pub fn run_consumer(job: ConsumerJob) -> Result<(), BenchError> {
         core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
     }
     let cfg = &job.cfg;
+    // librdkafka refuses assign() without a group id; no group protocol is
+    // used (no subscribe, no commits), so the group is never joined.
     let consumer: BaseConsumer = base_config(cfg)
+        .set("group.id", format!("fjord-bench-{}", cfg.topic))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
         .set("fetch.wait.max.ms", "100")
