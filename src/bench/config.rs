@@ -392,6 +392,25 @@ mod tests {
     }
 
     #[test]
+    fn shipped_workloads_resolve() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                let args = BenchArgs {
+                    workload: Some(p.clone()),
+                    ..Default::default()
+                };
+                let c = BenchConfig::resolve(&args).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                assert!(!c.description.is_empty(), "{} has no description", p.display());
+                n += 1;
+            }
+        }
+        assert!(n >= 8, "only {n} workloads shipped");
+    }
+
+    #[test]
     fn unknown_workload_keys_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("w.toml");

@@ -39,6 +39,22 @@ fn percentile_label(x: f64) -> String {
     format!("p{s}")
 }
 
+/// Axis numbers without float noise (0.30000000000000004).
+fn axis_number(v: f64) -> String {
+    let s = if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    };
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
 fn color(i: usize) -> RGBColor {
     const PALETTE: [RGBColor; 6] = [
         RGBColor(31, 119, 180),
@@ -201,11 +217,31 @@ fn percentile_chart(
         .configure_mesh()
         .x_desc("percentile")
         .y_desc("latency (ms)")
-        .x_labels(8)
-        .x_label_formatter(&|x| percentile_label(*x))
-        .y_label_formatter(&|y| format!("{y}"))
+        .x_labels(0)
+        .y_labels(12)
+        .y_label_formatter(&|y| axis_number(*y))
         .draw()
         .map_err(|e| e.to_string())?;
+    // The mesh would put its ticks at round "nines" (p68.38, ...): label the
+    // usual percentiles instead, each with a vertical guide.
+    let y_bottom = (y0 / 1.5).max(LATENCY_FLOOR_MS);
+    let y_top = y1 * 1.5;
+    for p in [50.0, 75.0, 90.0, 95.0, 99.0, 99.9, 99.99] {
+        let x = nines(p);
+        chart
+            .draw_series(LineSeries::new(
+                [(x, y_bottom), (x, y_top)],
+                BLACK.mix(0.25).stroke_width(1),
+            ))
+            .map_err(|e| e.to_string())?;
+        let (px, py) = chart.backend_coord(&(x, y_bottom));
+        root.draw(&Text::new(
+            percentile_label(x),
+            (px - 14, py + 6),
+            ("sans-serif", 13),
+        ))
+        .map_err(|e| e.to_string())?;
+    }
     for (i, (name, pts)) in curves.iter().enumerate() {
         let c = color(i);
         chart
@@ -243,7 +279,8 @@ fn time_chart(
             chart
                 .configure_mesh()
                 .x_desc("seconds since the end of warm-up")
-                .y_label_formatter(&|y| format!("{y}"))
+                .y_labels(10)
+                .y_label_formatter(&|y| axis_number(*y))
                 .draw()
                 .map_err(|e| e.to_string())?;
             for (i, (name, pts)) in lines.iter().enumerate() {
@@ -255,6 +292,9 @@ fn time_chart(
                     .legend(move |(x, y)| {
                         PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
                     });
+                chart
+                    .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
+                    .map_err(|e| e.to_string())?;
             }
             chart
                 .configure_series_labels()
