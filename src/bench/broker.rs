@@ -68,6 +68,13 @@ impl BrokerProcess {
     /// output appended to `log`, and waits until `bootstrap` accepts TCP connections.
     pub fn start(cmd: &str, bootstrap: &str, log: &Path) -> Result<Self, BenchError> {
         use std::os::unix::process::CommandExt;
+        if accepts(bootstrap) {
+            // Another broker already answers there: measuring it instead of
+            // the one we start would silently be wrong.
+            return Err(BenchError::Broker(format!(
+                "{bootstrap} already accepts connections before --broker-cmd started; stop that broker first"
+            )));
+        }
         let io = |what: &str, source| BenchError::Io {
             what: what.to_string(),
             source,

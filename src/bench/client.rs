@@ -41,6 +41,9 @@ pub const TRANSACTION_TIMEOUT_MS: u64 = 30_000;
 pub const SLEEP_THRESHOLD_US: u64 = 20;
 /// Pause before retrying a send that librdkafka refused with a full queue.
 pub const QUEUE_FULL_BACKOFF_US: u64 = 200;
+/// librdkafka's producer queue (`queue.buffering.max.messages`, its default):
+/// bounds how far a saturating run queues ahead of the broker.
+pub const PRODUCER_QUEUE_MESSAGES_MAX: u64 = 100_000;
 /// Consumer poll timeout: bounds how long a stop request waits.
 pub const CONSUMER_POLL_MS: u64 = 100;
 
@@ -116,7 +119,14 @@ struct BenchProducerContext {
     recorder: Arc<Recorder>,
 }
 
-impl ClientContext for BenchProducerContext {}
+impl ClientContext for BenchProducerContext {
+    /// librdkafka's own log lines (their level is set by `log_level`, 3 =
+    /// errors by default; raise it with `--producer-config log_level=7
+    /// --producer-config debug=eos,msg`) go to stderr.
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        eprintln!("librdkafka {level:?} {fac}: {log_message}");
+    }
+}
 
 impl ProducerContext for BenchProducerContext {
     /// The send time on [`now_ns`].
@@ -124,6 +134,9 @@ impl ProducerContext for BenchProducerContext {
 
     fn delivery(&self, result: &DeliveryResult<'_>, send_ns: usize) {
         let send_ns = send_ns as u64;
+        if result.is_ok() && self.recorder.window_open.load(Ordering::Relaxed) {
+            self.recorder.acked_in_window.fetch_add(1, Ordering::Relaxed);
+        }
         if !self.recorder.measured(send_ns) {
             return;
         }
@@ -168,7 +181,7 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
         .set("compression.type", &cfg.compression)
         .set("enable.idempotence", cfg.idempotence.to_string())
         .set("queue.buffering.max.kbytes", "1048576")
-        .set("queue.buffering.max.messages", "1000000");
+        .set("queue.buffering.max.messages", PRODUCER_QUEUE_MESSAGES_MAX.to_string());
     let transactional = cfg.transaction_duration_ms > 0;
     if transactional {
         c.set(

@@ -210,7 +210,7 @@ pub fn find_max_rate(
             true,
             None,
         )?;
-        let acked_rate = o.counters.acked as f64 / o.measured_s.max(1e-9);
+        let acked_rate = o.counters.acked_in_window as f64 / o.measured_s.max(1e-9);
         let delay_p99_us = Quantiles::of(&o.publish_delay, 1.0).p99;
         let backlog = o.backlog_at_stop as f64;
         let ok = acked_rate >= PROBE_ACKED_FRACTION_MIN * rate
@@ -413,6 +413,7 @@ pub fn run_phase(
         }
     }
     stop_producers.store(true, Ordering::Relaxed);
+    recorder.stop_measuring();
     let measured_s = t0.elapsed().as_secs_f64();
     let cpu1 = broker_pid.and_then(broker::sample);
     let at_stop = recorder.counters();
@@ -507,7 +508,7 @@ fn interval_point(
     has_consumers: bool,
 ) -> IntervalPoint {
     let dt_s = dt.as_secs_f64().max(1e-9);
-    let pub_rate = (now.sent - before.sent) as f64 / dt_s;
+    let pub_rate = (now.acked_in_window - before.acked_in_window) as f64 / dt_s;
     IntervalPoint {
         elapsed_s: elapsed.as_secs_f64(),
         publish_rate: pub_rate,
@@ -547,7 +548,8 @@ fn print_status(p: &IntervalPoint, _cfg: &BenchConfig) {
 /// The final lines: kafka-producer-perf-test's format, then the full quantiles.
 fn print_final(cfg: &BenchConfig, o: &PhaseOutcome) {
     let q = Quantiles::of(&o.publish_latency, 1000.0);
-    let n = o.counters.acked;
+    // Throughput counts acknowledgements that arrived inside the window.
+    let n = o.counters.acked_in_window;
     let rate = n as f64 / o.measured_s.max(1e-9);
     println!(
         "{} records sent, {:.1} records/sec ({:.2} MB/sec), {:.2} ms avg latency, {:.2} ms max latency, {} ms 50th, {} ms 95th, {} ms 99th, {} ms 99.9th.",
@@ -575,7 +577,7 @@ fn print_final(cfg: &BenchConfig, o: &PhaseOutcome) {
         "ms",
     );
     if let (Some(cpu), Some(rss)) = (o.broker_cpu_s, o.broker_peak_rss_bytes) {
-        let gb = o.counters.acked as f64 * cfg.message_size as f64 / 1e9;
+        let gb = o.counters.acked_in_window as f64 * cfg.message_size as f64 / 1e9;
         println!(
             "broker: {cpu:.2} CPU s ({:.3} s/GB produced), peak RSS {:.1} MiB",
             if gb > 0.0 { cpu / gb } else { 0.0 },

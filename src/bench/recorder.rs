@@ -13,7 +13,7 @@
 //! producer and consumer run in the same process, so end-to-end latency needs
 //! no clock synchronisation. Histograms store microseconds.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -99,6 +99,11 @@ pub struct Recorder {
     pub acked: AtomicU64,
     pub errors: AtomicU64,
     pub consumed: AtomicU64,
+    /// Acknowledgements that *arrived* while the measurement window was open,
+    /// whenever their message was sent: the throughput numerator, exact even
+    /// when librdkafka's queue holds seconds of messages (saturating runs).
+    pub acked_in_window: AtomicU64,
+    pub window_open: AtomicBool,
 }
 
 impl Default for Recorder {
@@ -114,6 +119,8 @@ impl Default for Recorder {
             acked: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             consumed: AtomicU64::new(0),
+            acked_in_window: AtomicU64::new(0),
+            window_open: AtomicBool::new(false),
         }
     }
 }
@@ -130,6 +137,12 @@ impl Recorder {
         self.publish_delay.take_interval();
         self.end_to_end.take_interval();
         self.measure_start_ns.store(now_ns(), Ordering::Relaxed);
+        self.window_open.store(true, Ordering::Relaxed);
+    }
+
+    /// Closes the measurement window: later acknowledgements no longer count as throughput.
+    pub fn stop_measuring(&self) {
+        self.window_open.store(false, Ordering::Relaxed);
     }
 
     pub fn counters(&self) -> Counters {
@@ -140,6 +153,7 @@ impl Recorder {
             acked: self.acked.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
             consumed: self.consumed.load(Ordering::Relaxed),
+            acked_in_window: self.acked_in_window.load(Ordering::Relaxed),
         }
     }
 }
@@ -152,6 +166,7 @@ pub struct Counters {
     pub acked: u64,
     pub errors: u64,
     pub consumed: u64,
+    pub acked_in_window: u64,
 }
 
 /// Summary quantiles of one histogram, in milliseconds (or microseconds for publish delay, as OMB).

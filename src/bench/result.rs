@@ -141,7 +141,7 @@ pub fn build(
     put_aggregate(&mut m, "EndToEndLatency", &o.end_to_end, 1000.0);
     let c = &o.counters;
     let secs = o.measured_s.max(1e-9);
-    let bytes = c.acked as f64 * cfg.message_size as f64;
+    let bytes = c.acked_in_window as f64 * cfg.message_size as f64;
     m.insert(
         "totals".into(),
         json!({
@@ -151,7 +151,8 @@ pub fn build(
             "acked": c.acked,
             "errors": c.errors,
             "consumed": c.consumed,
-            "publishRateAvg": c.acked as f64 / secs,
+            "ackedInWindow": c.acked_in_window,
+            "publishRateAvg": c.acked_in_window as f64 / secs,
             "publishMBps": bytes / secs / (1024.0 * 1024.0),
             "consumeRateAvg": c.consumed as f64 / secs,
             "backlogAtStop": o.backlog_at_stop,
