@@ -36,10 +36,10 @@ for r in $(seq "$repeat"); do
     "$fjord" bench --workload "$w" --label fjord --output "$out" --client-cores "$ccpu" \
       --bootstrap "127.0.0.1:$fport" \
       --broker-cmd "taskset -c $bcpu $fjord serve --data-dir $data/fjord --port $fport --listen 127.0.0.1 --cores 1 --no-pin ${FJORD_FLAGS:-}" \
-      "$@" | tee -a "$out/console.log"
+      "$@" 2>&1 | tee -a "$out/console.log" || echo "run failed: fjord $w" | tee -a "$out/console.log"
     "$fjord" bench --workload "$w" --label tansu --output "$out" --client-cores "$ccpu" \
       --bootstrap "127.0.0.1:$tport" \
       --broker-cmd "taskset -c $bcpu $tansu broker --listener-url tcp://127.0.0.1:$tport --advertised-listener-url tcp://127.0.0.1:$tport --storage-engine memory://tansu/" \
-      "$@" | tee -a "$out/console.log"
+      "$@" 2>&1 | tee -a "$out/console.log" || echo "run failed: tansu $w" | tee -a "$out/console.log"
   done
 done

@@ -165,7 +165,7 @@ fn bench_plain_and_idempotent_then_report() {
     );
     let md = std::fs::read_to_string(report_dir.join("report.md")).expect("report.md");
     assert!(
-        md.contains("plain (smoke)") && md.contains("idempotent (smoke)"),
+        md.contains("idempotent (smoke)") && md.contains("plain (smoke)"),
         "{md}"
     );
     assert!(md.contains("(×"), "no ratio column:\n{md}");

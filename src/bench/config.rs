@@ -402,8 +402,13 @@ mod tests {
                     workload: Some(p.clone()),
                     ..Default::default()
                 };
-                let c = BenchConfig::resolve(&args).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-                assert!(!c.description.is_empty(), "{} has no description", p.display());
+                let c =
+                    BenchConfig::resolve(&args).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                assert!(
+                    !c.description.is_empty(),
+                    "{} has no description",
+                    p.display()
+                );
                 n += 1;
             }
         }

@@ -54,6 +54,8 @@ pub struct ReportArgs {
 pub struct Loaded {
     pub path: PathBuf,
     pub json: Value,
+    /// 1-based position on the command line (names repeated runs apart).
+    pub index: usize,
 }
 
 impl Loaded {
@@ -75,12 +77,18 @@ impl Loaded {
         Ok(Loaded {
             path: path.to_path_buf(),
             json,
+            index: 0,
         })
     }
 
-    /// `driver (workload)`, the name of a result in charts and tables.
+    /// `#index driver (workload)`, the name of a result in charts and tables.
     pub fn name(&self) -> String {
-        format!("{} ({})", self.str("driver"), self.str("workload"))
+        format!(
+            "#{} {} ({})",
+            self.index,
+            self.str("driver"),
+            self.str("workload")
+        )
     }
 
     pub fn str(&self, key: &str) -> String {
@@ -324,7 +332,13 @@ pub fn run(args: ReportArgs) -> Result<(), ReportError> {
     let results = args
         .results
         .iter()
-        .map(|p| Loaded::load(p))
+        .enumerate()
+        .map(|(i, p)| {
+            Loaded::load(p).map(|mut l| {
+                l.index = i + 1;
+                l
+            })
+        })
         .collect::<Result<Vec<_>, _>>()?;
     std::fs::create_dir_all(&args.output).map_err(|source| ReportError::Io {
         what: format!("creating {}", args.output.display()),
@@ -423,9 +437,7 @@ pub fn run(args: ReportArgs) -> Result<(), ReportError> {
         })?;
     }
     println!(
-        "fjord report: {} and {} in {}",
-        "index.html",
-        "report.md",
+        "fjord report: index.html and report.md in {}",
         args.output.display()
     );
     Ok(())
