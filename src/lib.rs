@@ -29,3 +29,6 @@ pub mod txn;
 pub mod handlers;
 pub mod net;
 pub mod server;
+
+pub mod bench;
+pub mod report;

@@ -1,4 +1,4 @@
-//! The `fjord` command: `serve`, `dump-log`, and (later) `bench`, `report`.
+//! The `fjord` command: `serve`, `dump-log`, `bench`, `report`.
 
 use clap::{Parser, Subcommand};
 
@@ -19,6 +19,10 @@ enum Command {
     Serve(Box<fjord::config::ServeArgs>),
     /// Print segments, indexes and snapshots like kafka-dump-log.sh.
     DumpLog(fjord::log::dump::DumpLogArgs),
+    /// Drive any Kafka-compatible broker with an open-loop workload and record latencies.
+    Bench(Box<fjord::bench::BenchArgs>),
+    /// Turn bench results (JSON) into an HTML + Markdown report with SVG charts.
+    Report(fjord::report::ReportArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -26,6 +30,8 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => fjord::server::run(*args),
         Command::DumpLog(args) => dump_log(args),
+        Command::Bench(args) => fjord::bench::run(*args).map(|_| ()).map_err(Into::into),
+        Command::Report(args) => fjord::report::run(args).map_err(Into::into),
     }
 }
 

@@ -1,0 +1,387 @@
+//! The bench's Kafka clients (librdkafka through `rdkafka`): topic set-up, the
+//! open-loop producer threads and the consumer threads.
+//!
+//! Open loop: producer `k` of `n` sends message `i` at the intended time
+//! `start + i / rate_per_producer`, whatever happened to earlier sends. If the
+//! client falls behind (librdkafka's queue is full, a transaction commit
+//! blocks, the thread was descheduled), the lateness is recorded as *publish
+//! delay* instead of silently lowering the offered load (coordinated omission).
+//! Publish latency is measured from the actual send to the delivery report,
+//! which arrives on the `ThreadedProducer`'s polling thread as soon as
+//! librdkafka has the broker's answer.
+//!
+//! Every payload starts with the send time (8 bytes, little-endian
+//! nanoseconds on [`now_ns`]); consumers subtract it from their receipt time
+//! for end-to-end latency. Each producer and consumer is one OS thread; they
+//! share only the [`Recorder`] and the stop flags.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::config::{BenchConfig, KeyMode};
+use super::recorder::{now_ns, Recorder};
+use super::BenchError;
+
+/// Timeout of metadata, watermark and admin requests during set-up.
+pub const SETUP_TIMEOUT_MS: u64 = 15_000;
+/// How long transactional calls (init, commit) may take.
+pub const TRANSACTION_TIMEOUT_MS: u64 = 30_000;
+/// A producer sleeps until the intended send time only when it is at least
+/// this far away; closer sends go out at once (sleep overshoots by tens of µs).
+pub const SLEEP_THRESHOLD_US: u64 = 20;
+/// Pause before retrying a send that librdkafka refused with a full queue.
+pub const QUEUE_FULL_BACKOFF_US: u64 = 200;
+/// librdkafka's producer queue (`queue.buffering.max.messages`, its default):
+/// bounds how far a saturating run queues ahead of the broker.
+pub const PRODUCER_QUEUE_MESSAGES_MAX: u64 = 100_000;
+/// How long a producer waits for outstanding acknowledgements after the run.
+pub const FLUSH_TIMEOUT_MS: u64 = 15_000;
+/// Consumer poll timeout: bounds how long a stop request waits.
+pub const CONSUMER_POLL_MS: u64 = 100;
+
+fn kafka(what: &str) -> impl Fn(KafkaError) -> BenchError + '_ {
+    move |source| BenchError::Kafka {
+        what: what.to_string(),
+        source,
+    }
+}
+
+fn base_config(cfg: &BenchConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &cfg.bootstrap)
+        .set("log_level", "3");
+    c
+}
+
+/// Creates the topic when missing, waits until every partition has a leader,
+/// and returns each partition's high watermark (where consumers start).
+pub fn prepare_topic(cfg: &BenchConfig) -> Result<Vec<i64>, BenchError> {
+    let admin: AdminClient<DefaultClientContext> = base_config(cfg)
+        .create()
+        .map_err(kafka("creating admin client"))?;
+    let topic = NewTopic::new(&cfg.topic, cfg.partitions, TopicReplication::Fixed(1));
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_millis(SETUP_TIMEOUT_MS)));
+    let results = futures::executor::block_on(admin.create_topics([&topic], &opts))
+        .map_err(kafka("CreateTopics"))?;
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, code)) => {
+                return Err(BenchError::Broker(format!("creating topic {t}: {code}")));
+            }
+        }
+    }
+    let consumer: BaseConsumer = base_config(cfg)
+        .create()
+        .map_err(kafka("creating set-up consumer"))?;
+    let deadline = Instant::now() + Duration::from_millis(SETUP_TIMEOUT_MS);
+    let partitions = loop {
+        let md = consumer
+            .fetch_metadata(Some(&cfg.topic), Duration::from_millis(SETUP_TIMEOUT_MS))
+            .map_err(kafka("Metadata"))?;
+        let n = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == cfg.topic && t.error().is_none())
+            .map(|t| t.partitions().iter().filter(|p| p.leader() >= 0).count())
+            .unwrap_or(0);
+        if n > 0 && n >= cfg.partitions as usize {
+            break n;
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Broker(format!(
+                "topic {} has {n} partitions with a leader, want {}",
+                cfg.topic, cfg.partitions
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut starts = Vec::with_capacity(partitions);
+    for p in 0..partitions as i32 {
+        let (_, high) = consumer
+            .fetch_watermarks(&cfg.topic, p, Duration::from_millis(SETUP_TIMEOUT_MS))
+            .map_err(kafka("ListOffsets"))?;
+        starts.push(high);
+    }
+    Ok(starts)
+}
+
+/// Delivery reports: publish latency and acknowledgement counts.
+struct BenchProducerContext {
+    recorder: Arc<Recorder>,
+}
+
+impl ClientContext for BenchProducerContext {
+    /// librdkafka's own log lines (their level is set by `log_level`, 3 =
+    /// errors by default; raise it with `--producer-config log_level=7
+    /// --producer-config debug=eos,msg`) go to stderr.
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        eprintln!("librdkafka {level:?} {fac}: {log_message}");
+    }
+}
+
+impl ProducerContext for BenchProducerContext {
+    /// The send time on [`now_ns`].
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, send_ns: usize) {
+        let send_ns = send_ns as u64;
+        if result.is_ok() && self.recorder.window_open.load(Ordering::Relaxed) {
+            self.recorder
+                .acked_in_window
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        if !self.recorder.measured(send_ns) {
+            return;
+        }
+        match result {
+            Ok(_) => {
+                let us = now_ns().saturating_sub(send_ns) / 1_000;
+                self.recorder.publish_latency.record_us(us);
+                self.recorder.acked.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.recorder.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// What one producer thread needs.
+pub struct ProducerJob {
+    pub index: usize,
+    pub cfg: Arc<BenchConfig>,
+    pub recorder: Arc<Recorder>,
+    pub stop: Arc<AtomicBool>,
+    /// Messages per second for this producer (> 0).
+    pub rate: f64,
+    pub cpu: Option<usize>,
+}
+
+/// Runs one open-loop producer until `stop` is set, then flushes.
+pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
+    if let Some(cpu) = job.cpu {
+        core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+    }
+    // Sleep as precisely as the kernel allows: the default 50 µs timer slack
+    // would show up as publish delay at 10,000 msg/s.
+    // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    let cfg = &job.cfg;
+    let mut c = base_config(cfg);
+    c.set("acks", &cfg.acks)
+        .set("linger.ms", cfg.linger_ms.to_string())
+        .set("batch.size", cfg.batch_size.to_string())
+        .set("compression.type", &cfg.compression)
+        .set("enable.idempotence", cfg.idempotence.to_string())
+        .set("queue.buffering.max.kbytes", "1048576")
+        .set(
+            "queue.buffering.max.messages",
+            PRODUCER_QUEUE_MESSAGES_MAX.to_string(),
+        );
+    let transactional = cfg.transaction_duration_ms > 0;
+    if transactional {
+        c.set(
+            "transactional.id",
+            format!("fjord-bench-{}-{}", cfg.topic, job.index),
+        );
+    }
+    for (k, v) in &cfg.producer_config {
+        c.set(k, v);
+    }
+    let producer: ThreadedProducer<BenchProducerContext> = c
+        .create_with_context(BenchProducerContext {
+            recorder: job.recorder.clone(),
+        })
+        .map_err(kafka("creating producer"))?;
+    let txn_timeout = Duration::from_millis(TRANSACTION_TIMEOUT_MS);
+    let txn_every = Duration::from_millis(cfg.transaction_duration_ms);
+    if transactional {
+        producer
+            .init_transactions(txn_timeout)
+            .map_err(kafka("InitProducerId (transactional)"))?;
+        producer
+            .begin_transaction()
+            .map_err(kafka("beginning transaction"))?;
+    }
+    let mut txn_start = Instant::now();
+    let mut payload = vec![0u8; cfg.message_size];
+    for (i, b) in payload.iter_mut().enumerate().skip(8) {
+        *b = (i % 251) as u8;
+    }
+    let interval_ns = 1e9 / job.rate;
+    let start = now_ns();
+    let rec = &job.recorder;
+    let mut i: u64 = 0;
+    let mut rng_state: u64 = 0x9E37_79B9_7F4A_7C15 ^ (job.index as u64 + 1);
+    while !job.stop.load(Ordering::Relaxed) {
+        let intended = start + (i as f64 * interval_ns) as u64;
+        let now = now_ns();
+        if intended > now + SLEEP_THRESHOLD_US * 1_000 {
+            std::thread::sleep(Duration::from_nanos(intended - now));
+            continue;
+        }
+        if transactional && txn_start.elapsed() >= txn_every {
+            producer
+                .commit_transaction(txn_timeout)
+                .map_err(kafka("committing transaction"))?;
+            producer
+                .begin_transaction()
+                .map_err(kafka("beginning transaction"))?;
+            txn_start = Instant::now();
+        }
+        let key_bytes: Option<[u8; 8]> = match cfg.keys {
+            KeyMode::None => None,
+            KeyMode::RoundRobin => Some((i % cfg.partitions as u64).to_be_bytes()),
+            KeyMode::Random => {
+                // xorshift64: cheap, good enough to spread keys.
+                rng_state ^= rng_state << 13;
+                rng_state ^= rng_state >> 7;
+                rng_state ^= rng_state << 17;
+                Some(rng_state.to_be_bytes())
+            }
+        };
+        let key = key_bytes.as_ref().map(|k| &k[..]);
+        loop {
+            let send_ns = now_ns();
+            payload[..8].copy_from_slice(&send_ns.to_le_bytes());
+            let mut record =
+                BaseRecord::with_opaque_to(&cfg.topic, send_ns as usize).payload(&payload[..]);
+            if let Some(k) = key {
+                record = record.key(k);
+            }
+            match producer.send(record) {
+                Ok(()) => {
+                    rec.sent_all.fetch_add(1, Ordering::Relaxed);
+                    if rec.measured(send_ns) {
+                        rec.sent.fetch_add(1, Ordering::Relaxed);
+                        rec.publish_delay
+                            .record_us(send_ns.saturating_sub(intended) / 1_000);
+                    }
+                    break;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    if job.stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(QUEUE_FULL_BACKOFF_US));
+                }
+                Err((e, _)) => {
+                    if rec.measured(send_ns) {
+                        rec.errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if transactional {
+                        return Err(kafka("producing in a transaction")(e));
+                    }
+                    break;
+                }
+            }
+        }
+        i += 1;
+    }
+    if transactional {
+        producer
+            .commit_transaction(txn_timeout)
+            .map_err(kafka("committing the last transaction"))?;
+    }
+    // A broker that fell far behind may not acknowledge the whole queue in
+    // time: that is a result (the messages count as not acknowledged), not a
+    // reason to lose the run.
+    if let Err(e) = producer.flush(Duration::from_millis(FLUSH_TIMEOUT_MS)) {
+        eprintln!(
+            "fjord bench: producer {}: {} messages not acknowledged {FLUSH_TIMEOUT_MS} ms after the run: {e}",
+            job.index,
+            producer.in_flight_count()
+        );
+    }
+    Ok(())
+}
+
+/// What one consumer thread needs.
+pub struct ConsumerJob {
+    pub cfg: Arc<BenchConfig>,
+    pub recorder: Arc<Recorder>,
+    /// Set when the consumer should stop.
+    pub stop: Arc<AtomicBool>,
+    /// `(partition, start offset)` assigned to this consumer.
+    pub partitions: Vec<(i32, i64)>,
+    /// Sleep this long before consuming (backlog drain).
+    pub delay: Duration,
+    pub cpu: Option<usize>,
+}
+
+/// Consumes the assigned partitions from their start offsets until `stop`.
+pub fn run_consumer(job: ConsumerJob) -> Result<(), BenchError> {
+    if let Some(cpu) = job.cpu {
+        core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+    }
+    let cfg = &job.cfg;
+    // librdkafka refuses assign() without a group id; no group protocol is
+    // used (no subscribe, no commits), so the group is never joined.
+    let consumer: BaseConsumer = base_config(cfg)
+        .set("group.id", format!("fjord-bench-{}", cfg.topic))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set("fetch.wait.max.ms", "100")
+        .set(
+            "isolation.level",
+            if cfg.transaction_duration_ms > 0 {
+                "read_committed"
+            } else {
+                "read_uncommitted"
+            },
+        )
+        .create()
+        .map_err(kafka("creating consumer"))?;
+    let deadline = Instant::now() + job.delay;
+    while Instant::now() < deadline && !job.stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut tpl = TopicPartitionList::new();
+    for &(p, off) in &job.partitions {
+        tpl.add_partition_offset(&cfg.topic, p, Offset::Offset(off))
+            .map_err(kafka("building assignment"))?;
+    }
+    consumer
+        .assign(&tpl)
+        .map_err(kafka("assigning partitions"))?;
+    let rec = &job.recorder;
+    while !job.stop.load(Ordering::Relaxed) {
+        match consumer.poll(Duration::from_millis(CONSUMER_POLL_MS)) {
+            None => {}
+            Some(Ok(m)) => {
+                let now = now_ns();
+                rec.consumed_all.fetch_add(1, Ordering::Relaxed);
+                let Some(p) = m.payload() else { continue };
+                if p.len() < 8 {
+                    continue;
+                }
+                let mut ts = [0u8; 8];
+                ts.copy_from_slice(&p[..8]);
+                let send_ns = u64::from_le_bytes(ts);
+                if rec.measured(send_ns) {
+                    rec.consumed.fetch_add(1, Ordering::Relaxed);
+                    rec.end_to_end
+                        .record_us(now.saturating_sub(send_ns) / 1_000);
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => {}
+            Some(Err(e)) => {
+                // Transient fetch errors are retried by librdkafka; count them.
+                rec.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("consumer error: {e}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! Smoke test of `fjord bench` and `fjord report` against a real `fjord serve`:
+//! a short low-rate run (plain, then idempotent) must produce an OMB-shaped
+//! JSON result with non-zero counts in every metric, and `fjord report` must
+//! turn the results into HTML, Markdown and SVG charts.
+//!
+//! No timing assertions: latencies are only checked to be present and
+//! ordered (p50 ≤ p99 ≤ max), never compared with a bound.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{Broker, BrokerOpts};
+
+fn bench(broker: &Broker, out: &Path, label: &str, extra: &[&str]) -> serde_json::Value {
+    let pid = broker.pid().expect("broker is running").to_string();
+    let bootstrap = broker.bootstrap();
+    let mut args = vec![
+        "bench",
+        "--bootstrap",
+        &bootstrap,
+        "--label",
+        label,
+        "--name",
+        "smoke",
+        "--message-size",
+        "100",
+        "--rate",
+        "500",
+        "--duration",
+        "3s",
+        "--warmup",
+        "1s",
+        "--status-interval-secs",
+        "1",
+        "--broker-pid",
+        &pid,
+        "--output",
+        out.to_str().expect("utf-8 temp path"),
+    ];
+    args.extend_from_slice(extra);
+    let run = Command::new(env!("CARGO_BIN_EXE_fjord"))
+        .args(&args)
+        .output()
+        .expect("run fjord bench");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "fjord bench failed\nstdout:\n{stdout}\nstderr:\n{stderr}\nbroker:\n{}",
+        broker.stderr_tail()
+    );
+    assert!(
+        stdout.contains("records sent,") && stdout.contains("ms 99.9th."),
+        "no kafka-producer-perf-test line:\n{stdout}"
+    );
+    assert!(stdout.contains("[    1s] pub"), "no status line:\n{stdout}");
+    let file = std::fs::read_dir(out)
+        .expect("output dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| {
+            p.extension().is_some_and(|e| e == "json")
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(&format!("smoke-{label}-")))
+        })
+        .expect("result JSON written");
+    serde_json::from_str(&std::fs::read_to_string(file).expect("read result")).expect("valid JSON")
+}
+
+fn check_result(r: &serde_json::Value) {
+    let num = |k: &str| {
+        r[k].as_f64()
+            .unwrap_or_else(|| panic!("{k} missing in {r:#}"))
+    };
+    for prefix in [
+        "aggregatedPublishLatency",
+        "aggregatedEndToEndLatency",
+        "aggregatedPublishDelayLatency",
+    ] {
+        for suffix in [
+            "Avg", "50pct", "75pct", "95pct", "99pct", "999pct", "9999pct", "Max",
+        ] {
+            assert!(num(&format!("{prefix}{suffix}")) >= 0.0);
+        }
+        assert!(num(&format!("{prefix}50pct")) <= num(&format!("{prefix}99pct")));
+        assert!(num(&format!("{prefix}99pct")) <= num(&format!("{prefix}Max")));
+        assert!(
+            num(&format!("{prefix}Count")) > 0.0,
+            "{prefix}Count is zero"
+        );
+        assert!(r[format!("{prefix}Quantiles")]
+            .as_object()
+            .is_some_and(|m| !m.is_empty()));
+    }
+    assert!(num("aggregatedPublishLatency50pct") > 0.0);
+    for series in [
+        "publishRate",
+        "consumeRate",
+        "backlog",
+        "publishLatency99pct",
+        "endToEndLatency99pct",
+    ] {
+        let s = r[series]
+            .as_array()
+            .unwrap_or_else(|| panic!("{series} missing"));
+        assert!(!s.is_empty(), "{series} is empty");
+    }
+    let t = &r["totals"];
+    assert!(
+        t["acked"].as_u64().unwrap_or(0) > 0,
+        "nothing acknowledged: {t}"
+    );
+    assert!(
+        t["consumed"].as_u64().unwrap_or(0) > 0,
+        "nothing consumed: {t}"
+    );
+    assert_eq!(t["errors"].as_u64(), Some(0), "errors: {t}");
+    assert!(
+        r["broker"]["cpuSeconds"].as_f64().is_some_and(|c| c > 0.0),
+        "{}",
+        r["broker"]
+    );
+    assert!(r["broker"]["peakRssBytes"].as_u64().is_some_and(|b| b > 0));
+    assert!(r["environment"]["kernel"].as_str().is_some());
+    assert_eq!(r["messageSize"].as_u64(), Some(100));
+}
+
+#[test]
+fn bench_plain_and_idempotent_then_report() {
+    let broker = Broker::start(BrokerOpts::default().cores(1));
+    let out = tempfile::tempdir().expect("tempdir");
+    let plain = bench(&broker, out.path(), "plain", &[]);
+    check_result(&plain);
+    assert_eq!(plain["config"]["idempotence"].as_bool(), Some(false));
+    let idem = bench(
+        &broker,
+        out.path(),
+        "idempotent",
+        &["--idempotence", "true"],
+    );
+    check_result(&idem);
+    assert_eq!(idem["config"]["idempotence"].as_bool(), Some(true));
+
+    let mut files: Vec<_> = std::fs::read_dir(out.path())
+        .expect("output dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    let report_dir = out.path().join("report");
+    let run = Command::new(env!("CARGO_BIN_EXE_fjord"))
+        .arg("report")
+        .args(&files)
+        .arg("--output")
+        .arg(&report_dir)
+        .output()
+        .expect("run fjord report");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let md = std::fs::read_to_string(report_dir.join("report.md")).expect("report.md");
+    assert!(
+        md.contains("idempotent (smoke)") && md.contains("plain (smoke)"),
+        "{md}"
+    );
+    assert!(md.contains("(×"), "no ratio column:\n{md}");
+    let html = std::fs::read_to_string(report_dir.join("index.html")).expect("index.html");
+    assert!(html.contains("publish-latency-percentiles.svg"));
+    let svg = std::fs::read_to_string(report_dir.join("publish-latency-percentiles.svg"))
+        .expect("percentile chart");
+    assert!(
+        svg.starts_with("<svg") && svg.contains("p99.9"),
+        "chart lacks p99.9 label"
+    );
+}
