@@ -26,6 +26,7 @@ use crate::protocol::{parse_request_header, SOCKET_REQUEST_MAX_BYTES};
 use crate::record::RecordsChunk;
 use crate::shard::ShardCtx;
 use bytes::{Buf, BytesMut};
+use futures::FutureExt;
 use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
@@ -197,9 +198,31 @@ async fn write_loop(
     queued: &Cell<usize>,
 ) -> io::Result<()> {
     let mut out = BytesMut::with_capacity(COALESCE_BYTES_MAX);
-    while let Some(task) = rx.recv().await {
+    let mut next: Option<JoinHandle<Outcome>> = None;
+    loop {
+        // The next request in order: one already taken off the queue, or
+        // wait for one — after writing what is buffered, so a response is
+        // never held back while nothing else is ready.
+        let mut task = match next.take() {
+            Some(t) => t,
+            None => {
+                flush(stream, &mut out).await?;
+                match rx.recv().await {
+                    Some(t) => t,
+                    None => return Ok(()),
+                }
+            }
+        };
+        // Counted as queued until its answer is taken (see write_responses).
         queued.set(queued.get() - 1);
-        let outcome = task.await;
+        // Its answer: at once if ready, else after writing the buffer.
+        let outcome = match futures::poll!(&mut task) {
+            std::task::Poll::Ready(o) => o,
+            std::task::Poll::Pending => {
+                flush(stream, &mut out).await?;
+                task.await
+            }
+        };
         ctx.request_finished();
         let Some(outcome) = outcome else {
             return Err(io::Error::other("request task was cancelled"));
@@ -221,10 +244,6 @@ async fn write_loop(
                         }
                     }
                 }
-                // Write now unless another response is queued and can share the write.
-                if queued.get() == 0 || out.len() >= COALESCE_BYTES_MAX {
-                    flush(stream, &mut out).await?;
-                }
             }
             Outcome::NoReply => {}
             Outcome::Close => {
@@ -232,8 +251,15 @@ async fn write_loop(
                 return Ok(());
             }
         }
+        // Coalesce with the next response only if its request is already
+        // here; whether it is answered yet is decided above.
+        if let Some(Some(t)) = rx.recv().now_or_never() {
+            next = Some(t);
+        }
+        if out.len() >= COALESCE_BYTES_MAX {
+            flush(stream, &mut out).await?;
+        }
     }
-    flush(stream, &mut out).await
 }
 
 async fn flush(stream: &mut SharedStream, out: &mut BytesMut) -> io::Result<()> {
