@@ -3,8 +3,16 @@
 //!
 //! [`ShardCtx`] is the shard's state, owned by that shard alone (`Rc`,
 //! `RefCell`; nothing here is shared with other threads): the current
-//! metadata image, the partition logs this shard leads, and the router to the
-//! other shards. Shard 0 also runs the controller ([`controller`]).
+//! metadata image, the partitions this shard leads ([`PartitionState`]: log,
+//! producer state, aborted transactions), its producer-id block, its group
+//! and transaction coordinators, and the router to the other shards. Shard 0
+//! also runs the controller ([`controller`]).
+//!
+//! The partition side of transactions lives here too: markers are appended
+//! by [`ShardCtx::write_txn_markers`] (called locally or through the router by
+//! a coordinator), which ends the producer's open transaction, records an
+//! aborted one in `.txnindex`, and so moves the last stable offset
+//! ([`PartitionState::last_stable_offset`]).
 //!
 //! Metadata flows one way: the controller persists a change, builds a new
 //! image and sends it to every shard; each shard opens the logs of partitions
