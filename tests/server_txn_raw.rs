@@ -162,6 +162,19 @@ fn stored(broker: &Broker) -> Vec<(i64, i16, Option<ControlType>)> {
         .collect()
 }
 
+/// KAFKA_BEHAVIOUR.md §5's batches for transactions A (commit), B (abort),
+/// C (commit) under transaction version 2: (base offset, epoch, marker).
+fn commit_abort_commit_layout() -> Vec<(i64, i16, Option<ControlType>)> {
+    vec![
+        (0, 0, None),
+        (3, 1, Some(ControlType::Commit)),
+        (4, 1, None),
+        (7, 2, Some(ControlType::Abort)),
+        (8, 2, None),
+        (10, 3, Some(ControlType::Commit)),
+    ]
+}
+
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !f() {
@@ -211,17 +224,7 @@ fn commit_abort_commit_reproduces_stock_kafka() {
 
     // On disk: data e0 @0-2, COMMIT e1 @3, data e1 @4-6, ABORT e2 @7,
     // data e2 @8-9, COMMIT e3 @10.
-    assert_eq!(
-        stored(&broker),
-        vec![
-            (0, 0, None),
-            (3, 1, Some(ControlType::Commit)),
-            (4, 1, None),
-            (7, 2, Some(ControlType::Abort)),
-            (8, 2, None),
-            (10, 3, Some(ControlType::Commit)),
-        ]
-    );
+    assert_eq!(stored(&broker), commit_abort_commit_layout());
     // .txnindex: producerId, firstOffset 4, lastOffset 7, lastStableOffset 8.
     let txnindex = std::fs::read(
         broker
@@ -414,17 +417,7 @@ fn transaction_version_2_adds_partitions_on_produce() {
     assert_eq!(produce_v12(&mut raw, id, pid, 2, 0, &["c4", "c5"]), (0, 8));
     assert_eq!(end(&mut coord, id, pid, 2, true), (0, 3));
     wait_until("the last COMMIT marker", || latest(&mut raw, true) == 11);
-    assert_eq!(
-        stored(&broker),
-        vec![
-            (0, 0, None),
-            (3, 1, Some(ControlType::Commit)),
-            (4, 1, None),
-            (7, 2, Some(ControlType::Abort)),
-            (8, 2, None),
-            (10, 3, Some(ControlType::Commit)),
-        ]
-    );
+    assert_eq!(stored(&broker), commit_abort_commit_layout());
     // A producer with the old epoch is fenced on the partition.
     assert_eq!(
         produce_v12(&mut raw, id, pid, 2, 2, &["late"]).0,

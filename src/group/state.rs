@@ -96,6 +96,24 @@ pub struct Member {
 }
 
 impl Member {
+    /// Answers the member's parked JoinGroup and SyncGroup, if any, with `err`.
+    fn fail_parked(&self, member_id: &str, err: GroupError, out: &mut Vec<Completion>) {
+        if self.awaiting_join {
+            out.push(Completion::Join {
+                member_id: member_id.to_string(),
+                result: Err(err.clone()),
+            });
+        }
+        if self.awaiting_sync {
+            out.push(Completion::Sync {
+                member_id: member_id.to_string(),
+                result: Err(err),
+            });
+        }
+    }
+}
+
+impl Member {
     fn metadata_for(&self, protocol: &str) -> Bytes {
         self.protocols
             .iter()
@@ -407,18 +425,7 @@ impl Group {
         let Some(mut old) = self.members.remove(old_id) else {
             return Err(GroupError::UnknownMemberId);
         };
-        if old.awaiting_join {
-            out.push(Completion::Join {
-                member_id: old_id.to_string(),
-                result: Err(GroupError::FencedInstanceId),
-            });
-        }
-        if old.awaiting_sync {
-            out.push(Completion::Sync {
-                member_id: old_id.to_string(),
-                result: Err(GroupError::FencedInstanceId),
-            });
-        }
+        old.fail_parked(old_id, GroupError::FencedInstanceId, out);
         let new_id = req.new_member_id.clone();
         let protocols_changed = old.protocols != req.protocols;
         old.member_id = new_id.clone();
@@ -591,18 +598,7 @@ impl Group {
                 self.static_members.remove(instance);
             }
         }
-        if m.awaiting_join {
-            out.push(Completion::Join {
-                member_id: member_id.to_string(),
-                result: Err(GroupError::UnknownMemberId),
-            });
-        }
-        if m.awaiting_sync {
-            out.push(Completion::Sync {
-                member_id: member_id.to_string(),
-                result: Err(GroupError::UnknownMemberId),
-            });
-        }
+        m.fail_parked(member_id, GroupError::UnknownMemberId, out);
         if self.is_leader(member_id) {
             self.leader = self.members.keys().next().cloned();
         }
