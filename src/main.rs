@@ -1,6 +1,7 @@
 //! The `fjord` command: `serve`, `dump-log`, `bench`, `report`.
 
 use clap::{Parser, Subcommand};
+use std::io::Write;
 
 #[derive(Parser)]
 #[command(
@@ -29,9 +30,25 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => fjord::server::run(*args),
-        Command::DumpLog(args) => dump_log(args),
+        Command::DumpLog(args) => ignore_broken_pipe(dump_log(args)),
         Command::Bench(args) => fjord::bench::run(*args).map(|_| ()).map_err(Into::into),
         Command::Report(args) => fjord::report::run(args).map_err(Into::into),
+    }
+}
+
+/// A reader that stops early (`fjord dump-log ... | head`) closes the pipe:
+/// that ends the dump, it is not an error.
+fn ignore_broken_pipe(result: anyhow::Result<()>) -> anyhow::Result<()> {
+    match result {
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            Ok(())
+        }
+        other => other,
     }
 }
 
@@ -41,11 +58,13 @@ fn main() -> anyhow::Result<()> {
 fn dump_log(mut args: fjord::log::dump::DumpLogArgs) -> anyhow::Result<()> {
     let is_snapshot = |f: &std::path::PathBuf| f.extension().is_some_and(|e| e == "snapshot");
     let mut rest = Vec::new();
+    let stdout = std::io::stdout();
     for f in args.files.drain(..).chain(args.files_flag.drain(..)) {
         if is_snapshot(&f) {
-            println!("Dumping {}", f.display());
+            let mut out = stdout.lock();
+            writeln!(out, "Dumping {}", f.display())?;
             for line in fjord::producer::snapshot::describe(&f)? {
-                println!("{line}");
+                writeln!(out, "{line}")?;
             }
         } else {
             rest.push(f);
