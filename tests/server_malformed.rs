@@ -1,6 +1,7 @@
 //! Malformed input never crashes the broker and never disturbs other
 //! connections: negative length, 2^31-1 length then close, random garbage,
-//! unknown API key, unknown versions, truncated frames. After each, a
+//! unknown API key, unknown versions, truncated frames. Well-formed frames
+//! split at every byte or several to a write are answered in order. After each, a
 //! connection opened before it still answers, and fresh librdkafka clients
 //! produce and consume.
 
@@ -254,5 +255,49 @@ fn truncated_frames_are_survived() {
     let mut c = RawClient::connect(f.broker.port_of(1));
     c.send_frame(&body);
     c.assert_closed(CLOSE_TIMEOUT, "truncated request header");
+    f.assert_still_serving();
+}
+
+#[test]
+fn frames_split_or_coalesced_are_answered_in_order() {
+    let mut f = fixture();
+    let mut c = RawClient::connect(f.broker.port);
+    let md = MetadataRequest::default().with_topics(None);
+    // Three requests in one write.
+    let mut bytes = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (frame, id) = c.encode_frame(9, &md);
+        bytes.extend_from_slice(&frame);
+        ids.push(id);
+    }
+    // ... the last one cut in two, its second half sent a moment later.
+    let (frame, id) = c.encode_frame(9, &md);
+    let cut = frame.len() / 2;
+    bytes.extend_from_slice(&frame[..cut]);
+    c.send_bytes(&bytes);
+    std::thread::sleep(Duration::from_millis(50));
+    c.send_bytes(&frame[cut..]);
+    ids.push(id);
+    for id in ids {
+        let r = c.receive::<MetadataRequest>(9, id);
+        assert!(
+            r.topics
+                .iter()
+                .any(|t| t.name.as_ref().is_some_and(|n| n.as_str() == "malformed")),
+            "a complete Metadata answer"
+        );
+    }
+    // One request a byte at a time.
+    let (frame, id) = c.encode_frame(3, &ApiVersionsRequest::default());
+    for b in &frame {
+        c.send_bytes(std::slice::from_ref(b));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let r = c.receive::<ApiVersionsRequest>(3, id);
+    assert_eq!(
+        r.error_code, 0,
+        "ApiVersions answered after a byte-by-byte send"
+    );
     f.assert_still_serving();
 }

@@ -40,6 +40,8 @@ use std::task::{Context, Poll};
 
 /// Bytes asked of the socket per read when no larger frame is pending.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// A read is never offered less room than this (the buffer grows first).
+const READ_CHUNK_MIN_BYTES: usize = 4 * 1024;
 /// Responses smaller than this are coalesced into one write.
 const COALESCE_BYTES_MAX: usize = 64 * 1024;
 
@@ -135,20 +137,26 @@ async fn read_requests(
     tx: local_channel::LocalSender<JoinHandle<Outcome>>,
     queued: Rc<Cell<usize>>,
 ) -> io::Result<()> {
-    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
-    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    // The socket is read straight into `buf`: bytes `..filled` are received,
+    // `filled..` is zeroed room for the next read. A frame is split off the
+    // front once whole, so a request body is never copied in user space
+    // (the kernel's copy out of the socket is the only one).
+    let mut buf = BytesMut::new();
+    let mut filled = 0usize;
     loop {
         // Cut every complete frame out of the buffer.
+        let mut frame_total = None;
         loop {
-            let declared = declared_frame_len(&buf, SOCKET_REQUEST_MAX_BYTES)
+            let declared = declared_frame_len(&buf[..filled], SOCKET_REQUEST_MAX_BYTES)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             let Some(len) = declared else { break };
-            if buf.len() < FRAME_PREFIX_BYTES + len {
-                // Room for the whole frame at once, not in 64 KiB steps.
-                buf.reserve(FRAME_PREFIX_BYTES + len - buf.len());
+            let total = FRAME_PREFIX_BYTES + len;
+            if filled < total {
+                frame_total = Some(total);
                 break;
             }
-            let mut frame = buf.split_to(FRAME_PREFIX_BYTES + len);
+            let mut frame = buf.split_to(total);
+            filled -= total;
             frame.advance(FRAME_PREFIX_BYTES);
             let header = parse_request_header(&mut frame)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
@@ -163,11 +171,20 @@ async fn read_requests(
                 return Ok(()); // the writer is gone (write error or close)
             }
         }
-        let n = stream.read(&mut chunk).await?;
+        // Room for the rest of a pending frame at once (not in 64 KiB
+        // steps), else for one more read chunk.
+        let room = match frame_total {
+            Some(total) => total.max(filled + READ_CHUNK_MIN_BYTES),
+            None => filled + READ_CHUNK_BYTES,
+        };
+        if buf.len() < room || buf.len() - filled < READ_CHUNK_MIN_BYTES {
+            buf.resize(room.max(filled + READ_CHUNK_MIN_BYTES), 0);
+        }
+        let n = stream.read(&mut buf[filled..]).await?;
         if n == 0 {
             return Ok(());
         }
-        buf.extend_from_slice(&chunk[..n]);
+        filled += n;
     }
 }
 

@@ -51,6 +51,15 @@ impl RawClient {
 
     /// Encodes and sends `req` at `version`; returns its correlation id.
     pub fn send<R: Request>(&mut self, version: i16, req: &R) -> i32 {
+        let (framed, correlation_id) = self.encode_frame(version, req);
+        self.send_bytes(&framed);
+        correlation_id
+    }
+
+    /// Encodes `req` at `version` as a whole frame (length prefix included)
+    /// without sending it; returns the bytes and the correlation id.
+    #[allow(dead_code)] // not every test binary sends frames by hand
+    pub fn encode_frame<R: Request>(&mut self, version: i16, req: &R) -> (Vec<u8>, i32) {
         let key = ApiKey::try_from(R::KEY).expect("a known api key");
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id += 1;
@@ -64,8 +73,10 @@ impl RawClient {
             .encode(&mut body, key.request_header_version(version))
             .expect("encode request header");
         req.encode(&mut body, version).expect("encode request body");
-        self.send_frame(&body);
-        correlation_id
+        let mut framed = Vec::with_capacity(4 + body.len());
+        framed.extend_from_slice(&(body.len() as i32).to_be_bytes());
+        framed.extend_from_slice(&body);
+        (framed, correlation_id)
     }
 
     /// Sends `body` with its 4-byte length prefix.
