@@ -171,14 +171,21 @@ async fn read_requests(
                 return Ok(()); // the writer is gone (write error or close)
             }
         }
-        // Room for the rest of a pending frame at once (not in 64 KiB
-        // steps), else for one more read chunk.
-        let room = match frame_total {
+        // Grow only when the room left is too small: room for the rest of a
+        // pending frame at once (not in 64 KiB steps), else for a read chunk.
+        // (Growing while earlier frames still share the buffer allocates a
+        // new one, and every frame keeps its block alive in the tail cache:
+        // growing on every read would pin a block per request.)
+        let need = match frame_total {
             Some(total) => total.max(filled + READ_CHUNK_MIN_BYTES),
-            None => filled + READ_CHUNK_BYTES,
+            None => filled + READ_CHUNK_MIN_BYTES,
         };
-        if buf.len() < room || buf.len() - filled < READ_CHUNK_MIN_BYTES {
-            buf.resize(room.max(filled + READ_CHUNK_MIN_BYTES), 0);
+        if buf.len() < need {
+            let grow_to = match frame_total {
+                Some(_) => need,
+                None => filled + READ_CHUNK_BYTES,
+            };
+            buf.resize(grow_to, 0);
         }
         let n = stream.read(&mut buf[filled..]).await?;
         if n == 0 {
