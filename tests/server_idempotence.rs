@@ -292,3 +292,98 @@ fn librdkafka_idempotent_survives_sigkill() {
         b.restart();
     });
 }
+
+/// Producer snapshots are written at every segment roll (as Kafka does), at
+/// the new segment's base offset, so a restart replays at most one segment;
+/// duplicates are still recognised after a SIGKILL.
+#[test]
+fn snapshots_are_written_at_segment_roll() {
+    let mut broker = Broker::start(BrokerOpts::default().cores(1));
+    client::create_topic(
+        &broker.bootstrap(),
+        "rolls",
+        1,
+        &[("segment.bytes", "1048576")],
+    );
+    let mut raw = RawClient::connect(broker.port);
+    let (pid, _) = init_producer_id(&mut raw, None);
+    // 30 batches of 10 records of 10 KiB: about 3 MiB, so 2 rolls.
+    let value = vec![b'v'; 10 * 1024];
+    let big_batch = |seq: i32| {
+        let mut b = BatchBuilder::new(Compression::None).producer(pid, 0, seq);
+        for _ in 0..10 {
+            b = b.record(None, Some(&value), &[], 1_700_000_000_000);
+        }
+        b.build().freeze()
+    };
+    for i in 0..30 {
+        assert_eq!(
+            produce(&mut raw, "rolls", big_batch(i * 10)),
+            (NONE, i as i64 * 10)
+        );
+    }
+    let dir = broker.data_dir().join("rolls-0");
+    let bases = |ext: &str| -> Vec<i64> {
+        let mut v: Vec<i64> = std::fs::read_dir(&dir)
+            .expect("partition dir")
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                name.strip_suffix(ext)?.parse().ok()
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let segments = bases(".log");
+    assert!(segments.len() >= 3, "segments rolled: {segments:?}");
+    let rolled: Vec<i64> = segments[1..].to_vec();
+    let snapshots = common::wait_for(Duration::from_secs(10), "roll snapshots", || {
+        let s = bases(".snapshot");
+        rolled.iter().all(|b| s.contains(b)).then_some(s)
+    });
+    assert!(
+        rolled.iter().all(|b| snapshots.contains(b)),
+        "a snapshot at every rolled segment's base: {snapshots:?} for {segments:?}"
+    );
+    drop(raw);
+
+    broker.kill9();
+    broker.restart();
+    let last_base = *segments.last().expect("a segment");
+    let rebuilt = format!("tp=rolls-0 snapshot_offset={last_base} ");
+    common::wait_for(
+        Duration::from_secs(10),
+        "recovery from the last roll snapshot",
+        || {
+            without_ansi(&broker.stderr_tail())
+                .contains(&rebuilt)
+                .then_some(())
+        },
+    );
+    let mut raw = RawClient::connect(broker.port);
+    assert_eq!(
+        produce(&mut raw, "rolls", big_batch(290)),
+        (NONE, 290),
+        "the last batch retried after kill -9 is a duplicate"
+    );
+    assert_eq!(produce(&mut raw, "rolls", big_batch(300)), (NONE, 300));
+}
+
+/// `text` without ANSI escape sequences (the broker's log is coloured).
+fn without_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ ... final byte in @..~
+            for d in chars.by_ref() {
+                if ('@'..='~').contains(&d) && d != '[' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

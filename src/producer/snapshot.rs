@@ -8,8 +8,10 @@
 //! 16-byte-aligned buffer and the archive is accessed in place (validated by
 //! rkyv's bytecheck, never trusted blindly): loading is a view, not a parse.
 //!
-//! The files are small and written rarely (a quiescent partition, at most
-//! every few seconds, and at clean shutdown), so writing is plain blocking I/O
+//! The files are small and written rarely (at every segment roll, as Kafka
+//! does, at the new segment's base offset once the batches below it are
+//! written; for a quiescent partition at most every few seconds; and at clean
+//! shutdown), so writing is plain blocking I/O
 //! run off the reactor: write a temporary file, fsync, rename, keep the newest
 //! [`SNAPSHOTS_KEPT`].
 

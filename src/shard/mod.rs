@@ -577,6 +577,47 @@ impl ShardCtx {
         .detach();
     }
 
+    /// A segment of `p` rolled at `base` (the first offset of the new
+    /// segment), before the batch at `base` was recorded in the producer
+    /// state: snapshot that state as of `base`, as Kafka does at every roll,
+    /// so recovery replays at most one segment. The state is captured now;
+    /// the file is written once every batch below `base` is written, so a
+    /// snapshot never describes batches the log could lose. Skipped (the
+    /// periodic snapshot catches up) while a `.txnindex` append is pending.
+    pub fn snapshot_at_roll(&self, p: &PartitionState, base: i64) {
+        if p.producers.borrow().is_empty()
+            || p.txn_index_pending.get() > 0
+            || p.txn_index_failed.get()
+            || base <= p.snapshot_offset.get()
+        {
+            return;
+        }
+        let bytes = match snapshot::encode(base, p.producers.borrow().entries()) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(tp = %p.tp, error = %e, "encoding producer snapshot failed");
+                return;
+            }
+        };
+        let log = p.log.clone();
+        let snapshot_offset = p.snapshot_offset.clone();
+        let tp = p.tp.clone();
+        glommio::spawn_local(async move {
+            if base > 0 && log.wait_written(Offset(base - 1)).await.is_err() {
+                return; // the log failed: no snapshot past what it holds
+            }
+            let dir = log.dir().to_path_buf();
+            let written = glommio::executor()
+                .spawn_blocking(move || snapshot::write(&dir, base, &bytes))
+                .await;
+            match written {
+                Ok(()) => snapshot_offset.set(snapshot_offset.get().max(base)),
+                Err(e) => tracing::error!(%tp, error = %e, "writing producer snapshot failed"),
+            }
+        })
+        .detach();
+    }
+
     /// Writes a producer snapshot for every partition whose state changed,
     /// if the partition is quiescent (every appended batch written), and
     /// expires idle producers. Run periodically and at shutdown.
@@ -608,7 +649,7 @@ impl ShardCtx {
                 .spawn_blocking(move || snapshot::write(&dir, log_end, &bytes))
                 .await;
             match written {
-                Ok(()) => p.snapshot_offset.set(log_end),
+                Ok(()) => p.snapshot_offset.set(p.snapshot_offset.get().max(log_end)),
                 Err(e) => {
                     tracing::error!(tp = %p.tp, error = %e, "writing producer snapshot failed")
                 }
