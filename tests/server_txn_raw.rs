@@ -424,3 +424,68 @@ fn transaction_version_2_adds_partitions_on_produce() {
         ResponseError::InvalidProducerEpoch.code()
     );
 }
+
+/// A producer that begins its next transaction as soon as EndTxn is
+/// answered meets the coordinator still writing markers. Whenever its
+/// AddPartitionsToTxn is accepted (at once, after waiting at the
+/// coordinator, or on a retry), the new transaction starts after the
+/// previous one's marker: every batch lands after the COMMIT before it.
+#[test]
+fn back_to_back_transactions_start_after_the_markers() {
+    let broker = Broker::start(BrokerOpts::default().cores(1));
+    common::client::create_topic(&broker.bootstrap(), TOPIC, 1, &[]);
+    let mut raw = RawClient::connect(broker.port);
+    let id = "txn-back-to-back";
+    let (pid, mut epoch) = init(&mut raw, id).expect("InitProducerId");
+    const TRANSACTIONS: i64 = 20;
+    let mut want = Vec::new();
+    for n in 0..TRANSACTIONS {
+        assert_eq!(
+            add_partition(&mut raw, id, pid, epoch),
+            0,
+            "transaction {n}"
+        );
+        assert_eq!(
+            produce(&mut raw, id, pid, epoch, 0, &["v"]),
+            (0, 2 * n),
+            "transaction {n} starts after the previous marker"
+        );
+        let (code, next) = end(&mut raw, id, pid, epoch, true);
+        assert_eq!((code, next), (0, epoch + 1), "transaction {n}");
+        want.push((2 * n, epoch, None));
+        want.push((2 * n + 1, next, Some(ControlType::Commit)));
+        epoch = next;
+    }
+    wait_until("the last COMMIT marker", || {
+        latest(&mut raw, true) == 2 * TRANSACTIONS
+    });
+    assert_eq!(stored(&broker), want);
+}
+
+/// The coordinator waits only a bounded time for a transaction to finish:
+/// with its markers held back (test hook), AddPartitionsToTxn still gets
+/// CONCURRENT_TRANSACTIONS, and succeeds once the markers are written.
+#[test]
+fn a_request_meeting_slow_markers_still_gets_concurrent_transactions() {
+    let broker = Broker::start(
+        BrokerOpts::default()
+            .cores(1)
+            .arg("--debug-delay-txn-markers-ms")
+            .arg("3000"),
+    );
+    common::client::create_topic(&broker.bootstrap(), TOPIC, 1, &[]);
+    let mut raw = RawClient::connect(broker.port);
+    let id = "txn-slow-markers";
+    let (pid, epoch) = init(&mut raw, id).expect("InitProducerId");
+    assert_eq!(add_partition(&mut raw, id, pid, epoch), 0);
+    assert_eq!(produce(&mut raw, id, pid, epoch, 0, &["v"]), (0, 0));
+    assert_eq!(end(&mut raw, id, pid, epoch, true), (0, epoch + 1));
+    assert_eq!(
+        add_partition_once(&mut raw, id, pid, epoch + 1),
+        ResponseError::ConcurrentTransactions.code(),
+        "markers are held for 3 s, far past the coordinator's wait"
+    );
+    assert_eq!(add_partition(&mut raw, id, pid, epoch + 1), 0);
+    assert_eq!(latest(&mut raw, true), 2, "the COMMIT marker is written");
+    assert_eq!(produce(&mut raw, id, pid, epoch + 1, 0, &["w"]), (0, 2));
+}

@@ -15,7 +15,7 @@
 //! for end-to-end latency. Each producer and consumer is one OS thread; they
 //! share only the [`Recorder`] and the stop flags.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -119,14 +119,19 @@ pub fn prepare_topic(cfg: &BenchConfig) -> Result<Vec<i64>, BenchError> {
 /// Delivery reports: publish latency and acknowledgement counts.
 struct BenchProducerContext {
     recorder: Arc<Recorder>,
+    /// When the producer's current transaction began (on [`now_ns`], at
+    /// least 1) while its first delivery report is awaited; 0 otherwise.
+    txn_begin_ns: Arc<AtomicU64>,
 }
 
 impl ClientContext for BenchProducerContext {
     /// librdkafka's own log lines (their level is set by `log_level`, 3 =
     /// errors by default; raise it with `--producer-config log_level=7
-    /// --producer-config debug=eos,msg`) go to stderr.
+    /// --producer-config debug=eos,msg`) go to stderr, stamped with
+    /// milliseconds on [`now_ns`]'s clock to time protocol steps.
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
-        eprintln!("librdkafka {level:?} {fac}: {log_message}");
+        let ms = now_ns() as f64 / 1e6;
+        eprintln!("librdkafka {ms:.3} {level:?} {fac}: {log_message}");
     }
 }
 
@@ -136,6 +141,13 @@ impl ProducerContext for BenchProducerContext {
 
     fn delivery(&self, result: &DeliveryResult<'_>, send_ns: usize) {
         let send_ns = send_ns as u64;
+        if result.is_ok() && self.txn_begin_ns.load(Ordering::Relaxed) != 0 {
+            let begin_ns = self.txn_begin_ns.swap(0, Ordering::Relaxed);
+            if begin_ns != 0 && self.recorder.in_window(begin_ns) {
+                let us = now_ns().saturating_sub(begin_ns) / 1_000;
+                self.recorder.txn_first_ack.record_us(us);
+            }
+        }
         if result.is_ok() && self.recorder.window_open.load(Ordering::Relaxed) {
             self.recorder
                 .acked_in_window
@@ -199,20 +211,37 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
     for (k, v) in &cfg.producer_config {
         c.set(k, v);
     }
+    // rdkafka applies the `log` crate's level after creating the client,
+    // overriding `log_level` in the config: apply an explicit one instead.
+    if let Some(level) = cfg
+        .producer_config
+        .iter()
+        .find(|(k, _)| k == "log_level")
+        .and_then(|(_, v)| v.parse::<u8>().ok())
+    {
+        c.set_log_level(rdkafka_log_level(level));
+    }
+    let txn_begin_ns = Arc::new(AtomicU64::new(0));
     let producer: ThreadedProducer<BenchProducerContext> = c
         .create_with_context(BenchProducerContext {
             recorder: job.recorder.clone(),
+            txn_begin_ns: txn_begin_ns.clone(),
         })
         .map_err(kafka("creating producer"))?;
     let txn_timeout = Duration::from_millis(TRANSACTION_TIMEOUT_MS);
     let txn_every = Duration::from_millis(cfg.transaction_duration_ms);
+    let begin = || -> Result<(), BenchError> {
+        producer
+            .begin_transaction()
+            .map_err(kafka("beginning transaction"))?;
+        txn_begin_ns.store(now_ns().max(1), Ordering::Relaxed);
+        Ok(())
+    };
     if transactional {
         producer
             .init_transactions(txn_timeout)
             .map_err(kafka("InitProducerId (transactional)"))?;
-        producer
-            .begin_transaction()
-            .map_err(kafka("beginning transaction"))?;
+        begin()?;
     }
     let mut txn_start = Instant::now();
     let mut payload = vec![0u8; cfg.message_size];
@@ -232,12 +261,8 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
             continue;
         }
         if transactional && txn_start.elapsed() >= txn_every {
-            producer
-                .commit_transaction(txn_timeout)
-                .map_err(kafka("committing transaction"))?;
-            producer
-                .begin_transaction()
-                .map_err(kafka("beginning transaction"))?;
+            commit(&producer, &job.recorder, txn_timeout)?;
+            begin()?;
             txn_start = Instant::now();
         }
         let key_bytes: Option<[u8; 8]> = match cfg.keys {
@@ -290,9 +315,7 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
         i += 1;
     }
     if transactional {
-        producer
-            .commit_transaction(txn_timeout)
-            .map_err(kafka("committing the last transaction"))?;
+        commit(&producer, &job.recorder, txn_timeout)?;
     }
     // A broker that fell far behind may not acknowledge the whole queue in
     // time: that is a result (the messages count as not acknowledged), not a
@@ -305,6 +328,46 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
         );
     }
     Ok(())
+}
+
+/// Commits the open transaction in two timed steps: a flush of everything
+/// still queued or in flight, then `commit_transaction` (which would flush
+/// first itself; here it finds nothing left and only ends the transaction).
+fn commit(
+    producer: &ThreadedProducer<BenchProducerContext>,
+    rec: &Recorder,
+    timeout: Duration,
+) -> Result<(), BenchError> {
+    let start_ns = now_ns();
+    producer
+        .flush(timeout)
+        .map_err(kafka("flushing the transaction"))?;
+    let flushed_ns = now_ns();
+    producer
+        .commit_transaction(timeout)
+        .map_err(kafka("committing transaction"))?;
+    if rec.in_window(start_ns) {
+        rec.txn_flush
+            .record_us(flushed_ns.saturating_sub(start_ns) / 1_000);
+        rec.txn_end
+            .record_us(now_ns().saturating_sub(flushed_ns) / 1_000);
+    }
+    Ok(())
+}
+
+/// librdkafka's syslog-style level (0–7; above 7 counts as 7).
+fn rdkafka_log_level(level: u8) -> rdkafka::config::RDKafkaLogLevel {
+    use rdkafka::config::RDKafkaLogLevel as L;
+    match level {
+        0 => L::Emerg,
+        1 => L::Alert,
+        2 => L::Critical,
+        3 => L::Error,
+        4 => L::Warning,
+        5 => L::Notice,
+        6 => L::Info,
+        _ => L::Debug,
+    }
 }
 
 /// What one consumer thread needs.

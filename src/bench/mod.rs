@@ -475,6 +475,9 @@ pub fn run_phase(
         publish_latency: recorder.publish_latency.total(),
         publish_delay: recorder.publish_delay.total(),
         end_to_end: recorder.end_to_end.total(),
+        txn_flush: recorder.txn_flush.total(),
+        txn_end: recorder.txn_end.total(),
+        txn_first_ack: recorder.txn_first_ack.total(),
         broker_cpu_s,
         broker_peak_rss_bytes: broker_peak_rss,
     })
@@ -576,6 +579,23 @@ fn print_final(cfg: &BenchConfig, o: &PhaseOutcome) {
         Quantiles::of(&o.end_to_end, 1000.0),
         "ms",
     );
+    if cfg.transaction_duration_ms > 0 {
+        line(
+            "transaction flush",
+            Quantiles::of(&o.txn_flush, 1000.0),
+            "ms",
+        );
+        line(
+            "transaction EndTxn",
+            Quantiles::of(&o.txn_end, 1000.0),
+            "ms",
+        );
+        line(
+            "transaction begin to first ack",
+            Quantiles::of(&o.txn_first_ack, 1000.0),
+            "ms",
+        );
+    }
     if let (Some(cpu), Some(rss)) = (o.broker_cpu_s, o.broker_peak_rss_bytes) {
         let gb = o.counters.acked_in_window as f64 * cfg.message_size as f64 / 1e9;
         println!(

@@ -1,6 +1,7 @@
 //! Measurement state of one bench phase: HdrHistograms for publish latency,
 //! publish delay and end-to-end latency (each as a per-interval and a whole-run
-//! histogram), and counters of sent, acknowledged, failed and consumed messages.
+//! histogram), the phases of each transaction (transactional runs), and
+//! counters of sent, acknowledged, failed and consumed messages.
 //!
 //! Shared by the producer threads, librdkafka's delivery-report thread, the
 //! consumer threads and the main (reporting) thread; histograms sit behind
@@ -91,6 +92,17 @@ pub struct Recorder {
     pub publish_latency: Metric,
     pub publish_delay: Metric,
     pub end_to_end: Metric,
+    /// Transactional producers only: per transaction, the time
+    /// `commit_transaction` spends flushing what is still queued (the
+    /// bench flushes first so that this part is timed on its own)...
+    pub txn_flush: Metric,
+    /// ... the rest of `commit_transaction` once nothing is in flight
+    /// (EndTxn's round trip, librdkafka's retries of it)...
+    pub txn_end: Metric,
+    /// ... and the time from `begin_transaction` to the first delivery
+    /// report of the transaction (AddPartitionsToTxn, with any
+    /// CONCURRENT_TRANSACTIONS retries, then the first Produce).
+    pub txn_first_ack: Metric,
     /// Counters over the whole phase, warm-up included (for backlog).
     pub sent_all: AtomicU64,
     pub consumed_all: AtomicU64,
@@ -113,6 +125,9 @@ impl Default for Recorder {
             publish_latency: Metric::default(),
             publish_delay: Metric::default(),
             end_to_end: Metric::default(),
+            txn_flush: Metric::default(),
+            txn_end: Metric::default(),
+            txn_first_ack: Metric::default(),
             sent_all: AtomicU64::new(0),
             consumed_all: AtomicU64::new(0),
             sent: AtomicU64::new(0),
@@ -131,11 +146,20 @@ impl Recorder {
         send_ns >= self.measure_start_ns.load(Ordering::Relaxed)
     }
 
+    /// True when something that started at `ns` started inside the open
+    /// measurement window (for per-transaction metrics).
+    pub fn in_window(&self, ns: u64) -> bool {
+        self.measured(ns) && self.window_open.load(Ordering::Relaxed)
+    }
+
     pub fn start_measuring(&self) {
         // Whatever the interval histograms hold is warm-up: drop it.
         self.publish_latency.take_interval();
         self.publish_delay.take_interval();
         self.end_to_end.take_interval();
+        self.txn_flush.take_interval();
+        self.txn_end.take_interval();
+        self.txn_first_ack.take_interval();
         self.measure_start_ns.store(now_ns(), Ordering::Relaxed);
         self.window_open.store(true, Ordering::Relaxed);
     }

@@ -3,7 +3,8 @@
 //! `publishLatency99pct`, ...) and aggregates (`aggregatedPublishLatency99pct`,
 //! `aggregatedPublishLatencyQuantiles`, ...), with OMB's units: latencies in
 //! milliseconds, publish delay in microseconds. fjord adds `config`,
-//! `environment`, `totals`, `broker` and `rateSearch`.
+//! `environment`, `totals`, `broker`, `rateSearch` and, for transactional
+//! runs, `transactions`.
 //!
 //! Plain data built by the main thread after a run; `fjord report` reads the
 //! same keys back.
@@ -53,6 +54,11 @@ pub struct PhaseOutcome {
     pub publish_latency: Histogram<u64>,
     pub publish_delay: Histogram<u64>,
     pub end_to_end: Histogram<u64>,
+    /// Transactional runs: see [`super::recorder::Recorder::txn_flush`] and
+    /// the two after it.
+    pub txn_flush: Histogram<u64>,
+    pub txn_end: Histogram<u64>,
+    pub txn_first_ack: Histogram<u64>,
     pub broker_cpu_s: Option<f64>,
     pub broker_peak_rss_bytes: Option<u64>,
 }
@@ -159,6 +165,20 @@ pub fn build(
             "drained": o.drained,
         }),
     );
+    if cfg.transaction_duration_ms > 0 {
+        // Milliseconds per transaction begun inside the window: the flush of
+        // what was queued, EndTxn (the rest of commit_transaction), and
+        // begin → first acknowledgement.
+        m.insert(
+            "transactions".into(),
+            json!({
+                "committed": o.txn_end.len(),
+                "flushMs": Quantiles::of(&o.txn_flush, 1000.0),
+                "endTxnMs": Quantiles::of(&o.txn_end, 1000.0),
+                "firstAckMs": Quantiles::of(&o.txn_first_ack, 1000.0),
+            }),
+        );
+    }
     if broker_pid.is_some() || o.broker_cpu_s.is_some() {
         let gb = bytes / 1e9;
         m.insert(

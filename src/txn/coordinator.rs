@@ -11,6 +11,16 @@
 //! partitions directly, to other shards' partitions over the router — and
 //! Complete* is written last. A coordinator that loads a partition finishes
 //! every transaction it finds in Prepare* the same way.
+//!
+//! A request that finds its id busy (a transition being written, or markers
+//! being written) would get CONCURRENT_TRANSACTIONS, and the client would
+//! retry after its backoff (librdkafka: 20 ms for AddPartitionsToTxn). The
+//! common case is a producer that begins its next transaction as soon as
+//! EndTxn is answered, while the markers and Complete* are still being
+//! written; so such a request first waits, at most
+//! [`SETTLE_WAIT_MS_MAX`], for the id to settle and is then checked against
+//! the settled state — the answer a retry at that moment would get. Only
+//! when the id is still busy after that is CONCURRENT_TRANSACTIONS sent.
 
 use super::log::{decode_key, decode_value, encode_key, encode_value};
 use super::{TxnMarker, TxnMetadata, TxnState, TRANSACTION_MAX_TIMEOUT_MS};
@@ -32,6 +42,10 @@ pub const COORDINATOR_EPOCH: i32 = 0;
 /// next load of the partition.
 const MARKER_ATTEMPTS_MAX: u32 = 50;
 const MARKER_RETRY_BACKOFF_MS: u64 = 100;
+/// How long a request that finds its transactional id busy waits for it to
+/// settle before answering CONCURRENT_TRANSACTIONS: a few marker and
+/// state writes on a slow disk; past that the client's own retry takes over.
+pub const SETTLE_WAIT_MS_MAX: u64 = 50;
 
 /// Why a transactional request was refused; mapped to Kafka's error codes
 /// in `handlers::errors`.
@@ -64,6 +78,9 @@ pub struct TxnCoordinator {
     loaded: RefCell<HashSet<i32>>,
     /// Ids whose markers a task is writing now.
     completing: RefCell<HashSet<String>>,
+    /// Requests waiting for an id to settle ([`Self::settle`]), woken when
+    /// its pending write ends.
+    settle_waiters: RefCell<HashMap<String, Vec<oneshot::Sender<()>>>>,
 }
 
 impl TxnCoordinator {
@@ -92,6 +109,46 @@ impl TxnCoordinator {
             return Err(TxnError::CoordinatorLoadInProgress);
         }
         Ok(state)
+    }
+
+    /// Whether a transition of the id is being written or its markers are.
+    fn busy(&self, id: &str) -> bool {
+        self.txns
+            .borrow()
+            .get(id)
+            .is_some_and(|m| m.pending || m.state.is_preparing())
+    }
+
+    /// Waits, at most [`SETTLE_WAIT_MS_MAX`], until the id is not busy; the
+    /// caller then checks the request against the state it finds.
+    async fn settle(&self, id: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_millis(SETTLE_WAIT_MS_MAX);
+        while self.busy(id) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            let (tx, rx) = oneshot::channel();
+            {
+                let mut waiters = self.settle_waiters.borrow_mut();
+                let list = waiters.entry(id.to_owned()).or_default();
+                // Waiters that timed out are dropped here, so a list stays
+                // as short as the number of requests waiting now.
+                list.retain(|w| !w.is_canceled());
+                list.push(tx);
+            }
+            let timer = Box::pin(glommio::timer::sleep(left));
+            let _ = futures::future::select(rx, timer).await;
+        }
+    }
+
+    /// Wakes the requests waiting for the id to settle: its pending write
+    /// ended (they re-check whether it is still busy).
+    fn wake_settled(&self, id: &str) {
+        let woken = self.settle_waiters.borrow_mut().remove(id);
+        for w in woken.into_iter().flatten() {
+            let _ = w.send(());
+        }
     }
 
     /// Replays a `__transaction_state` partition this shard just opened,
@@ -169,22 +226,27 @@ impl TxnCoordinator {
             Ok(info) => state.log.wait_written(info.last_offset).await,
             Err(e) => Err(e),
         };
-        let mut txns = self.txns.borrow_mut();
-        match written {
-            Ok(()) => {
-                let mut next = next;
-                next.pending = false;
-                txns.insert(next.transactional_id.clone(), next);
-                Ok(())
-            }
-            Err(e) => {
-                tracing::error!(tp = %state.tp, error = %e, "writing transaction state failed");
-                if let Some(m) = txns.get_mut(&next.transactional_id) {
-                    m.pending = false;
+        let id = next.transactional_id.clone();
+        let result = {
+            let mut txns = self.txns.borrow_mut();
+            match written {
+                Ok(()) => {
+                    let mut next = next;
+                    next.pending = false;
+                    txns.insert(id.clone(), next);
+                    Ok(())
                 }
-                Err(TxnError::Storage)
+                Err(e) => {
+                    tracing::error!(tp = %state.tp, error = %e, "writing transaction state failed");
+                    if let Some(m) = txns.get_mut(&id) {
+                        m.pending = false;
+                    }
+                    Err(TxnError::Storage)
+                }
             }
-        }
+        };
+        self.wake_settled(&id);
+        result
     }
 
     /// Marks the id pending (it must exist and not be pending already).
@@ -204,6 +266,7 @@ impl TxnCoordinator {
         if let Some(m) = self.txns.borrow_mut().get_mut(id) {
             m.pending = false;
         }
+        self.wake_settled(id);
     }
 
     /// InitProducerId with a transactional id.
@@ -225,6 +288,7 @@ impl TxnCoordinator {
                 .map_err(|_| TxnError::CoordinatorNotAvailable)?;
         }
         let state = self.locate(ctx, id)?;
+        self.settle(id).await;
         let now = now_ms();
         let existing = self.txns.borrow().get(id).cloned();
         let Some(current) = existing else {
@@ -308,6 +372,7 @@ impl TxnCoordinator {
         partitions: &[TopicPartition],
     ) -> Result<(), TxnError> {
         let state = self.locate(ctx, id)?;
+        self.settle(id).await;
         let Some(current) = self.get(id) else {
             return Err(TxnError::InvalidProducerIdMapping);
         };
@@ -390,6 +455,7 @@ impl TxnCoordinator {
         tv2: bool,
     ) -> Result<(i64, i16), TxnError> {
         let state = self.locate(ctx, id)?;
+        self.settle(id).await;
         let Some(current) = self.get(id) else {
             return Err(TxnError::InvalidProducerIdMapping);
         };

@@ -12,7 +12,10 @@
 //! PrepareCommit/PrepareAbort by writing its markers.
 //!
 //! While a transition is being written the id is *pending*: another request
-//! for it gets CONCURRENT_TRANSACTIONS (retriable), as in Kafka.
+//! for it gets CONCURRENT_TRANSACTIONS (retriable), as in Kafka — after
+//! waiting a bounded time for the id to settle, so a producer that begins
+//! its next transaction while the last one's markers are being written is
+//! not sent into its retry backoff ([`coordinator`]).
 //!
 //! Transaction versions: a client that ends transactions with EndTxn v5+
 //! follows transaction version 2 (KIP-890): each EndTxn bumps the epoch, the
