@@ -50,6 +50,8 @@ pub const PREALLOCATE_DEFAULT_BYTES: u64 = 32 << 20;
 /// Direct writes of one log in flight at once (full chunks plus at most one
 /// write of the partially filled last chunk).
 pub const WRITES_IN_FLIGHT_MAX: usize = 64;
+/// Staging chunk buffers a shard keeps for reuse: 8 MiB.
+pub const CHUNK_POOL_BYTES_MAX: usize = 8 << 20;
 /// Files of deleted segments a log keeps for reuse by later rolls.
 pub const SPARE_SEGMENT_FILES_MAX: usize = 2;
 /// Direct-I/O write granularity; a multiple of every device's logical block.

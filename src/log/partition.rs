@@ -54,7 +54,7 @@ use super::cache::{CachedBatch, TailCache};
 use super::segment::{log_file_name, Segment};
 use super::watch::OffsetWatch;
 use super::{now_ms, AppendInfo, LogConfig, LogError, ReadResult, PAGE_BYTES};
-use super::{SPARE_SEGMENT_FILES_MAX, WRITES_IN_FLIGHT_MAX};
+use super::{CHUNK_POOL_BYTES_MAX, SPARE_SEGMENT_FILES_MAX, WRITES_IN_FLIGHT_MAX};
 use crate::record::batch::{self, BatchHeader};
 use crate::record::{FileRange, RecordsChunk};
 use crate::types::{
@@ -83,11 +83,41 @@ struct Chunk {
     issued: usize,
 }
 
+/// Staging chunk buffers of one shard kept for reuse, up to
+/// `CHUNK_POOL_BYTES_MAX`: a chunk that is written comes back here instead
+/// of being freed, so staging neither allocates nor (for buffers beyond
+/// glommio's registered I/O memory) page-faults fresh heap memory. Owned by
+/// the shard's `LogManager` (buffers of glommio's registered memory belong
+/// to that shard's executor); !Send.
+#[derive(Default)]
+pub(crate) struct ChunkPool {
+    free: RefCell<Vec<DmaBuffer>>,
+    bytes: Cell<usize>,
+}
+
+impl ChunkPool {
+    fn get(&self, len: usize) -> DmaBuffer {
+        let mut free = self.free.borrow_mut();
+        if let Some(i) = free.iter().rposition(|b| b.len() == len) {
+            self.bytes.set(self.bytes.get() - len);
+            return free.swap_remove(i);
+        }
+        glommio::allocate_dma_buffer(len)
+    }
+
+    fn put(&self, buf: DmaBuffer) {
+        if self.bytes.get() + buf.len() <= CHUNK_POOL_BYTES_MAX {
+            self.bytes.set(self.bytes.get() + buf.len());
+            self.free.borrow_mut().push(buf);
+        }
+    }
+}
+
 impl Chunk {
-    fn new(pos: u64, chunk_bytes: usize) -> Chunk {
+    fn new(pos: u64, chunk_bytes: usize, pool: &ChunkPool) -> Chunk {
         Chunk {
             pos,
-            buf: glommio::allocate_dma_buffer(chunk_bytes),
+            buf: pool.get(chunk_bytes),
             len: 0,
             issued: 0,
         }
@@ -104,27 +134,23 @@ impl Chunk {
         (self.issued / page * page, self.len.div_ceil(page) * page)
     }
 
-    /// A buffer for `[from, to)` of the chunk: the chunk's own buffer when
-    /// that is the whole (full) chunk, else a copy zero-padded after `len`.
-    fn take_write(mut self, from: usize, to: usize) -> (u64, DmaBuffer) {
-        if from == 0 && to == self.buf.len() && self.is_full() {
+    /// The write of a full chunk: its own buffer when no part of it was
+    /// written before, else a copy of the pages from the first unwritten one.
+    fn into_write(mut self) -> (u64, DmaBuffer) {
+        let (from, to) = self.unwritten_range();
+        if from == 0 {
             return (self.pos, self.buf);
         }
-        let mut out = glommio::allocate_dma_buffer(to - from);
-        let dst = out.as_bytes_mut();
-        let avail = self.len.saturating_sub(from).min(to - from);
-        dst[..avail].copy_from_slice(&self.buf.as_bytes()[from..from + avail]);
-        dst[avail..].fill(0);
-        self.issued = self.len;
-        (self.pos + from as u64, out)
+        self.copy_range(from, to)
     }
 
-    /// Like `take_write` but keeps the chunk (it is still being filled).
-    fn copy_tail(&mut self, from: usize, to: usize) -> (u64, DmaBuffer) {
+    /// A copy of `[from, to)` (page aligned) for a write, zero-padded after
+    /// `len`; the chunk stays (it is still being filled).
+    fn copy_range(&mut self, from: usize, to: usize) -> (u64, DmaBuffer) {
         let mut out = glommio::allocate_dma_buffer(to - from);
         let dst = out.as_bytes_mut();
-        let avail = self.len - from;
-        dst[..avail].copy_from_slice(&self.buf.as_bytes()[from..self.len]);
+        let avail = self.len.min(to) - from;
+        dst[..avail].copy_from_slice(&self.buf.as_bytes()[from..from + avail]);
         dst[avail..].fill(0);
         self.issued = self.len;
         (self.pos + from as u64, out)
@@ -146,6 +172,7 @@ struct SegWriter {
     file: Option<Rc<DmaFile>>,
     chunk_bytes: usize,
     preallocate_bytes: u64,
+    pool: Rc<ChunkPool>,
     /// Full chunks not yet issued, in file order.
     full: VecDeque<Chunk>,
     /// The chunk being filled; `None` when the staged size is chunk-aligned.
@@ -165,12 +192,18 @@ struct SegWriter {
 }
 
 impl SegWriter {
-    fn new(seg: Rc<Segment>, file: Option<Rc<DmaFile>>, cfg: &LogConfig) -> SegWriter {
+    fn new(
+        seg: Rc<Segment>,
+        file: Option<Rc<DmaFile>>,
+        cfg: &LogConfig,
+        pool: Rc<ChunkPool>,
+    ) -> SegWriter {
         SegWriter {
             seg,
             file,
             chunk_bytes: chunk_bytes(cfg),
             preallocate_bytes: cfg.preallocate_bytes,
+            pool,
             full: VecDeque::new(),
             open: None,
             next_chunk_pos: 0,
@@ -195,7 +228,7 @@ impl SegWriter {
                         at % PAGE_BYTES == 0 && at <= pos,
                         "chunk start {at} vs {pos}"
                     );
-                    self.open.insert(Chunk::new(at, self.chunk_bytes))
+                    self.open.insert(Chunk::new(at, self.chunk_bytes, &self.pool))
                 }
             };
             debug_assert_eq!(chunk.pos + chunk.len as u64, pos);
@@ -248,6 +281,7 @@ pub struct PartitionLog {
     dir: PathBuf,
     cache: Rc<TailCache>,
     cache_id: u64,
+    pool: Rc<ChunkPool>,
     config: RefCell<LogConfig>,
     segments: RefCell<BTreeMap<i64, Rc<Segment>>>,
     log_start: Cell<i64>,
@@ -288,6 +322,7 @@ impl PartitionLog {
         tp: TopicPartition,
         config: LogConfig,
         cache: Rc<TailCache>,
+        pool: Rc<ChunkPool>,
         recovery_point: Option<i64>,
         log_start_checkpoint: Option<i64>,
     ) -> Result<Rc<PartitionLog>, LogError> {
@@ -378,7 +413,7 @@ impl PartitionLog {
         );
         file.fdatasync().await.map_err(io_err)?;
         let size = last.size.get();
-        let mut writer = SegWriter::new(last.clone(), Some(file.clone()), &config);
+        let mut writer = SegWriter::new(last.clone(), Some(file.clone()), &config, pool.clone());
         writer.allocated_len = size;
         let tail_pos = size / PAGE_BYTES * PAGE_BYTES;
         writer.next_chunk_pos = tail_pos;
@@ -413,6 +448,7 @@ impl PartitionLog {
             dir,
             cache,
             cache_id,
+            pool,
             config: RefCell::new(config),
             segments: RefCell::new(segments),
             log_start: Cell::new(log_start),
@@ -545,7 +581,7 @@ impl PartitionLog {
         w.sealed = true;
         let seg = Rc::new(Segment::new(&self.dir, new_base, now_ms()));
         self.segments.borrow_mut().insert(new_base, seg.clone());
-        writers.push_back(SegWriter::new(seg, None, cfg));
+        writers.push_back(SegWriter::new(seg, None, cfg, self.pool.clone()));
     }
 
     /// Rolls the active segment now if it is not empty (segment.ms checks,
@@ -603,8 +639,7 @@ impl PartitionLog {
             let Some(c) = w.full.pop_front() else {
                 return WriterStep::Wait;
             };
-            let (from, to) = c.unwritten_range();
-            let (pos, buf) = c.take_write(from, to);
+            let (pos, buf) = c.into_write();
             return self.issue(w, file, pos, buf, end, false);
         }
         // Then the partially filled last chunk, if the writer has nothing
@@ -621,7 +656,7 @@ impl PartitionLog {
                         return WriterStep::Wait;
                     };
                     let end = c.pos + c.len as u64;
-                    let (pos, buf) = c.copy_tail(from, to);
+                    let (pos, buf) = c.copy_range(from, to);
                     return self.issue(w, file, pos, buf, end, true);
                 }
             }
@@ -717,8 +752,21 @@ impl PartitionLog {
                     buf,
                 } => {
                     let len = buf.len();
+                    let pool = self.pool.clone();
+                    let chunk_len = self
+                        .writers
+                        .borrow()
+                        .front()
+                        .map_or(0, |w| w.chunk_bytes);
                     in_flight.push(Box::pin(async move {
-                        let r = file.write_at(buf, pos).await;
+                        let buf = Rc::new(buf);
+                        let r = file.write_rc_at(buf.clone(), pos).await;
+                        if let Ok(buf) = Rc::try_unwrap(buf) {
+                            // Only whole chunks are pooled (tail copies vary in size).
+                            if buf.len() == chunk_len {
+                                pool.put(buf);
+                            }
+                        }
                         let done = match r {
                             Ok(n) if n == len => Ok(n),
                             Ok(n) => Err(glommio::GlommioError::IoError(std::io::Error::new(
