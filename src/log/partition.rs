@@ -228,7 +228,8 @@ impl SegWriter {
                         at % PAGE_BYTES == 0 && at <= pos,
                         "chunk start {at} vs {pos}"
                     );
-                    self.open.insert(Chunk::new(at, self.chunk_bytes, &self.pool))
+                    self.open
+                        .insert(Chunk::new(at, self.chunk_bytes, &self.pool))
                 }
             };
             debug_assert_eq!(chunk.pos + chunk.len as u64, pos);
@@ -753,11 +754,7 @@ impl PartitionLog {
                 } => {
                     let len = buf.len();
                     let pool = self.pool.clone();
-                    let chunk_len = self
-                        .writers
-                        .borrow()
-                        .front()
-                        .map_or(0, |w| w.chunk_bytes);
+                    let chunk_len = self.writers.borrow().front().map_or(0, |w| w.chunk_bytes);
                     in_flight.push(Box::pin(async move {
                         let buf = Rc::new(buf);
                         let r = file.write_rc_at(buf.clone(), pos).await;
