@@ -52,6 +52,11 @@ pub const PREALLOCATE_DEFAULT_BYTES: u64 = 32 << 20;
 pub const WRITES_IN_FLIGHT_MAX: usize = 64;
 /// Staging chunk buffers a shard keeps for reuse: 8 MiB.
 pub const CHUNK_POOL_BYTES_MAX: usize = 8 << 20;
+/// Logs that fdatasync keep this much space ahead of their data written
+/// (zeros or old data), so that data writes convert no extents: 4 MiB.
+pub const PREZERO_AHEAD_BYTES: u64 = 4 << 20;
+/// One pre-zeroing write: 1 MiB (one extent conversion per MiB).
+pub const PREZERO_WRITE_BYTES: u64 = 1 << 20;
 /// Files of deleted segments a log keeps for reuse by later rolls.
 pub const SPARE_SEGMENT_FILES_MAX: usize = 2;
 /// Direct-I/O write granularity; a multiple of every device's logical block.

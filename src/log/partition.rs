@@ -39,8 +39,15 @@
 //! (preallocated) or old bytes: it cannot continue the log, as every old
 //! batch has a lower offset than the segment's base, and it is truncated.
 //! A segment is recycled only when nothing holds its descriptors (a fetch
-//! sending from it must never see new bytes). A log that grows without
-//! retention still writes into fallocated space.
+//! sending from it must never see new bytes). Logs that fdatasync
+//! (`--fsync-acks`, `flush.messages`, `flush.ms`) also pre-zero: when no
+//! other write is in flight, the writer writes zeros in
+//! `PREZERO_WRITE_BYTES` pieces to keep `PREZERO_AHEAD_BYTES` of written
+//! space ahead of the data (one extent conversion per piece instead of one
+//! per data write, outside the appenders' fdatasyncs). A data write that
+//! would overlap a zeroing write in flight waits for it, so zeros never land
+//! over data. Logs that never sync skip this: it would double their device
+//! writes for no latency they wait on.
 //!
 //! Syncer task (group commit): fdatasyncs the file last written and moves
 //! `durable` to the `written` offset it saw before the call, so one
@@ -54,7 +61,10 @@ use super::cache::{CachedBatch, TailCache};
 use super::segment::{log_file_name, Segment};
 use super::watch::OffsetWatch;
 use super::{now_ms, AppendInfo, LogConfig, LogError, ReadResult, PAGE_BYTES};
-use super::{CHUNK_POOL_BYTES_MAX, SPARE_SEGMENT_FILES_MAX, WRITES_IN_FLIGHT_MAX};
+use super::{
+    CHUNK_POOL_BYTES_MAX, PREZERO_AHEAD_BYTES, PREZERO_WRITE_BYTES, SPARE_SEGMENT_FILES_MAX,
+    WRITES_IN_FLIGHT_MAX,
+};
 use crate::record::batch::{self, BatchHeader};
 use crate::record::{FileRange, RecordsChunk};
 use crate::types::{
@@ -182,6 +192,11 @@ struct SegWriter {
     /// File position of the chunk whose tail write is in flight: no other
     /// write of its pages may be issued until that one completes.
     tail_busy: Option<(u64, u64)>,
+    /// The file holds written blocks (data or zeros) up to here.
+    zeroed_len: u64,
+    /// A pre-zeroing write of `[start, end)` is in flight: no data write
+    /// into that range may be issued until it completes.
+    zeroing: Option<(u64, u64)>,
     /// File size after the last fallocate (or of the recycled file).
     allocated_len: u64,
     /// (end position, next offset) of staged batches not yet known written.
@@ -208,6 +223,8 @@ impl SegWriter {
             open: None,
             next_chunk_pos: 0,
             tail_busy: None,
+            zeroed_len: 0,
+            zeroing: None,
             allocated_len: 0,
             batch_ends: VecDeque::new(),
             inflight: VecDeque::new(),
@@ -272,6 +289,9 @@ enum WriterStep {
         seg: Rc<Segment>,
     },
 }
+
+/// Sequence number marking a pre-zeroing write (data writes count from 0).
+const PREZERO_SEQ: u64 = u64::MAX;
 
 type WriteFuture = std::pin::Pin<Box<dyn std::future::Future<Output = (u64, u64, WriteResult)>>>;
 type WriteResult = Result<usize, glommio::GlommioError<()>>;
@@ -416,6 +436,7 @@ impl PartitionLog {
         let size = last.size.get();
         let mut writer = SegWriter::new(last.clone(), Some(file.clone()), &config, pool.clone());
         writer.allocated_len = size;
+        writer.zeroed_len = size;
         let tail_pos = size / PAGE_BYTES * PAGE_BYTES;
         writer.next_chunk_pos = tail_pos;
         if tail_pos < size {
@@ -634,6 +655,9 @@ impl PartitionLog {
                 return WriterStep::Wait;
             }
             let end = c.pos + c.buf.len() as u64;
+            if w.zeroing.is_some_and(|(zs, ze)| c.pos < ze && end > zs) {
+                return WriterStep::Wait;
+            }
             if let Some(step) = grow_step(w, &file, end) {
                 return step;
             }
@@ -650,6 +674,12 @@ impl PartitionLog {
                 if c.issued < c.len {
                     let (from, to) = c.unwritten_range();
                     let end_file = c.pos + to as u64;
+                    let start_file = c.pos + from as u64;
+                    if w.zeroing
+                        .is_some_and(|(zs, ze)| start_file < ze && end_file > zs)
+                    {
+                        return WriterStep::Wait;
+                    }
                     if let Some(step) = grow_step(w, &file, end_file) {
                         return step;
                     }
@@ -660,6 +690,30 @@ impl PartitionLog {
                     let (pos, buf) = c.copy_range(from, to);
                     return self.issue(w, file, pos, buf, end, true);
                 }
+            }
+        }
+        // Then, with nothing else in flight, pre-zero the space ahead of the
+        // data (logs that fdatasync only; see the module doc).
+        let cfg = self.config.borrow();
+        let syncs = cfg.fsync_acks || cfg.flush_messages != i64::MAX || cfg.flush_ms != i64::MAX;
+        drop(cfg);
+        if syncs && !w.sealed && in_flight == 0 && w.zeroing.is_none() {
+            let data_end = w.seg.size.get().div_ceil(PAGE_BYTES) * PAGE_BYTES;
+            let start = w.zeroed_len.max(data_end);
+            if start < data_end + PREZERO_AHEAD_BYTES {
+                let end = start + PREZERO_WRITE_BYTES;
+                if let Some(step) = grow_step(w, &file, end) {
+                    return step;
+                }
+                w.zeroing = Some((start, end));
+                let mut buf = glommio::allocate_dma_buffer(PREZERO_WRITE_BYTES as usize);
+                buf.as_bytes_mut().fill(0);
+                return WriterStep::Write {
+                    file,
+                    seq: PREZERO_SEQ,
+                    pos: start,
+                    buf,
+                };
             }
         }
         if w.sealed && w.all_issued() && w.inflight.is_empty() && in_flight == 0 {
@@ -840,6 +894,13 @@ impl PartitionLog {
             .await;
             if let Some((seq, _pos, r)) = ev {
                 match r {
+                    Ok(_) if seq == PREZERO_SEQ => {
+                        if let Some(w) = self.writers.borrow_mut().front_mut() {
+                            if let Some((_, end)) = w.zeroing.take() {
+                                w.zeroed_len = w.zeroed_len.max(end);
+                            }
+                        }
+                    }
                     Ok(_) => {
                         let file = self.writers.borrow().front().and_then(|w| w.file.clone());
                         if let Some(f) = file {
@@ -882,6 +943,7 @@ impl PartitionLog {
         if let Some(w) = self.writers.borrow_mut().front_mut() {
             w.file = Some(f);
             w.allocated_len = size;
+            w.zeroed_len = size;
         }
         Ok(())
     }
