@@ -16,6 +16,8 @@ proptest! {
         chunk_pages in 1usize..6,
         cache_bytes in prop::sample::select(vec![0usize, 3000, 1 << 20]),
         segment_bytes in prop::sample::select(vec![6000u64, 1 << 30]),
+        // fsync-acks logs also pre-zero the space ahead of their data.
+        fsync_acks in any::<bool>(),
     ) {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().to_path_buf();
@@ -25,6 +27,7 @@ proptest! {
                 write_chunk_bytes: chunk_pages * 4096,
                 segment_bytes,
                 index_interval_bytes: 1000,
+                fsync_acks,
                 ..LogConfig::default()
             };
             let tp = TopicPartition::new("p", 0);

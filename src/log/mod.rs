@@ -47,6 +47,18 @@ pub const SEGMENT_INDEX_DEFAULT_BYTES: u32 = 10 << 20;
 pub const WRITE_CHUNK_DEFAULT_BYTES: usize = 16 << 10;
 /// fallocate step ahead of the writer: 32 MiB.
 pub const PREALLOCATE_DEFAULT_BYTES: u64 = 32 << 20;
+/// Direct writes of one log in flight at once (full chunks plus at most one
+/// write of the partially filled last chunk).
+pub const WRITES_IN_FLIGHT_MAX: usize = 64;
+/// Staging chunk buffers a shard keeps for reuse: 8 MiB.
+pub const CHUNK_POOL_BYTES_MAX: usize = 8 << 20;
+/// Logs that fdatasync keep this much space ahead of their data written
+/// (zeros or old data), so that data writes convert no extents: 4 MiB.
+pub const PREZERO_AHEAD_BYTES: u64 = 4 << 20;
+/// One pre-zeroing write: 1 MiB (one extent conversion per MiB).
+pub const PREZERO_WRITE_BYTES: u64 = 1 << 20;
+/// Files of deleted segments a log keeps for reuse by later rolls.
+pub const SPARE_SEGMENT_FILES_MAX: usize = 2;
 /// Direct-I/O write granularity; a multiple of every device's logical block.
 pub const PAGE_BYTES: u64 = 4096;
 

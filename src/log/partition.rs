@@ -3,21 +3,51 @@
 //!
 //! Append path (synchronous, no await): the batch's `baseOffset` and
 //! `partitionLeaderEpoch` are patched in place (outside the CRC), its bytes
-//! are copied into the active segment's staging buffer (`pending`, which
-//! starts at a page boundary), the indexes are updated, and the batch
-//! (as `Bytes`, no copy) goes into the shard's tail cache.
+//! are staged (below), the indexes are updated, and the batch (as `Bytes`,
+//! no copy) goes into the shard's tail cache.
 //!
-//! Writer task (one per log, spawned on demand, exits when idle): takes
-//! everything staged, cuts it into aligned chunks of `write_chunk_bytes`
-//! (the last one zero-padded to a page) and issues them all at once with
-//! `DmaFile::write_at`; when they complete, `written` moves to the end of the
-//! last whole batch covered. The partially filled last page stays in
-//! `pending` and is rewritten, with more data, by the next round. Rounds
-//! never overlap, so two writes of the same page are never in flight
-//! together. Files grow by `fallocate(preallocate_bytes)` ahead of the
-//! writer; the logical length is restored with ftruncate when a segment is
-//! sealed (roll) or the log is closed, and recovery treats trailing zeros as
-//! preallocated space.
+//! Staging: `append` copies the batch straight into aligned DMA chunks of
+//! `write_chunk_bytes` (allocated from glommio's registered I/O memory while
+//! it lasts), one copy in all. A chunk that fills up is queued for writing
+//! as it is (no second copy); the last, partially filled chunk stays open.
+//!
+//! Writer task (one per log, spawned on demand, woken by appends, exits when
+//! nothing is staged or in flight) keeps writes flowing instead of running
+//! in rounds:
+//! - full chunks are issued as soon as they exist, in file order, up to
+//!   `WRITES_IN_FLIGHT_MAX` at once, each on its own, without waiting for
+//!   the others;
+//! - when no full chunk is waiting, the unwritten part of the open chunk
+//!   (from the page holding its first unwritten byte, zero-padded to a page)
+//!   is copied and written: the *tail write*. At most one tail write is in
+//!   flight, and the chunk it belongs to is not written again until it has
+//!   completed, so two writes of one page are never in flight together
+//!   (they could land in either order). Full chunks before it flow freely.
+//! - `written` moves to the end of the last whole batch covered by completed
+//!   writes with no incomplete write before them (writes can complete out of
+//!   order); reads never go past a segment's `written_len`.
+//!
+//! Space: files grow by `fallocate(preallocate_bytes)` ahead of the writer;
+//! the logical length is restored with ftruncate when a segment is sealed
+//! (roll) or the log is closed. Writes into fallocated space hit unwritten
+//! extents, whose conversion each fdatasync must also commit; so segments
+//! deleted by retention are not unlinked but kept (up to
+//! `SPARE_SEGMENT_FILES_MAX`, as `<base>.spare`) and renamed into place by
+//! the next roll: their blocks are already written. A spare holds the old
+//! bytes of another segment after the new batches. Recovery treats what
+//! follows the last valid batch as space not yet written, whether zeros
+//! (preallocated) or old bytes: it cannot continue the log, as every old
+//! batch has a lower offset than the segment's base, and it is truncated.
+//! A segment is recycled only when nothing holds its descriptors (a fetch
+//! sending from it must never see new bytes). Logs that fdatasync
+//! (`--fsync-acks`, `flush.messages`, `flush.ms`) also pre-zero: when no
+//! other write is in flight, the writer writes zeros in
+//! `PREZERO_WRITE_BYTES` pieces to keep `PREZERO_AHEAD_BYTES` of written
+//! space ahead of the data (one extent conversion per piece instead of one
+//! per data write, outside the appenders' fdatasyncs). A data write that
+//! would overlap a zeroing write in flight waits for it, so zeros never land
+//! over data. Logs that never sync skip this: it would double their device
+//! writes for no latency they wait on.
 //!
 //! Syncer task (group commit): fdatasyncs the file last written and moves
 //! `durable` to the `written` offset it saw before the call, so one
@@ -31,43 +61,228 @@ use super::cache::{CachedBatch, TailCache};
 use super::segment::{log_file_name, Segment};
 use super::watch::OffsetWatch;
 use super::{now_ms, AppendInfo, LogConfig, LogError, ReadResult, PAGE_BYTES};
+use super::{
+    CHUNK_POOL_BYTES_MAX, PREZERO_AHEAD_BYTES, PREZERO_WRITE_BYTES, SPARE_SEGMENT_FILES_MAX,
+    WRITES_IN_FLIGHT_MAX,
+};
 use crate::record::batch::{self, BatchHeader};
 use crate::record::{FileRange, RecordsChunk};
 use crate::types::{
     HighWatermark, LastStableOffset, LogEndOffset, LogStartOffset, Offset, TopicPartition,
 };
 use bytes::BytesMut;
-use glommio::io::{DmaFile, OpenOptions};
+use futures::stream::{FuturesUnordered, StreamExt};
+use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::rc::{Rc, Weak};
+use std::task::{Poll, Waker};
+
+/// An aligned staging buffer holding the file bytes `[pos, pos + len)`;
+/// appends copy batches straight into it (no intermediate `Vec`) and a full
+/// chunk is handed to `write_at` as it is, without another copy.
+struct Chunk {
+    /// File position of `buf[0]`; page aligned.
+    pos: u64,
+    buf: DmaBuffer,
+    /// Bytes staged.
+    len: usize,
+    /// Bytes `[0, issued)` were covered by an earlier (tail) write; the next
+    /// write of this chunk starts at the page containing `issued`.
+    issued: usize,
+}
+
+/// Staging chunk buffers of one shard kept for reuse, up to
+/// `CHUNK_POOL_BYTES_MAX`: a chunk that is written comes back here instead
+/// of being freed, so staging neither allocates nor (for buffers beyond
+/// glommio's registered I/O memory) page-faults fresh heap memory. Owned by
+/// the shard's `LogManager` (buffers of glommio's registered memory belong
+/// to that shard's executor); !Send.
+#[derive(Default)]
+pub(crate) struct ChunkPool {
+    free: RefCell<Vec<DmaBuffer>>,
+    bytes: Cell<usize>,
+}
+
+impl ChunkPool {
+    fn get(&self, len: usize) -> DmaBuffer {
+        let mut free = self.free.borrow_mut();
+        if let Some(i) = free.iter().rposition(|b| b.len() == len) {
+            self.bytes.set(self.bytes.get() - len);
+            return free.swap_remove(i);
+        }
+        glommio::allocate_dma_buffer(len)
+    }
+
+    fn put(&self, buf: DmaBuffer) {
+        if self.bytes.get() + buf.len() <= CHUNK_POOL_BYTES_MAX {
+            self.bytes.set(self.bytes.get() + buf.len());
+            self.free.borrow_mut().push(buf);
+        }
+    }
+}
+
+impl Chunk {
+    fn new(pos: u64, chunk_bytes: usize, pool: &ChunkPool) -> Chunk {
+        Chunk {
+            pos,
+            buf: pool.get(chunk_bytes),
+            len: 0,
+            issued: 0,
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.len == self.buf.len()
+    }
+
+    /// The page-aligned file range still to write: `[from, to)` as offsets
+    /// into the chunk (`to` rounds `len` up to a page).
+    fn unwritten_range(&self) -> (usize, usize) {
+        let page = PAGE_BYTES as usize;
+        (self.issued / page * page, self.len.div_ceil(page) * page)
+    }
+
+    /// The write of a full chunk: its own buffer when no part of it was
+    /// written before, else a copy of the pages from the first unwritten one.
+    fn into_write(mut self) -> (u64, DmaBuffer) {
+        let (from, to) = self.unwritten_range();
+        if from == 0 {
+            return (self.pos, self.buf);
+        }
+        self.copy_range(from, to)
+    }
+
+    /// A copy of `[from, to)` (page aligned) for a write, zero-padded after
+    /// `len`; the chunk stays (it is still being filled).
+    fn copy_range(&mut self, from: usize, to: usize) -> (u64, DmaBuffer) {
+        let mut out = glommio::allocate_dma_buffer(to - from);
+        let dst = out.as_bytes_mut();
+        let avail = self.len.min(to) - from;
+        dst[..avail].copy_from_slice(&self.buf.as_bytes()[from..from + avail]);
+        dst[avail..].fill(0);
+        self.issued = self.len;
+        (self.pos + from as u64, out)
+    }
+}
+
+/// A write issued and not yet completed, in issue order.
+struct InFlight {
+    seq: u64,
+    /// Every logical byte before this is covered by this write or an
+    /// earlier-issued one.
+    end_len: u64,
+    done: bool,
+}
 
 /// Write state of a segment that still has bytes to write or to seal.
 struct SegWriter {
     seg: Rc<Segment>,
     file: Option<Rc<DmaFile>>,
-    /// Staged bytes from file position `pending_pos` (page aligned) to `seg.size`.
-    pending: Vec<u8>,
-    pending_pos: u64,
-    /// Logical bytes covered by writes already issued.
-    submitted_len: u64,
-    /// File size after the last fallocate.
+    chunk_bytes: usize,
+    preallocate_bytes: u64,
+    pool: Rc<ChunkPool>,
+    /// Full chunks not yet issued, in file order.
+    full: VecDeque<Chunk>,
+    /// The chunk being filled; `None` when the staged size is chunk-aligned.
+    open: Option<Chunk>,
+    /// File position where the next chunk starts (end of the last one).
+    next_chunk_pos: u64,
+    /// File position of the chunk whose tail write is in flight: no other
+    /// write of its pages may be issued until that one completes.
+    tail_busy: Option<(u64, u64)>,
+    /// The file holds written blocks (data or zeros) up to here.
+    zeroed_len: u64,
+    /// A pre-zeroing write of `[start, end)` is in flight: no data write
+    /// into that range may be issued until it completes.
+    zeroing: Option<(u64, u64)>,
+    /// File size after the last fallocate (or of the recycled file).
     allocated_len: u64,
     /// (end position, next offset) of staged batches not yet known written.
     batch_ends: VecDeque<(u64, i64)>,
+    inflight: VecDeque<InFlight>,
     /// No more appends; truncate, fdatasync and write indexes when drained.
     sealed: bool,
 }
 
+impl SegWriter {
+    fn new(
+        seg: Rc<Segment>,
+        file: Option<Rc<DmaFile>>,
+        cfg: &LogConfig,
+        pool: Rc<ChunkPool>,
+    ) -> SegWriter {
+        SegWriter {
+            seg,
+            file,
+            chunk_bytes: chunk_bytes(cfg),
+            preallocate_bytes: cfg.preallocate_bytes,
+            pool,
+            full: VecDeque::new(),
+            open: None,
+            next_chunk_pos: 0,
+            tail_busy: None,
+            zeroed_len: 0,
+            zeroing: None,
+            allocated_len: 0,
+            batch_ends: VecDeque::new(),
+            inflight: VecDeque::new(),
+            sealed: false,
+        }
+    }
+
+    /// Copies `data` (the bytes of the batch at file position `pos` =
+    /// `seg.size`) into chunks; chunks that fill up queue for writing.
+    fn stage(&mut self, mut pos: u64, mut data: &[u8]) {
+        while !data.is_empty() {
+            let chunk = match &mut self.open {
+                Some(c) => c,
+                None => {
+                    // A new chunk starts where the previous (full) one ended.
+                    let at = self.next_chunk_pos;
+                    assert!(
+                        at % PAGE_BYTES == 0 && at <= pos,
+                        "chunk start {at} vs {pos}"
+                    );
+                    self.open
+                        .insert(Chunk::new(at, self.chunk_bytes, &self.pool))
+                }
+            };
+            debug_assert_eq!(chunk.pos + chunk.len as u64, pos);
+            let n = (chunk.buf.len() - chunk.len).min(data.len());
+            chunk.buf.as_bytes_mut()[chunk.len..chunk.len + n].copy_from_slice(&data[..n]);
+            chunk.len += n;
+            data = &data[n..];
+            pos += n as u64;
+            if chunk.is_full() {
+                self.next_chunk_pos = chunk.pos + chunk.len as u64;
+                if let Some(c) = self.open.take() {
+                    self.full.push_back(c);
+                }
+            }
+        }
+    }
+
+    /// Nothing staged is left unissued.
+    fn all_issued(&self) -> bool {
+        self.full.is_empty() && self.open.as_ref().is_none_or(|c| c.issued == c.len)
+    }
+}
+
 enum WriterStep {
-    Idle,
+    /// Nothing to issue now (idle, or waiting for writes in flight).
+    Wait,
     Open(Rc<Segment>),
+    Grow {
+        file: Rc<DmaFile>,
+        len: u64,
+    },
     Write {
         file: Rc<DmaFile>,
-        bufs: Vec<(u64, glommio::io::DmaBuffer)>,
-        end_len: u64,
-        grow_to: Option<u64>,
+        seq: u64,
+        pos: u64,
+        buf: DmaBuffer,
     },
     Seal {
         file: Rc<DmaFile>,
@@ -75,12 +290,19 @@ enum WriterStep {
     },
 }
 
+/// Sequence number marking a pre-zeroing write (data writes count from 0).
+const PREZERO_SEQ: u64 = u64::MAX;
+
+type WriteFuture = std::pin::Pin<Box<dyn std::future::Future<Output = (u64, u64, WriteResult)>>>;
+type WriteResult = Result<usize, glommio::GlommioError<()>>;
+
 /// One partition's log. See the module doc.
 pub struct PartitionLog {
     tp: TopicPartition,
     dir: PathBuf,
     cache: Rc<TailCache>,
     cache_id: u64,
+    pool: Rc<ChunkPool>,
     config: RefCell<LogConfig>,
     segments: RefCell<BTreeMap<i64, Rc<Segment>>>,
     log_start: Cell<i64>,
@@ -89,6 +311,13 @@ pub struct PartitionLog {
     durable: OffsetWatch,
     writers: RefCell<VecDeque<SegWriter>>,
     writer_running: Cell<bool>,
+    /// Set by appends while the writer runs: there is new work to issue.
+    writer_kicked: Cell<bool>,
+    writer_waker: RefCell<Option<Waker>>,
+    /// Sequence number of the next write issued.
+    write_seq: Cell<u64>,
+    /// Files of deleted segments kept for reuse by the next roll.
+    spares: RefCell<Vec<PathBuf>>,
     sync_wanted: Cell<i64>,
     syncer_running: Cell<bool>,
     last_written_file: RefCell<Option<Rc<DmaFile>>>,
@@ -114,12 +343,13 @@ impl PartitionLog {
         tp: TopicPartition,
         config: LogConfig,
         cache: Rc<TailCache>,
+        pool: Rc<ChunkPool>,
         recovery_point: Option<i64>,
         log_start_checkpoint: Option<i64>,
     ) -> Result<Rc<PartitionLog>, LogError> {
         std::fs::create_dir_all(&dir)?;
         let now = now_ms();
-        let mut bases = list_segments(&dir)?;
+        let (mut bases, spare_files) = list_segments(&dir)?;
         if bases.is_empty() {
             let base = log_start_checkpoint.unwrap_or(0).max(0);
             std::fs::File::create(dir.join(log_file_name(base)))?;
@@ -151,7 +381,7 @@ impl PartitionLog {
                         .open(&seg.log_path)?;
                     f.set_len(out.valid_len)?;
                     f.sync_all()?;
-                    if out.stop_reason.is_some() && !out.tail_is_zeros {
+                    if out.stop_reason.is_some() && !out.tail_is_padding {
                         tracing::warn!(
                             partition = %tp, segment = %seg.log_path.display(),
                             position = out.valid_len, bytes = out.file_len - out.valid_len,
@@ -162,7 +392,7 @@ impl PartitionLog {
                         tracing::info!(
                             partition = %tp, segment = %seg.log_path.display(),
                             position = out.valid_len, bytes = out.file_len - out.valid_len,
-                            "recovery removed preallocated zeros after the last batch"
+                            "recovery removed preallocated or recycled space after the last batch"
                         );
                     }
                 }
@@ -204,12 +434,21 @@ impl PartitionLog {
         );
         file.fdatasync().await.map_err(io_err)?;
         let size = last.size.get();
-        let pending_pos = size / PAGE_BYTES * PAGE_BYTES;
-        let mut pending = vec![0u8; (size - pending_pos) as usize];
-        if !pending.is_empty() {
+        let mut writer = SegWriter::new(last.clone(), Some(file.clone()), &config, pool.clone());
+        writer.allocated_len = size;
+        writer.zeroed_len = size;
+        let tail_pos = size / PAGE_BYTES * PAGE_BYTES;
+        writer.next_chunk_pos = tail_pos;
+        if tail_pos < size {
+            // Keep the partial last page staged so the next write rewrites it whole.
+            let mut tail = vec![0u8; (size - tail_pos) as usize];
             let f = std::fs::File::open(&last.log_path)?;
             use std::os::unix::fs::FileExt;
-            f.read_exact_at(&mut pending, pending_pos)?;
+            f.read_exact_at(&mut tail, tail_pos)?;
+            writer.stage(tail_pos, &tail);
+            if let Some(c) = &mut writer.open {
+                c.issued = c.len;
+            }
         }
         *last.dma.borrow_mut() = Some(file.clone());
         let log_end = last.next_offset.get();
@@ -225,22 +464,13 @@ impl PartitionLog {
                 _ => Some(x),
             },
         );
-        let writer = SegWriter {
-            seg: last.clone(),
-            file: Some(file.clone()),
-            pending,
-            pending_pos,
-            submitted_len: size,
-            allocated_len: size,
-            batch_ends: VecDeque::new(),
-            sealed: false,
-        };
         let cache_id = cache.register();
         Ok(Rc::new_cyclic(|w| PartitionLog {
             tp,
             dir,
             cache,
             cache_id,
+            pool,
             config: RefCell::new(config),
             segments: RefCell::new(segments),
             log_start: Cell::new(log_start),
@@ -249,6 +479,10 @@ impl PartitionLog {
             durable: OffsetWatch::new(log_end),
             writers: RefCell::new(VecDeque::from([writer])),
             writer_running: Cell::new(false),
+            writer_kicked: Cell::new(false),
+            writer_waker: RefCell::new(None),
+            write_seq: Cell::new(0),
+            spares: RefCell::new(spare_files),
             sync_wanted: Cell::new(log_end),
             syncer_running: Cell::new(false),
             last_written_file: RefCell::new(Some(file)),
@@ -319,8 +553,8 @@ impl PartitionLog {
                 return Err(LogError::Corrupt("no active segment".into()));
             };
             let pos = w.seg.size.get();
+            w.stage(pos, &batch);
             w.seg.on_append(pos, &h, len, cfg.index_interval_bytes);
-            w.pending.extend_from_slice(&batch);
             w.batch_ends.push_back((pos + len, last + 1));
         }
         self.log_end.set(last + 1);
@@ -369,16 +603,7 @@ impl PartitionLog {
         w.sealed = true;
         let seg = Rc::new(Segment::new(&self.dir, new_base, now_ms()));
         self.segments.borrow_mut().insert(new_base, seg.clone());
-        writers.push_back(SegWriter {
-            seg,
-            file: None,
-            pending: Vec::new(),
-            pending_pos: 0,
-            submitted_len: 0,
-            allocated_len: 0,
-            batch_ends: VecDeque::new(),
-            sealed: false,
-        });
+        writers.push_back(SegWriter::new(seg, None, cfg, self.pool.clone()));
     }
 
     /// Rolls the active segment now if it is not empty (segment.ms checks,
@@ -394,6 +619,10 @@ impl PartitionLog {
 
     fn kick_writer(&self) {
         if self.writer_running.get() {
+            self.writer_kicked.set(true);
+            if let Some(w) = self.writer_waker.borrow_mut().take() {
+                w.wake();
+            }
             return;
         }
         let Some(me) = self.self_weak.upgrade() else {
@@ -403,125 +632,215 @@ impl PartitionLog {
         glommio::spawn_local(async move { me.writer_loop().await }).detach();
     }
 
-    fn next_writer_step(&self) -> WriterStep {
-        let cfg = self.config.borrow();
+    /// The next thing the writer should do for the oldest segment with work;
+    /// `in_flight` writes are outstanding. Synchronous: chooses and takes.
+    fn next_writer_step(&self, in_flight: usize) -> WriterStep {
         let mut writers = self.writers.borrow_mut();
         let Some(w) = writers.front_mut() else {
-            return WriterStep::Idle;
+            return WriterStep::Wait;
         };
         let Some(file) = w.file.clone() else {
+            if in_flight > 0 {
+                return WriterStep::Wait;
+            }
             return WriterStep::Open(w.seg.clone());
         };
-        let size = w.seg.size.get();
-        if size > w.submitted_len {
-            let chunk = (cfg.write_chunk_bytes as u64).max(PAGE_BYTES) / PAGE_BYTES * PAGE_BYTES;
-            let end_aligned = size.div_ceil(PAGE_BYTES) * PAGE_BYTES;
-            let mut bufs = Vec::new();
-            let mut at = w.pending_pos;
-            while at < end_aligned {
-                let n = chunk.min(end_aligned - at);
-                let mut buf = file.alloc_dma_buffer(n as usize);
-                let from = (at - w.pending_pos) as usize;
-                let avail = w.pending.len().saturating_sub(from).min(n as usize);
-                let dst = buf.as_bytes_mut();
-                dst[..avail].copy_from_slice(&w.pending[from..from + avail]);
-                dst[avail..].fill(0);
-                bufs.push((at, buf));
-                at += n;
-            }
-            let grow_to = if end_aligned > w.allocated_len {
-                let step = cfg.preallocate_bytes.max(PAGE_BYTES);
-                let target = end_aligned.div_ceil(step) * step;
-                w.allocated_len = target;
-                Some(target)
-            } else {
-                None
-            };
-            let keep_from = size / PAGE_BYTES * PAGE_BYTES;
-            w.pending.drain(..(keep_from - w.pending_pos) as usize);
-            w.pending_pos = keep_from;
-            w.submitted_len = size;
-            return WriterStep::Write {
-                file,
-                bufs,
-                end_len: size,
-                grow_to,
-            };
+        if in_flight >= WRITES_IN_FLIGHT_MAX {
+            return WriterStep::Wait;
         }
-        if w.sealed {
+        // Full chunks first, in file order; one whose tail write is in
+        // flight waits for it (two writes of a page are never in flight).
+        if let Some(c) = w.full.front() {
+            if w.tail_busy.is_some_and(|(pos, _)| pos == c.pos) {
+                return WriterStep::Wait;
+            }
+            let end = c.pos + c.buf.len() as u64;
+            if w.zeroing.is_some_and(|(zs, ze)| c.pos < ze && end > zs) {
+                return WriterStep::Wait;
+            }
+            if let Some(step) = grow_step(w, &file, end) {
+                return step;
+            }
+            let Some(c) = w.full.pop_front() else {
+                return WriterStep::Wait;
+            };
+            let (pos, buf) = c.into_write();
+            return self.issue(w, file, pos, buf, end, false);
+        }
+        // Then the partially filled last chunk, if the writer has nothing
+        // else to do and no write of it is in flight already.
+        if w.tail_busy.is_none() {
+            if let Some(c) = &w.open {
+                if c.issued < c.len {
+                    let (from, to) = c.unwritten_range();
+                    let end_file = c.pos + to as u64;
+                    let start_file = c.pos + from as u64;
+                    if w.zeroing
+                        .is_some_and(|(zs, ze)| start_file < ze && end_file > zs)
+                    {
+                        return WriterStep::Wait;
+                    }
+                    if let Some(step) = grow_step(w, &file, end_file) {
+                        return step;
+                    }
+                    let Some(c) = &mut w.open else {
+                        return WriterStep::Wait;
+                    };
+                    let end = c.pos + c.len as u64;
+                    let (pos, buf) = c.copy_range(from, to);
+                    return self.issue(w, file, pos, buf, end, true);
+                }
+            }
+        }
+        // Then, with nothing else in flight, pre-zero the space ahead of the
+        // data (logs that fdatasync only; see the module doc).
+        let cfg = self.config.borrow();
+        let syncs = cfg.fsync_acks || cfg.flush_messages != i64::MAX || cfg.flush_ms != i64::MAX;
+        drop(cfg);
+        if syncs && !w.sealed && in_flight == 0 && w.zeroing.is_none() {
+            let data_end = w.seg.size.get().div_ceil(PAGE_BYTES) * PAGE_BYTES;
+            let start = w.zeroed_len.max(data_end);
+            if start < data_end + PREZERO_AHEAD_BYTES {
+                let end = start + PREZERO_WRITE_BYTES;
+                if let Some(step) = grow_step(w, &file, end) {
+                    return step;
+                }
+                w.zeroing = Some((start, end));
+                let mut buf = glommio::allocate_dma_buffer(PREZERO_WRITE_BYTES as usize);
+                buf.as_bytes_mut().fill(0);
+                return WriterStep::Write {
+                    file,
+                    seq: PREZERO_SEQ,
+                    pos: start,
+                    buf,
+                };
+            }
+        }
+        if w.sealed && w.all_issued() && w.inflight.is_empty() && in_flight == 0 {
             return WriterStep::Seal {
                 file,
                 seg: w.seg.clone(),
             };
         }
-        WriterStep::Idle
+        WriterStep::Wait
     }
 
+    fn issue(
+        &self,
+        w: &mut SegWriter,
+        file: Rc<DmaFile>,
+        pos: u64,
+        buf: DmaBuffer,
+        end_len: u64,
+        tail: bool,
+    ) -> WriterStep {
+        let seq = self.write_seq.get();
+        self.write_seq.set(seq + 1);
+        w.inflight.push_back(InFlight {
+            seq,
+            end_len,
+            done: false,
+        });
+        if tail {
+            let chunk_pos = w.open.as_ref().map(|c| c.pos).unwrap_or(pos);
+            w.tail_busy = Some((chunk_pos, seq));
+        }
+        WriterStep::Write {
+            file,
+            seq,
+            pos,
+            buf,
+        }
+    }
+
+    /// Records a completed write; moves `written` over the whole batches
+    /// now covered by completed writes with nothing unwritten before them.
+    fn on_write_done(&self, seq: u64, file: &Rc<DmaFile>) {
+        let mut next = None;
+        {
+            let mut writers = self.writers.borrow_mut();
+            let Some(w) = writers.front_mut() else { return };
+            if w.tail_busy.is_some_and(|(_, s)| s == seq) {
+                w.tail_busy = None;
+            }
+            if let Some(f) = w.inflight.iter_mut().find(|f| f.seq == seq) {
+                f.done = true;
+            }
+            let mut covered = None;
+            while w.inflight.front().is_some_and(|f| f.done) {
+                covered = w.inflight.pop_front().map(|f| f.end_len);
+            }
+            if let Some(end_len) = covered {
+                if end_len > w.seg.written_len.get() {
+                    w.seg.written_len.set(end_len);
+                }
+                while let Some(&(end, off)) = w.batch_ends.front() {
+                    if end > end_len {
+                        break;
+                    }
+                    next = Some(off);
+                    w.batch_ends.pop_front();
+                }
+            }
+        }
+        *self.last_written_file.borrow_mut() = Some(file.clone());
+        if let Some(off) = next {
+            self.written.advance(off);
+        }
+    }
+
+    /// The writer task: issues every write it can (full chunks as soon as
+    /// they exist, up to `WRITES_IN_FLIGHT_MAX`), then waits for either a
+    /// completion or new appends; exits when nothing is staged or in flight.
     async fn writer_loop(self: Rc<Self>) {
+        let mut in_flight: FuturesUnordered<WriteFuture> = FuturesUnordered::new();
         loop {
             if self.failed.borrow().is_some() {
-                self.writer_running.set(false);
-                return;
+                break;
             }
-            match self.next_writer_step() {
-                WriterStep::Idle => {
-                    self.writer_running.set(false);
-                    return;
-                }
-                WriterStep::Open(seg) => {
-                    let r = OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .create(true)
-                        .dma_open(&seg.log_path)
-                        .await;
-                    match r {
-                        Ok(f) => {
-                            let f = Rc::new(f);
-                            *seg.dma.borrow_mut() = Some(f.clone());
-                            if let Some(w) = self.writers.borrow_mut().front_mut() {
-                                w.file = Some(f);
-                            }
-                        }
-                        Err(e) => {
-                            self.fail(&e);
-                            self.writer_running.set(false);
-                            return;
-                        }
-                    }
-                }
+            self.writer_kicked.set(false);
+            match self.next_writer_step(in_flight.len()) {
                 WriterStep::Write {
                     file,
-                    bufs,
-                    end_len,
-                    grow_to,
+                    seq,
+                    pos,
+                    buf,
                 } => {
-                    if let Some(len) = grow_to {
-                        // Best effort: a filesystem without fallocate still works.
-                        let _ = file.pre_allocate(len, false).await;
-                    }
-                    let writes = bufs.into_iter().map(|(pos, buf)| file.write_at(buf, pos));
-                    let results = futures::future::join_all(writes).await;
-                    if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
-                        self.fail(&e);
-                        self.writer_running.set(false);
-                        return;
-                    }
-                    *self.last_written_file.borrow_mut() = Some(file.clone());
-                    let mut next = None;
-                    if let Some(w) = self.writers.borrow_mut().front_mut() {
-                        w.seg.written_len.set(end_len);
-                        while let Some(&(end, off)) = w.batch_ends.front() {
-                            if end > end_len {
-                                break;
+                    let len = buf.len();
+                    let pool = self.pool.clone();
+                    let chunk_len = self.writers.borrow().front().map_or(0, |w| w.chunk_bytes);
+                    in_flight.push(Box::pin(async move {
+                        let buf = Rc::new(buf);
+                        let r = file.write_rc_at(buf.clone(), pos).await;
+                        if let Ok(buf) = Rc::try_unwrap(buf) {
+                            // Only whole chunks are pooled (tail copies vary in size).
+                            if buf.len() == chunk_len {
+                                pool.put(buf);
                             }
-                            next = Some(off);
-                            w.batch_ends.pop_front();
                         }
+                        let done = match r {
+                            Ok(n) if n == len => Ok(n),
+                            Ok(n) => Err(glommio::GlommioError::IoError(std::io::Error::new(
+                                std::io::ErrorKind::WriteZero,
+                                format!("short direct write: {n} of {len} bytes at {pos}"),
+                            ))),
+                            Err(e) => Err(e),
+                        };
+                        (seq, pos, done.map(|_| len))
+                    }));
+                    continue;
+                }
+                WriterStep::Open(seg) => {
+                    if let Err(e) = self.open_segment_file(&seg).await {
+                        self.fail(&e);
+                        break;
                     }
-                    if let Some(off) = next {
-                        self.written.advance(off);
-                    }
+                    continue;
+                }
+                WriterStep::Grow { file, len } => {
+                    // Best effort: a filesystem without fallocate still works.
+                    let _ = file.pre_allocate(len, false).await;
+                    continue;
                 }
                 WriterStep::Seal { file, seg } => {
                     let r = async {
@@ -534,15 +853,99 @@ impl PartitionLog {
                     .await;
                     if let Err(e) = r {
                         self.fail(&e);
-                        self.writer_running.set(false);
-                        return;
+                        break;
                     }
                     seg.sealed.set(true);
                     self.writers.borrow_mut().pop_front();
                     self.durable.advance(seg.next_offset.get());
+                    continue;
+                }
+                WriterStep::Wait => {}
+            }
+            if in_flight.is_empty() {
+                let idle = self
+                    .writers
+                    .borrow()
+                    .front()
+                    .is_none_or(|w| w.file.is_some() && w.all_issued() && !w.sealed);
+                if self.writer_kicked.get() {
+                    continue;
+                }
+                if !idle {
+                    // Work remains that only a completion could unblock, yet
+                    // nothing is in flight: a bug. Fail loudly rather than
+                    // leave appenders waiting forever.
+                    debug_assert!(false, "writer has staged work but cannot issue it");
+                    self.fail(&"log writer stalled with staged data");
+                }
+                break;
+            }
+            // Wait for a write to complete or for new appends.
+            let ev = std::future::poll_fn(|cx| {
+                if let Poll::Ready(Some(x)) = in_flight.poll_next_unpin(cx) {
+                    return Poll::Ready(Some(x));
+                }
+                if self.writer_kicked.get() {
+                    return Poll::Ready(None);
+                }
+                *self.writer_waker.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            })
+            .await;
+            if let Some((seq, _pos, r)) = ev {
+                match r {
+                    Ok(_) if seq == PREZERO_SEQ => {
+                        if let Some(w) = self.writers.borrow_mut().front_mut() {
+                            if let Some((_, end)) = w.zeroing.take() {
+                                w.zeroed_len = w.zeroed_len.max(end);
+                            }
+                        }
+                    }
+                    Ok(_) => {
+                        let file = self.writers.borrow().front().and_then(|w| w.file.clone());
+                        if let Some(f) = file {
+                            self.on_write_done(seq, &f);
+                        }
+                    }
+                    Err(e) => {
+                        self.fail(&e);
+                        break;
+                    }
                 }
             }
         }
+        *self.writer_waker.borrow_mut() = None;
+        self.writer_running.set(false);
+    }
+
+    /// Opens the file of a new segment, reusing a spare (recycled) file when
+    /// there is one: its blocks are already written, so writes into it and
+    /// the fdatasyncs after them carry no extent conversions.
+    async fn open_segment_file(&self, seg: &Rc<Segment>) -> Result<(), LogError> {
+        let spare = self.spares.borrow_mut().pop();
+        if let Some(spare) = spare {
+            if let Err(e) = std::fs::rename(&spare, &seg.log_path) {
+                tracing::warn!(partition = %self.tp, file = %spare.display(), error = %e,
+                    "could not reuse a spare segment file");
+                let _ = std::fs::remove_file(&spare);
+            }
+        }
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .dma_open(&seg.log_path)
+            .await
+            .map_err(io_err)?;
+        let size = f.file_size().await.map_err(io_err)?;
+        let f = Rc::new(f);
+        *seg.dma.borrow_mut() = Some(f.clone());
+        if let Some(w) = self.writers.borrow_mut().front_mut() {
+            w.file = Some(f);
+            w.allocated_len = size;
+            w.zeroed_len = size;
+        }
+        Ok(())
     }
 
     fn request_sync(&self, offset: i64) {
@@ -892,8 +1295,9 @@ impl PartitionLog {
             }
             self.segments.borrow_mut().remove(&seg.base_offset);
             self.log_start.set(self.log_start.get().max(next_base));
-            remove_segment_files(&self.dir, seg.base_offset);
-            tracing::info!(partition = %self.tp, segment = seg.base_offset,
+            let base = seg.base_offset;
+            self.recycle_or_remove(seg);
+            tracing::info!(partition = %self.tp, segment = base,
                 by_time, by_size, "retention deleted a segment");
             deleted += 1;
         }
@@ -922,10 +1326,43 @@ impl PartitionLog {
             }
             self.segments.borrow_mut().remove(&seg.base_offset);
             self.log_start.set(self.log_start.get().max(next_base));
-            remove_segment_files(&self.dir, seg.base_offset);
+            self.recycle_or_remove(seg);
             deleted += 1;
         }
         Ok(deleted)
+    }
+
+    /// Deletes the files of a segment already removed from the map, keeping
+    /// its `.log` as a spare for the next roll when nothing else can still
+    /// read it (no fetch holds its descriptors: a sendfile of the old bytes
+    /// must never see new ones) and fewer than `SPARE_SEGMENT_FILES_MAX`
+    /// spares are kept. A spare's blocks are written, so a segment that
+    /// reuses it is written without allocating or converting extents.
+    fn recycle_or_remove(&self, seg: Rc<Segment>) {
+        let unshared = Rc::strong_count(&seg) == 1
+            && seg
+                .read_file
+                .borrow()
+                .as_ref()
+                .is_none_or(|f| Rc::strong_count(f) == 1)
+            && seg
+                .dma
+                .borrow()
+                .as_ref()
+                .is_none_or(|f| Rc::strong_count(f) == 1);
+        let mut spares = self.spares.borrow_mut();
+        if unshared && spares.len() < SPARE_SEGMENT_FILES_MAX {
+            let spare = self.dir.join(spare_file_name(seg.base_offset));
+            seg.read_file.borrow_mut().take();
+            seg.dma.borrow_mut().take();
+            match std::fs::rename(&seg.log_path, &spare) {
+                Ok(()) => spares.push(spare),
+                Err(e) => tracing::warn!(partition = %self.tp, file = %seg.log_path.display(),
+                    error = %e, "could not keep a deleted segment as a spare"),
+            }
+        }
+        drop(spares);
+        remove_segment_files(&self.dir, seg.base_offset);
     }
 
     /// Runs the flush.ms policy: fsync if the oldest unsynced data is older.
@@ -1000,22 +1437,44 @@ impl PartitionLog {
         self.fsyncs.get()
     }
 
-    /// Staged bytes not yet known written (partial last pages included).
+    /// Staged bytes not yet known written.
     pub fn pending_bytes(&self) -> usize {
-        self.writers.borrow().iter().map(|w| w.pending.len()).sum()
+        self.writers
+            .borrow()
+            .iter()
+            .map(|w| (w.seg.size.get() - w.seg.written_len.get()) as usize)
+            .sum()
     }
 }
 
-/// Base offsets of the `.log` files in `dir`, sorted; removes leftovers of
+/// Suffix of spare segment files (deleted segments kept for reuse); not
+/// `.log`, so Kafka's tools and recovery ignore them.
+const SPARE_FILE_SUFFIX: &str = ".spare";
+
+fn spare_file_name(base: i64) -> String {
+    format!("{base:020}{SPARE_FILE_SUFFIX}")
+}
+
+/// Base offsets of the `.log` files in `dir`, sorted, and the spare files
+/// (up to `SPARE_SEGMENT_FILES_MAX`, more are deleted); removes leftovers of
 /// interrupted deletes (`*.deleted`) and temporary files.
-fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
+fn list_segments(dir: &Path) -> Result<(Vec<i64>, Vec<PathBuf>), LogError> {
     let mut bases = Vec::new();
+    let mut spares = Vec::new();
     for ent in std::fs::read_dir(dir)? {
         let ent = ent?;
         let name = ent.file_name();
         let Some(name) = name.to_str() else { continue };
         if name.ends_with(".deleted") || name.ends_with(".tmp") || name.ends_with(".cleaned") {
             let _ = std::fs::remove_file(ent.path());
+            continue;
+        }
+        if name.ends_with(SPARE_FILE_SUFFIX) {
+            if spares.len() < SPARE_SEGMENT_FILES_MAX {
+                spares.push(ent.path());
+            } else {
+                let _ = std::fs::remove_file(ent.path());
+            }
             continue;
         }
         if let Some(stem) = name.strip_suffix(".log") {
@@ -1027,7 +1486,7 @@ fn list_segments(dir: &Path) -> Result<Vec<i64>, LogError> {
         }
     }
     bases.sort_unstable();
-    Ok(bases)
+    Ok((bases, spares))
 }
 
 pub(crate) fn remove_segment_files(dir: &Path, base: i64) {
@@ -1039,4 +1498,24 @@ pub(crate) fn remove_segment_files(dir: &Path, base: i64) {
             }
         }
     }
+}
+
+/// The staging chunk size of `cfg`: `write_chunk_bytes` in whole pages.
+fn chunk_bytes(cfg: &LogConfig) -> usize {
+    ((cfg.write_chunk_bytes as u64).max(PAGE_BYTES) / PAGE_BYTES * PAGE_BYTES) as usize
+}
+
+/// A fallocate step if a write ending at file position `end` would go past
+/// the space allocated so far (grown in `preallocate_bytes` steps).
+fn grow_step(w: &mut SegWriter, file: &Rc<DmaFile>, end: u64) -> Option<WriterStep> {
+    if end <= w.allocated_len {
+        return None;
+    }
+    let step = w.preallocate_bytes.max(PAGE_BYTES);
+    let target = end.div_ceil(step) * step;
+    w.allocated_len = target;
+    Some(WriterStep::Grow {
+        file: file.clone(),
+        len: target,
+    })
 }

@@ -63,6 +63,11 @@ pub(crate) struct ScanOutcome {
     pub stop_reason: Option<String>,
     /// The bytes after `valid_len` are all zero (preallocated space).
     pub tail_is_zeros: bool,
+    /// The bytes from `valid_len` to the next page boundary are zero (or
+    /// `valid_len` is page aligned): what the writer leaves after the last
+    /// batch it wrote, so what follows is space not yet written in this
+    /// segment (preallocated zeros or the old bytes of a recycled file).
+    pub tail_is_padding: bool,
 }
 
 impl Segment {
@@ -217,11 +222,14 @@ impl Segment {
         }
         self.written_len.set(pos);
         let tail_is_zeros = stop_reason.is_none() || all_zero_from(&file, pos, file_len)?;
+        let page_end = (pos.div_ceil(super::PAGE_BYTES) * super::PAGE_BYTES).min(file_len);
+        let tail_is_padding = tail_is_zeros || all_zero_from(&file, pos, page_end)?;
         Ok(ScanOutcome {
             valid_len: pos,
             file_len,
             stop_reason,
             tail_is_zeros,
+            tail_is_padding,
         })
     }
 
