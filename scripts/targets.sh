@@ -42,7 +42,7 @@ for flags in "" "--fsync-acks"; do
   for r in $(seq 2); do
     d=$(mktemp -d)
     taskset -c 1 "$fjord" bench -w workloads/latency-100b-10k.toml --duration "$dur" --warmup "$warm" \
-      --client-cores 1 --bootstrap 127.0.0.1:19692 --label "fjord${flags:+ $flags}" \
+      --client-cores 1 --bootstrap 127.0.0.1:19692 --label "fjord${flags:+-fsync-acks}" \
       --output "$out/latency" \
       --broker-cmd "taskset -c 0 $fjord serve --data-dir $d --port 19692 --listen 127.0.0.1 --cores 1 --no-pin $flags" \
       2>&1 | grep -E "^(publish|end-to-end|broker)" | sed "s/^/fjord ${flags:-default} run $r: /" | tee -a "$sum"
