@@ -233,6 +233,13 @@ fn truncated_frames_are_survived() {
     c.send_bytes(&header_v1(ApiKey::Metadata as i16, 9, 1));
     let _ = c.read_frame(Duration::from_millis(100));
     drop(c);
+    // A large frame (50 MiB, under socket.request.max.bytes) of which only
+    // the header ever arrives.
+    let mut c = RawClient::connect(f.broker.port);
+    c.send_bytes(&(50i32 << 20).to_be_bytes());
+    c.send_bytes(&header_v1(ApiKey::Produce as i16, 9, 1));
+    let _ = c.read_frame(Duration::from_millis(100));
+    drop(c);
     // Half a length prefix, then a half-close.
     let c = std::net::TcpStream::connect(("127.0.0.1", f.broker.port)).expect("connect");
     std::io::Write::write_all(&mut &c, &[0, 0]).expect("write");

@@ -42,6 +42,8 @@ use std::task::{Context, Poll};
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// A read is never offered less room than this (the buffer grows first).
 const READ_CHUNK_MIN_BYTES: usize = 4 * 1024;
+/// Room given at once to a pending frame; larger frames grow as they arrive.
+const FRAME_ROOM_AT_ONCE_MAX_BYTES: usize = 4 << 20;
 /// Responses smaller than this are coalesced into one write.
 const COALESCE_BYTES_MAX: usize = 64 * 1024;
 
@@ -176,8 +178,14 @@ async fn read_requests(
         // (Growing while earlier frames still share the buffer allocates a
         // new one, and every frame keeps its block alive in the tail cache:
         // growing on every read would pin a block per request.)
+        // A large declared frame gets its room as its bytes arrive (doubling
+        // from FRAME_ROOM_AT_ONCE_MAX_BYTES), so a 4-byte length prefix alone
+        // cannot make the broker zero up to socket.request.max.bytes.
         let need = match frame_total {
-            Some(total) => total.max(filled + READ_CHUNK_MIN_BYTES),
+            Some(total) => {
+                let step = (filled * 2).max(filled + FRAME_ROOM_AT_ONCE_MAX_BYTES);
+                total.min(step).max(filled + READ_CHUNK_MIN_BYTES)
+            }
             None => filled + READ_CHUNK_MIN_BYTES,
         };
         if buf.len() < need {
