@@ -397,14 +397,8 @@ fn append_and_answer(
                 log_append_time_ms = now_ms();
                 batch::set_log_append_time(&mut records, log_append_time_ms);
             }
-            let segments_before = state.log.segment_count();
-            match state.log.append(records) {
+            match state.append(records) {
                 Ok(info) => {
-                    if state.log.segment_count() > segments_before {
-                        // This batch opened a new segment: snapshot the
-                        // producer state as of its first offset.
-                        ctx.snapshot_at_roll(&state, info.base_offset.0);
-                    }
                     state
                         .producers
                         .borrow_mut()

@@ -27,7 +27,7 @@ pub mod router;
 use crate::config::BrokerConfig;
 use crate::group::state::GroupConfig;
 use crate::group::GroupCoordinator;
-use crate::log::{LogConfig, LogManager, PartitionLog};
+use crate::log::{AppendInfo, LogConfig, LogError, LogManager, PartitionLog};
 use crate::metadata::{internal, MetadataImage, TopicConfig};
 use crate::producer::ids::ProducerIdBlocks;
 use crate::producer::txn_index::{self, AbortedTxn, AbortedTxns};
@@ -38,6 +38,7 @@ use crate::txn::coordinator::TxnCoordinator;
 use crate::txn::TxnMarker;
 use crate::types::Offset;
 use crate::types::TopicPartition;
+use bytes::BytesMut;
 use futures::channel::oneshot;
 use messages::{ControllerError, ControllerReply, ControllerRequest, ShardMessage};
 use router::Router;
@@ -76,6 +77,80 @@ impl PartitionState {
             Some(first) => first.min(hw),
             None => hw,
         }
+    }
+
+    /// Appends one validated batch (data or marker) to the log, before the
+    /// caller records it in the producer state. If the batch opens a new
+    /// segment, the producer state as of its first offset is snapshotted,
+    /// as Kafka does at every roll, so recovery replays at most one segment.
+    pub fn append(&self, batch: BytesMut) -> Result<AppendInfo, LogError> {
+        let segments_before = self.log.segment_count();
+        let info = self.log.append(batch)?;
+        if self.log.segment_count() > segments_before {
+            self.snapshot_at_roll(info.base_offset.0);
+        }
+        Ok(info)
+    }
+
+    /// No producer snapshot while a `.txnindex` append is in flight or after
+    /// one failed (see `txn_index_pending`), nor of an empty table.
+    fn snapshot_skipped(&self) -> bool {
+        self.producers.borrow().is_empty()
+            || self.txn_index_pending.get() > 0
+            || self.txn_index_failed.get()
+    }
+
+    /// The producer state encoded as a snapshot at `offset`.
+    fn encode_snapshot(&self, offset: i64) -> Option<Vec<u8>> {
+        match snapshot::encode(offset, self.producers.borrow().entries()) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                tracing::error!(tp = %self.tp, error = %e, "encoding producer snapshot failed");
+                None
+            }
+        }
+    }
+
+    /// Snapshot at a roll to `base`: the state is captured now (the batch
+    /// at `base` is not recorded yet); the file is written once every batch
+    /// below `base` is written, so a snapshot never describes batches the
+    /// log could lose. Skipped when [`Self::snapshot_skipped`] (the periodic
+    /// snapshot catches up).
+    fn snapshot_at_roll(&self, base: i64) {
+        if self.snapshot_skipped() || base <= self.snapshot_offset.get() {
+            return;
+        }
+        let Some(bytes) = self.encode_snapshot(base) else {
+            return;
+        };
+        let log = self.log.clone();
+        let snapshot_offset = self.snapshot_offset.clone();
+        let tp = self.tp.clone();
+        glommio::spawn_local(async move {
+            if base > 0 && log.wait_written(Offset(base - 1)).await.is_err() {
+                return; // the log failed: no snapshot past what it holds
+            }
+            write_snapshot(&log, &tp, &snapshot_offset, base, bytes).await;
+        })
+        .detach();
+    }
+}
+
+/// Writes a producer snapshot file off the reactor and records its offset.
+async fn write_snapshot(
+    log: &PartitionLog,
+    tp: &TopicPartition,
+    snapshot_offset: &Cell<i64>,
+    offset: i64,
+    bytes: Vec<u8>,
+) {
+    let dir = log.dir().to_path_buf();
+    let written = glommio::executor()
+        .spawn_blocking(move || snapshot::write(&dir, offset, &bytes))
+        .await;
+    match written {
+        Ok(()) => snapshot_offset.set(snapshot_offset.get().max(offset)),
+        Err(e) => tracing::error!(%tp, error = %e, "writing producer snapshot failed"),
     }
 }
 
@@ -485,7 +560,7 @@ impl ShardCtx {
         );
         let header = BatchHeader::parse(&batch).map_err(|_| E::UnknownServerError.code())?;
         let first = state.producers.borrow().open_transaction(m.producer_id);
-        let info = state.log.append(batch).map_err(|e| {
+        let info = state.append(batch).map_err(|e| {
             tracing::error!(tp = %m.tp, error = %e, "appending a transaction marker failed");
             E::KafkaStorageError.code()
         })?;
@@ -577,47 +652,6 @@ impl ShardCtx {
         .detach();
     }
 
-    /// A segment of `p` rolled at `base` (the first offset of the new
-    /// segment), before the batch at `base` was recorded in the producer
-    /// state: snapshot that state as of `base`, as Kafka does at every roll,
-    /// so recovery replays at most one segment. The state is captured now;
-    /// the file is written once every batch below `base` is written, so a
-    /// snapshot never describes batches the log could lose. Skipped (the
-    /// periodic snapshot catches up) while a `.txnindex` append is pending.
-    pub fn snapshot_at_roll(&self, p: &PartitionState, base: i64) {
-        if p.producers.borrow().is_empty()
-            || p.txn_index_pending.get() > 0
-            || p.txn_index_failed.get()
-            || base <= p.snapshot_offset.get()
-        {
-            return;
-        }
-        let bytes = match snapshot::encode(base, p.producers.borrow().entries()) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::error!(tp = %p.tp, error = %e, "encoding producer snapshot failed");
-                return;
-            }
-        };
-        let log = p.log.clone();
-        let snapshot_offset = p.snapshot_offset.clone();
-        let tp = p.tp.clone();
-        glommio::spawn_local(async move {
-            if base > 0 && log.wait_written(Offset(base - 1)).await.is_err() {
-                return; // the log failed: no snapshot past what it holds
-            }
-            let dir = log.dir().to_path_buf();
-            let written = glommio::executor()
-                .spawn_blocking(move || snapshot::write(&dir, base, &bytes))
-                .await;
-            match written {
-                Ok(()) => snapshot_offset.set(snapshot_offset.get().max(base)),
-                Err(e) => tracing::error!(%tp, error = %e, "writing producer snapshot failed"),
-            }
-        })
-        .detach();
-    }
-
     /// Writes a producer snapshot for every partition whose state changed,
     /// if the partition is quiescent (every appended batch written), and
     /// expires idle producers. Run periodically and at shutdown.
@@ -628,32 +662,16 @@ impl ShardCtx {
                 .borrow_mut()
                 .expire(now, self.config.producer_id_expiration_ms);
             let log_end = p.log.log_end_offset().0;
-            if log_end == p.snapshot_offset.get() || p.producers.borrow().is_empty() {
-                continue;
-            }
-            if p.txn_index_pending.get() > 0 || p.txn_index_failed.get() {
+            if log_end == p.snapshot_offset.get() || p.snapshot_skipped() {
                 continue;
             }
             if p.log.written_offset().0 != log_end {
                 continue; // appends in flight: try again next time
             }
-            let bytes = match snapshot::encode(log_end, p.producers.borrow().entries()) {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::error!(tp = %p.tp, error = %e, "encoding producer snapshot failed");
-                    continue;
-                }
+            let Some(bytes) = p.encode_snapshot(log_end) else {
+                continue;
             };
-            let dir = p.log.dir().to_path_buf();
-            let written = glommio::executor()
-                .spawn_blocking(move || snapshot::write(&dir, log_end, &bytes))
-                .await;
-            match written {
-                Ok(()) => p.snapshot_offset.set(p.snapshot_offset.get().max(log_end)),
-                Err(e) => {
-                    tracing::error!(tp = %p.tp, error = %e, "writing producer snapshot failed")
-                }
-            }
+            write_snapshot(&p.log, &p.tp, &p.snapshot_offset, log_end, bytes).await;
         }
     }
 
