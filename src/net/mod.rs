@@ -181,18 +181,15 @@ async fn read_requests(
         // A large declared frame gets its room as its bytes arrive (doubling
         // from FRAME_ROOM_AT_ONCE_MAX_BYTES), so a 4-byte length prefix alone
         // cannot make the broker zero up to socket.request.max.bytes.
-        let need = match frame_total {
+        let (need, grow_to) = match frame_total {
             Some(total) => {
                 let step = (filled * 2).max(filled + FRAME_ROOM_AT_ONCE_MAX_BYTES);
-                total.min(step).max(filled + READ_CHUNK_MIN_BYTES)
+                let need = total.min(step).max(filled + READ_CHUNK_MIN_BYTES);
+                (need, need)
             }
-            None => filled + READ_CHUNK_MIN_BYTES,
+            None => (filled + READ_CHUNK_MIN_BYTES, filled + READ_CHUNK_BYTES),
         };
         if buf.len() < need {
-            let grow_to = match frame_total {
-                Some(_) => need,
-                None => filled + READ_CHUNK_BYTES,
-            };
             buf.resize(grow_to, 0);
         }
         let n = stream.read(&mut buf[filled..]).await?;
