@@ -34,6 +34,10 @@ const MESH_CHANNEL_CAPACITY: usize = 1024;
 const SHUTDOWN_POLL_MS: u64 = 50;
 /// Longest a stopping shard waits for requests in flight.
 const SHUTDOWN_DRAIN_MS_MAX: u64 = 5_000;
+/// Longest a shard waits for its port to be released at start-up.
+const BIND_BUSY_WAIT_MS_MAX: u64 = 10_000;
+/// Pause between attempts to bind a port that is in use.
+const BIND_RETRY_PAUSE_MS: u64 = 20;
 /// Shares of the background task queue (flush, retention); requests run in
 /// the default queue with glommio's default 1000 shares.
 const BACKGROUND_SHARES: usize = 100;
@@ -187,8 +191,9 @@ async fn shard_main(
     .map_err(|e| anyhow::anyhow!("cannot spawn producer maintenance: {e}"))?;
 
     let addr = SocketAddr::new(config.listen, config.port_of(shard));
-    let listener =
-        crate::net::bind(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let listener = bind_when_free(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr().unwrap_or(addr);
     let accept = glommio::spawn_local(crate::net::accept_loop(ctx.clone(), listener));
     let _ = ready_tx.send((shard, Ok(bound)));
@@ -208,6 +213,29 @@ async fn shard_main(
     }
     ctx.router.close();
     Ok(())
+}
+
+/// Binds `addr`, waiting up to `BIND_BUSY_WAIT_MS_MAX` while it is in use.
+/// A broker restarted right after a crash needs this: the kernel tears down
+/// a killed process's io_uring asynchronously, and its listening socket (held
+/// by a pending accept) stays bound for a moment after the process is gone —
+/// about 15 ms on an idle machine, longer on a busy one. A port still in use
+/// after the wait is a real conflict, reported as the error.
+async fn bind_when_free(addr: SocketAddr) -> std::io::Result<glommio::net::TcpListener> {
+    let deadline = Instant::now() + Duration::from_millis(BIND_BUSY_WAIT_MS_MAX);
+    let mut warned = false;
+    loop {
+        match crate::net::bind(addr) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                if !warned {
+                    tracing::warn!(%addr, "address in use; waiting for it to be released");
+                    warned = true;
+                }
+                glommio::timer::sleep(Duration::from_millis(BIND_RETRY_PAUSE_MS)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 fn init_tracing() {

@@ -140,3 +140,45 @@ fn messages_and_topics_survive_clean_restart() {
     );
     broker.stop();
 }
+
+/// A broker restarted while its port is still held (as right after a
+/// SIGKILL, when the kernel releases the dead process's io_uring and its
+/// listening sockets a moment later) waits for the port instead of failing,
+/// and comes back on the same ports, so its clients find it again.
+#[test]
+fn a_restart_waits_for_its_port_to_be_released() {
+    let mut broker = Broker::start(BrokerOpts::default());
+    let topic = "restart-port";
+    create_topic(&broker.bootstrap(), topic, 2, &[]);
+    let port = broker.port;
+    broker.kill9();
+    // Hold shard 1's port as soon as the dead broker lets go of it.
+    let port_1 = broker.port_of(1);
+    let holder = common::wait_for(TIMEOUT, "shard 1's port to be released", || {
+        std::net::TcpListener::bind(("127.0.0.1", port_1)).ok()
+    });
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        drop(holder);
+    });
+    broker.restart();
+    release.join().expect("releasing thread");
+    assert_eq!(broker.port, port, "the restarted broker keeps its ports");
+    assert!(
+        broker
+            .stderr_tail()
+            .contains("address in use; waiting for it to be released"),
+        "the broker said it waited for its port"
+    );
+    // Both shards serve: a message to each partition is acknowledged.
+    let p = client::producer(&broker.bootstrap(), &[("acks", "all")]);
+    for partition in 0..2 {
+        let record = rdkafka::producer::BaseRecord::<(), [u8], usize>::with_opaque_to(topic, 0)
+            .partition(partition)
+            .payload(&b"v"[..]);
+        p.send(record).expect("enqueue");
+    }
+    let d = await_deliveries(&p, 2, TIMEOUT);
+    assert!(d.iter().all(|d| d.error.is_none()), "{d:?}");
+    broker.stop();
+}

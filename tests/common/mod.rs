@@ -10,7 +10,8 @@
 //! Tests run in parallel threads (and `cargo test` runs test binaries one
 //! after another, but CI may not), so ports are picked at random in
 //! [`PORT_RANGE_FIRST`]..[`PORT_RANGE_END`], each checked to bind before use,
-//! and start-up is retried with new ports when it fails.
+//! and a first start is retried with new ports when it fails (a restart keeps
+//! its ports: its clients know no others).
 
 #![allow(dead_code)]
 
@@ -170,7 +171,7 @@ impl Broker {
     }
 
     /// Starts the broker again on the same data directory (stopping it
-    /// cleanly first if it runs), on the same ports if they are free.
+    /// cleanly first if it runs), on the same ports.
     pub fn restart(&mut self) {
         if self.is_running() {
             self.stop();
@@ -199,15 +200,16 @@ impl Broker {
         }
     }
 
-    /// Starts the process, retrying with fresh ports until it prints
-    /// `fjord: ready`. `preferred` is tried first (restarts keep their ports).
+    /// Starts the process, retrying until it prints `fjord: ready`. A first
+    /// start (`preferred` None) retries with fresh ports. A restart stays on
+    /// its ports whatever happens: its clients know only those. (Right
+    /// after a SIGKILL the old listening sockets stay bound for a moment
+    /// while the kernel tears down the dead process's io_uring; the broker
+    /// itself waits for its ports to be released.)
     fn launch(&mut self, preferred: Option<u16>) {
         let mut last_error = String::new();
-        for attempt in 0..START_ATTEMPTS_MAX {
-            let port = match (attempt, preferred) {
-                (0..=2, Some(p)) if ports_free(p, self.opts.cores) => p,
-                _ => free_port_base(self.opts.cores),
-            };
+        for _ in 0..START_ATTEMPTS_MAX {
+            let port = preferred.unwrap_or_else(|| free_port_base(self.opts.cores));
             match self.try_launch(port) {
                 Ok(()) => return,
                 Err(e) => last_error = e,
