@@ -136,10 +136,58 @@ fn bench_fetch_encode(c: &mut Criterion) {
     g.finish();
 }
 
+/// The per-batch work idempotence adds to the append path: the producer
+/// state check before the append and the record after it (`check` +
+/// `record`), for a plain batch (producerId -1: both return at once) and an
+/// idempotent one continuing its producer's sequence, with 1 and with 1,000
+/// producers tracked on the partition. Everything else on the path is the
+/// same for both batches, so this difference, set against the broker's CPU
+/// per batch (`tuning/results/idempotence-cost.md`), is idempotence's cost.
+fn bench_producer_state(c: &mut Criterion) {
+    use fjord::producer::ProducerStateTable;
+    let mut g = c.benchmark_group("producer_state_check_and_record");
+    let header_of = |pid: i64, seq: i32| {
+        let b = BatchBuilder::new(Compression::None)
+            .producer(pid, 0, seq)
+            .record(None, Some(b"v"), &[], 1_700_000_000_000)
+            .build();
+        batch::BatchHeader::parse(&b).expect("a batch header")
+    };
+    let plain = header_of(-1, -1);
+    g.bench_function("plain", |bench| {
+        let mut table = ProducerStateTable::new(1_000);
+        bench.iter(|| {
+            let v = table.check(black_box(&plain));
+            table.record(black_box(&plain), 0, 0);
+            black_box(v)
+        })
+    });
+    for producers in [1i64, 1_000] {
+        g.bench_function(format!("idempotent_{producers}_producers"), |bench| {
+            let mut table = ProducerStateTable::new(1_000);
+            for pid in 0..producers {
+                table.record(&header_of(pid, 0), pid, 0);
+            }
+            // The producer that sends: its sequence goes on from 0.
+            let mut h = header_of(producers / 2, 0);
+            let mut offset = producers;
+            bench.iter(|| {
+                h.base_sequence = h.base_sequence.wrapping_add(1) & i32::MAX;
+                let v = table.check(black_box(&h));
+                table.record(black_box(&h), offset, 0);
+                offset += 1;
+                black_box(v)
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     bench_validate,
     bench_produce_decode,
-    bench_fetch_encode
+    bench_fetch_encode,
+    bench_producer_state
 );
 criterion_main!(benches);
