@@ -32,6 +32,7 @@ use kafka_protocol::messages::{
     OffsetFetchRequest, OffsetFetchResponse, TopicName, TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 };
+use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
@@ -42,19 +43,39 @@ pub const DEFAULT_RETENTION_TIME_MS: i64 = -1;
 /// that partition already has.
 type Checked = Vec<(String, i32, Result<CommittedOffset, GroupError>)>;
 
-fn check_partition(
+/// One row of [`Checked`]: the partition and the offset to write, or the
+/// error the partition already has.
+fn checked_row(
     ctx: &ShardCtx,
     topic: &str,
     partition: i32,
     offset: CommittedOffset,
-) -> Result<CommittedOffset, GroupError> {
-    if !partition_exists(ctx, topic, partition) {
-        return Err(GroupError::UnknownTopicOrPartition);
+) -> (String, i32, Result<CommittedOffset, GroupError>) {
+    let result = if !partition_exists(ctx, topic, partition) {
+        Err(GroupError::UnknownTopicOrPartition)
+    } else if offset.metadata.len() > OFFSET_METADATA_MAX_BYTES {
+        Err(GroupError::OffsetMetadataTooLarge)
+    } else {
+        Ok(offset)
+    };
+    (topic.to_string(), partition, result)
+}
+
+/// The offset an OffsetCommit or TxnOffsetCommit partition asks to commit.
+fn committed(
+    offset: i64,
+    leader_epoch: i32,
+    metadata: Option<&StrBytes>,
+    now_ms: i64,
+    expire_timestamp_ms: Option<i64>,
+) -> CommittedOffset {
+    CommittedOffset {
+        offset,
+        leader_epoch,
+        metadata: metadata.map(|m| m.to_string()).unwrap_or_default(),
+        commit_timestamp_ms: now_ms,
+        expire_timestamp_ms,
     }
-    if offset.metadata.len() > OFFSET_METADATA_MAX_BYTES {
-        return Err(GroupError::OffsetMetadataTooLarge);
-    }
-    Ok(offset)
 }
 
 /// Writes the valid partitions of `checked` through `commit`; returns the
@@ -112,22 +133,14 @@ pub async fn offset_commit(
         .iter()
         .flat_map(|t| {
             t.partitions.iter().map(|p| {
-                let offset = CommittedOffset {
-                    offset: p.committed_offset,
-                    leader_epoch: if v >= 6 { p.committed_leader_epoch } else { -1 },
-                    metadata: p
-                        .committed_metadata
-                        .as_ref()
-                        .map(|m| m.to_string())
-                        .unwrap_or_default(),
-                    commit_timestamp_ms: now,
-                    expire_timestamp_ms: expire,
-                };
-                (
-                    t.name.to_string(),
-                    p.partition_index,
-                    check_partition(ctx, &t.name, p.partition_index, offset),
-                )
+                let offset = committed(
+                    p.committed_offset,
+                    if v >= 6 { p.committed_leader_epoch } else { -1 },
+                    p.committed_metadata.as_ref(),
+                    now,
+                    expire,
+                );
+                checked_row(ctx, &t.name, p.partition_index, offset)
             })
         })
         .collect();
@@ -187,22 +200,14 @@ pub async fn txn_offset_commit(
         .iter()
         .flat_map(|t| {
             t.partitions.iter().map(|p| {
-                let offset = CommittedOffset {
-                    offset: p.committed_offset,
-                    leader_epoch: if v >= 2 { p.committed_leader_epoch } else { -1 },
-                    metadata: p
-                        .committed_metadata
-                        .as_ref()
-                        .map(|m| m.to_string())
-                        .unwrap_or_default(),
-                    commit_timestamp_ms: now,
-                    expire_timestamp_ms: None,
-                };
-                (
-                    t.name.to_string(),
-                    p.partition_index,
-                    check_partition(ctx, &t.name, p.partition_index, offset),
-                )
+                let offset = committed(
+                    p.committed_offset,
+                    if v >= 2 { p.committed_leader_epoch } else { -1 },
+                    p.committed_metadata.as_ref(),
+                    now,
+                    None,
+                );
+                checked_row(ctx, &t.name, p.partition_index, offset)
             })
         })
         .collect();
