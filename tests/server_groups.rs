@@ -478,7 +478,8 @@ fn find_coordinator_places_keys_like_kafka_and_other_shards_refuse() {
     });
     assert_eq!(resp.error_code, 25, "UNKNOWN_MEMBER_ID on the right one");
 
-    // A simple-consumer commit: known partitions succeed, unknown topics fail.
+    // A simple-consumer commit: known partitions succeed, unknown topics
+    // fail, and so does metadata that is too large (OFFSET_METADATA_TOO_LARGE).
     let commit = OffsetCommitRequest::default()
         .with_group_id(GroupId(StrBytes::from_static_str(group)))
         .with_generation_id_or_member_epoch(-1)
@@ -492,6 +493,11 @@ fn find_coordinator_places_keys_like_kafka_and_other_shards_refuse() {
                     OffsetCommitRequestPartition::default()
                         .with_partition_index(7)
                         .with_committed_offset(1),
+                    // Metadata over offset.metadata.max.bytes (4096).
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(1)
+                        .with_committed_offset(5)
+                        .with_committed_metadata(Some(StrBytes::from_string("m".repeat(4097)))),
                 ]),
             OffsetCommitRequestTopic::default()
                 .with_name(TopicName(StrBytes::from_static_str("nope")))
@@ -514,6 +520,7 @@ fn find_coordinator_places_keys_like_kafka_and_other_shards_refuse() {
         vec![
             ("raw".into(), 0, 0),
             ("raw".into(), 7, 3),
+            ("raw".into(), 1, 12),
             ("nope".into(), 0, 3)
         ]
     );
