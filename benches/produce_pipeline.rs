@@ -74,8 +74,7 @@ const REQUESTS_PER_ROUND: usize = 8192;
 const DEFAULT_ROUNDS: usize = 10;
 /// Transaction length on the transactional side.
 const TRANSACTION_MS: u64 = 100;
-/// Produce version for plain and idempotent batches (v9, as librdkafka and
-/// Java 3.x clients send), and for transactional ones.
+/// Produce version of every request (v9, as librdkafka 2.12 sends).
 const PRODUCE_VERSION: i16 = 9;
 /// Segment size and retention of the bench topics.
 const SEGMENT_BYTES: &str = "67108864";
@@ -168,9 +167,7 @@ impl Broker {
         let resp = raw.request(5, &req);
         assert_eq!(resp.topics[0].error_code, 0, "CreateTopics {name}");
     }
-}
 
-impl Broker {
     /// CPU seconds (user + system) the broker process has used so far.
     fn cpu_seconds(&self) -> f64 {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))

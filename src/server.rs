@@ -6,7 +6,8 @@
 //! Each shard joins the channel mesh, probes DMA support on the data dir,
 //! waits for the controller (shard 0) to replay the metadata log and send the
 //! first image — opening and recovering the logs of the partitions it leads —
-//! and only then listens. The main thread prints each listener and then
+//! and only then listens (waiting a bounded time for a port still held by a
+//! process that just died). The main thread prints each listener and then
 //! `fjord: ready` once every shard listens.
 //!
 //! SIGINT/SIGTERM: every shard stops accepting, waits (bounded) for the
