@@ -3,9 +3,10 @@
 //! version 2: EndTxn v5 bumps the epoch), HW vs LSO while a transaction is
 //! open, the `.txnindex` entry, read_committed fetches, and fencing.
 //!
-//! The client here is a transaction-version-2 client that also sends
-//! AddPartitionsToTxn (fjord does not yet add partitions implicitly on
-//! Produce v12), so epochs follow version 2.
+//! Most tests here use a transaction-version-2 client that also sends
+//! AddPartitionsToTxn with Produce v9, so epochs follow version 2;
+//! `transaction_version_2_adds_partitions_on_produce` sends Produce v12 and
+//! lets the partition leader add the partition.
 
 mod common;
 
