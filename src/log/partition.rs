@@ -264,6 +264,12 @@ impl SegWriter {
         }
     }
 
+    /// A pre-zeroing write in flight overlaps file range `[start, end)`:
+    /// a data write there must wait, or zeros could land over the data.
+    fn zeroing_overlaps(&self, start: u64, end: u64) -> bool {
+        self.zeroing.is_some_and(|(zs, ze)| start < ze && end > zs)
+    }
+
     /// Nothing staged is left unissued.
     fn all_issued(&self) -> bool {
         self.full.is_empty() && self.open.as_ref().is_none_or(|c| c.issued == c.len)
@@ -293,7 +299,7 @@ enum WriterStep {
 /// Sequence number marking a pre-zeroing write (data writes count from 0).
 const PREZERO_SEQ: u64 = u64::MAX;
 
-type WriteFuture = std::pin::Pin<Box<dyn std::future::Future<Output = (u64, u64, WriteResult)>>>;
+type WriteFuture = std::pin::Pin<Box<dyn std::future::Future<Output = (u64, WriteResult)>>>;
 type WriteResult = Result<usize, glommio::GlommioError<()>>;
 
 /// One partition's log. See the module doc.
@@ -655,7 +661,7 @@ impl PartitionLog {
                 return WriterStep::Wait;
             }
             let end = c.pos + c.buf.len() as u64;
-            if w.zeroing.is_some_and(|(zs, ze)| c.pos < ze && end > zs) {
+            if w.zeroing_overlaps(c.pos, end) {
                 return WriterStep::Wait;
             }
             if let Some(step) = grow_step(w, &file, end) {
@@ -675,9 +681,7 @@ impl PartitionLog {
                     let (from, to) = c.unwritten_range();
                     let end_file = c.pos + to as u64;
                     let start_file = c.pos + from as u64;
-                    if w.zeroing
-                        .is_some_and(|(zs, ze)| start_file < ze && end_file > zs)
-                    {
+                    if w.zeroing_overlaps(start_file, end_file) {
                         return WriterStep::Wait;
                     }
                     if let Some(step) = grow_step(w, &file, end_file) {
@@ -755,11 +759,14 @@ impl PartitionLog {
 
     /// Records a completed write; moves `written` over the whole batches
     /// now covered by completed writes with nothing unwritten before them.
-    fn on_write_done(&self, seq: u64, file: &Rc<DmaFile>) {
+    fn on_write_done(&self, seq: u64) {
         let mut next = None;
         {
             let mut writers = self.writers.borrow_mut();
             let Some(w) = writers.front_mut() else { return };
+            // The write was issued on the front segment's file.
+            let Some(file) = w.file.clone() else { return };
+            *self.last_written_file.borrow_mut() = Some(file);
             if w.tail_busy.is_some_and(|(_, s)| s == seq) {
                 w.tail_busy = None;
             }
@@ -783,7 +790,6 @@ impl PartitionLog {
                 }
             }
         }
-        *self.last_written_file.borrow_mut() = Some(file.clone());
         if let Some(off) = next {
             self.written.advance(off);
         }
@@ -826,7 +832,7 @@ impl PartitionLog {
                             ))),
                             Err(e) => Err(e),
                         };
-                        (seq, pos, done.map(|_| len))
+                        (seq, done.map(|_| len))
                     }));
                     continue;
                 }
@@ -892,7 +898,7 @@ impl PartitionLog {
                 Poll::Pending
             })
             .await;
-            if let Some((seq, _pos, r)) = ev {
+            if let Some((seq, r)) = ev {
                 match r {
                     Ok(_) if seq == PREZERO_SEQ => {
                         if let Some(w) = self.writers.borrow_mut().front_mut() {
@@ -901,12 +907,7 @@ impl PartitionLog {
                             }
                         }
                     }
-                    Ok(_) => {
-                        let file = self.writers.borrow().front().and_then(|w| w.file.clone());
-                        if let Some(f) = file {
-                            self.on_write_done(seq, &f);
-                        }
-                    }
+                    Ok(_) => self.on_write_done(seq),
                     Err(e) => {
                         self.fail(&e);
                         break;
