@@ -113,10 +113,7 @@ impl TxnCoordinator {
 
     /// Whether a transition of the id is being written or its markers are.
     fn busy(&self, id: &str) -> bool {
-        self.txns
-            .borrow()
-            .get(id)
-            .is_some_and(|m| m.pending || m.state.is_preparing())
+        self.txns.borrow().get(id).is_some_and(TxnMetadata::busy)
     }
 
     /// Waits, at most [`SETTLE_WAIT_MS_MAX`], until the id is not busy; the
@@ -305,7 +302,7 @@ impl TxnCoordinator {
             }
             return Ok((pid, 0));
         };
-        if current.pending || current.state.is_preparing() {
+        if current.busy() {
             return Err(TxnError::ConcurrentTransactions);
         }
         // KIP-360: a producer that names its (id, epoch) must be the current
@@ -377,7 +374,7 @@ impl TxnCoordinator {
             return Err(TxnError::InvalidProducerIdMapping);
         };
         Self::check_producer(&current, pid, epoch)?;
-        if current.pending || current.state.is_preparing() {
+        if current.busy() {
             return Err(TxnError::ConcurrentTransactions);
         }
         if !current.state.can_transition_to(TxnState::Ongoing) {
@@ -487,7 +484,7 @@ impl TxnCoordinator {
         if current.producer_epoch != epoch {
             return Err(TxnError::ProducerFenced);
         }
-        if current.pending || current.state.is_preparing() {
+        if current.busy() {
             return Err(TxnError::ConcurrentTransactions);
         }
         let target = if commit {

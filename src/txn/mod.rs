@@ -134,6 +134,13 @@ pub struct TxnMetadata {
 }
 
 impl TxnMetadata {
+    /// A transition of this id is being written, or its markers are: a
+    /// request for it gets CONCURRENT_TRANSACTIONS (after the coordinator's
+    /// bounded wait for it to settle).
+    pub fn busy(&self) -> bool {
+        self.pending || self.state.is_preparing()
+    }
+
     pub fn new(id: &str, producer_id: i64, timeout_ms: i32, now_ms: i64) -> TxnMetadata {
         TxnMetadata {
             transactional_id: id.to_owned(),
