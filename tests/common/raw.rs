@@ -73,18 +73,12 @@ impl RawClient {
             .encode(&mut body, key.request_header_version(version))
             .expect("encode request header");
         req.encode(&mut body, version).expect("encode request body");
-        let mut framed = Vec::with_capacity(4 + body.len());
-        framed.extend_from_slice(&(body.len() as i32).to_be_bytes());
-        framed.extend_from_slice(&body);
-        (framed, correlation_id)
+        (framed(&body), correlation_id)
     }
 
     /// Sends `body` with its 4-byte length prefix.
     pub fn send_frame(&mut self, body: &[u8]) {
-        let mut framed = Vec::with_capacity(4 + body.len());
-        framed.extend_from_slice(&(body.len() as i32).to_be_bytes());
-        framed.extend_from_slice(body);
-        self.send_bytes(&framed);
+        self.send_bytes(&framed(body));
     }
 
     /// Sends bytes exactly as given (no framing).
@@ -167,6 +161,14 @@ impl RawClient {
             other => panic!("{what}: expected the broker to close the connection, got {other:?}"),
         }
     }
+}
+
+/// `body` behind its 4-byte big-endian length prefix: one Kafka frame.
+fn framed(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as i32).to_be_bytes());
+    out.extend_from_slice(body);
+    out
 }
 
 /// A Produce request for one partition of `topic` carrying `records` as is.
