@@ -461,19 +461,22 @@ fn append_and_answer(
                     continue;
                 };
                 let last: Offset = info.last_offset;
-                let wait = async move {
+                let mut wait = Box::pin(async move {
                     if durable {
                         log.wait_durable(last).await
                     } else {
                         log.wait_written(last).await
                     }
-                };
-                let outcome = match deadline {
-                    None => Some(wait.await),
-                    Some(d) => {
+                });
+                // Often written already (page-cache writes): then no timer
+                // is armed, which costs the reactor a timeout and a cancel.
+                let outcome = match ((&mut wait).now_or_never(), deadline) {
+                    (Some(written), _) => Some(written),
+                    (None, None) => Some(wait.await),
+                    (None, Some(d)) => {
                         let left = d.saturating_duration_since(std::time::Instant::now());
                         let timer = glommio::timer::sleep(left);
-                        match future::select(Box::pin(wait), Box::pin(timer)).await {
+                        match future::select(wait, Box::pin(timer)).await {
                             Either::Left((written, _)) => Some(written),
                             Either::Right(_) => None,
                         }
