@@ -1,7 +1,9 @@
 //! Append throughput of the partition log against a raw sequential O_DIRECT
 //! write of the same bytes (the physical limit), for 1 KiB and 16 KiB
-//! batches, without fsync and with group-commit fsync (16 batches per
-//! fdatasync). Run: `cargo bench --bench log_append`.
+//! batches, with direct writes without fsync and with group-commit fsync
+//! (16 batches per fdatasync); and the page-cache writes of a log that never
+//! syncs (`_pagecache`, no raw counterpart: the device writes come later
+//! from the kernel). Run: `cargo bench --bench log_append`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use fjord::log::{LogConfig, LogManager, TailCache};
@@ -106,15 +108,22 @@ fn bench(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(6));
     group.throughput(Throughput::Bytes(ITERATION_BYTES as u64));
     for &batch_bytes in &[1024usize, 16 * 1024] {
-        for &fsync in &[false, true] {
+        // (fsync, direct): direct writes without fsync, group commit (always
+        // direct), and page-cache writes (no raw counterpart).
+        for &(fsync, direct) in &[(false, true), (true, false), (false, false)] {
             let label = format!(
                 "{}KiB{}",
                 batch_bytes / 1024,
-                if fsync { "_fsync16" } else { "" }
+                match (fsync, direct) {
+                    (true, _) => "_fsync16",
+                    (false, true) => "",
+                    (false, false) => "_pagecache",
+                }
             );
-            let tp = TopicPartition::new(format!("b{batch_bytes}{fsync}"), 0);
+            let tp = TopicPartition::new(format!("b{batch_bytes}{fsync}{direct}"), 0);
             let config = LogConfig {
                 fsync_acks: fsync,
+                direct_writes: direct,
                 segment_bytes: 64 << 20,
                 retention_bytes: 128 << 20,
                 retention_ms: -1,
@@ -150,6 +159,9 @@ fn bench(c: &mut Criterion) {
                     })
                 })
             });
+            if !fsync && !direct {
+                continue;
+            }
             group.bench_function(BenchmarkId::new("raw_odirect", &label), |b| {
                 b.iter_custom(|iters| {
                     let (raw, raw_pos) = (raw.clone(), raw_pos.clone());

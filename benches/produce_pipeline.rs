@@ -24,8 +24,8 @@
 //! producers (one connection and one partition each, driven by one thread
 //! each); the broker runs with one shard pinned to CPU 0 (`--cores 1`), the
 //! client threads on CPU 1. Each side has its own topic with 64 MiB
-//! segments and 256 MiB retention per partition (deleted segments are
-//! recycled), so disk use stays bounded.
+//! segments and 256 MiB retention per partition, so disk use stays
+//! bounded.
 //!
 //! Measurement: rounds. Each round runs every side once for
 //! `REQUESTS_PER_ROUND` requests (512 MiB), in an order rotated by one each
@@ -38,7 +38,8 @@
 //! Run: `cargo bench --bench produce_pipeline` (data in `FJORD_BENCH_DIR`,
 //! default the system temp dir — put it on the disk under test, not tmpfs,
 //! where the kernel's copy into shmem pages dominates; rounds in
-//! `FJORD_BENCH_ROUNDS`, default 10; the broker is this build's `fjord`).
+//! `FJORD_BENCH_ROUNDS`, default 10; the broker is this build's `fjord`,
+//! with `FJORD_BENCH_BROKER_ARGS` added to its flags, e.g. `--direct-writes`).
 
 #[path = "../tests/common/raw.rs"]
 #[allow(dead_code)]
@@ -115,6 +116,11 @@ impl Broker {
             .arg(dir.path())
             .args(["--port", &port.to_string(), "--listen", "127.0.0.1"])
             .args(["--cores", "1"])
+            .args(
+                std::env::var("FJORD_BENCH_BROKER_ARGS")
+                    .unwrap_or_default()
+                    .split_whitespace(),
+            )
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

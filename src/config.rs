@@ -62,6 +62,11 @@ pub struct ServeArgs {
     /// Answer acks=all only after an fdatasync covering the batch (group commit).
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub fsync_acks: Option<bool>,
+    /// Write every log with O_DIRECT and answer acks=all after the device
+    /// write, even without --fsync-acks (the default writes logs that never
+    /// fdatasync through the page cache, as Kafka does).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub direct_writes: Option<bool>,
     /// Per-shard memory for recently appended batches [default: 64 MiB].
     #[arg(long)]
     pub tail_cache_bytes: Option<usize>,
@@ -125,6 +130,7 @@ pub struct BrokerConfig {
     pub cores: usize,
     pub node_id: i32,
     pub fsync_acks: bool,
+    pub direct_writes: bool,
     pub tail_cache_bytes: usize,
     pub pin: bool,
     pub io_memory_bytes: Option<usize>,
@@ -156,6 +162,7 @@ impl ServeArgs {
             cores: self.cores.or(file.cores),
             node_id: self.node_id.or(file.node_id),
             fsync_acks: self.fsync_acks.or(file.fsync_acks),
+            direct_writes: self.direct_writes.or(file.direct_writes),
             tail_cache_bytes: self.tail_cache_bytes.or(file.tail_cache_bytes),
             no_pin: self.no_pin.or(file.no_pin),
             io_memory_bytes: self.io_memory_bytes.or(file.io_memory_bytes),
@@ -232,6 +239,7 @@ impl ServeArgs {
             cores,
             node_id: a.node_id.unwrap_or(0),
             fsync_acks: a.fsync_acks.unwrap_or(false),
+            direct_writes: a.direct_writes.unwrap_or(false),
             tail_cache_bytes: a.tail_cache_bytes.unwrap_or(TAIL_CACHE_BYTES_DEFAULT),
             pin: !a.no_pin.unwrap_or(false),
             io_memory_bytes: a.io_memory_bytes,

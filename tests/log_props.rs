@@ -9,15 +9,20 @@ use log_util::*;
 use proptest::prelude::*;
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(12))]
+    #![proptest_config(ProptestConfig::with_cases(24))]
     #[test]
     fn every_offset_reads_back_its_batch(
         sizes in prop::collection::vec((1usize..8, 0usize..3000), 1..60),
         chunk_pages in 1usize..6,
         cache_bytes in prop::sample::select(vec![0usize, 3000, 1 << 20]),
         segment_bytes in prop::sample::select(vec![6000u64, 1 << 30]),
-        // fsync-acks logs also pre-zero the space ahead of their data.
+        // fsync-acks logs also pre-zero the space ahead of their data;
+        // other logs write through the page cache unless direct_writes.
         fsync_acks in any::<bool>(),
+        direct_writes in any::<bool>(),
+        // Switch to the other write mode (sync or not) after this many
+        // batches: direct and page-cache writes of one file must agree.
+        switch_after in prop::option::of(0usize..60),
     ) {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().to_path_buf();
@@ -28,12 +33,16 @@ proptest! {
                 segment_bytes,
                 index_interval_bytes: 1000,
                 fsync_acks,
+                direct_writes,
                 ..LogConfig::default()
             };
             let tp = TopicPartition::new("p", 0);
             let log = mgr.open(&tp, config.clone()).await.unwrap();
             let mut expect = Vec::new(); // (base, last, bytes as stored)
             for (i, (n, v)) in sizes.iter().enumerate() {
+                if switch_after == Some(i) {
+                    log.set_config(LogConfig { fsync_acks: !fsync_acks, ..config.clone() });
+                }
                 let b = sized_batch(*n, *v, i as i64);
                 let info = log.append(b.clone()).unwrap();
                 let mut stored = b.to_vec();

@@ -191,6 +191,8 @@ fn retention_recycles_segment_files_and_recovery_ignores_their_old_bytes() {
         retention_bytes: 16384,
         retention_ms: -1,
         write_chunk_bytes: 4096,
+        // Spares serve direct writes (page-cache logs never reuse them).
+        direct_writes: true,
         ..LogConfig::default()
     };
     let part_dir = data.join("spare-0");

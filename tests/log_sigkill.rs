@@ -1,6 +1,8 @@
-//! A child process appending with `--fsync-acks` semantics is killed with
-//! SIGKILL; after recovery every batch whose append had completed (been
-//! acknowledged on the child's stdout) is present and intact.
+//! A child process appending is killed with SIGKILL; after recovery every
+//! batch whose append had completed (been acknowledged on the child's
+//! stdout) is present and intact. Two modes: `--fsync-acks` (acknowledged
+//! after an fdatasync, direct writes) and Kafka's default (acknowledged once
+//! written, here through the page cache, which outlives the process).
 //!
 //! The test binary re-executes itself: with `FJORD_LOG_SIGKILL_CHILD=<dir>`
 //! the `child_appender` test becomes the child; without it, it does nothing.
@@ -14,6 +16,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
 const CHILD_ENV: &str = "FJORD_LOG_SIGKILL_CHILD";
+/// `fsync` or `page-cache`: what the child's appends wait for.
+const MODE_ENV: &str = "FJORD_LOG_SIGKILL_MODE";
 const PRODUCERS: usize = 4;
 const ACKS_BEFORE_KILL: usize = 400;
 
@@ -32,13 +36,15 @@ fn child_appender() {
         return;
     };
     let data = std::path::PathBuf::from(dir);
+    let fsync = std::env::var(MODE_ENV).as_deref() == Ok("fsync");
     run(data.clone(), move || async move {
         let mgr = LogManager::new_for_shard(data, TailCache::new(1 << 20), 0);
         let config = LogConfig {
-            fsync_acks: true,
+            fsync_acks: fsync,
             segment_bytes: 256 << 10,
             ..LogConfig::default()
         };
+        assert_eq!(config.page_cache_writes(), !fsync);
         let log = mgr
             .open(&TopicPartition::new("k", 0), config)
             .await
@@ -52,7 +58,11 @@ fn child_appender() {
                         let i = next.get();
                         next.set(i + 1);
                         let info = log.append(nth_batch(i)).unwrap();
-                        log.wait_durable(info.last_offset).await.unwrap();
+                        if fsync {
+                            log.wait_durable(info.last_offset).await.unwrap();
+                        } else {
+                            log.wait_written(info.last_offset).await.unwrap();
+                        }
                         let mut out = std::io::stdout().lock();
                         writeln!(out, "ACK {i} {} {}", info.base_offset.0, info.last_offset.0)
                             .unwrap();
@@ -68,7 +78,16 @@ fn child_appender() {
 }
 
 #[test]
-fn sigkill_during_appends_loses_no_acknowledged_batch() {
+fn sigkill_during_fsync_acked_appends_loses_no_acknowledged_batch() {
+    sigkill_during_appends_loses_no_acknowledged_batch("fsync");
+}
+
+#[test]
+fn sigkill_during_page_cache_appends_loses_no_acknowledged_batch() {
+    sigkill_during_appends_loses_no_acknowledged_batch("page-cache");
+}
+
+fn sigkill_during_appends_loses_no_acknowledged_batch(mode: &str) {
     if std::env::var(CHILD_ENV).is_ok() {
         return;
     }
@@ -82,6 +101,7 @@ fn sigkill_during_appends_loses_no_acknowledged_batch() {
             "--test-threads=1",
         ])
         .env(CHILD_ENV, dir.path())
+        .env(MODE_ENV, mode)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

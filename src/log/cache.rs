@@ -1,7 +1,9 @@
 //! The per-shard tail cache: recently appended batches kept in memory.
 //!
-//! O_DIRECT writes leave nothing in the page cache, so without this every
-//! tail read (a consumer keeping up with producers) would hit the device.
+//! O_DIRECT writes leave nothing in the page cache (and the page-cache
+//! writes of small appends are not to be relied on: the kernel may drop
+//! them once written back), so without this every tail read (a consumer
+//! keeping up with producers) would hit the device.
 //! The cache holds each appended batch as the `Bytes` it arrived in (no
 //! copy) and is bounded by `capacity_bytes` (`--tail-cache-bytes`) for the
 //! whole shard: when full, the oldest batch of the shard, whatever its log,

@@ -1,4 +1,5 @@
-//! The partition log: Kafka's on-disk layout written with direct I/O.
+//! The partition log: Kafka's on-disk layout written with direct I/O (and,
+//! for small writes of logs that never fdatasync, through the page cache).
 //!
 //! What this module owns: every partition log of one shard
 //! ([`LogManager`]), each one a [`PartitionLog`] made of segments
@@ -7,8 +8,8 @@
 //! checkpoint files (`checkpoint.rs` says why they are per shard).
 //!
 //! Offsets, per log: log start ≤ high watermark ≤ log end, with
-//! `written ≤ log end` (bytes handed to the device, survive kill -9) and
-//! `durable ≤ written` (covered by fdatasync). The HW is `written`, or
+//! `written ≤ log end` (bytes handed to the device or the page cache,
+//! survive kill -9) and `durable ≤ written` (covered by fdatasync). The HW is `written`, or
 //! `durable` under `--fsync-acks`, so consumers never see data a crash could
 //! take back. The last stable offset equals the HW until transactions land.
 //!
@@ -50,6 +51,9 @@ pub const PREALLOCATE_DEFAULT_BYTES: u64 = 32 << 20;
 /// Direct writes of one log in flight at once (full chunks plus at most one
 /// write of the partially filled last chunk).
 pub const WRITES_IN_FLIGHT_MAX: usize = 64;
+/// A log written through the page cache starts the kernel's write-back each
+/// time this much more has been written (see `partition`).
+pub const WRITEBACK_KICK_BYTES: u64 = 8 << 20;
 /// Staging chunk buffers a shard keeps for reuse: 8 MiB.
 pub const CHUNK_POOL_BYTES_MAX: usize = 8 << 20;
 /// Logs that fdatasync keep this much space ahead of their data written
@@ -80,6 +84,8 @@ pub struct LogConfig {
     pub flush_ms: i64,
     /// `--fsync-acks`: the HW only covers fdatasync'ed data.
     pub fsync_acks: bool,
+    /// `--direct-writes`: O_DIRECT writes even for a log that never syncs.
+    pub direct_writes: bool,
     pub write_chunk_bytes: usize,
     pub preallocate_bytes: u64,
 }
@@ -96,9 +102,25 @@ impl Default for LogConfig {
             flush_messages: i64::MAX,
             flush_ms: i64::MAX,
             fsync_acks: false,
+            direct_writes: false,
             write_chunk_bytes: WRITE_CHUNK_DEFAULT_BYTES,
             preallocate_bytes: PREALLOCATE_DEFAULT_BYTES,
         }
+    }
+}
+
+impl LogConfig {
+    /// The log fdatasyncs by itself: `--fsync-acks`, `flush.messages` or
+    /// `flush.ms`.
+    pub fn syncs(&self) -> bool {
+        self.fsync_acks || self.flush_messages != i64::MAX || self.flush_ms != i64::MAX
+    }
+
+    /// Small writes go through the page cache rather than O_DIRECT (see
+    /// `partition`'s module doc): logs that never sync, unless
+    /// `direct_writes`.
+    pub fn page_cache_writes(&self) -> bool {
+        !self.direct_writes && !self.syncs()
     }
 }
 

@@ -296,6 +296,7 @@ impl ShardCtx {
             flush_messages: tc.flush_messages,
             flush_ms: tc.flush_ms,
             fsync_acks: self.config.fsync_acks,
+            direct_writes: self.config.direct_writes,
             ..LogConfig::default()
         }
     }
