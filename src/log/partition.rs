@@ -84,9 +84,10 @@
 //! fdatasync serves every append staged before it. Invariant that makes one
 //! file enough: a segment is sealed (truncated + fdatasync'ed) before the
 //! writer touches the next one. A page-cache log is the exception: its
-//! sealed segment may hold many dirty pages, so its fdatasync runs in a task
-//! of its own while the writer goes on (a 64 MiB segment's seal stalled
-//! every append for up to 0.5 s otherwise); `durable` and the recovery
+//! sealed segment may still hold dirty pages (up to `WRITEBACK_KICK_BYTES`
+//! not yet started, and whatever write-back has not finished), so its
+//! fdatasync runs in a task of its own while the writer goes on to the next
+//! segment, whose appends need not wait for it; `durable` and the recovery
 //! point move past it only when it and the seals before it are done, and
 //! the syncer waits for them before its own fdatasync.
 //!
