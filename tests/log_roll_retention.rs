@@ -272,3 +272,58 @@ fn retention_recycles_segment_files_and_recovery_ignores_their_old_bytes() {
         mgr.shutdown().await.unwrap();
     });
 }
+
+/// A log written through the page cache (no fsync settings) rolls over
+/// several segments: more than `WRITEBACK_KICK_BYTES` is written (the writer
+/// starts write-back), each sealed segment is fdatasynced in the background,
+/// and a flush covers them all: `durable` reaches the log end and the
+/// recovery point the active segment. Reopened, every batch reads back.
+#[test]
+fn page_cache_log_syncs_sealed_segments_and_reopens_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    let tp = TopicPartition::new("pc", 0);
+    // Segments of 1.25 × WRITEBACK_KICK_BYTES: each one kicks write-back once.
+    let kick = fjord::log::WRITEBACK_KICK_BYTES;
+    let config = LogConfig {
+        segment_bytes: kick + kick / 4,
+        ..LogConfig::default()
+    };
+    assert!(config.page_cache_writes());
+    let total_bytes = 3 * config.segment_bytes as usize;
+    run(data.clone(), move || async move {
+        let mgr = LogManager::new_for_shard(data.clone(), TailCache::new(0), 0);
+        let log = mgr.open(&tp, config.clone()).await.unwrap();
+        let mut written = 0usize;
+        let mut i = 0i64;
+        let mut last = Offset(0);
+        while written < total_bytes {
+            let b = sized_batch(4, 3000, i);
+            written += b.len();
+            last = log.append(b).unwrap().last_offset;
+            // Waits now and then: tail writes of partly filled chunks.
+            if i % 5 == 0 {
+                log.wait_written(last).await.unwrap();
+            }
+            i += 1;
+        }
+        log.wait_written(last).await.unwrap();
+        let bases = log.segment_base_offsets();
+        assert!(bases.len() >= 3, "segments {bases:?}");
+        log.flush().await.unwrap();
+        assert_eq!(log.durable_offset().0, last.0 + 1);
+        assert_eq!(log.recovery_point(), *bases.last().unwrap());
+        mgr.shutdown().await.unwrap();
+
+        let mgr = LogManager::new_for_shard(data, TailCache::new(0), 0);
+        let log = mgr.open(&tp, config).await.unwrap();
+        assert_eq!(log.log_end_offset().0, last.0 + 1);
+        for off in (0..=last.0).step_by(37) {
+            let r = log.read(Offset(off), 1, Offset(last.0 + 1)).await.unwrap();
+            let b = batch_offsets(&chunk_bytes(&r));
+            assert_eq!(b.len(), 1, "offset {off}");
+            assert!(b[0].0 <= off && off <= b[0].1, "offset {off} in {:?}", b[0]);
+        }
+        mgr.shutdown().await.unwrap();
+    });
+}
