@@ -182,6 +182,15 @@ fn spare_files(dir: &std::path::Path) -> usize {
 /// logical end) recovers exactly its batches after an unclean stop.
 #[test]
 fn retention_recycles_segment_files_and_recovery_ignores_their_old_bytes() {
+    recycles_segment_files(false);
+}
+
+#[test]
+fn retention_recycles_segment_files_with_direct_writes() {
+    recycles_segment_files(true);
+}
+
+fn recycles_segment_files(direct_writes: bool) {
     use std::sync::atomic::{AtomicI64, Ordering};
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_path_buf();
@@ -191,8 +200,7 @@ fn retention_recycles_segment_files_and_recovery_ignores_their_old_bytes() {
         retention_bytes: 16384,
         retention_ms: -1,
         write_chunk_bytes: 4096,
-        // Spares serve direct writes (page-cache logs never reuse them).
-        direct_writes: true,
+        direct_writes,
         ..LogConfig::default()
     };
     let part_dir = data.join("spare-0");

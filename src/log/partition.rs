@@ -18,11 +18,13 @@
 //!   and of every log under `--direct-writes`.
 //! - **Through the page cache**, for the other logs (Kafka's default
 //!   durability; `LogConfig::page_cache_writes`): a tail write, and the rest
-//!   of a chunk that a tail write began, is a buffered `pwrite` of exactly
-//!   the unwritten bytes, done when it returns. An acks=all produce is then
-//!   answered as soon as the kernel holds its bytes: they outlive a kill -9
-//!   of the broker, not a power loss, which is Kafka's promise without
-//!   flush settings. Full chunks no tail write touched (large batches under
+//!   of a chunk that a tail write began, is a buffered `pwrite` of the
+//!   unwritten pages (zero-padded past the staged bytes, as a direct tail
+//!   write is: a partial-page write over a recycled spare's written blocks
+//!   would first read the old page), done when it returns. An acks=all
+//!   produce is then answered as soon as the kernel holds its bytes: they
+//!   outlive a kill -9 of the broker, not a power loss, which is Kafka's
+//!   promise without flush settings. Full chunks no tail write touched (large batches under
 //!   load) are still written directly, without the page cache's copy.
 //!   Why: on the 2-core VM a direct write took 130-145 us from issue to
 //!   completion (one virtio doorbell, a VM exit, per write) where a buffered
@@ -31,15 +33,14 @@
 //!   (tuning/results/page-cache-writes.md). The writer starts the kernel's
 //!   write-back every `WRITEBACK_KICK_BYTES` (sync_file_range on glommio's
 //!   blocking thread), so dirty pages do not pile up for the seal's
-//!   fdatasync. Such logs skip spare files: a partial-page buffered write
-//!   into one would first read its old page from the device, where a fresh
-//!   file's pages need no read.
+//!   fdatasync.
 //!
 //! A buffered and a direct write of one page never race: a buffered write
-//! of a chunk waits while a direct tail write of that chunk is in flight
-//! (only possible just after the log stopped syncing), chunks are page
-//! aligned, and a direct write over pages written through the page cache
-//! is coherent (the kernel writes them back and drops them first).
+//! of a chunk waits while a direct tail write of that chunk, or a
+//! pre-zeroing write over its pages, is in flight (both only possible just
+//! after the log stopped syncing), chunks are page aligned, and a direct
+//! write over pages written through the page cache is coherent (the kernel
+//! writes them back and drops them first).
 //!
 //! Writer task (one per log, spawned on demand, woken by appends, exits when
 //! nothing is staged or in flight) keeps direct writes flowing instead of
@@ -806,12 +807,24 @@ impl PartitionLog {
         WriterStep::Wait
     }
 
-    /// A write of a page-cache log: the unwritten bytes of the open chunk
-    /// (`full` false) or of the first full chunk (exactly those bytes, no
-    /// page padding) go into the file with a buffered `pwrite`, done when it
-    /// returns. `None` when there is nothing to write. Starts the kernel's
+    /// A write of a page-cache log: the unwritten pages of the open chunk
+    /// (`full` false) or of the first full chunk go into the file with a
+    /// buffered `pwrite`, done when it returns. `None` when there is nothing to write. Starts the kernel's
     /// write-back every `WRITEBACK_KICK_BYTES` of file.
     fn write_buffered(&self, w: &mut SegWriter, full: bool) -> Option<WriterStep> {
+        let chunk = if full {
+            w.full.front()
+        } else {
+            w.open.as_ref()
+        };
+        let (pos, (from, to)) = chunk
+            .filter(|c| c.issued < c.len)
+            .map(|c| (c.pos, c.unwritten_range()))?;
+        // A pre-zeroing write still in flight (the log just stopped
+        // syncing) must not land over these pages after them.
+        if w.zeroing_overlaps(pos + from as u64, pos + to as u64) {
+            return Some(WriterStep::Wait);
+        }
         let file = match &w.buffered {
             Some(f) => f.clone(),
             None => match std::fs::OpenOptions::new()
@@ -822,10 +835,14 @@ impl PartitionLog {
                 Err(e) => return Some(WriterStep::Failed(e)),
             },
         };
+        // Whole pages, zero-padded past the staged bytes (room later appends
+        // overwrite): a partial-page buffered write over written blocks
+        // (a recycled spare's) would first read the old page from the device.
         let pwrite = |c: &mut Chunk| {
             use std::os::unix::fs::FileExt;
-            let at = c.pos + c.issued as u64;
-            file.write_all_at(&c.buf.as_bytes()[c.issued..c.len], at)?;
+            let (from, to) = c.unwritten_range();
+            c.buf.as_bytes_mut()[c.len..to].fill(0);
+            file.write_all_at(&c.buf.as_bytes()[from..to], c.pos + from as u64)?;
             c.issued = c.len;
             Ok::<u64, std::io::Error>(c.pos + c.len as u64)
         };
@@ -835,10 +852,7 @@ impl PartitionLog {
             w.pool.put(c.buf);
             r
         } else {
-            match &mut w.open {
-                Some(c) if c.issued < c.len => pwrite(c),
-                _ => return None,
-            }
+            pwrite(w.open.as_mut()?)
         };
         let end = match written {
             Ok(end) => end,
@@ -1070,14 +1084,7 @@ impl PartitionLog {
     /// there is one: its blocks are already written, so writes into it and
     /// the fdatasyncs after them carry no extent conversions.
     async fn open_segment_file(&self, seg: &Rc<Segment>) -> Result<(), LogError> {
-        // Not for page-cache writes: a buffered write of part of a page
-        // would first read the spare's old page from the device, while the
-        // fresh file's pages past its end need no read.
-        let spare = if self.config.borrow().page_cache_writes() {
-            None
-        } else {
-            self.spares.borrow_mut().pop()
-        };
+        let spare = self.spares.borrow_mut().pop();
         if let Some(spare) = spare {
             if let Err(e) = std::fs::rename(&spare, &seg.log_path) {
                 tracing::warn!(partition = %self.tp, file = %spare.display(), error = %e,
@@ -1566,10 +1573,8 @@ impl PartitionLog {
                 .borrow()
                 .as_ref()
                 .is_none_or(|f| Rc::strong_count(f) == 1);
-        // Logs written through the page cache never reuse spares.
-        let reuses = !self.config.borrow().page_cache_writes();
         let mut spares = self.spares.borrow_mut();
-        if unshared && reuses && spares.len() < SPARE_SEGMENT_FILES_MAX {
+        if unshared && spares.len() < SPARE_SEGMENT_FILES_MAX {
             let spare = self.dir.join(spare_file_name(seg.base_offset));
             seg.read_file.borrow_mut().take();
             seg.dma.borrow_mut().take();
