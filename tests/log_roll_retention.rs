@@ -335,3 +335,38 @@ fn page_cache_log_syncs_sealed_segments_and_reopens_whole() {
         mgr.shutdown().await.unwrap();
     });
 }
+
+/// A page-cache log rolls (its sealed segment fdatasyncs in the
+/// background), then starts syncing (`--fsync-acks`) and rolls again (a
+/// direct seal): group commit still completes, and `durable` covers both.
+#[test]
+fn a_log_that_starts_syncing_waits_for_its_background_seals() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    run(data.clone(), move || async move {
+        let mgr = LogManager::new_for_shard(data, TailCache::new(0), 0);
+        let tp = TopicPartition::new("switch", 0);
+        let config = LogConfig {
+            segment_bytes: 16 << 10,
+            ..LogConfig::default()
+        };
+        let log = mgr.open(&tp, config.clone()).await.unwrap();
+        let mut last = Offset(0);
+        for round in 0..6 {
+            if round == 3 {
+                log.set_config(LogConfig {
+                    fsync_acks: true,
+                    ..config.clone()
+                });
+            }
+            for i in 0..40 {
+                last = log.append(sized_batch(1, 900, i)).unwrap().last_offset;
+            }
+            log.roll();
+        }
+        log.wait_durable(last).await.unwrap();
+        assert!(log.durable_offset().0 > last.0);
+        assert!(log.segment_base_offsets().len() >= 6);
+        mgr.shutdown().await.unwrap();
+    });
+}

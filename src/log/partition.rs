@@ -345,6 +345,8 @@ enum WriterStep {
 
 /// A sealed segment being fdatasynced in the background (page-cache logs).
 struct SealSync {
+    /// Numbers the background seals of a log from 1, in seal order.
+    seq: i64,
     base: i64,
     /// Its next offset: `durable` moves here once it (and every segment
     /// sealed before it) is synced.
@@ -386,6 +388,10 @@ pub struct PartitionLog {
     /// Sealed segments of a page-cache log whose background fdatasync has
     /// not yet counted, oldest first.
     sealing: RefCell<VecDeque<SealSync>>,
+    /// `seq` of the last background seal started, and of the last one whose
+    /// fdatasync (and every earlier one's) is done.
+    seals_started: Cell<i64>,
+    seals_synced: OffsetWatch,
     failed: RefCell<Option<String>>,
     closed: Cell<bool>,
     max_ts: Cell<Option<(i64, i64)>>,
@@ -552,6 +558,8 @@ impl PartitionLog {
             syncer_running: Cell::new(false),
             last_written_file: RefCell::new(Some(file)),
             sealing: RefCell::new(VecDeque::new()),
+            seals_started: Cell::new(0),
+            seals_synced: OffsetWatch::new(0),
             failed: RefCell::new(None),
             closed: Cell::new(false),
             max_ts: Cell::new(max_ts),
@@ -588,6 +596,7 @@ impl PartitionLog {
         drop(f);
         self.written.wake_all();
         self.durable.wake_all();
+        self.seals_synced.wake_all();
     }
 
     /// Appends ONE already-validated v2 batch; see the module doc.
@@ -1015,6 +1024,11 @@ impl PartitionLog {
                     if background {
                         self.sync_sealed_in_background(file, &seg);
                     } else {
+                        // Past this segment only once earlier background
+                        // seals (before a mode switch) are synced too.
+                        if !self.sealed_synced().await {
+                            break;
+                        }
                         self.durable.advance(seg.next_offset.get());
                     }
                     continue;
@@ -1115,7 +1129,10 @@ impl PartitionLog {
     /// sealed before it are synced.
     fn sync_sealed_in_background(&self, file: Rc<DmaFile>, seg: &Rc<Segment>) {
         let base = seg.base_offset;
+        let seq = self.seals_started.get() + 1;
+        self.seals_started.set(seq);
         self.sealing.borrow_mut().push_back(SealSync {
+            seq,
             base,
             end: seg.next_offset.get(),
             done: false,
@@ -1131,15 +1148,16 @@ impl PartitionLog {
             let mut synced = None;
             {
                 let mut sealing = me.sealing.borrow_mut();
-                if let Some(s) = sealing.iter_mut().find(|s| s.base == base) {
+                if let Some(s) = sealing.iter_mut().find(|s| s.seq == seq) {
                     s.done = true;
                 }
                 while sealing.front().is_some_and(|s| s.done) {
-                    synced = sealing.pop_front().map(|s| s.end);
+                    synced = sealing.pop_front().map(|s| (s.seq, s.end));
                 }
             }
-            if let Some(end) = synced {
+            if let Some((seq, end)) = synced {
                 me.durable.advance(end);
+                me.seals_synced.advance(seq);
             }
         })
         .detach();
@@ -1147,19 +1165,13 @@ impl PartitionLog {
 
     /// Resolves when no sealed segment is still syncing in the background
     /// (false if the log failed first).
+    /// (It waits on the seals' own count, not on `durable`: a direct seal
+    /// after a mode switch can move `durable` past one still syncing.)
     async fn sealed_synced(&self) -> bool {
-        loop {
-            let Some(end) = self.sealing.borrow().back().map(|s| s.end) else {
-                return true;
-            };
-            if !self
-                .durable
-                .wait_above(end - 1, || self.failed.borrow().is_some())
-                .await
-            {
-                return false;
-            }
-        }
+        let last = self.seals_started.get();
+        self.seals_synced
+            .wait_above(last - 1, || self.failed.borrow().is_some())
+            .await
     }
 
     fn request_sync(&self, offset: i64) {
@@ -1622,6 +1634,7 @@ impl PartitionLog {
         self.closed.set(true);
         self.written.close();
         self.durable.close();
+        self.seals_synced.close();
         self.cache.remove_log(self.cache_id);
         r
     }
@@ -1655,6 +1668,7 @@ impl PartitionLog {
         self.closed.set(true);
         self.written.close();
         self.durable.close();
+        self.seals_synced.close();
         self.cache.remove_log(self.cache_id);
     }
 
