@@ -818,8 +818,9 @@ impl PartitionLog {
 
     /// A write of a page-cache log: the unwritten pages of the open chunk
     /// (`full` false) or of the first full chunk go into the file with a
-    /// buffered `pwrite`, done when it returns. `None` when there is nothing to write. Starts the kernel's
-    /// write-back every `WRITEBACK_KICK_BYTES` of file.
+    /// buffered `pwrite`, done when it returns; `None` when there is nothing
+    /// to write. Starts the kernel's write-back every `WRITEBACK_KICK_BYTES`
+    /// of file.
     fn write_buffered(&self, w: &mut SegWriter, full: bool) -> Option<WriterStep> {
         let chunk = if full {
             w.full.front()
@@ -1164,9 +1165,9 @@ impl PartitionLog {
     }
 
     /// Resolves when no sealed segment is still syncing in the background
-    /// (false if the log failed first).
-    /// (It waits on the seals' own count, not on `durable`: a direct seal
-    /// after a mode switch can move `durable` past one still syncing.)
+    /// (false if the log failed first). It waits on the seals' own count,
+    /// not on `durable`: a direct seal after a mode switch can move
+    /// `durable` past one still syncing.
     async fn sealed_synced(&self) -> bool {
         let last = self.seals_started.get();
         self.seals_synced
