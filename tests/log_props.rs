@@ -8,6 +8,9 @@ use fjord::types::{Offset, TopicPartition};
 use log_util::*;
 use proptest::prelude::*;
 
+/// Random batch sizes as (records, value bytes).
+type Sizes = Vec<(usize, usize)>;
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
     #[test]
@@ -24,53 +27,89 @@ proptest! {
         // batches: direct and page-cache writes of one file must agree.
         switch_after in prop::option::of(0usize..60),
     ) {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().to_path_buf();
-        run(data.clone(), move || async move {
-            let mgr = LogManager::new_for_shard(data.clone(), TailCache::new(cache_bytes), 0);
-            let config = LogConfig {
-                write_chunk_bytes: chunk_pages * 4096,
-                segment_bytes,
-                index_interval_bytes: 1000,
-                fsync_acks,
-                direct_writes,
-                ..LogConfig::default()
-            };
-            let tp = TopicPartition::new("p", 0);
-            let log = mgr.open(&tp, config.clone()).await.unwrap();
-            let mut expect = Vec::new(); // (base, last, bytes as stored)
-            for (i, (n, v)) in sizes.iter().enumerate() {
-                if switch_after == Some(i) {
-                    log.set_config(LogConfig { fsync_acks: !fsync_acks, ..config.clone() });
-                }
-                let b = sized_batch(*n, *v, i as i64);
-                let info = log.append(b.clone()).unwrap();
-                let mut stored = b.to_vec();
-                fjord::record::batch::set_base_offset(&mut stored, info.base_offset.0);
-                fjord::record::batch::set_partition_leader_epoch(&mut stored, 0);
-                expect.push((info.base_offset.0, info.last_offset.0, stored));
-                // Interleave waits so some writes rewrite partial pages.
-                if i % 7 == 3 {
-                    log.wait_written(info.last_offset).await.unwrap();
+        round_trip(sizes, chunk_pages, cache_bytes, segment_bytes, fsync_acks, direct_writes, switch_after);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+    /// Batches many staging chunks long, mixed with small ones: a large
+    /// batch is staged in larger chunks (several sizes), a small one in
+    /// `write_chunk_bytes` chunks, and every byte must land where it belongs.
+    #[test]
+    fn large_batches_read_back(
+        sizes in prop::collection::vec(
+            prop_oneof![(1usize..4, 3000usize..60_000), (1usize..8, 0usize..3000)], 1..30),
+        chunk_pages in 1usize..6,
+        segment_bytes in prop::sample::select(vec![300_000u64, 1 << 30]),
+        fsync_acks in any::<bool>(),
+        direct_writes in any::<bool>(),
+    ) {
+        round_trip(sizes, chunk_pages, 0, segment_bytes, fsync_acks, direct_writes, None);
+    }
+}
+
+/// Appends `sizes` batches (waiting for some of them), reads every offset
+/// back, then reopens the log and reads every offset again.
+fn round_trip(
+    sizes: Sizes,
+    chunk_pages: usize,
+    cache_bytes: usize,
+    segment_bytes: u64,
+    fsync_acks: bool,
+    direct_writes: bool,
+    switch_after: Option<usize>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    run(data.clone(), move || async move {
+        let mgr = LogManager::new_for_shard(data.clone(), TailCache::new(cache_bytes), 0);
+        let config = LogConfig {
+            write_chunk_bytes: chunk_pages * 4096,
+            segment_bytes,
+            index_interval_bytes: 1000,
+            fsync_acks,
+            direct_writes,
+            ..LogConfig::default()
+        };
+        let tp = TopicPartition::new("p", 0);
+        let log = mgr.open(&tp, config.clone()).await.unwrap();
+        let mut expect = Vec::new(); // (base, last, bytes as stored)
+        for (i, (n, v)) in sizes.iter().enumerate() {
+            if switch_after == Some(i) {
+                log.set_config(LogConfig {
+                    fsync_acks: !fsync_acks,
+                    ..config.clone()
+                });
+            }
+            let b = sized_batch(*n, *v, i as i64);
+            let info = log.append(b.clone()).unwrap();
+            let mut stored = b.to_vec();
+            fjord::record::batch::set_base_offset(&mut stored, info.base_offset.0);
+            fjord::record::batch::set_partition_leader_epoch(&mut stored, 0);
+            expect.push((info.base_offset.0, info.last_offset.0, stored));
+            // Interleave waits so some writes rewrite partial pages.
+            if i % 7 == 3 {
+                log.wait_written(info.last_offset).await.unwrap();
+            }
+        }
+        let end = log.log_end_offset();
+        log.wait_written(Offset(end.0 - 1)).await.unwrap();
+        let check = |log: std::rc::Rc<fjord::log::PartitionLog>,
+                     expect: Vec<(i64, i64, Vec<u8>)>| async move {
+            for (base, last, bytes) in &expect {
+                for off in *base..=*last {
+                    let r = log.read(Offset(off), 1, Offset(end.0)).await.unwrap();
+                    assert_eq!(&chunk_bytes(&r), bytes, "offset {off}");
                 }
             }
-            let end = log.log_end_offset();
-            log.wait_written(Offset(end.0 - 1)).await.unwrap();
-            let check = |log: std::rc::Rc<fjord::log::PartitionLog>, expect: Vec<(i64, i64, Vec<u8>)>| async move {
-                for (base, last, bytes) in &expect {
-                    for off in *base..=*last {
-                        let r = log.read(Offset(off), 1, Offset(end.0)).await.unwrap();
-                        assert_eq!(&chunk_bytes(&r), bytes, "offset {off}");
-                    }
-                }
-            };
-            check(log.clone(), expect.clone()).await;
-            mgr.shutdown().await.unwrap();
-            let mgr = LogManager::new_for_shard(data, TailCache::new(cache_bytes), 0);
-            let log = mgr.open(&tp, config).await.unwrap();
-            assert_eq!(log.log_end_offset(), end);
-            check(log, expect).await;
-            mgr.shutdown().await.unwrap();
-        });
-    }
+        };
+        check(log.clone(), expect.clone()).await;
+        mgr.shutdown().await.unwrap();
+        let mgr = LogManager::new_for_shard(data, TailCache::new(cache_bytes), 0);
+        let log = mgr.open(&tp, config).await.unwrap();
+        assert_eq!(log.log_end_offset(), end);
+        check(log, expect).await;
+        mgr.shutdown().await.unwrap();
+    });
 }

@@ -46,6 +46,9 @@ pub const INDEX_INTERVAL_DEFAULT_BYTES: u32 = 4096;
 pub const SEGMENT_INDEX_DEFAULT_BYTES: u32 = 10 << 20;
 /// Staging chunk of the direct-I/O appender: 16 KiB (Redpanda's append_chunk_size).
 pub const WRITE_CHUNK_DEFAULT_BYTES: usize = 16 << 10;
+/// Largest staging chunk: a batch that fills several `write_chunk_bytes`
+/// chunks is staged in chunks of up to this size, one direct write each.
+pub const STAGING_CHUNK_MAX_BYTES: usize = 1 << 20;
 /// fallocate step ahead of the writer: 32 MiB.
 pub const PREALLOCATE_DEFAULT_BYTES: u64 = 32 << 20;
 /// Direct writes of one log in flight at once (full chunks plus at most one

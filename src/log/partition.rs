@@ -8,8 +8,11 @@
 //!
 //! Staging: `append` copies the batch straight into aligned DMA chunks of
 //! `write_chunk_bytes` (allocated from glommio's registered I/O memory while
-//! it lasts), one copy in all. A chunk that fills up is queued for writing
-//! as it is (no second copy); the last, partially filled chunk stays open.
+//! it lasts), one copy in all. A batch that fills several such chunks is
+//! staged in larger ones (up to `STAGING_CHUNK_MAX_BYTES`, each filled
+//! whole; `staging_chunk_size`), so it costs a few writes, not one per
+//! `write_chunk_bytes`. A chunk that fills up is queued for writing as it
+//! is (no second copy); the last, partially filled chunk stays open.
 //!
 //! Two ways to write what is staged:
 //! - **Direct (O_DIRECT)**: the writer task below. Every write of a log
@@ -100,7 +103,7 @@ use super::watch::OffsetWatch;
 use super::{now_ms, AppendInfo, LogConfig, LogError, ReadResult, PAGE_BYTES};
 use super::{
     CHUNK_POOL_BYTES_MAX, PREZERO_AHEAD_BYTES, PREZERO_WRITE_BYTES, SPARE_SEGMENT_FILES_MAX,
-    WRITEBACK_KICK_BYTES, WRITES_IN_FLIGHT_MAX,
+    STAGING_CHUNK_MAX_BYTES, WRITEBACK_KICK_BYTES, WRITES_IN_FLIGHT_MAX,
 };
 use crate::record::batch::{self, BatchHeader};
 use crate::record::{FileRange, RecordsChunk};
@@ -289,8 +292,8 @@ impl SegWriter {
                         at % PAGE_BYTES == 0 && at <= pos,
                         "chunk start {at} vs {pos}"
                     );
-                    self.open
-                        .insert(Chunk::new(at, self.chunk_bytes, &self.pool))
+                    let size = staging_chunk_size(self.chunk_bytes, data.len());
+                    self.open.insert(Chunk::new(at, size, &self.pool))
                 }
             };
             debug_assert_eq!(chunk.pos + chunk.len as u64, pos);
@@ -967,13 +970,13 @@ impl PartitionLog {
                 } => {
                     let len = buf.len();
                     let pool = self.pool.clone();
-                    let chunk_len = self.writers.borrow().front().map_or(0, |w| w.chunk_bytes);
+                    let chunk_bytes = self.writers.borrow().front().map_or(0, |w| w.chunk_bytes);
                     in_flight.push(Box::pin(async move {
                         let buf = Rc::new(buf);
                         let r = file.write_rc_at(buf.clone(), pos).await;
                         if let Ok(buf) = Rc::try_unwrap(buf) {
-                            // Only whole chunks are pooled (tail copies vary in size).
-                            if buf.len() == chunk_len {
+                            // Only chunk sizes are pooled (tail copies vary in size).
+                            if is_staging_chunk_size(chunk_bytes, buf.len()) {
                                 pool.put(buf);
                             }
                         }
@@ -1746,6 +1749,33 @@ fn chunk_bytes(cfg: &LogConfig) -> usize {
     ((cfg.write_chunk_bytes as u64).max(PAGE_BYTES) / PAGE_BYTES * PAGE_BYTES) as usize
 }
 
+/// The size of a new staging chunk (of base size `chunk_bytes`) for a batch
+/// with `rest` bytes still to stage: `chunk_bytes`, unless the rest fills
+/// two of those; then the largest `chunk_bytes << k` that the rest fills
+/// entirely (at most [`STAGING_CHUNK_MAX_BYTES`]). A large batch so goes to
+/// disk in a few large writes instead of many `chunk_bytes` ones (each
+/// direct write costs the filesystem an extent lookup and a bio, whatever
+/// its size), and the chunk left open after it (the one tail writes copy
+/// from) is never larger than `chunk_bytes`. Sizes stay in a few classes so
+/// that the shard's pool can reuse the buffers.
+fn staging_chunk_size(chunk_bytes: usize, rest: usize) -> usize {
+    let cap = STAGING_CHUNK_MAX_BYTES.max(chunk_bytes);
+    let mut size = chunk_bytes;
+    while size * 2 <= rest.min(cap) {
+        size *= 2;
+    }
+    size
+}
+
+/// Whether a buffer of `len` bytes is a staging chunk size for base size
+/// `chunk_bytes` (see [`staging_chunk_size`]).
+fn is_staging_chunk_size(chunk_bytes: usize, len: usize) -> bool {
+    chunk_bytes > 0
+        && len % chunk_bytes == 0
+        && (len / chunk_bytes).is_power_of_two()
+        && len <= STAGING_CHUNK_MAX_BYTES.max(chunk_bytes)
+}
+
 /// Starts the kernel's write-back of file range `[from, to)` without waiting
 /// for it (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), on glommio's blocking
 /// thread: the call can block while the device queue is full.
@@ -1782,4 +1812,55 @@ fn grow_step(w: &mut SegWriter, file: &Rc<DmaFile>, end: u64) -> Option<WriterSt
         file: file.clone(),
         len: target,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K16: usize = 16 << 10;
+
+    #[test]
+    fn small_rests_get_the_base_chunk() {
+        for rest in [0, 1, 100, K16, 2 * K16 - 1] {
+            assert_eq!(staging_chunk_size(K16, rest), K16, "rest {rest}");
+        }
+    }
+
+    #[test]
+    fn large_rests_get_the_largest_class_they_fill() {
+        assert_eq!(staging_chunk_size(K16, 2 * K16), 2 * K16);
+        assert_eq!(staging_chunk_size(K16, 4 * K16 - 1), 2 * K16);
+        assert_eq!(staging_chunk_size(K16, 1_000_100), 512 << 10);
+        assert_eq!(staging_chunk_size(K16, 1 << 20), 1 << 20);
+        assert_eq!(staging_chunk_size(K16, 64 << 20), STAGING_CHUNK_MAX_BYTES);
+        // A base above the cap is used as it is.
+        assert_eq!(staging_chunk_size(2 << 20, 64 << 20), 2 << 20);
+    }
+
+    #[test]
+    fn a_large_batch_is_staged_in_full_chunks_and_one_base_chunk_stays_open() {
+        // 1,000,100 bytes from an aligned position: 512 + 256 + 128 + 64 +
+        // 16 KiB chunks, each filled whole, then 676 bytes in an open 16 KiB one.
+        let mut rest = 1_000_100usize;
+        let mut sizes = Vec::new();
+        while rest > 0 {
+            let size = staging_chunk_size(K16, rest);
+            assert!(is_staging_chunk_size(K16, size));
+            sizes.push(size);
+            rest -= size.min(rest);
+        }
+        let kib: Vec<usize> = sizes.iter().map(|s| s >> 10).collect();
+        assert_eq!(kib, [512, 256, 128, 64, 16, 16]);
+    }
+
+    #[test]
+    fn only_chunk_classes_are_pooled() {
+        assert!(is_staging_chunk_size(K16, K16));
+        assert!(is_staging_chunk_size(K16, 8 * K16));
+        assert!(!is_staging_chunk_size(K16, 3 * K16));
+        assert!(!is_staging_chunk_size(K16, 4096));
+        assert!(!is_staging_chunk_size(K16, 2 << 20));
+        assert!(!is_staging_chunk_size(0, K16));
+    }
 }
