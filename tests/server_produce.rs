@@ -281,3 +281,68 @@ fn gzip_batch_to_lz4_topic_is_recompressed() {
         "the same records"
     );
 }
+
+/// A batch of `records` uncompressed records of `value_bytes` each, filled
+/// with a pattern that differs per `seed` and per byte.
+fn patterned_batch(seed: u64, records: usize, value_bytes: usize) -> Bytes {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    let mut b = BatchBuilder::new(Compression::None);
+    for _ in 0..records {
+        let value: Vec<u8> = (0..value_bytes)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 56) as u8
+            })
+            .collect();
+        b = b.record(None, Some(&value), &[], now_ms());
+    }
+    b.build().freeze()
+}
+
+#[test]
+fn large_produces_pipelined_or_in_pieces_are_stored_byte_for_byte() {
+    // Batches of ~800 KiB: each spans many staging chunks and many socket
+    // reads; two arrive in one write, one in uneven pieces, one alone.
+    let mut f = fixture("produce-large", &[]);
+    let sent: Vec<Bytes> = (0..4).map(|i| patterned_batch(i, 40, 20_000)).collect();
+    let mut frames = Vec::new();
+    for b in &sent {
+        let req = produce_request(&f.topic, 0, 1, b.clone());
+        frames.push(f.client.encode_frame(PRODUCE_VERSION, &req));
+    }
+    let mut first_two = frames[0].0.clone();
+    first_two.extend_from_slice(&frames[1].0);
+    f.client.send_bytes(&first_two);
+    let third = &frames[2].0;
+    for piece in [
+        &third[..7],
+        &third[7..5007],
+        &third[5007..300_007],
+        &third[300_007..],
+    ] {
+        std::thread::sleep(Duration::from_millis(20));
+        f.client.send_bytes(piece);
+    }
+    f.client.send_bytes(&frames[3].0);
+    for (i, (_, id)) in frames.iter().enumerate() {
+        let resp = f.client.receive::<ProduceRequest>(PRODUCE_VERSION, *id);
+        let p = only_partition(&resp);
+        assert_eq!(
+            (p.error_code, p.base_offset),
+            (0, 40 * i as i64),
+            "produce {i}"
+        );
+    }
+    let stored = batches(&f.broker.first_segment(&f.topic, 0));
+    assert_eq!(stored.len(), sent.len(), "every batch on disk");
+    let mut position = 0;
+    for (i, (s, b)) in stored.iter().zip(&sent).enumerate() {
+        assert_eq!(s.position, position, "batch {i} follows the one before");
+        assert_eq!(s.header.base_offset, 40 * i as i64);
+        assert_eq!(s.bytes.len(), b.len(), "batch {i} size");
+        assert!(s.bytes[16..] == b[16..], "batch {i} stored as sent");
+        position += b.len();
+    }
+}

@@ -42,6 +42,9 @@ use std::task::{Context, Poll};
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// A read is never offered less room than this (the buffer grows first).
 const READ_CHUNK_MIN_BYTES: usize = 4 * 1024;
+/// The zeroed part of the room a read through glommio gets (it needs
+/// initialized memory); the rest is filled by `recv_into_spare`.
+const READ_WINDOW_BYTES: usize = 4 * 1024;
 /// Room given at once to a pending frame; larger frames grow as they arrive.
 const FRAME_ROOM_AT_ONCE_MAX_BYTES: usize = 4 << 20;
 /// Responses smaller than this are coalesced into one write.
@@ -127,7 +130,7 @@ async fn serve_connection(ctx: Rc<ShardCtx>, stream: TcpStream) -> io::Result<()
         rx,
         queued.clone(),
     ));
-    let read_result = read_requests(&ctx, stream.clone(), tx, queued).await;
+    let read_result = read_requests(&ctx, stream.clone(), fd, tx, queued).await;
     // The sender is gone: the writer answers what was dispatched, then ends.
     let write_result = writer.await;
     read_result.and(write_result)
@@ -136,29 +139,28 @@ async fn serve_connection(ctx: Rc<ShardCtx>, stream: TcpStream) -> io::Result<()
 async fn read_requests(
     ctx: &Rc<ShardCtx>,
     mut stream: SharedStream,
+    fd: i32,
     tx: local_channel::LocalSender<JoinHandle<Outcome>>,
     queued: Rc<Cell<usize>>,
 ) -> io::Result<()> {
-    // The socket is read straight into `buf`: bytes `..filled` are received,
-    // `filled..` is zeroed room for the next read. A frame is split off the
+    // The socket is read straight into `buf` (all of it received bytes; its
+    // spare capacity is room for the next read). A frame is split off the
     // front once whole, so a request body is never copied in user space
     // (the kernel's copy out of the socket is the only one).
     let mut buf = BytesMut::new();
-    let mut filled = 0usize;
     loop {
         // Cut every complete frame out of the buffer.
         let mut frame_total = None;
         loop {
-            let declared = declared_frame_len(&buf[..filled], SOCKET_REQUEST_MAX_BYTES)
+            let declared = declared_frame_len(&buf, SOCKET_REQUEST_MAX_BYTES)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             let Some(len) = declared else { break };
             let total = FRAME_PREFIX_BYTES + len;
-            if filled < total {
+            if buf.len() < total {
                 frame_total = Some(total);
                 break;
             }
             let mut frame = buf.split_to(total);
-            filled -= total;
             frame.advance(FRAME_PREFIX_BYTES);
             let header = parse_request_header(&mut frame)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
@@ -180,7 +182,8 @@ async fn read_requests(
         // growing on every read would pin a block per request.)
         // A large declared frame gets its room as its bytes arrive (doubling
         // from FRAME_ROOM_AT_ONCE_MAX_BYTES), so a 4-byte length prefix alone
-        // cannot make the broker zero up to socket.request.max.bytes.
+        // cannot make the broker allocate up to socket.request.max.bytes.
+        let filled = buf.len();
         let (need, grow_to) = match frame_total {
             Some(total) => {
                 let step = (filled * 2).max(filled + FRAME_ROOM_AT_ONCE_MAX_BYTES);
@@ -189,15 +192,56 @@ async fn read_requests(
             }
             None => (filled + READ_CHUNK_MIN_BYTES, filled + READ_CHUNK_BYTES),
         };
-        if buf.len() < need {
-            buf.resize(grow_to, 0);
+        if buf.capacity() < need {
+            buf.reserve(grow_to - filled);
         }
+        // Wait for data through glommio, reading at most a small zeroed
+        // window: its reads need initialized memory, and zeroing all the
+        // room (a whole large frame) before every read cost as much CPU as
+        // the kernel's copy. If the window fills, more is likely queued:
+        // take it straight into the uninitialized room, without waiting.
+        let window = READ_WINDOW_BYTES.min(buf.capacity() - filled);
+        buf.resize(filled + window, 0);
         let n = stream.read(&mut buf[filled..]).await?;
+        buf.truncate(filled + n);
         if n == 0 {
             return Ok(());
         }
-        filled += n;
+        if n == window {
+            recv_into_spare(fd, &mut buf)?;
+        }
     }
+}
+
+/// Appends to `buf` what the socket `fd` holds now, up to `buf`'s spare
+/// capacity, without waiting (`MSG_DONTWAIT`); nothing if it holds nothing
+/// or has reached end of stream (the next read through glommio sees that).
+fn recv_into_spare(fd: i32, buf: &mut BytesMut) -> io::Result<()> {
+    let spare = buf.spare_capacity_mut();
+    if spare.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: the kernel writes at most `spare.len()` bytes into the spare
+    // capacity, which `buf` owns; no initialized data is read or aliased.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            spare.as_mut_ptr().cast::<libc::c_void>(),
+            spare.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(()),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: the kernel initialized the first `n` (<= spare length) bytes
+    // of the spare capacity.
+    unsafe { buf.set_len(buf.len() + n as usize) };
+    Ok(())
 }
 
 async fn write_responses(
