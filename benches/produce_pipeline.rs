@@ -39,7 +39,8 @@
 //! default the system temp dir — put it on the disk under test, not tmpfs,
 //! where the kernel's copy into shmem pages dominates; rounds in
 //! `FJORD_BENCH_ROUNDS`, default 10; the broker is this build's `fjord`,
-//! with `FJORD_BENCH_BROKER_ARGS` added to its flags, e.g. `--direct-writes`).
+//! or the binary `FJORD_BENCH_BROKER` names (to compare two builds), with
+//! `FJORD_BENCH_BROKER_ARGS` added to its flags, e.g. `--direct-writes`).
 
 #[path = "../tests/common/raw.rs"]
 #[allow(dead_code)]
@@ -110,7 +111,9 @@ impl Broker {
             .ok()
             .and_then(|p| p.parse().ok())
             .unwrap_or(DEFAULT_PORT);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fjord"))
+        let broker = std::env::var_os("FJORD_BENCH_BROKER")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_fjord").into());
+        let mut child = Command::new(broker)
             .arg("serve")
             .arg("--data-dir")
             .arg(dir.path())
