@@ -148,6 +148,8 @@ async fn read_requests(
     // front once whole, so a request body is never copied in user space
     // (the kernel's copy out of the socket is the only one).
     let mut buf = BytesMut::new();
+    // The last read filled all it was offered: the socket likely holds more.
+    let mut more_queued = false;
     loop {
         // Cut every complete frame out of the buffer.
         let mut frame_total = None;
@@ -193,55 +195,76 @@ async fn read_requests(
             None => (filled + READ_CHUNK_MIN_BYTES, filled + READ_CHUNK_BYTES),
         };
         if buf.capacity() < need {
-            buf.reserve(grow_to - filled);
+            // A buffer of its own for the received part of the next frame:
+            // `reserve` could realloc, which copies all the old capacity.
+            let mut grown = BytesMut::with_capacity(grow_to);
+            grown.extend_from_slice(&buf);
+            buf = grown;
         }
-        // Wait for data through glommio, reading at most a small zeroed
-        // window: its reads need initialized memory, and zeroing all the
-        // room (a whole large frame) before every read cost as much CPU as
-        // the kernel's copy. If the window fills, more is likely queued:
+        // With no frame pending, read only a window's worth first: once its
+        // length prefix is in, the frame gets room for all of it above
+        // (moving at most a window), instead of the rest of a 64 KiB read
+        // being moved to a larger buffer.
+        let room = buf.capacity() - filled;
+        let limit = match frame_total {
+            Some(_) => room,
+            None => READ_WINDOW_BYTES.min(room),
+        };
+        if more_queued {
+            let n = recv_into_spare(fd, &mut buf, limit)?;
+            more_queued = n == limit;
+            if n > 0 {
+                continue;
+            }
+        }
+        // Wait for data through glommio, into a small zeroed window: its
+        // reads need initialized memory, and zeroing all the room (a whole
+        // large frame) before every read cost as much CPU as the kernel's
+        // copy. If the window fills, more is likely queued: the next reads
         // take it straight into the uninitialized room, without waiting.
-        let window = READ_WINDOW_BYTES.min(buf.capacity() - filled);
+        let window = READ_WINDOW_BYTES.min(limit);
         buf.resize(filled + window, 0);
         let n = stream.read(&mut buf[filled..]).await?;
         buf.truncate(filled + n);
         if n == 0 {
             return Ok(());
         }
-        if n == window {
-            recv_into_spare(fd, &mut buf)?;
-        }
+        more_queued = n == window;
     }
 }
 
-/// Appends to `buf` what the socket `fd` holds now, up to `buf`'s spare
-/// capacity, without waiting (`MSG_DONTWAIT`); nothing if it holds nothing
-/// or has reached end of stream (the next read through glommio sees that).
-fn recv_into_spare(fd: i32, buf: &mut BytesMut) -> io::Result<()> {
+/// Appends to `buf` what the socket `fd` holds now, up to `limit` bytes of
+/// `buf`'s spare capacity, without waiting (`MSG_DONTWAIT`), and returns
+/// how many: 0 if it holds nothing or has reached end of stream (the next
+/// read through glommio sees that).
+fn recv_into_spare(fd: i32, buf: &mut BytesMut, limit: usize) -> io::Result<usize> {
     let spare = buf.spare_capacity_mut();
-    if spare.is_empty() {
-        return Ok(());
+    let len = spare.len().min(limit);
+    if len == 0 {
+        return Ok(0);
     }
-    // SAFETY: the kernel writes at most `spare.len()` bytes into the spare
-    // capacity, which `buf` owns; no initialized data is read or aliased.
+    // SAFETY: the kernel writes at most `len` (<= spare length) bytes into
+    // the spare capacity, which `buf` owns; no initialized data is read or
+    // aliased.
     let n = unsafe {
         libc::recv(
             fd,
             spare.as_mut_ptr().cast::<libc::c_void>(),
-            spare.len(),
+            len,
             libc::MSG_DONTWAIT,
         )
     };
     if n < 0 {
         let e = io::Error::last_os_error();
         return match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(()),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
             _ => Err(e),
         };
     }
     // SAFETY: the kernel initialized the first `n` (<= spare length) bytes
     // of the spare capacity.
     unsafe { buf.set_len(buf.len() + n as usize) };
-    Ok(())
+    Ok(n as usize)
 }
 
 async fn write_responses(
