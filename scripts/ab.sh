@@ -7,7 +7,9 @@
 #   e.g. scripts/ab.sh /tmp/idem workloads/saturate-1kb.toml \
 #          "--idempotence false" "--idempotence true"
 # Environment: REPEAT (3), FJORD_PORT (19092), BROKER_CPU (0), CLIENT_CPU (1),
-# FJORD_FLAGS (extra `fjord serve` flags).
+# FJORD_FLAGS (extra `fjord serve` flags), BROKER_A / BROKER_B (the broker
+# binary of each side, default this build's: to compare two builds, e.g.
+#   BROKER_A=/tmp/fjord-old BROKER_B=target/release/fjord scripts/ab.sh OUT W "" "").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage}; w=${2:?usage}; a=${3?usage}; b=${4?usage}; shift 4
@@ -19,12 +21,13 @@ data=$(mktemp -d)
 trap 'rm -rf "$data"' EXIT
 for r in $(seq "${REPEAT:-3}"); do
   for side in a b; do
-    flags=$a; [ $side = b ] && flags=$b
+    flags=$a; broker=${BROKER_A:-$fjord}
+    [ $side = b ] && { flags=$b; broker=${BROKER_B:-$fjord}; }
     rm -rf "$data/fjord"
     # shellcheck disable=SC2086
     "$fjord" bench --workload "$w" --label "$side" --name "$(basename "$w" .toml)-$r" --output "$out/$side" \
       --client-cores "${CLIENT_CPU:-1}" --bootstrap "127.0.0.1:$port" \
-      --broker-cmd "taskset -c ${BROKER_CPU:-0} $fjord serve --data-dir $data/fjord --port $port --listen 127.0.0.1 --cores 1 --no-pin ${FJORD_FLAGS:-}" \
+      --broker-cmd "taskset -c ${BROKER_CPU:-0} $broker serve --data-dir $data/fjord --port $port --listen 127.0.0.1 --cores 1 --no-pin ${FJORD_FLAGS:-}" \
       $flags "$@" | grep -v '^\[' | tee -a "$out/console.log"
   done
 done
