@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Broker-side request latency, read off the wire.
 
-usage: scripts/wire-latency.py CAPTURE.pcap PORT
+usage: scripts/wire-latency.py CAPTURE.pcap PORT [SLOW_MS]
 
 CAPTURE is a full-size capture of the broker's port on the loopback
 interface (`tcpdump -i lo -s 0 -w CAPTURE port PORT`; write it to tmpfs, a
@@ -11,6 +11,9 @@ matched with the response that carries its correlation id, and the time
 from the packet that completes the request to the packet that completes the
 response is the broker's latency for it, loopback included and every client
 delay excluded. Prints, per API key, the count and p50/p99/p99.9/max in ms.
+With SLOW_MS, also lists the episodes of Produce requests slower than that
+(requests sent less than 50 ms apart form one episode), so periodic stalls
+show up with their times.
 
 A capture that starts in the middle of a connection is picked up at the
 first packet that begins with a plausible frame header; frames before it
@@ -68,9 +71,11 @@ def plausible(is_request, data):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         sys.exit(__doc__)
     path, port = sys.argv[1], int(sys.argv[2])
+    slow_ms = float(sys.argv[3]) if len(sys.argv) == 4 else None
+    produces = []  # (sent at, latency ms)
     streams = {}  # (client port, is_request) -> bytearray, once in sync
     sent = collections.defaultdict(dict)  # client port -> correlation id -> (t, api)
     latencies = collections.defaultdict(list)
@@ -101,6 +106,8 @@ def main():
                 request = sent[key[0]].pop(correlation, None)
                 if request:
                     latencies[request[1]].append((ts - request[0]) * 1000)
+                    if request[1] == 0:
+                        produces.append((request[0], (ts - request[0]) * 1000))
     for api_key, values in sorted(latencies.items()):
         values.sort()
         n = len(values)
@@ -112,6 +119,25 @@ def main():
             f"api {api_key}: n={n} p50 {q(0.5):.3f} p99 {q(0.99):.3f} "
             f"p99.9 {q(0.999):.3f} max {values[-1]:.3f} ms"
         )
+    if slow_ms is not None and produces:
+        print_slow_episodes(produces, slow_ms)
+
+
+def print_slow_episodes(produces, slow_ms):
+    t0 = produces[0][0]
+    episodes = []  # [first sent, last sent, max latency, count]
+    for sent_at, ms in produces:
+        if ms <= slow_ms:
+            continue
+        t = sent_at - t0
+        if episodes and t - episodes[-1][1] < 0.05:
+            e = episodes[-1]
+            e[1], e[2], e[3] = t, max(e[2], ms), e[3] + 1
+        else:
+            episodes.append([t, t, ms, 1])
+    print(f"Produce requests slower than {slow_ms} ms: {len(episodes)} episodes")
+    for first, last, worst, n in episodes:
+        print(f"  t={first:8.3f}..{last:8.3f} s  {n} requests, max {worst:.1f} ms")
 
 
 if __name__ == "__main__":
