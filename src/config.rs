@@ -330,6 +330,41 @@ mod tests {
         assert_eq!(c.message_max_bytes, MESSAGE_MAX_BYTES_DEFAULT);
     }
 
+    /// `fjord serve ARGS` as clap parses it.
+    fn serve_args(args: &[&str]) -> ServeArgs {
+        #[derive(clap::Parser)]
+        struct Serve {
+            #[command(flatten)]
+            args: ServeArgs,
+        }
+        let argv = std::iter::once("serve").chain(args.iter().copied());
+        <Serve as clap::Parser>::try_parse_from(argv).unwrap().args
+    }
+
+    #[test]
+    fn durability_flags_reach_the_broker_config() {
+        let resolve = |cli: ServeArgs, file: &str| {
+            let file: ServeArgs = toml::from_str(file).unwrap();
+            cli.overlay(file).resolve().unwrap()
+        };
+        let c = resolve(serve_args(&[]), "");
+        assert!(
+            !c.direct_writes && !c.fsync_acks,
+            "Kafka's default: neither"
+        );
+        let c = resolve(serve_args(&["--direct-writes"]), "");
+        assert!(c.direct_writes && !c.fsync_acks);
+        let c = resolve(serve_args(&["--fsync-acks"]), "");
+        assert!(c.fsync_acks && !c.direct_writes);
+        let c = resolve(serve_args(&[]), "direct-writes = true\nfsync-acks = true\n");
+        assert!(c.direct_writes && c.fsync_acks, "from the file");
+        let c = resolve(
+            serve_args(&["--direct-writes=false"]),
+            "direct-writes = true\n",
+        );
+        assert!(!c.direct_writes, "the flag wins over the file");
+    }
+
     #[test]
     fn unknown_file_keys_are_rejected() {
         assert!(toml::from_str::<ServeArgs>("prot = 1\n").is_err());
