@@ -28,6 +28,15 @@ if [ -r /sys/devices/system/cpu/intel_pstate/no_turbo ]; then info "intel_pstate
 iso=$(cat /sys/devices/system/cpu/isolated 2>/dev/null)
 if [ -n "$iso" ]; then ok "isolated CPUs: $iso (run shards there with --cores and pinning)"; else info "no isolcpus: for lowest tail latency boot with isolcpus=/nohz_full=/rcu_nocbs= for the shard cores"; fi
 if pgrep -x irqbalance >/dev/null; then chg "irqbalance is running: stop it and pin NIC IRQs away from shard cores (/proc/irq/N/smp_affinity_list)"; else ok "irqbalance not running"; fi
+# Disk completions: the CPUs that have taken each block-queue interrupt so far
+# (NVMe and virtio-blk queues usually have managed affinity, which cannot be
+# moved; place the writing shard there, not a benchmark client).
+awk 'NR == 1 { ncpu = NF; next }
+     /nvme|virtio.*-req|blk/ {
+       cpus = ""
+       for (i = 2; i <= ncpu + 1; i++) if ($i + 0 > 0) cpus = cpus (cpus == "" ? "" : ",") (i - 2)
+       if (cpus != "") printf "info    disk IRQ %s %s: completions on CPU %s\n", $1, $NF, cpus
+     }' /proc/interrupts 2>/dev/null
 if [ -r /sys/kernel/mm/transparent_hugepage/enabled ]; then info "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled)"; fi
 
 # Swap.
