@@ -851,9 +851,9 @@ impl PartitionLog {
         // Whole pages, zero-padded past the staged bytes (room later appends
         // overwrite): a partial-page buffered write over written blocks
         // (a recycled spare's) would first read the old page from the device.
+        // (`from`/`to` are the range checked above: nothing runs between.)
         let pwrite = |c: &mut Chunk| {
             use std::os::unix::fs::FileExt;
-            let (from, to) = c.unwritten_range();
             c.buf.as_bytes_mut()[c.len..to].fill(0);
             file.write_all_at(&c.buf.as_bytes()[from..to], c.pos + from as u64)?;
             c.issued = c.len;
