@@ -63,8 +63,8 @@ pub struct ServeArgs {
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub fsync_acks: Option<bool>,
     /// Write every log with O_DIRECT and answer acks=all after the device
-    /// write, even without --fsync-acks (the default writes logs that never
-    /// fdatasync through the page cache, as Kafka does).
+    /// write, even without --fsync-acks (by default small writes go through
+    /// the page cache, as Kafka's do).
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub direct_writes: Option<bool>,
     /// Per-shard memory for recently appended batches [default: 64 MiB].

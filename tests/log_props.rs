@@ -20,11 +20,11 @@ proptest! {
         cache_bytes in prop::sample::select(vec![0usize, 3000, 1 << 20]),
         segment_bytes in prop::sample::select(vec![6000u64, 1 << 30]),
         // fsync-acks logs also pre-zero the space ahead of their data;
-        // other logs write through the page cache unless direct_writes.
+        // small writes go through the page cache unless direct_writes.
         fsync_acks in any::<bool>(),
         direct_writes in any::<bool>(),
-        // Switch to the other write mode (sync or not) after this many
-        // batches: direct and page-cache writes of one file must agree.
+        // Switch to the other sync and write modes after this many batches:
+        // direct and page-cache writes of one file must agree.
         switch_after in prop::option::of(0usize..60),
     ) {
         round_trip(sizes, chunk_pages, cache_bytes, segment_bytes, fsync_acks, direct_writes, switch_after);
@@ -79,6 +79,7 @@ fn round_trip(
             if switch_after == Some(i) {
                 log.set_config(LogConfig {
                     fsync_acks: !fsync_acks,
+                    direct_writes: !direct_writes,
                     ..config.clone()
                 });
             }

@@ -1,8 +1,10 @@
 //! A child process appending is killed with SIGKILL; after recovery every
 //! batch whose append had completed (been acknowledged on the child's
-//! stdout) is present and intact. Two modes: `--fsync-acks` (acknowledged
-//! after an fdatasync, direct writes) and Kafka's default (acknowledged once
-//! written, here through the page cache, which outlives the process).
+//! stdout) is present and intact. Three modes: `--fsync-acks` (acknowledged
+//! after an fdatasync; small writes through the page cache), the same with
+//! `--direct-writes` (every write O_DIRECT), and Kafka's default
+//! (acknowledged once written, here through the page cache, which outlives
+//! the process).
 //!
 //! The test binary re-executes itself: with `FJORD_LOG_SIGKILL_CHILD=<dir>`
 //! the `child_appender` test becomes the child; without it, it does nothing.
@@ -16,7 +18,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
 const CHILD_ENV: &str = "FJORD_LOG_SIGKILL_CHILD";
-/// `fsync` or `page-cache`: what the child's appends wait for.
+/// `fsync`, `fsync-direct` or `page-cache`: what the child's appends wait
+/// for, and how they are written.
 const MODE_ENV: &str = "FJORD_LOG_SIGKILL_MODE";
 const PRODUCERS: usize = 4;
 const ACKS_BEFORE_KILL: usize = 400;
@@ -36,15 +39,18 @@ fn child_appender() {
         return;
     };
     let data = std::path::PathBuf::from(dir);
-    let fsync = std::env::var(MODE_ENV).as_deref() == Ok("fsync");
+    let mode = std::env::var(MODE_ENV).unwrap_or_default();
+    let fsync = mode.starts_with("fsync");
+    let direct = mode == "fsync-direct";
     run(data.clone(), move || async move {
         let mgr = LogManager::new_for_shard(data, TailCache::new(1 << 20), 0);
         let config = LogConfig {
             fsync_acks: fsync,
+            direct_writes: direct,
             segment_bytes: 256 << 10,
             ..LogConfig::default()
         };
-        assert_eq!(config.page_cache_writes(), !fsync);
+        assert_eq!(config.page_cache_writes(), !direct);
         let log = mgr
             .open(&TopicPartition::new("k", 0), config)
             .await
@@ -80,6 +86,11 @@ fn child_appender() {
 #[test]
 fn sigkill_during_fsync_acked_appends_loses_no_acknowledged_batch() {
     sigkill_during_appends_loses_no_acknowledged_batch("fsync");
+}
+
+#[test]
+fn sigkill_during_fsync_acked_direct_appends_loses_no_acknowledged_batch() {
+    sigkill_during_appends_loses_no_acknowledged_batch("fsync-direct");
 }
 
 #[test]

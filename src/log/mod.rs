@@ -120,10 +120,10 @@ impl LogConfig {
     }
 
     /// Small writes go through the page cache rather than O_DIRECT (see
-    /// `partition`'s module doc): logs that never sync, unless
-    /// `direct_writes`.
+    /// `partition`'s module doc): every log unless `direct_writes`, also
+    /// logs that fdatasync (their fdatasync covers the page cache).
     pub fn page_cache_writes(&self) -> bool {
-        !self.direct_writes && !self.syncs()
+        !self.direct_writes
     }
 }
 

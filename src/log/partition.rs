@@ -15,35 +15,38 @@
 //! is (no second copy); the last, partially filled chunk stays open.
 //!
 //! Two ways to write what is staged:
-//! - **Direct (O_DIRECT)**: the writer task below. Every write of a log
-//!   that fdatasyncs (`--fsync-acks`, `flush.messages`, `flush.ms`: its acks
-//!   wait for the device anyway, and the page cache would only add a copy),
-//!   and of every log under `--direct-writes`.
-//! - **Through the page cache**, for the other logs (Kafka's default
-//!   durability; `LogConfig::page_cache_writes`): a tail write, and the rest
-//!   of a chunk that a tail write began, is a buffered `pwrite` of the
-//!   unwritten pages (zero-padded past the staged bytes, as a direct tail
-//!   write is: a partial-page write over a recycled spare's written blocks
-//!   would first read the old page), done when it returns. An acks=all
-//!   produce is then answered as soon as the kernel holds its bytes: they
-//!   outlive a kill -9 of the broker, not a power loss, which is Kafka's
-//!   promise without flush settings. Full chunks no tail write touched (large batches under
-//!   load) are still written directly, without the page cache's copy.
+//! - **Direct (O_DIRECT)**: the writer task below. Every write of every log
+//!   under `--direct-writes`; otherwise the full chunks no tail write
+//!   touched (large batches under load), without the page cache's copy.
+//! - **Through the page cache** (`LogConfig::page_cache_writes`, every log
+//!   unless `--direct-writes`): a tail write, and the rest of a chunk that a
+//!   tail write began, is a buffered `pwrite` of the unwritten pages
+//!   (zero-padded past the staged bytes, as a direct tail write is: a
+//!   partial-page write over a recycled spare's written blocks would first
+//!   read the old page), done when it returns. A log that never syncs
+//!   (Kafka's default durability) answers an acks=all produce as soon as
+//!   the kernel holds its bytes: they outlive a kill -9 of the broker, not
+//!   a power loss, which is Kafka's promise without flush settings. A log
+//!   that syncs (`--fsync-acks`) still answers only after the fdatasync
+//!   that covers the batch; that fdatasync writes the dirty pages back.
 //!   Why: on the 2-core VM a direct write took 130-145 us from issue to
 //!   completion (one virtio doorbell, a VM exit, per write) where a buffered
 //!   one takes a few us; the broker's own acks=all latency for 100 B
 //!   produces fell from p50 0.16 ms to 0.03 ms
-//!   (tuning/results/page-cache-writes.md). The writer starts the kernel's
-//!   write-back every `WRITEBACK_KICK_BYTES` (sync_file_range on glommio's
-//!   blocking thread), so dirty pages do not pile up for the seal's
-//!   fdatasync.
+//!   (tuning/results/page-cache-writes.md). Under `--fsync-acks` the
+//!   device then gets one write-back per fdatasync instead of one direct
+//!   write per produce: publish p50 0.89-1.20 ms against 1.14-1.46, p95
+//!   2.8-4.7 against 5.8-6.4 (tuning/results/steal-and-client-core.md).
+//!   The writer starts the kernel's write-back every `WRITEBACK_KICK_BYTES`
+//!   (sync_file_range on glommio's blocking thread), so dirty pages do not
+//!   pile up for the next fdatasync.
 //!
 //! A buffered and a direct write of one page never race: a buffered write
-//! of a chunk waits while a direct tail write of that chunk, or a
-//! pre-zeroing write over its pages, is in flight (both only possible just
-//! after the log stopped syncing), chunks are page aligned, and a direct
-//! write over pages written through the page cache is coherent (the kernel
-//! writes them back and drops them first).
+//! of a chunk waits while a direct tail write of that chunk (only after
+//! `--direct-writes` was switched off) or a pre-zeroing write over its
+//! pages is in flight, chunks are page aligned, and a direct write over
+//! pages written through the page cache is coherent (the kernel writes them
+//! back and drops them first).
 //!
 //! Writer task (one per log, spawned on demand, woken by appends, exits when
 //! nothing is staged or in flight) keeps direct writes flowing instead of
@@ -833,8 +836,8 @@ impl PartitionLog {
         let (pos, (from, to)) = chunk
             .filter(|c| c.issued < c.len)
             .map(|c| (c.pos, c.unwritten_range()))?;
-        // A pre-zeroing write still in flight (the log just stopped
-        // syncing) must not land over these pages after them.
+        // A pre-zeroing write still in flight must not land over these
+        // pages after them.
         if w.zeroing_overlaps(pos + from as u64, pos + to as u64) {
             return Some(WriterStep::Wait);
         }
