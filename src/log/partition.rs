@@ -26,9 +26,10 @@
 //!   read the old page), done when it returns. A log that never syncs
 //!   (Kafka's default durability) answers an acks=all produce as soon as
 //!   the kernel holds its bytes: they outlive a kill -9 of the broker, not
-//!   a power loss, which is Kafka's promise without flush settings. A log
-//!   that syncs (`--fsync-acks`) still answers only after the fdatasync
-//!   that covers the batch; that fdatasync writes the dirty pages back.
+//!   a power loss, which is Kafka's promise without flush settings. Under
+//!   `--fsync-acks` an acks=all produce is still answered only after the
+//!   fdatasync that covers the batch; that fdatasync writes the dirty pages
+//!   back.
 //!   Why: on the 2-core VM a direct write took 130-145 us from issue to
 //!   completion (one virtio doorbell, a VM exit, per write) where a buffered
 //!   one takes a few us; the broker's own acks=all latency for 100 B
@@ -42,8 +43,8 @@
 //!   pile up for the next fdatasync.
 //!
 //! A buffered and a direct write of one page never race: a buffered write
-//! of a chunk waits while a direct tail write of that chunk (only after
-//! `--direct-writes` was switched off) or a pre-zeroing write over its
+//! of a chunk waits while a direct tail write of that chunk (only after a
+//! config change turned `direct_writes` off) or a pre-zeroing write over its
 //! pages is in flight, chunks are page aligned, and a direct write over
 //! pages written through the page cache is coherent (the kernel writes them
 //! back and drops them first).
