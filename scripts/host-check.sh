@@ -37,6 +37,14 @@ awk 'NR == 1 { ncpu = NF; next }
        for (i = 2; i <= ncpu + 1; i++) if ($i + 0 > 0) cpus = cpus (cpus == "" ? "" : ",") (i - 2)
        if (cpus != "") printf "info    disk IRQ %s %s: completions on CPU %s\n", $1, $NF, cpus
      }' /proc/interrupts 2>/dev/null
+# Kernel threads that wake on a timer and run for milliseconds on any CPU:
+# DAMON's kdamond samples memory every sample_us (on the 2-core VM: every
+# 500 ms, 1-4 ms each time, on whichever CPU it lands, shard or client).
+for pid in $(pgrep -x 'kdamond\.[0-9]+' 2>/dev/null); do
+  aff=$(taskset -pc "$pid" 2>/dev/null | awk -F': ' '{print $2}')
+  ni=$(ps -o ni= -p "$pid" 2>/dev/null | tr -d ' ')
+  chg "$(cat /proc/$pid/comm) (pid $pid, CPUs $aff, nice $ni): DAMON runs 1-4 ms bursts on these CPUs; stop it if nothing needs it (state off under /sys/kernel/mm/damon/admin/kdamonds/), or keep it off the shard cores (taskset -pc NON_SHARD_CPUS $pid) and renice -n 19 -p $pid"
+done
 if [ -r /sys/kernel/mm/transparent_hugepage/enabled ]; then info "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled)"; fi
 
 # Swap.

@@ -135,7 +135,10 @@ def print_slow_episodes(produces, slow_ms):
             e[1], e[2], e[3] = t, max(e[2], ms), e[3] + 1
         else:
             episodes.append([t, t, ms, 1])
-    print(f"Produce requests slower than {slow_ms} ms: {len(episodes)} episodes")
+    print(
+        f"Produce requests slower than {slow_ms} ms: {len(episodes)} episodes "
+        f"(t=0 is {t0:.6f}, seconds since the epoch on the capture's clock)"
+    )
     for first, last, worst, n in episodes:
         print(f"  t={first:8.3f}..{last:8.3f} s  {n} requests, max {worst:.1f} ms")
 
