@@ -36,10 +36,18 @@ proptest! {
     /// Batches many staging chunks long, mixed with small ones: a large
     /// batch is staged in larger chunks (several sizes), a small one in
     /// `write_chunk_bytes` chunks, and every byte must land where it belongs.
+    /// Batches of 270-360 KB are staged with non-temporal stores
+    /// (`STREAM_COPY_MIN_BYTES`, 256 KiB).
     #[test]
     fn large_batches_read_back(
         sizes in prop::collection::vec(
-            prop_oneof![(1usize..4, 3000usize..60_000), (1usize..8, 0usize..3000)], 1..30),
+            prop_oneof![
+                (1usize..4, 3000usize..60_000),
+                (3usize..4, 90_000usize..120_000),
+                (1usize..8, 0usize..3000),
+            ],
+            1..30,
+        ),
         chunk_pages in 1usize..6,
         segment_bytes in prop::sample::select(vec![300_000u64, 1 << 30]),
         fsync_acks in any::<bool>(),

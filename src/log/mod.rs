@@ -21,6 +21,7 @@
 
 pub mod cache;
 pub mod checkpoint;
+mod copy;
 pub mod dump;
 pub mod index;
 mod manager;

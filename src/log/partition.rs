@@ -11,8 +11,10 @@
 //! it lasts), one copy in all. A batch that fills several such chunks is
 //! staged in larger ones (up to `STAGING_CHUNK_MAX_BYTES`, each filled
 //! whole; `staging_chunk_size`), so it costs a few writes, not one per
-//! `write_chunk_bytes`. A chunk that fills up is queued for writing as it
-//! is (no second copy); the last, partially filled chunk stays open.
+//! `write_chunk_bytes`. Batches of `STREAM_COPY_MIN_BYTES` or more are
+//! copied with stores that bypass the cache (`copy`). A chunk that fills up
+//! is queued for writing as it is (no second copy); the last, partially
+//! filled chunk stays open.
 //!
 //! Two ways to write what is staged:
 //! - **Direct (O_DIRECT)**: the writer task below. Every write of every log
@@ -102,6 +104,7 @@
 //! Owned by one shard; handlers keep `Rc<PartitionLog>` across awaits.
 
 use super::cache::{CachedBatch, TailCache};
+use super::copy::{self, STREAM_COPY_MIN_BYTES};
 use super::segment::{log_file_name, Segment};
 use super::watch::OffsetWatch;
 use super::{now_ms, AppendInfo, LogConfig, LogError, ReadResult, PAGE_BYTES};
@@ -286,6 +289,7 @@ impl SegWriter {
     /// Copies `data` (the bytes of the batch at file position `pos` =
     /// `seg.size`) into chunks; chunks that fill up queue for writing.
     fn stage(&mut self, mut pos: u64, mut data: &[u8]) {
+        let stream = data.len() >= STREAM_COPY_MIN_BYTES;
         while !data.is_empty() {
             let chunk = match &mut self.open {
                 Some(c) => c,
@@ -302,7 +306,11 @@ impl SegWriter {
             };
             debug_assert_eq!(chunk.pos + chunk.len as u64, pos);
             let n = (chunk.buf.len() - chunk.len).min(data.len());
-            chunk.buf.as_bytes_mut()[chunk.len..chunk.len + n].copy_from_slice(&data[..n]);
+            copy::copy(
+                &mut chunk.buf.as_bytes_mut()[chunk.len..chunk.len + n],
+                &data[..n],
+                stream,
+            );
             chunk.len += n;
             data = &data[n..];
             pos += n as u64;
