@@ -137,6 +137,89 @@ fn fsync_acks_group_commit_shares_fdatasync() {
     });
 }
 
+/// Under `--fsync-acks`, small writes go through the page cache and a
+/// sealed segment is fdatasynced in the background. The durable offset (the
+/// HW) must never pass a sealed segment whose fdatasync has not finished:
+/// it may reach into the first such segment (the syncer's own fdatasync of
+/// it, before it was sealed, covers that), never past its end. Writers that
+/// only wait for the write keep filling tiny segments while others wait for
+/// durability, so segments are sealed while earlier seals still sync.
+///
+/// The check here sees the violation only when the fdatasyncs also complete
+/// out of order; the syncer's debug assertion (every seal started is synced
+/// when it reads `written`) fails this test whenever the syncer would go on
+/// with a seal still syncing, which a build without the fix did at once.
+#[test]
+fn durable_offset_never_passes_a_segment_still_syncing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    run(data.clone(), move || async move {
+        let mgr = LogManager::new_for_shard(data, TailCache::new(1 << 20), 0);
+        let config = LogConfig {
+            fsync_acks: true,
+            segment_bytes: 6000,
+            ..LogConfig::default()
+        };
+        let log = mgr
+            .open(&TopicPartition::new("s", 0), config)
+            .await
+            .unwrap();
+        let done = std::rc::Rc::new(std::cell::Cell::new(0));
+        let mut tasks = Vec::new();
+        for t in 0..4 {
+            let (log, done) = (log.clone(), done.clone());
+            tasks.push(glommio::spawn_local(async move {
+                for i in 0..200 {
+                    // About 5 KB: nearly every batch starts a new segment.
+                    let info = log.append(sized_batch(1, 5000, i)).unwrap();
+                    if t < 2 {
+                        log.wait_written(info.last_offset).await.unwrap();
+                    } else {
+                        log.wait_durable(info.last_offset).await.unwrap();
+                    }
+                }
+                done.set(done.get() + 1);
+            }));
+        }
+        // Check at every move of the durable offset (woken with the
+        // appenders), and every millisecond.
+        let mut checks = 0u64;
+        loop {
+            let rp = log.recovery_point();
+            let next = log
+                .segment_base_offsets()
+                .into_iter()
+                .find(|&b| b > rp)
+                .unwrap_or(i64::MAX);
+            let durable = log.durable_offset().0;
+            assert!(
+                durable <= next,
+                "durable {durable} is past segment {next}, and the one at {rp} is not synced"
+            );
+            checks += 1;
+            if done.get() == 4 {
+                break;
+            }
+            let moved = log.wait_for_hw_above(Offset(durable));
+            let _ = glommio::timer::timeout(std::time::Duration::from_millis(1), async {
+                moved.await;
+                Ok(())
+            })
+            .await;
+        }
+        for t in tasks {
+            t.await;
+        }
+        assert!(checks > 100, "{checks} checks");
+        assert!(
+            log.segment_count() > 400,
+            "{} segments",
+            log.segment_count()
+        );
+        mgr.shutdown().await.unwrap();
+    });
+}
+
 #[test]
 fn flush_messages_syncs_without_waiters() {
     let dir = tempfile::tempdir().unwrap();

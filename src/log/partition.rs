@@ -1180,14 +1180,26 @@ impl PartitionLog {
     }
 
     /// Resolves when no sealed segment is still syncing in the background
-    /// (false if the log failed first). It waits on the seals' own count,
-    /// not on `durable`: a direct seal after a mode switch can move
-    /// `durable` past one still syncing.
+    /// (false if the log failed first), counting the seals that start while
+    /// it waits: the syncer reads `written` right after, and that may already
+    /// be in a segment after one sealed meanwhile (a page-cache log's writer
+    /// does not wait for its seals). It waits on the seals' own count, not on
+    /// `durable`: a direct seal after a mode switch can move `durable` past
+    /// one still syncing.
     async fn sealed_synced(&self) -> bool {
-        let last = self.seals_started.get();
-        self.seals_synced
-            .wait_above(last - 1, || self.failed.borrow().is_some())
-            .await
+        loop {
+            let last = self.seals_started.get();
+            if self.seals_synced.get() >= last {
+                return true;
+            }
+            let ok = self
+                .seals_synced
+                .wait_above(last - 1, || self.failed.borrow().is_some())
+                .await;
+            if !ok {
+                return false;
+            }
+        }
     }
 
     fn request_sync(&self, offset: i64) {
@@ -1227,6 +1239,9 @@ impl PartitionLog {
                 self.syncer_running.set(false);
                 return;
             }
+            // `written` is in the last file written; every segment before
+            // it must be synced on its own (nothing awaited since the check).
+            debug_assert!(self.seals_synced.get() >= self.seals_started.get());
             let w = self.written.get();
             let file = self.last_written_file.borrow().clone();
             if let Some(f) = file {
