@@ -23,11 +23,14 @@ proptest! {
         // small writes go through the page cache unless direct_writes.
         fsync_acks in any::<bool>(),
         direct_writes in any::<bool>(),
-        // Switch to the other sync and write modes after this many batches:
-        // direct and page-cache writes of one file must agree.
+        // Switch to the other sync mode after this many batches, and with
+        // `switch_direct` to the other write mode too: direct and page-cache
+        // writes of one file must agree.
         switch_after in prop::option::of(0usize..60),
+        switch_direct in any::<bool>(),
     ) {
-        round_trip(sizes, chunk_pages, cache_bytes, segment_bytes, fsync_acks, direct_writes, switch_after);
+        let switch = switch_after.map(|at| (at, switch_direct));
+        round_trip(sizes, chunk_pages, cache_bytes, segment_bytes, fsync_acks, direct_writes, switch);
     }
 }
 
@@ -66,7 +69,7 @@ fn round_trip(
     segment_bytes: u64,
     fsync_acks: bool,
     direct_writes: bool,
-    switch_after: Option<usize>,
+    switch: Option<(usize, bool)>,
 ) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_path_buf();
@@ -84,10 +87,10 @@ fn round_trip(
         let log = mgr.open(&tp, config.clone()).await.unwrap();
         let mut expect = Vec::new(); // (base, last, bytes as stored)
         for (i, (n, v)) in sizes.iter().enumerate() {
-            if switch_after == Some(i) {
+            if let Some((_, switch_direct)) = switch.filter(|&(at, _)| at == i) {
                 log.set_config(LogConfig {
                     fsync_acks: !fsync_acks,
-                    direct_writes: !direct_writes,
+                    direct_writes: direct_writes != switch_direct,
                     ..config.clone()
                 });
             }

@@ -1,12 +1,14 @@
 //! The staging copy of large batches, with stores that bypass the cache.
 //!
 //! A large batch is copied once, from the request frame into the staging
-//! chunks that go to the device (`partition`'s module doc). Nothing on the
-//! CPU reads those chunks again (fetches read the tail cache, which holds the
-//! frame), so there is no point in pulling their lines into the cache: a
-//! plain `memcpy` first reads every destination line (read for ownership),
-//! then writes it, and evicts lines the shard still uses. Non-temporal
-//! stores write whole lines to memory without reading them.
+//! chunks that go to the device (`partition`'s module doc). The chunks it
+//! fills whole are written directly and never read by the CPU again
+//! (fetches read the tail cache, which holds the frame), so there is no
+//! point in pulling their lines into the cache: a plain `memcpy` first reads
+//! every destination line (read for ownership), then writes it, and evicts
+//! lines the shard still uses. Non-temporal stores write whole lines to
+//! memory without reading them. The batch's first and last pieces, which
+//! land in the open chunk that tail writes read, are copied normally.
 //!
 //! Only for large batches (`STREAM_COPY_MIN_BYTES`): a small batch's source
 //! is still in the cache from the socket receive, and its chunk is the open

@@ -306,10 +306,13 @@ impl SegWriter {
             };
             debug_assert_eq!(chunk.pos + chunk.len as u64, pos);
             let n = (chunk.buf.len() - chunk.len).min(data.len());
+            // Only whole fresh chunks stream: a piece in the open chunk is
+            // read again by its tail write.
+            let whole = chunk.len == 0 && n == chunk.buf.len();
             copy::copy(
                 &mut chunk.buf.as_bytes_mut()[chunk.len..chunk.len + n],
                 &data[..n],
-                stream,
+                stream && whole,
             );
             chunk.len += n;
             data = &data[n..];
