@@ -18,8 +18,8 @@
 //! 0.10 s/GiB; with 128 KiB copies (working set in the cache) `memcpy` took
 //! 0.035 s/GiB against 0.055–0.058. In the broker (`saturate-1kb`, 1 MiB
 //! batches) the staging copy fell from 19 % to 10 % of the shard's samples
-//! and broker CPU per GB was lower in 7 of 7 alternating pairs (median ratio
-//! 0.96; tuning/results/cpu-per-gb.md).
+//! and broker CPU per GB was lower in 10 of 10 alternating pairs (median
+//! ratio 0.955; tuning/results/cpu-per-gb.md).
 
 /// Batches at least this large are staged with non-temporal stores.
 pub const STREAM_COPY_MIN_BYTES: usize = 256 << 10;
