@@ -1,5 +1,5 @@
 //! Smoke test of `fjord bench` and `fjord report` against a real `fjord serve`:
-//! a short low-rate run (plain, then idempotent) must produce an OMB-shaped
+//! a short low-rate run (plain, idempotent, then transactional) must produce an OMB-shaped
 //! JSON result with non-zero counts in every metric, and `fjord report` must
 //! turn the results into HTML, Markdown and SVG charts.
 //!
@@ -128,7 +128,7 @@ fn check_result(r: &serde_json::Value) {
 }
 
 #[test]
-fn bench_plain_and_idempotent_then_report() {
+fn bench_plain_idempotent_and_transactional_then_report() {
     let broker = Broker::start(BrokerOpts::default().cores(1));
     let out = tempfile::tempdir().expect("tempdir");
     let plain = bench(&broker, out.path(), "plain", &[]);
@@ -142,6 +142,21 @@ fn bench_plain_and_idempotent_then_report() {
     );
     check_result(&idem);
     assert_eq!(idem["config"]["idempotence"].as_bool(), Some(true));
+    // Transactions: every commit flushes the producer, which serves its
+    // own delivery reports while it waits.
+    let txn = bench(
+        &broker,
+        out.path(),
+        "transactional",
+        &["--idempotence", "true", "--transaction-duration-ms", "200"],
+    );
+    check_result(&txn);
+    let committed = txn["transactions"]["committed"].as_u64().unwrap_or(0);
+    assert!(
+        committed > 0,
+        "no transaction committed: {}",
+        txn["transactions"]
+    );
 
     let mut files: Vec<_> = std::fs::read_dir(out.path())
         .expect("output dir")

@@ -6,9 +6,14 @@
 //! client falls behind (librdkafka's queue is full, a transaction commit
 //! blocks, the thread was descheduled), the lateness is recorded as *publish
 //! delay* instead of silently lowering the offered load (coordinated omission).
-//! Publish latency is measured from the actual send to the delivery report,
-//! which arrives on the `ThreadedProducer`'s polling thread as soon as
-//! librdkafka has the broker's answer.
+//! Publish latency is measured from the actual send to the delivery report.
+//!
+//! The producer thread serves its own delivery reports: between sends it
+//! waits for whichever comes first, the next intended send time or a report
+//! ([`ReportingProducer`]). A separate polling thread (rdkafka's `ThreadedProducer`)
+//! would cost one more thread wake-up per acknowledged request on the
+//! client's core, and on a machine where client and broker share two cores
+//! that core is the bottleneck of the latency workload.
 //!
 //! Every payload starts with the send time (8 bytes, little-endian
 //! nanoseconds on [`now_ns`]); consumers subtract it from their receipt time
@@ -25,7 +30,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::config::{BenchConfig, KeyMode};
@@ -46,6 +51,12 @@ pub const QUEUE_FULL_BACKOFF_US: u64 = 200;
 pub const PRODUCER_QUEUE_MESSAGES_MAX: u64 = 100_000;
 /// How long a producer waits for outstanding acknowledgements after the run.
 pub const FLUSH_TIMEOUT_MS: u64 = 15_000;
+/// Longest wait for a delivery report while flushing: bounds how late a
+/// missed wake-up would be noticed.
+pub const FLUSH_WAIT_MAX_US: u64 = 1_000;
+/// Most events one serving of the producer's queue takes (each is a batch of
+/// delivery reports): bounds the time between two sends.
+pub const SERVE_POLLS_MAX: usize = 64;
 /// Consumer poll timeout: bounds how long a stop request waits.
 pub const CONSUMER_POLL_MS: u64 = 100;
 
@@ -169,6 +180,127 @@ impl ProducerContext for BenchProducerContext {
     }
 }
 
+/// A `BaseProducer` whose delivery reports the producer thread serves itself.
+///
+/// librdkafka queues reports on its main queue; `wake` is an eventfd it
+/// writes to when that queue was empty and an event arrives, so the thread
+/// can wait with microsecond timeouts (librdkafka's own poll timeouts are
+/// whole milliseconds) and still wake for a report at once.
+struct ReportingProducer {
+    // Fields drop in this order: the queue handle (which first stops the
+    // writes to the eventfd), the client, then the eventfd.
+    queue: MainQueue,
+    producer: BaseProducer<BenchProducerContext>,
+    wake: std::os::fd::OwnedFd,
+}
+
+/// A counted reference to librdkafka's main queue of one client, with IO
+/// events enabled.
+struct MainQueue(*mut rdkafka::bindings::rd_kafka_queue_t);
+
+impl Drop for MainQueue {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from rd_kafka_queue_get_main and is
+        // released once, here; fd -1 disables the IO events.
+        unsafe {
+            rdkafka::bindings::rd_kafka_queue_io_event_enable(self.0, -1, std::ptr::null(), 0);
+            rdkafka::bindings::rd_kafka_queue_destroy(self.0);
+        }
+    }
+}
+
+impl ReportingProducer {
+    fn new(c: &ClientConfig, ctx: BenchProducerContext) -> Result<Self, BenchError> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let producer: BaseProducer<BenchProducerContext> = c
+            .create_with_context(ctx)
+            .map_err(kafka("creating producer"))?;
+        // SAFETY: eventfd has no memory arguments; a valid fd is owned below.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(BenchError::Io {
+                what: "creating the delivery-report eventfd".to_string(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        let wake = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: the client pointer is live (we own the producer); the queue
+        // reference is released by `MainQueue`'s drop, before the client and
+        // the eventfd go. librdkafka copies the payload: an eventfd takes an
+        // 8-byte counter.
+        let queue = unsafe {
+            let q = rdkafka::bindings::rd_kafka_queue_get_main(producer.client().native_ptr());
+            let one = 1u64.to_ne_bytes();
+            rdkafka::bindings::rd_kafka_queue_io_event_enable(
+                q,
+                wake.as_raw_fd(),
+                one.as_ptr().cast(),
+                one.len(),
+            );
+            MainQueue(q)
+        };
+        Ok(ReportingProducer {
+            queue,
+            producer,
+            wake,
+        })
+    }
+
+    /// Handles every event librdkafka has queued (delivery reports, errors),
+    /// or a bounded number of them; the next call goes on.
+    fn serve(&self) {
+        for _ in 0..SERVE_POLLS_MAX {
+            // SAFETY: the queue handle is live while `self` is.
+            if unsafe { rdkafka::bindings::rd_kafka_queue_length(self.queue.0) } == 0 {
+                return;
+            }
+            self.producer.poll(Duration::ZERO);
+        }
+    }
+
+    /// Waits until an event is queued or `timeout` passes, then serves.
+    fn wait_and_serve(&self, timeout: Duration) {
+        use std::os::fd::AsRawFd;
+        let mut pfd = libc::pollfd {
+            fd: self.wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+        let ready = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        if ready > 0 {
+            let mut counter = [0u8; 8];
+            // SAFETY: reads at most 8 bytes into an 8-byte buffer. The fd is
+            // non-blocking; a failed read (already reset) is harmless.
+            unsafe { libc::read(pfd.fd, counter.as_mut_ptr().cast(), counter.len()) };
+        }
+        self.serve();
+    }
+
+    /// Waits until everything sent is acknowledged or failed, serving the
+    /// reports meanwhile. librdkafka counts queued, in-flight and unserved
+    /// reports in `in_flight_count`.
+    fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.serve();
+            if self.producer.in_flight_count() == 0 {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
+            }
+            self.wait_and_serve((deadline - now).min(Duration::from_micros(FLUSH_WAIT_MAX_US)));
+        }
+    }
+}
+
 /// What one producer thread needs.
 pub struct ProducerJob {
     pub index: usize,
@@ -222,12 +354,15 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
         c.set_log_level(rdkafka_log_level(level));
     }
     let txn_begin_ns = Arc::new(AtomicU64::new(0));
-    let producer: ThreadedProducer<BenchProducerContext> = c
-        .create_with_context(BenchProducerContext {
+    let producer = ReportingProducer::new(
+        &c,
+        BenchProducerContext {
             recorder: job.recorder.clone(),
             txn_begin_ns: txn_begin_ns.clone(),
-        })
-        .map_err(kafka("creating producer"))?;
+        },
+    )?;
+    let reporting = &producer;
+    let producer = &reporting.producer;
     let txn_timeout = Duration::from_millis(TRANSACTION_TIMEOUT_MS);
     let txn_every = Duration::from_millis(cfg.transaction_duration_ms);
     let begin = || -> Result<(), BenchError> {
@@ -257,11 +392,11 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
         let intended = start + (i as f64 * interval_ns) as u64;
         let now = now_ns();
         if intended > now + SLEEP_THRESHOLD_US * 1_000 {
-            std::thread::sleep(Duration::from_nanos(intended - now));
+            reporting.wait_and_serve(Duration::from_nanos(intended - now));
             continue;
         }
         if transactional && txn_start.elapsed() >= txn_every {
-            commit(&producer, &job.recorder, txn_timeout)?;
+            commit(reporting, &job.recorder, txn_timeout)?;
             begin()?;
             txn_start = Instant::now();
         }
@@ -285,7 +420,11 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
             if let Some(k) = key {
                 record = record.key(k);
             }
-            match producer.send(record) {
+            let sent = producer.send(record);
+            // Reports that arrived while this thread was busy: their
+            // latency should not wait for the next idle moment.
+            reporting.serve();
+            match sent {
                 Ok(()) => {
                     rec.sent_all.fetch_add(1, Ordering::Relaxed);
                     if rec.measured(send_ns) {
@@ -299,7 +438,8 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
                     if job.stop.load(Ordering::Relaxed) {
                         break;
                     }
-                    std::thread::sleep(Duration::from_micros(QUEUE_FULL_BACKOFF_US));
+                    // Reports free queue space: wait for one, or the backoff.
+                    reporting.wait_and_serve(Duration::from_micros(QUEUE_FULL_BACKOFF_US));
                 }
                 Err((e, _)) => {
                     if rec.measured(send_ns) {
@@ -315,12 +455,12 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
         i += 1;
     }
     if transactional {
-        commit(&producer, &job.recorder, txn_timeout)?;
+        commit(reporting, &job.recorder, txn_timeout)?;
     }
     // A broker that fell far behind may not acknowledge the whole queue in
     // time: that is a result (the messages count as not acknowledged), not a
     // reason to lose the run.
-    if let Err(e) = producer.flush(Duration::from_millis(FLUSH_TIMEOUT_MS)) {
+    if let Err(e) = reporting.flush(Duration::from_millis(FLUSH_TIMEOUT_MS)) {
         eprintln!(
             "fjord bench: producer {}: {} messages not acknowledged {FLUSH_TIMEOUT_MS} ms after the run: {e}",
             job.index,
@@ -334,7 +474,7 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
 /// still queued or in flight, then `commit_transaction` (which would flush
 /// first itself; here it finds nothing left and only ends the transaction).
 fn commit(
-    producer: &ThreadedProducer<BenchProducerContext>,
+    producer: &ReportingProducer,
     rec: &Recorder,
     timeout: Duration,
 ) -> Result<(), BenchError> {
@@ -344,6 +484,7 @@ fn commit(
         .map_err(kafka("flushing the transaction"))?;
     let flushed_ns = now_ns();
     producer
+        .producer
         .commit_transaction(timeout)
         .map_err(kafka("committing transaction"))?;
     if rec.in_window(start_ns) {
