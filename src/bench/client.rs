@@ -10,7 +10,7 @@
 //!
 //! The producer thread serves its own delivery reports: between sends it
 //! waits for whichever comes first, the next intended send time or a report
-//! ([`ReportingProducer`]). A separate polling thread (rdkafka's `ThreadedProducer`)
+//! (`ReportingProducer`). A separate polling thread (rdkafka's `ThreadedProducer`)
 //! would cost one more thread wake-up per acknowledged request on the
 //! client's core, and on a machine where client and broker share two cores
 //! that core is the bottleneck of the latency workload.
@@ -51,11 +51,12 @@ pub const QUEUE_FULL_BACKOFF_US: u64 = 200;
 pub const PRODUCER_QUEUE_MESSAGES_MAX: u64 = 100_000;
 /// How long a producer waits for outstanding acknowledgements after the run.
 pub const FLUSH_TIMEOUT_MS: u64 = 15_000;
-/// Longest wait for a delivery report while flushing: bounds how late a
-/// missed wake-up would be noticed.
+/// Longest single wait while flushing: reports wake the thread, but with
+/// events still queued none signals, so this bounds how late they are served.
 pub const FLUSH_WAIT_MAX_US: u64 = 1_000;
-/// Most events one serving of the producer's queue takes (each is a batch of
-/// delivery reports): bounds the time between two sends.
+/// Most events one serving of the producer's queue takes (an event is one
+/// partition's delivery reports from one response, a log line or an error):
+/// bounds the time serving takes before the thread looks at the clock again.
 pub const SERVE_POLLS_MAX: usize = 64;
 /// Consumer poll timeout: bounds how long a stop request waits.
 pub const CONSUMER_POLL_MS: u64 = 100;
@@ -143,6 +144,13 @@ impl ClientContext for BenchProducerContext {
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
         let ms = now_ns() as f64 / 1e6;
         eprintln!("librdkafka {ms:.3} {level:?} {fac}: {log_message}");
+    }
+
+    /// Error events (e.g. a fatal idempotence error) go to stderr too: the
+    /// default sends them to the `log` crate, which the bench does not set up.
+    fn error(&self, error: KafkaError, reason: &str) {
+        let ms = now_ns() as f64 / 1e6;
+        eprintln!("librdkafka {ms:.3} error: {error}: {reason}");
     }
 }
 
@@ -247,20 +255,38 @@ impl ReportingProducer {
         })
     }
 
-    /// Handles every event librdkafka has queued (delivery reports, errors),
-    /// or a bounded number of them; the next call goes on.
-    fn serve(&self) {
+    /// Events queued on the main queue.
+    fn queued(&self) -> usize {
+        // SAFETY: the queue handle is live while `self` is.
+        unsafe { rdkafka::bindings::rd_kafka_queue_length(self.queue.0) }
+    }
+
+    /// Handles the events librdkafka has queued (delivery reports, log
+    /// lines, errors), at most `SERVE_POLLS_MAX` of them, and returns
+    /// whether the queue is empty now.
+    fn serve(&self) -> bool {
         for _ in 0..SERVE_POLLS_MAX {
-            // SAFETY: the queue handle is live while `self` is.
-            if unsafe { rdkafka::bindings::rd_kafka_queue_length(self.queue.0) } == 0 {
-                return;
+            if self.queued() == 0 {
+                return true;
             }
             self.producer.poll(Duration::ZERO);
         }
+        self.queued() == 0
     }
 
     /// Waits until an event is queued or `timeout` passes, then serves.
+    /// Returns at once when events are still queued: librdkafka signals only
+    /// an event that lands on an empty queue, so none would come.
     fn wait_and_serve(&self, timeout: Duration) {
+        if !self.serve() {
+            return;
+        }
+        self.wait(timeout);
+        self.serve();
+    }
+
+    /// Waits until librdkafka signals an event or `timeout` passes.
+    fn wait(&self, timeout: Duration) {
         use std::os::fd::AsRawFd;
         let mut pfd = libc::pollfd {
             fd: self.wake.as_raw_fd(),
@@ -279,24 +305,31 @@ impl ReportingProducer {
             // non-blocking; a failed read (already reset) is harmless.
             unsafe { libc::read(pfd.fd, counter.as_mut_ptr().cast(), counter.len()) };
         }
-        self.serve();
     }
 
     /// Waits until everything sent is acknowledged or failed, serving the
-    /// reports meanwhile. librdkafka counts queued, in-flight and unserved
-    /// reports in `in_flight_count`.
+    /// reports meanwhile. `rd_kafka_flush` with no timeout (what
+    /// `flush(ZERO)` is) answers whether librdkafka still holds a message,
+    /// and a message is held until its report has been served. It also
+    /// wakes librdkafka's broker threads to send what lingers, though only
+    /// for the instant of the call: a flush can still wait up to `linger.ms`.
     fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
         let deadline = Instant::now() + timeout;
         loop {
             self.serve();
-            if self.producer.in_flight_count() == 0 {
-                return Ok(());
+            match self.producer.flush(Duration::ZERO) {
+                Ok(()) => return Ok(()),
+                Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) => {}
+                Err(e) => return Err(e),
             }
             let now = Instant::now();
             if now >= deadline {
                 return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
             }
-            self.wait_and_serve((deadline - now).min(Duration::from_micros(FLUSH_WAIT_MAX_US)));
+            // A plain wait, even with events queued: with librdkafka's debug
+            // logging each `rd_kafka_flush` call queues a log line, and
+            // returning at once would spin. The loop serves them.
+            self.wait((deadline - now).min(Duration::from_micros(FLUSH_WAIT_MAX_US)));
         }
     }
 }
@@ -354,14 +387,14 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
         c.set_log_level(rdkafka_log_level(level));
     }
     let txn_begin_ns = Arc::new(AtomicU64::new(0));
-    let producer = ReportingProducer::new(
+    let reporting = ReportingProducer::new(
         &c,
         BenchProducerContext {
             recorder: job.recorder.clone(),
             txn_begin_ns: txn_begin_ns.clone(),
         },
     )?;
-    let reporting = &producer;
+    let reporting = &reporting;
     let producer = &reporting.producer;
     let txn_timeout = Duration::from_millis(TRANSACTION_TIMEOUT_MS);
     let txn_every = Duration::from_millis(cfg.transaction_duration_ms);
