@@ -490,6 +490,8 @@ fn append_and_answer(
                         r.appended = None;
                     }
                     None => {
+                        tracing::warn!(offset = last.0, state = %log.writer_state(),
+                            "produce timed out waiting for its write");
                         r.error = ResponseError::RequestTimedOut.code();
                         r.appended = None;
                     }

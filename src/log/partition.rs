@@ -1260,6 +1260,39 @@ impl PartitionLog {
         }
     }
 
+    /// The writer's state in one line, for diagnosing a write that does not
+    /// complete (logged when a produce times out waiting for one).
+    pub fn writer_state(&self) -> String {
+        let writers = self.writers.borrow();
+        let front = writers.front().map(|w| {
+            format!(
+                "segment {} file {} full {} open {:?} inflight {:?} tail_busy {:?} zeroing {:?} sealed {} batch_ends {} allocated {} size {}",
+                w.seg.base_offset,
+                w.file.is_some(),
+                w.full.len(),
+                w.open.as_ref().map(|c| (c.pos, c.issued, c.len)),
+                w.inflight.iter().map(|f| (f.seq, f.end_len, f.done)).collect::<Vec<_>>(),
+                w.tail_busy,
+                w.zeroing,
+                w.sealed,
+                w.batch_ends.len(),
+                w.allocated_len,
+                w.seg.size.get(),
+            )
+        });
+        format!(
+            "written {} durable {} log_end {} writer_running {} kicked {} waker {} writers {} front: {}",
+            self.written.get(),
+            self.durable.get(),
+            self.log_end.get(),
+            self.writer_running.get(),
+            self.writer_kicked.get(),
+            self.writer_waker.borrow().is_some(),
+            writers.len(),
+            front.unwrap_or_else(|| "none".into()),
+        )
+    }
+
     /// Resolves when the file write covering `offset` has completed.
     pub async fn wait_written(&self, offset: Offset) -> Result<(), LogError> {
         loop {
