@@ -507,16 +507,16 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
 /// still queued or in flight, then `commit_transaction` (which would flush
 /// first itself; here it finds nothing left and only ends the transaction).
 fn commit(
-    producer: &ReportingProducer,
+    reporting: &ReportingProducer,
     rec: &Recorder,
     timeout: Duration,
 ) -> Result<(), BenchError> {
     let start_ns = now_ns();
-    producer
+    reporting
         .flush(timeout)
         .map_err(kafka("flushing the transaction"))?;
     let flushed_ns = now_ns();
-    producer
+    reporting
         .producer
         .commit_transaction(timeout)
         .map_err(kafka("committing transaction"))?;
