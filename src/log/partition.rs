@@ -240,7 +240,8 @@ struct SegWriter {
     /// File position of the chunk whose tail write is in flight: no other
     /// write of its pages may be issued until that one completes.
     tail_busy: Option<(u64, u64)>,
-    /// The file holds written blocks (data or zeros) up to here.
+    /// The file holds written blocks (data, zeros, a spare's old bytes) up
+    /// to here; page aligned, as the pre-zeroing writes that start here.
     zeroed_len: u64,
     /// A pre-zeroing write of `[start, end)` is in flight: no data write
     /// into that range may be issued until it completes.
@@ -525,7 +526,7 @@ impl PartitionLog {
         let size = last.size.get();
         let mut writer = SegWriter::new(last.clone(), Some(file.clone()), &config, pool.clone());
         writer.allocated_len = size;
-        writer.zeroed_len = size;
+        writer.zeroed_len = whole_pages(size);
         let tail_pos = size / PAGE_BYTES * PAGE_BYTES;
         writer.next_chunk_pos = tail_pos;
         if tail_pos < size {
@@ -1138,7 +1139,7 @@ impl PartitionLog {
         if let Some(w) = self.writers.borrow_mut().front_mut() {
             w.file = Some(f);
             w.allocated_len = size;
-            w.zeroed_len = size;
+            w.zeroed_len = whole_pages(size);
         }
         Ok(())
     }
@@ -1860,6 +1861,13 @@ fn start_writeback(file: Arc<std::fs::File>, from: u64, to: u64) {
         let _ = blocking.await;
     })
     .detach();
+}
+
+/// The part of a file of `size` bytes that pre-zeroing can continue from:
+/// its whole pages (a spare's or a recovered segment's size is rarely page
+/// aligned, and direct writes must be).
+fn whole_pages(size: u64) -> u64 {
+    size / PAGE_BYTES * PAGE_BYTES
 }
 
 /// A fallocate step if a write ending at file position `end` would go past
