@@ -66,6 +66,12 @@
 //! - `written` moves to the end of the last whole batch covered by completed
 //!   writes with no incomplete write before them (writes can complete out of
 //!   order); reads never go past a segment's `written_len`.
+//! - a direct write is a blocking `pwrite` on the shard's blocking thread
+//!   pool (`direct_write`; `runtime::BLOCKING_THREADS_PER_SHARD` run at
+//!   once, the rest queue), not an io_uring write: an asynchronous direct
+//!   write completes through a kernel worker on the CPU that takes the
+//!   device's interrupts, and a busy client there starved it for 30 s
+//!   (`direct_write` has the details).
 //!
 //! Space: files grow by `fallocate(preallocate_bytes)` ahead of the writer;
 //! the logical length is restored with ftruncate when a segment is sealed
@@ -377,7 +383,7 @@ struct SealSync {
 const PREZERO_SEQ: u64 = u64::MAX;
 
 type WriteFuture = std::pin::Pin<Box<dyn std::future::Future<Output = (u64, WriteResult)>>>;
-type WriteResult = Result<usize, glommio::GlommioError<()>>;
+type WriteResult = std::io::Result<usize>;
 
 /// One partition's log. See the module doc.
 pub struct PartitionLog {
@@ -988,23 +994,12 @@ impl PartitionLog {
                     let pool = self.pool.clone();
                     let chunk_bytes = self.writers.borrow().front().map_or(0, |w| w.chunk_bytes);
                     in_flight.push(Box::pin(async move {
-                        let buf = Rc::new(buf);
-                        let r = file.write_rc_at(buf.clone(), pos).await;
-                        if let Ok(buf) = Rc::try_unwrap(buf) {
-                            // Only chunk sizes are pooled (tail copies vary in size).
-                            if is_staging_chunk_size(chunk_bytes, buf.len()) {
-                                pool.put(buf);
-                            }
+                        let (r, buf) = direct_write(file, buf, pos).await;
+                        // Only chunk sizes are pooled (tail copies vary in size).
+                        if is_staging_chunk_size(chunk_bytes, buf.len()) {
+                            pool.put(buf);
                         }
-                        let done = match r {
-                            Ok(n) if n == len => Ok(n),
-                            Ok(n) => Err(glommio::GlommioError::IoError(std::io::Error::new(
-                                std::io::ErrorKind::WriteZero,
-                                format!("short direct write: {n} of {len} bytes at {pos}"),
-                            ))),
-                            Err(e) => Err(e),
-                        };
-                        (seq, done.map(|_| len))
+                        (seq, r.map(|_| len))
                     }));
                     continue;
                 }
@@ -1868,6 +1863,83 @@ fn start_writeback(file: Arc<std::fs::File>, from: u64, to: u64) {
 /// aligned, and direct writes must be).
 fn whole_pages(size: u64) -> u64 {
     size / PAGE_BYTES * PAGE_BYTES
+}
+
+/// Writes `buf` at `pos` of the O_DIRECT file `file` with a blocking
+/// `pwrite` on the shard's blocking thread pool, not through io_uring.
+///
+/// Why: an asynchronous direct write (io_uring, or Linux AIO) on ext4 or
+/// XFS completes, on kernels up to at least 6.18, through the `dio`
+/// workqueue: `iomap_dio_complete_work` on a kworker bound to the CPU that
+/// took the device's interrupt, for every write, overwrites of written
+/// blocks included (io_uring's caller-side completion of direct writes was
+/// disabled in 6.6, and inline completion of pure overwrites came only
+/// after 6.18). A client busy on that CPU starved the kworker for 30 s,
+/// and every acks=all produce waited with it
+/// (tuning/results/write-completion-stall.md). A synchronous direct write
+/// completes in the thread that issued it, woken by the interrupt: extent
+/// conversion, size update and all, with no kworker. The pool's threads
+/// run where the shard runs (`runtime::executor_builder`).
+///
+/// Returns the result and the buffer. If the future is dropped before the
+/// write returns (the writer gave up on a failed log, or the executor is
+/// shutting down), the file and buffer are leaked instead of freed: the
+/// pool thread may still be reading the one and writing to the other.
+async fn direct_write(
+    file: Rc<DmaFile>,
+    buf: DmaBuffer,
+    pos: u64,
+) -> (std::io::Result<usize>, DmaBuffer) {
+    use std::os::fd::AsRawFd;
+    /// Keeps `file` and `buf` alive, and leaks them if dropped early.
+    struct Pinned(Option<(Rc<DmaFile>, DmaBuffer)>);
+    impl Drop for Pinned {
+        fn drop(&mut self) {
+            if let Some(held) = self.0.take() {
+                std::mem::forget(held);
+            }
+        }
+    }
+    let (fd, addr, len) = (file.as_raw_fd(), buf.as_ptr() as usize, buf.len());
+    let mut pinned = Pinned(Some((file, buf)));
+    let r = glommio::executor()
+        .spawn_blocking(move || pwrite_all(fd, addr, len, pos))
+        .await;
+    let (file, buf) = pinned.0.take().expect("taken only here");
+    drop(file);
+    (r.map(|()| len), buf)
+}
+
+/// `pwrite` of all `len` bytes at `addr` to `fd` at `pos`.
+fn pwrite_all(fd: i32, addr: usize, len: usize, pos: u64) -> std::io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        // SAFETY: `direct_write` keeps the buffer `[addr, addr + len)` and
+        // the descriptor alive and unchanged until this returns.
+        let n = unsafe {
+            libc::pwrite(
+                fd,
+                (addr + done) as *const libc::c_void,
+                len - done,
+                (pos + done as u64) as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                format!("short direct write: {done} of {len} bytes at {pos}"),
+            ));
+        }
+        done += n as usize;
+    }
+    Ok(())
 }
 
 /// A fallocate step if a write ending at file position `end` would go past
