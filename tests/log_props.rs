@@ -56,8 +56,8 @@ proptest! {
         segment_bytes in prop::sample::select(vec![300_000u64, 1 << 30]),
         fsync_acks in any::<bool>(),
         direct_writes in any::<bool>(),
-        // Small preallocation steps (as internal topics use) make small
-        // pre-zeroing writes that the data often overtakes.
+        // Small preallocation steps (as internal topics use): the file
+        // grows by many fallocates, between data and pre-zeroing writes.
         preallocate_bytes in prop::sample::select(vec![64u64 << 10, PREALLOCATE_DEFAULT_BYTES]),
     ) {
         let modes = Modes { fsync_acks, direct_writes, preallocate_bytes };
