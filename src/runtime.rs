@@ -14,7 +14,7 @@
 //!   file first, on each executor, before any log is opened.
 //! - Tests must build executors with [`IO_MEMORY_TEST_BYTES`] and unpinned.
 
-use glommio::{CpuSet, LocalExecutorBuilder, Placement, PoolPlacement};
+use glommio::{LocalExecutorBuilder, Placement};
 use std::path::Path;
 
 /// `io_memory` for executors built by tests: 1 MiB (3 MiB locked per executor).
@@ -33,41 +33,20 @@ pub const DMA_PROBE_FILE_NAME: &str = ".fjord-dma-probe";
 /// Size of the probe file: one 4 KiB block, enough for any logical block size.
 pub const DMA_PROBE_FILE_BYTES: usize = 4096;
 
-/// Threads in each shard's blocking pool (glommio's default is one). They
-/// run the log's direct writes (`log::partition`: a synchronous `pwrite`
-/// each, so that no kernel worker completes them), fdatasyncs, sendfiles
-/// and file-system calls; one thread would queue a fetch's sendfile behind
-/// a 1 MiB write.
-pub const BLOCKING_THREADS_PER_SHARD: usize = 4;
-
 /// Executor builder for shard `shard`: named `shard-<k>`, with `io_memory`,
-/// pinned to `cpu` if given (never pin in tests). Its blocking pool has
-/// `BLOCKING_THREADS_PER_SHARD` threads on the same CPU (or unbound with
-/// it), so the interrupt that ends a direct write wakes a thread where the
-/// shard runs.
+/// pinned to `cpu` if given (never pin in tests).
 pub fn executor_builder(
     shard: usize,
     cpu: Option<usize>,
     io_memory_bytes: usize,
 ) -> LocalExecutorBuilder {
-    let (placement, pool) = match cpu {
-        Some(c) => {
-            let set = CpuSet::online().ok().map(|s| s.filter(|l| l.cpu == c));
-            let pool = match set {
-                Some(set) => PoolPlacement::Custom(vec![set; BLOCKING_THREADS_PER_SHARD]),
-                None => PoolPlacement::Unbound(BLOCKING_THREADS_PER_SHARD),
-            };
-            (Placement::Fixed(c), pool)
-        }
-        None => (
-            Placement::Unbound,
-            PoolPlacement::Unbound(BLOCKING_THREADS_PER_SHARD),
-        ),
+    let placement = match cpu {
+        Some(c) => Placement::Fixed(c),
+        None => Placement::Unbound,
     };
     LocalExecutorBuilder::new(placement)
         .name(&format!("shard-{shard}"))
         .io_memory(io_memory_bytes)
-        .blocking_thread_pool_placement(pool)
 }
 
 /// The current soft RLIMIT_MEMLOCK in bytes (`None` = unlimited).

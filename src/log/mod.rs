@@ -22,6 +22,7 @@
 pub mod cache;
 pub mod checkpoint;
 mod copy;
+mod direct;
 pub mod dump;
 pub mod index;
 mod manager;
@@ -52,8 +53,9 @@ pub const WRITE_CHUNK_DEFAULT_BYTES: usize = 16 << 10;
 pub const STAGING_CHUNK_MAX_BYTES: usize = 1 << 20;
 /// fallocate step ahead of the writer: 32 MiB.
 pub const PREALLOCATE_DEFAULT_BYTES: u64 = 32 << 20;
-/// Direct writes of one log in flight at once (full chunks plus at most one
-/// write of the partially filled last chunk).
+/// Direct writes of one log issued at once (full chunks plus at most one
+/// write of the partially filled last chunk); the shard's direct-write
+/// threads run `direct::DIRECT_WRITE_THREADS` of them at a time.
 pub const WRITES_IN_FLIGHT_MAX: usize = 64;
 /// A log written through the page cache starts the kernel's write-back each
 /// time this much more has been written (see `partition`).

@@ -7,8 +7,9 @@
 //! no copy) goes into the shard's tail cache.
 //!
 //! Staging: `append` copies the batch straight into aligned DMA chunks of
-//! `write_chunk_bytes` (allocated from glommio's registered I/O memory while
-//! it lasts), one copy in all. A batch that fills several such chunks is
+//! `write_chunk_bytes` (allocated from glommio's I/O memory while it lasts;
+//! its io_uring registration no longer matters, as direct writes are
+//! `pwrite`s), one copy in all. A batch that fills several such chunks is
 //! staged in larger ones (up to `STAGING_CHUNK_MAX_BYTES`, each filled
 //! whole; `staging_chunk_size`), so it costs a few writes, not one per
 //! `write_chunk_bytes`. Batches of `STREAM_COPY_MIN_BYTES` or more are
@@ -55,8 +56,9 @@
 //! nothing is staged or in flight) keeps direct writes flowing instead of
 //! running in rounds:
 //! - full chunks are issued as soon as they exist, in file order, up to
-//!   `WRITES_IN_FLIGHT_MAX` at once, each on its own, without waiting for
-//!   the others;
+//!   `WRITES_IN_FLIGHT_MAX` at once (`direct::DIRECT_WRITE_THREADS` of a
+//!   shard at the device, the rest queued), each on its own, without
+//!   waiting for the others;
 //! - when no full chunk is waiting, the unwritten part of the open chunk
 //!   (from the page holding its first unwritten byte, zero-padded to a page)
 //!   is copied and written: the *tail write*. At most one tail write is in
@@ -66,12 +68,12 @@
 //! - `written` moves to the end of the last whole batch covered by completed
 //!   writes with no incomplete write before them (writes can complete out of
 //!   order); reads never go past a segment's `written_len`.
-//! - a direct write is a blocking `pwrite` on the shard's blocking thread
-//!   pool (`direct_write`; `runtime::BLOCKING_THREADS_PER_SHARD` run at
-//!   once, the rest queue), not an io_uring write: an asynchronous direct
-//!   write completes through a kernel worker on the CPU that takes the
-//!   device's interrupts, and a busy client there starved it for 30 s
-//!   (`direct_write` has the details).
+//! - a direct write is a blocking `pwrite` on one of the shard's
+//!   direct-write threads (`direct`; `DIRECT_WRITE_THREADS` run at once,
+//!   the rest wait in their queue), not an io_uring write: an asynchronous
+//!   direct write completes through a kernel worker on the CPU that takes
+//!   the device's interrupts, and a busy client there starved it for 30 s
+//!   (the `direct` module doc has the details).
 //!
 //! Space: files grow by `fallocate(preallocate_bytes)` ahead of the writer;
 //! the logical length is restored with ftruncate when a segment is sealed
@@ -111,6 +113,7 @@
 
 use super::cache::{CachedBatch, TailCache};
 use super::copy::{self, STREAM_COPY_MIN_BYTES};
+use super::direct;
 use super::segment::{log_file_name, Segment};
 use super::watch::OffsetWatch;
 use super::{now_ms, AppendInfo, LogConfig, LogError, ReadResult, PAGE_BYTES};
@@ -135,7 +138,7 @@ use std::task::{Poll, Waker};
 
 /// An aligned staging buffer holding the file bytes `[pos, pos + len)`;
 /// appends copy batches straight into it (no intermediate `Vec`) and a full
-/// chunk is handed to `write_at` as it is, without another copy.
+/// chunk is handed to the writer as it is, without another copy.
 struct Chunk {
     /// File position of `buf[0]`; page aligned.
     pos: u64,
@@ -994,7 +997,7 @@ impl PartitionLog {
                     let pool = self.pool.clone();
                     let chunk_bytes = self.writers.borrow().front().map_or(0, |w| w.chunk_bytes);
                     in_flight.push(Box::pin(async move {
-                        let (r, buf) = direct_write(file, buf, pos).await;
+                        let (r, buf) = direct::write(file, buf, pos).await;
                         // Only chunk sizes are pooled (tail copies vary in size).
                         if is_staging_chunk_size(chunk_bytes, buf.len()) {
                             pool.put(buf);
@@ -1105,6 +1108,10 @@ impl PartitionLog {
                 }
             }
         }
+        // A log that failed leaves with writes still queued or running: wait
+        // for them, so that their buffers and file are freed, not leaked
+        // (`direct::write`), and none lands after the log is reopened.
+        while in_flight.next().await.is_some() {}
         *self.writer_waker.borrow_mut() = None;
         self.writer_running.set(false);
     }
@@ -1863,83 +1870,6 @@ fn start_writeback(file: Arc<std::fs::File>, from: u64, to: u64) {
 /// aligned, and direct writes must be).
 fn whole_pages(size: u64) -> u64 {
     size / PAGE_BYTES * PAGE_BYTES
-}
-
-/// Writes `buf` at `pos` of the O_DIRECT file `file` with a blocking
-/// `pwrite` on the shard's blocking thread pool, not through io_uring.
-///
-/// Why: an asynchronous direct write (io_uring, or Linux AIO) on ext4 or
-/// XFS completes, on kernels up to at least 6.18, through the `dio`
-/// workqueue: `iomap_dio_complete_work` on a kworker bound to the CPU that
-/// took the device's interrupt, for every write, overwrites of written
-/// blocks included (io_uring's caller-side completion of direct writes was
-/// disabled in 6.6, and inline completion of pure overwrites came only
-/// after 6.18). A client busy on that CPU starved the kworker for 30 s,
-/// and every acks=all produce waited with it
-/// (tuning/results/write-completion-stall.md). A synchronous direct write
-/// completes in the thread that issued it, woken by the interrupt: extent
-/// conversion, size update and all, with no kworker. The pool's threads
-/// run where the shard runs (`runtime::executor_builder`).
-///
-/// Returns the result and the buffer. If the future is dropped before the
-/// write returns (the writer gave up on a failed log, or the executor is
-/// shutting down), the file and buffer are leaked instead of freed: the
-/// pool thread may still be reading the one and writing to the other.
-async fn direct_write(
-    file: Rc<DmaFile>,
-    buf: DmaBuffer,
-    pos: u64,
-) -> (std::io::Result<usize>, DmaBuffer) {
-    use std::os::fd::AsRawFd;
-    /// Keeps `file` and `buf` alive, and leaks them if dropped early.
-    struct Pinned(Option<(Rc<DmaFile>, DmaBuffer)>);
-    impl Drop for Pinned {
-        fn drop(&mut self) {
-            if let Some(held) = self.0.take() {
-                std::mem::forget(held);
-            }
-        }
-    }
-    let (fd, addr, len) = (file.as_raw_fd(), buf.as_ptr() as usize, buf.len());
-    let mut pinned = Pinned(Some((file, buf)));
-    let r = glommio::executor()
-        .spawn_blocking(move || pwrite_all(fd, addr, len, pos))
-        .await;
-    let (file, buf) = pinned.0.take().expect("taken only here");
-    drop(file);
-    (r.map(|()| len), buf)
-}
-
-/// `pwrite` of all `len` bytes at `addr` to `fd` at `pos`.
-fn pwrite_all(fd: i32, addr: usize, len: usize, pos: u64) -> std::io::Result<()> {
-    let mut done = 0usize;
-    while done < len {
-        // SAFETY: `direct_write` keeps the buffer `[addr, addr + len)` and
-        // the descriptor alive and unchanged until this returns.
-        let n = unsafe {
-            libc::pwrite(
-                fd,
-                (addr + done) as *const libc::c_void,
-                len - done,
-                (pos + done as u64) as libc::off_t,
-            )
-        };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::WriteZero,
-                format!("short direct write: {done} of {len} bytes at {pos}"),
-            ));
-        }
-        done += n as usize;
-    }
-    Ok(())
 }
 
 /// A fallocate step if a write ending at file position `end` would go past
