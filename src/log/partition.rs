@@ -56,9 +56,8 @@
 //! nothing is staged or in flight) keeps direct writes flowing instead of
 //! running in rounds:
 //! - full chunks are issued as soon as they exist, in file order, up to
-//!   `WRITES_IN_FLIGHT_MAX` at once (`direct::DIRECT_WRITE_THREADS` of a
-//!   shard at the device, the rest queued), each on its own, without
-//!   waiting for the others;
+//!   `WRITES_IN_FLIGHT_MAX` at once, each on its own, without waiting for
+//!   the others;
 //! - when no full chunk is waiting, the unwritten part of the open chunk
 //!   (from the page holding its first unwritten byte, zero-padded to a page)
 //!   is copied and written: the *tail write*. At most one tail write is in
@@ -535,8 +534,8 @@ impl PartitionLog {
         let size = last.size.get();
         let mut writer = SegWriter::new(last.clone(), Some(file.clone()), &config, pool.clone());
         writer.allocated_len = size;
-        writer.zeroed_len = whole_pages(size);
-        let tail_pos = size / PAGE_BYTES * PAGE_BYTES;
+        let tail_pos = whole_pages(size);
+        writer.zeroed_len = tail_pos;
         writer.next_chunk_pos = tail_pos;
         if tail_pos < size {
             // Keep the partial last page staged so the next write rewrites it whole.
@@ -993,7 +992,6 @@ impl PartitionLog {
                     pos,
                     buf,
                 } => {
-                    let len = buf.len();
                     let pool = self.pool.clone();
                     let chunk_bytes = self.writers.borrow().front().map_or(0, |w| w.chunk_bytes);
                     in_flight.push(Box::pin(async move {
@@ -1002,7 +1000,7 @@ impl PartitionLog {
                         if is_staging_chunk_size(chunk_bytes, buf.len()) {
                             pool.put(buf);
                         }
-                        (seq, r.map(|_| len))
+                        (seq, r)
                     }));
                     continue;
                 }
