@@ -23,8 +23,9 @@
 //!
 //! Reads stay on io_uring: iomap always completes direct reads inline.
 
+use super::iobuf::IoBuf;
 use futures::channel::oneshot;
-use glommio::io::{DmaBuffer, DmaFile};
+use glommio::io::DmaFile;
 use std::cell::RefCell;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
@@ -98,14 +99,16 @@ fn run(rx: &Mutex<mpsc::Receiver<Job>>) {
 /// If the future is dropped while the write is queued or running (the
 /// writer of a failed log leaving early, or the executor shutting down),
 /// the file and the buffer are leaked for good, descriptor included: the
-/// thread may still be reading the one and writing to the other.
+/// thread may still be writing to the one and reading the other. The
+/// buffer's arena (the shard's staging memory) then stays mapped for good
+/// too, as the buffer holds it.
 pub(crate) async fn write(
     file: Rc<DmaFile>,
-    buf: DmaBuffer,
+    buf: IoBuf,
     pos: u64,
-) -> (std::io::Result<usize>, DmaBuffer) {
+) -> (std::io::Result<usize>, IoBuf) {
     /// Keeps `file` and `buf` alive, and leaks them if dropped early.
-    struct Pinned(Option<(Rc<DmaFile>, DmaBuffer)>);
+    struct Pinned(Option<(Rc<DmaFile>, IoBuf)>);
     impl Drop for Pinned {
         fn drop(&mut self) {
             if let Some(held) = self.0.take() {
@@ -181,6 +184,7 @@ fn pwrite_all(fd: i32, addr: usize, len: usize, pos: u64) -> std::io::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::iobuf::IoArena;
     use glommio::io::OpenOptions;
 
     /// Writes land where asked and read back; a misaligned direct write
@@ -193,6 +197,7 @@ mod tests {
         let p = path.clone();
         let ex = crate::runtime::executor_builder(0, None, crate::runtime::IO_MEMORY_TEST_BYTES)
             .spawn(move || async move {
+                let arena = IoArena::new();
                 let f = Rc::new(
                     OpenOptions::new()
                         .read(true)
@@ -203,7 +208,7 @@ mod tests {
                         .unwrap(),
                 );
                 let writes = (0..8u8).map(|i| {
-                    let mut buf = glommio::allocate_dma_buffer(4096);
+                    let mut buf = arena.alloc(4096);
                     buf.as_bytes_mut().fill(i + 1);
                     write(f.clone(), buf, i as u64 * 4096)
                 });
@@ -211,7 +216,7 @@ mod tests {
                     assert_eq!(r.unwrap(), 4096);
                     assert_eq!(buf.len(), 4096);
                 }
-                let buf = glommio::allocate_dma_buffer(4096);
+                let buf = arena.alloc(4096);
                 let (r, _) = write(f.clone(), buf, 100).await;
                 let e = r.unwrap_err();
                 assert_eq!(e.raw_os_error(), None, "wrapped with its position");

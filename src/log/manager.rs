@@ -9,7 +9,7 @@
 //! than request handling. Shard-local; !Send.
 
 use super::checkpoint::{self, LOG_START_CHECKPOINT, RECOVERY_POINT_CHECKPOINT};
-use super::partition::ChunkPool;
+use super::iobuf::IoArena;
 use super::{now_ms, LogConfig, LogError, PartitionLog, TailCache};
 use crate::types::TopicPartition;
 use std::cell::{Cell, RefCell};
@@ -29,7 +29,8 @@ pub struct LogManager {
     data_dir: PathBuf,
     shard: usize,
     cache: Rc<TailCache>,
-    chunk_pool: Rc<ChunkPool>,
+    /// Staging and write buffers of every log of the shard.
+    arena: Rc<IoArena>,
     logs: RefCell<HashMap<TopicPartition, Rc<PartitionLog>>>,
     recovery_points: HashMap<TopicPartition, i64>,
     log_starts: HashMap<TopicPartition, i64>,
@@ -53,7 +54,7 @@ impl LogManager {
             data_dir,
             shard,
             cache,
-            chunk_pool: Rc::new(ChunkPool::default()),
+            arena: IoArena::new(),
             logs: RefCell::new(HashMap::new()),
             recovery_points,
             log_starts,
@@ -90,7 +91,7 @@ impl LogManager {
             tp.clone(),
             config,
             self.cache.clone(),
-            self.chunk_pool.clone(),
+            self.arena.clone(),
             self.recovery_points.get(tp).copied(),
             self.log_starts.get(tp).copied(),
         )

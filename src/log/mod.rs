@@ -25,6 +25,7 @@ mod copy;
 mod direct;
 pub mod dump;
 pub mod index;
+mod iobuf;
 mod manager;
 mod partition;
 pub mod records;
@@ -60,8 +61,8 @@ pub const WRITES_IN_FLIGHT_MAX: usize = 64;
 /// A log written through the page cache starts the kernel's write-back each
 /// time this much more has been written (see `partition`).
 pub const WRITEBACK_KICK_BYTES: u64 = 8 << 20;
-/// Staging chunk buffers a shard keeps for reuse: 8 MiB.
-pub const CHUNK_POOL_BYTES_MAX: usize = 8 << 20;
+/// Staging and write buffers one shard maps at most (`iobuf`): 32 MiB.
+pub const IO_ARENA_BYTES_MAX: usize = 32 << 20;
 /// Logs that fdatasync keep this much space ahead of their data written
 /// (zeros or old data), so that data writes convert no extents: 4 MiB.
 pub const PREZERO_AHEAD_BYTES: u64 = 4 << 20;

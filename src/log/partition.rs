@@ -6,16 +6,18 @@
 //! are staged (below), the indexes are updated, and the batch (as `Bytes`,
 //! no copy) goes into the shard's tail cache.
 //!
-//! Staging: `append` copies the batch straight into aligned DMA chunks of
-//! `write_chunk_bytes` (allocated from glommio's I/O memory while it lasts;
-//! its io_uring registration no longer matters, as direct writes are
-//! `pwrite`s), one copy in all. A batch that fills several such chunks is
-//! staged in larger ones (up to `STAGING_CHUNK_MAX_BYTES`, each filled
-//! whole; `staging_chunk_size`), so it costs a few writes, not one per
-//! `write_chunk_bytes`. Batches of `STREAM_COPY_MIN_BYTES` or more are
-//! copied with stores that bypass the cache (`copy`). A chunk that fills up
-//! is queued for writing as it is (no second copy); the last, partially
-//! filled chunk stays open.
+//! Staging: `append` copies the batch straight into page-aligned chunks of
+//! `write_chunk_bytes`, one copy in all. Chunks come from the shard's
+//! `IoArena` (`iobuf`: huge pages, so a direct write of a large chunk pins
+//! one folio and sends the device one segment, not one per 4 KiB page).
+//! A chunk's buffer may hold another log's old bytes: every write pads
+//! what it sends past the staged bytes with zeros. A batch that fills
+//! several such chunks is staged in larger ones (up to
+//! `STAGING_CHUNK_MAX_BYTES`, each filled whole; `staging_chunk_size`), so
+//! it costs a few writes, not one per `write_chunk_bytes`. Batches of
+//! `STREAM_COPY_MIN_BYTES` or more are copied with stores that bypass the
+//! cache (`copy`). A chunk that fills up is queued for writing as it is (no
+//! second copy); the last, partially filled chunk stays open.
 //!
 //! Two ways to write what is staged:
 //! - **Direct (O_DIRECT)**: the writer task below. Every write of every log
@@ -113,12 +115,13 @@
 use super::cache::{CachedBatch, TailCache};
 use super::copy::{self, STREAM_COPY_MIN_BYTES};
 use super::direct;
+use super::iobuf::{IoArena, IoBuf};
 use super::segment::{log_file_name, Segment};
 use super::watch::OffsetWatch;
 use super::{now_ms, AppendInfo, LogConfig, LogError, ReadResult, PAGE_BYTES};
 use super::{
-    CHUNK_POOL_BYTES_MAX, PREZERO_AHEAD_BYTES, PREZERO_WRITE_BYTES, SPARE_SEGMENT_FILES_MAX,
-    STAGING_CHUNK_MAX_BYTES, WRITEBACK_KICK_BYTES, WRITES_IN_FLIGHT_MAX,
+    PREZERO_AHEAD_BYTES, PREZERO_WRITE_BYTES, SPARE_SEGMENT_FILES_MAX, STAGING_CHUNK_MAX_BYTES,
+    WRITEBACK_KICK_BYTES, WRITES_IN_FLIGHT_MAX,
 };
 use crate::record::batch::{self, BatchHeader};
 use crate::record::{FileRange, RecordsChunk};
@@ -127,7 +130,7 @@ use crate::types::{
 };
 use bytes::BytesMut;
 use futures::stream::{FuturesUnordered, StreamExt};
-use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
+use glommio::io::{DmaFile, OpenOptions};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -141,7 +144,7 @@ use std::task::{Poll, Waker};
 struct Chunk {
     /// File position of `buf[0]`; page aligned.
     pos: u64,
-    buf: DmaBuffer,
+    buf: IoBuf,
     /// Bytes staged.
     len: usize,
     /// Bytes `[0, issued)` were covered by an earlier (tail) write; the next
@@ -149,41 +152,11 @@ struct Chunk {
     issued: usize,
 }
 
-/// Staging chunk buffers of one shard kept for reuse, up to
-/// `CHUNK_POOL_BYTES_MAX`: a chunk that is written comes back here instead
-/// of being freed, so staging neither allocates nor (for buffers beyond
-/// glommio's registered I/O memory) page-faults fresh heap memory. Owned by
-/// the shard's `LogManager` (buffers of glommio's registered memory belong
-/// to that shard's executor); !Send.
-#[derive(Default)]
-pub(crate) struct ChunkPool {
-    free: RefCell<Vec<DmaBuffer>>,
-    bytes: Cell<usize>,
-}
-
-impl ChunkPool {
-    fn get(&self, len: usize) -> DmaBuffer {
-        let mut free = self.free.borrow_mut();
-        if let Some(i) = free.iter().rposition(|b| b.len() == len) {
-            self.bytes.set(self.bytes.get() - len);
-            return free.swap_remove(i);
-        }
-        glommio::allocate_dma_buffer(len)
-    }
-
-    fn put(&self, buf: DmaBuffer) {
-        if self.bytes.get() + buf.len() <= CHUNK_POOL_BYTES_MAX {
-            self.bytes.set(self.bytes.get() + buf.len());
-            self.free.borrow_mut().push(buf);
-        }
-    }
-}
-
 impl Chunk {
-    fn new(pos: u64, chunk_bytes: usize, pool: &ChunkPool) -> Chunk {
+    fn new(pos: u64, chunk_bytes: usize, arena: &Rc<IoArena>) -> Chunk {
         Chunk {
             pos,
-            buf: pool.get(chunk_bytes),
+            buf: arena.alloc(chunk_bytes),
             len: 0,
             issued: 0,
         }
@@ -202,18 +175,18 @@ impl Chunk {
 
     /// The write of a full chunk: its own buffer when no part of it was
     /// written before, else a copy of the pages from the first unwritten one.
-    fn into_write(mut self) -> (u64, DmaBuffer) {
+    fn into_write(mut self, arena: &Rc<IoArena>) -> (u64, IoBuf) {
         let (from, to) = self.unwritten_range();
         if from == 0 {
             return (self.pos, self.buf);
         }
-        self.copy_range(from, to)
+        self.copy_range(from, to, arena)
     }
 
     /// A copy of `[from, to)` (page aligned) for a write, zero-padded after
     /// `len`; the chunk stays (it is still being filled).
-    fn copy_range(&mut self, from: usize, to: usize) -> (u64, DmaBuffer) {
-        let mut out = glommio::allocate_dma_buffer(to - from);
+    fn copy_range(&mut self, from: usize, to: usize, arena: &Rc<IoArena>) -> (u64, IoBuf) {
+        let mut out = arena.alloc(to - from);
         let dst = out.as_bytes_mut();
         let avail = self.len.min(to) - from;
         dst[..avail].copy_from_slice(&self.buf.as_bytes()[from..from + avail]);
@@ -238,7 +211,7 @@ struct SegWriter {
     file: Option<Rc<DmaFile>>,
     chunk_bytes: usize,
     preallocate_bytes: u64,
-    pool: Rc<ChunkPool>,
+    arena: Rc<IoArena>,
     /// Full chunks not yet issued, in file order.
     full: VecDeque<Chunk>,
     /// The chunk being filled; `None` when the staged size is chunk-aligned.
@@ -272,14 +245,14 @@ impl SegWriter {
         seg: Rc<Segment>,
         file: Option<Rc<DmaFile>>,
         cfg: &LogConfig,
-        pool: Rc<ChunkPool>,
+        arena: Rc<IoArena>,
     ) -> SegWriter {
         SegWriter {
             seg,
             file,
             chunk_bytes: chunk_bytes(cfg),
             preallocate_bytes: cfg.preallocate_bytes,
-            pool,
+            arena,
             full: VecDeque::new(),
             open: None,
             next_chunk_pos: 0,
@@ -310,7 +283,7 @@ impl SegWriter {
                         "chunk start {at} vs {pos}"
                     );
                     let size = staging_chunk_size(self.chunk_bytes, data.len());
-                    self.open.insert(Chunk::new(at, size, &self.pool))
+                    self.open.insert(Chunk::new(at, size, &self.arena))
                 }
             };
             debug_assert_eq!(chunk.pos + chunk.len as u64, pos);
@@ -359,7 +332,7 @@ enum WriterStep {
         file: Rc<DmaFile>,
         seq: u64,
         pos: u64,
-        buf: DmaBuffer,
+        buf: IoBuf,
     },
     Seal {
         file: Rc<DmaFile>,
@@ -393,7 +366,7 @@ pub struct PartitionLog {
     dir: PathBuf,
     cache: Rc<TailCache>,
     cache_id: u64,
-    pool: Rc<ChunkPool>,
+    arena: Rc<IoArena>,
     config: RefCell<LogConfig>,
     segments: RefCell<BTreeMap<i64, Rc<Segment>>>,
     log_start: Cell<i64>,
@@ -441,7 +414,7 @@ impl PartitionLog {
         tp: TopicPartition,
         config: LogConfig,
         cache: Rc<TailCache>,
-        pool: Rc<ChunkPool>,
+        arena: Rc<IoArena>,
         recovery_point: Option<i64>,
         log_start_checkpoint: Option<i64>,
     ) -> Result<Rc<PartitionLog>, LogError> {
@@ -532,7 +505,7 @@ impl PartitionLog {
         );
         file.fdatasync().await.map_err(io_err)?;
         let size = last.size.get();
-        let mut writer = SegWriter::new(last.clone(), Some(file.clone()), &config, pool.clone());
+        let mut writer = SegWriter::new(last.clone(), Some(file.clone()), &config, arena.clone());
         writer.allocated_len = size;
         let tail_pos = whole_pages(size);
         writer.zeroed_len = tail_pos;
@@ -568,7 +541,7 @@ impl PartitionLog {
             dir,
             cache,
             cache_id,
-            pool,
+            arena,
             config: RefCell::new(config),
             segments: RefCell::new(segments),
             log_start: Cell::new(log_start),
@@ -705,7 +678,7 @@ impl PartitionLog {
         w.sealed = true;
         let seg = Rc::new(Segment::new(&self.dir, new_base, now_ms()));
         self.segments.borrow_mut().insert(new_base, seg.clone());
-        writers.push_back(SegWriter::new(seg, None, cfg, self.pool.clone()));
+        writers.push_back(SegWriter::new(seg, None, cfg, self.arena.clone()));
     }
 
     /// Rolls the active segment now if it is not empty (segment.ms checks,
@@ -780,7 +753,7 @@ impl PartitionLog {
             let Some(c) = w.full.pop_front() else {
                 return WriterStep::Wait;
             };
-            let (pos, buf) = c.into_write();
+            let (pos, buf) = c.into_write(&self.arena);
             return self.issue(w, file, pos, buf, end, false);
         }
         // Then the partially filled last chunk, if the writer has nothing
@@ -808,7 +781,7 @@ impl PartitionLog {
                         return WriterStep::Wait;
                     };
                     let end = c.pos + c.len as u64;
-                    let (pos, buf) = c.copy_range(from, to);
+                    let (pos, buf) = c.copy_range(from, to, &self.arena);
                     return self.issue(w, file, pos, buf, end, true);
                 }
             }
@@ -824,7 +797,7 @@ impl PartitionLog {
                     return step;
                 }
                 w.zeroing = Some((start, end));
-                let mut buf = glommio::allocate_dma_buffer(PREZERO_WRITE_BYTES as usize);
+                let mut buf = self.arena.alloc(PREZERO_WRITE_BYTES as usize);
                 buf.as_bytes_mut().fill(0);
                 return WriterStep::Write {
                     file,
@@ -885,9 +858,7 @@ impl PartitionLog {
         };
         let written = if full {
             let mut c = w.full.pop_front()?;
-            let r = pwrite(&mut c);
-            w.pool.put(c.buf);
-            r
+            pwrite(&mut c)
         } else {
             pwrite(w.open.as_mut()?)
         };
@@ -914,7 +885,7 @@ impl PartitionLog {
         w: &mut SegWriter,
         file: Rc<DmaFile>,
         pos: u64,
-        buf: DmaBuffer,
+        buf: IoBuf,
         end_len: u64,
         tail: bool,
     ) -> WriterStep {
@@ -992,14 +963,9 @@ impl PartitionLog {
                     pos,
                     buf,
                 } => {
-                    let pool = self.pool.clone();
-                    let chunk_bytes = self.writers.borrow().front().map_or(0, |w| w.chunk_bytes);
                     in_flight.push(Box::pin(async move {
-                        let (r, buf) = direct::write(file, buf, pos).await;
-                        // Only chunk sizes are pooled (tail copies vary in size).
-                        if is_staging_chunk_size(chunk_bytes, buf.len()) {
-                            pool.put(buf);
-                        }
+                        // The buffer goes back to the arena when dropped.
+                        let (r, _buf) = direct::write(file, buf, pos).await;
                         (seq, r)
                     }));
                     continue;
@@ -1820,8 +1786,7 @@ fn chunk_bytes(cfg: &LogConfig) -> usize {
 /// disk in a few large writes instead of many `chunk_bytes` ones (each
 /// direct write costs the filesystem an extent lookup and a bio, whatever
 /// its size), and the chunk left open after it (the one tail writes copy
-/// from) is never larger than `chunk_bytes`. Sizes stay in a few classes so
-/// that the shard's pool can reuse the buffers.
+/// from) is never larger than `chunk_bytes`.
 fn staging_chunk_size(chunk_bytes: usize, rest: usize) -> usize {
     let cap = STAGING_CHUNK_MAX_BYTES.max(chunk_bytes);
     let mut size = chunk_bytes;
@@ -1829,15 +1794,6 @@ fn staging_chunk_size(chunk_bytes: usize, rest: usize) -> usize {
         size *= 2;
     }
     size
-}
-
-/// Whether a buffer of `len` bytes is a staging chunk size for base size
-/// `chunk_bytes` (see [`staging_chunk_size`]).
-fn is_staging_chunk_size(chunk_bytes: usize, len: usize) -> bool {
-    chunk_bytes > 0
-        && len % chunk_bytes == 0
-        && (len / chunk_bytes).is_power_of_two()
-        && len <= STAGING_CHUNK_MAX_BYTES.max(chunk_bytes)
 }
 
 /// Starts the kernel's write-back of file range `[from, to)` without waiting
@@ -1917,21 +1873,10 @@ mod tests {
         let mut sizes = Vec::new();
         while rest > 0 {
             let size = staging_chunk_size(K16, rest);
-            assert!(is_staging_chunk_size(K16, size));
             sizes.push(size);
             rest -= size.min(rest);
         }
         let kib: Vec<usize> = sizes.iter().map(|s| s >> 10).collect();
         assert_eq!(kib, [512, 256, 128, 64, 16, 16]);
-    }
-
-    #[test]
-    fn only_chunk_classes_are_pooled() {
-        assert!(is_staging_chunk_size(K16, K16));
-        assert!(is_staging_chunk_size(K16, 8 * K16));
-        assert!(!is_staging_chunk_size(K16, 3 * K16));
-        assert!(!is_staging_chunk_size(K16, 4096));
-        assert!(!is_staging_chunk_size(K16, 2 << 20));
-        assert!(!is_staging_chunk_size(0, K16));
     }
 }
