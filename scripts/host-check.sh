@@ -45,7 +45,14 @@ for pid in $(pgrep -x 'kdamond\.[0-9]+' 2>/dev/null); do
   ni=$(ps -o ni= -p "$pid" 2>/dev/null | tr -d ' ')
   chg "$(cat /proc/$pid/comm) (pid $pid, CPUs $aff, nice $ni): DAMON runs 1-4 ms bursts on these CPUs; stop it if nothing needs it (state off under /sys/kernel/mm/damon/admin/kdamonds/), or keep it off the shard cores (taskset -pc NON_SHARD_CPUS $pid) and renice -n 19 -p $pid"
 done
-if [ -r /sys/kernel/mm/transparent_hugepage/enabled ]; then info "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled)"; fi
+# Transparent huge pages: fjord's staging buffers ask for them (MADV_HUGEPAGE).
+if [ -r /sys/kernel/mm/transparent_hugepage/enabled ]; then
+  thp=$(cat /sys/kernel/mm/transparent_hugepage/enabled)
+  case "$thp" in
+    *"[never]"*) chg "transparent huge pages: $thp: set madvise (echo madvise > /sys/kernel/mm/transparent_hugepage/enabled); fjord's write buffers ask for huge pages" ;;
+    *) ok "transparent huge pages: $thp" ;;
+  esac
+fi
 
 # Swap.
 sw=$(cat /proc/sys/vm/swappiness 2>/dev/null || echo '?')
