@@ -2,12 +2,13 @@
 //!
 //! Modules follow DESIGN.md §8's layering; a module uses only those listed
 //! before it here:
-//! `config`, `types` → `record`, `protocol` → `runtime`, `log` → `producer`,
+//! `alloc`, `config`, `types` → `record`, `protocol` → `runtime`, `log` → `producer`,
 //! `metadata`, `group` → `shard` → `txn` → `handlers` → `net` → `server`.
 //! (`ShardCtx` holds its shard's transaction coordinator, so that handlers
 //! reach all per-shard state through one context: the one reference from a
 //! layer to one above it.)
 
+pub mod alloc;
 pub mod config;
 pub mod types;
 

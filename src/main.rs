@@ -3,6 +3,9 @@
 use clap::{Parser, Subcommand};
 use std::io::Write;
 
+#[global_allocator]
+static ALLOC: fjord::alloc::BrokerAlloc = fjord::alloc::BrokerAlloc;
+
 #[derive(Parser)]
 #[command(
     name = "fjord",
