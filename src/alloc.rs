@@ -14,19 +14,22 @@
 //!
 //! A `MAP_NORESERVE` mapping reserves address space only. The decoder then
 //! touches a page or two, runs out of input, returns an error (the
-//! connection is closed), and the mapping is unmapped. No legitimate
-//! allocation of the broker comes near 1 GiB: frames are capped by
-//! `socket.request.max.bytes` (100 MiB) and the tail cache is made of
-//! batches. Under `vm.overcommit_memory=2` the kernel ignores
-//! `MAP_NORESERVE` and such a request still fails (and aborts).
+//! connection is closed), and the mapping is unmapped. The threshold is low
+//! (64 MiB) so that it also covers a small machine, where a few hundred MiB
+//! can already be more than memory and swap together. Few legitimate allocations reach it (a
+//! produce frame near `socket.request.max.bytes`, 100 MiB); for them the
+//! mapping is what glibc would have made anyway (it maps every allocation
+//! above 32 MiB), without the commit-charge check. Under
+//! `vm.overcommit_memory=2` the kernel ignores `MAP_NORESERVE` and an
+//! impossible request still fails (and aborts).
 //!
 //! Only the `fjord` binary installs it (`main.rs`); tests that run the
 //! broker in-process use the system allocator.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 
-/// Allocations of this size or more are `MAP_NORESERVE` mappings: 1 GiB.
-pub const LARGE_ALLOC_BYTES: usize = 1 << 30;
+/// Allocations of this size or more are `MAP_NORESERVE` mappings: 64 MiB.
+pub const LARGE_ALLOC_BYTES: usize = 64 << 20;
 
 /// See the module doc.
 pub struct BrokerAlloc;
