@@ -4,24 +4,29 @@
 //!
 //! Why: the `kafka-protocol` crate, which decodes the control-plane requests
 //! (Metadata, groups, transactions, admin), sizes a `Vec` from an array
-//! count read off the wire before it decodes a single element. Eight bytes
-//! of Metadata v0 can declare 2^31-1 topics and so ask for 154 GB. The
-//! system allocator refuses a request larger than memory plus swap, and
+//! count read off the wire before it decodes a single element. A 14-byte
+//! Metadata v0 request (header and count) can declare 2^31-1 topics and so
+//! ask for 154 GB. Under the kernel's default overcommit mode (0), the
+//! system allocator's mapping of more than memory plus swap is refused, and
 //! Rust aborts the process on a refused allocation: one malformed request
 //! took the whole broker down. Kafka checks each array count against the
-//! bytes left in the request; the crate does not (0.18), and its decoders
-//! cannot be reached from outside to add the check.
+//! bytes left in the request; the crate does not (0.18; upstream PRs #152,
+//! #161 and #200 propose it), and adding the check would mean carrying a
+//! patched copy of the crate's code in fjord.
 //!
 //! A `MAP_NORESERVE` mapping reserves address space only. The decoder then
 //! touches a page or two, runs out of input, returns an error (the
 //! connection is closed), and the mapping is unmapped. The threshold is low
 //! (64 MiB) so that it also covers a small machine, where a few hundred MiB
-//! can already be more than memory and swap together. Few legitimate allocations reach it (a
-//! produce frame near `socket.request.max.bytes`, 100 MiB); for them the
-//! mapping is what glibc would have made anyway (it maps every allocation
-//! above 32 MiB), without the commit-charge check. Under
-//! `vm.overcommit_memory=2` the kernel ignores `MAP_NORESERVE` and an
-//! impossible request still fails (and aborts).
+//! can already be more than memory and swap together. Few legitimate
+//! allocations reach it (a produce frame near `socket.request.max.bytes`,
+//! 100 MiB); for them the mapping is what glibc would have made anyway (it
+//! maps every allocation above 32 MiB), without the commit-charge check. What this does not
+//! cover: `vm.overcommit_memory=2` (the kernel ignores `MAP_NORESERVE`) and
+//! an address-space limit (`ulimit -v`) below the request; there an
+//! impossible request still fails, and aborts. A count that does fit the
+//! frame (a 100 MiB frame of 2-byte elements) can still make the decoder
+//! commit memory in proportion, as for any request that large.
 //!
 //! Only the `fjord` binary installs it (`main.rs`); tests that run the
 //! broker in-process use the system allocator.
@@ -92,12 +97,29 @@ unsafe impl GlobalAlloc for BrokerAlloc {
         // SAFETY: the caller guarantees `new_size` with `layout.align()` is
         // a valid layout.
         let new = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        if !mapped(&layout) && !mapped(&new) {
+        match (mapped(&layout), mapped(&new)) {
             // SAFETY: the caller's contract, passed on.
-            return unsafe { System.realloc(ptr, layout, new_size) };
+            (false, false) => return unsafe { System.realloc(ptr, layout, new_size) },
+            (true, true) => {
+                // Move the mapping (no copy, and untouched pages stay
+                // uncommitted); it keeps MAP_NORESERVE.
+                // SAFETY: `ptr` is a mapping of `layout.size()` bytes made
+                // by `alloc`; on success it is replaced by the returned one.
+                let p = unsafe {
+                    libc::mremap(ptr.cast(), layout.size(), new_size, libc::MREMAP_MAYMOVE)
+                };
+                return if p == libc::MAP_FAILED {
+                    std::ptr::null_mut()
+                } else {
+                    p.cast()
+                };
+            }
+            _ => {}
         }
-        // SAFETY: allocate, copy the bytes both hold, free the old block:
-        // each call on memory this allocator handed out for that layout.
+        // Across the threshold: allocate, copy the bytes both hold, free the
+        // old block.
+        // SAFETY: each call on memory this allocator handed out for that
+        // layout.
         unsafe {
             let out = self.alloc(new);
             if !out.is_null() {
@@ -130,7 +152,7 @@ mod tests {
     }
 
     #[test]
-    fn realloc_moves_bytes_across_the_threshold() {
+    fn realloc_keeps_the_bytes_across_and_above_the_threshold() {
         let a = BrokerAlloc;
         let small = Layout::from_size_align(4096, 8).unwrap();
         // SAFETY: each pointer is used within its layout and freed with it.
@@ -142,7 +164,18 @@ mod tests {
             assert!(!big.is_null());
             assert!((0..4096).all(|i| *big.add(i) == 7));
             let large = Layout::from_size_align(LARGE_ALLOC_BYTES, 8).unwrap();
-            let back = a.realloc(big, large, 100);
+            *big.add(LARGE_ALLOC_BYTES - 1) = 9;
+            let bigger = a.realloc(big, large, 4 * LARGE_ALLOC_BYTES);
+            assert!(!bigger.is_null());
+            assert!((0..4096).all(|i| *bigger.add(i) == 7));
+            assert_eq!(*bigger.add(LARGE_ALLOC_BYTES - 1), 9);
+            assert_eq!(
+                *bigger.add(4 * LARGE_ALLOC_BYTES - 1),
+                0,
+                "grown part is zeroed"
+            );
+            let larger = Layout::from_size_align(4 * LARGE_ALLOC_BYTES, 8).unwrap();
+            let back = a.realloc(bigger, larger, 100);
             assert!(!back.is_null());
             assert!((0..100).all(|i| *back.add(i) == 7));
             a.dealloc(back, Layout::from_size_align(100, 8).unwrap());
