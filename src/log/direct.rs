@@ -94,7 +94,8 @@ fn run(rx: &Mutex<mpsc::Receiver<Job>>) {
 }
 
 /// Writes `buf` at `pos` of the O_DIRECT file `file` on one of the shard's
-/// direct-write threads; returns the result and the buffer.
+/// direct-write threads; returns the bytes written. The buffer is dropped
+/// (back to its arena) once no thread uses it.
 ///
 /// If the future is dropped while the write is queued or running (the
 /// writer of a failed log leaving early, or the executor shutting down),
@@ -102,11 +103,7 @@ fn run(rx: &Mutex<mpsc::Receiver<Job>>) {
 /// thread may still be writing to the one and reading the other. The
 /// buffer's arena (the shard's staging memory) then stays mapped for good
 /// too, as the buffer holds it.
-pub(crate) async fn write(
-    file: Rc<DmaFile>,
-    buf: IoBuf,
-    pos: u64,
-) -> (std::io::Result<usize>, IoBuf) {
+pub(crate) async fn write(file: Rc<DmaFile>, buf: IoBuf, pos: u64) -> std::io::Result<usize> {
     /// Keeps `file` and `buf` alive, and leaks them if dropped early.
     struct Pinned(Option<(Rc<DmaFile>, IoBuf)>);
     impl Drop for Pinned {
@@ -139,11 +136,9 @@ pub(crate) async fn write(
         }),
         Err(e) => Err(e),
     };
-    let Some((file, buf)) = pinned.0.take() else {
-        unreachable!("the pinned file and buffer are taken only here")
-    };
-    drop(file);
-    (r.map(|()| len), buf)
+    // Nothing uses the file and buffer any more: free them.
+    drop(pinned.0.take());
+    r.map(|()| len)
 }
 
 /// `pwrite` of all `len` bytes at `addr` to `fd` at `pos`.
@@ -212,13 +207,11 @@ mod tests {
                     buf.as_bytes_mut().fill(i + 1);
                     write(f.clone(), buf, i as u64 * 4096)
                 });
-                for (r, buf) in futures::future::join_all(writes).await {
+                for r in futures::future::join_all(writes).await {
                     assert_eq!(r.unwrap(), 4096);
-                    assert_eq!(buf.len(), 4096);
                 }
                 let buf = arena.alloc(4096);
-                let (r, _) = write(f.clone(), buf, 100).await;
-                let e = r.unwrap_err();
+                let e = write(f.clone(), buf, 100).await.unwrap_err();
                 assert_eq!(e.raw_os_error(), None, "wrapped with its position");
                 assert!(e.to_string().contains("at 100"), "{e}");
                 f.close_rc().await.unwrap();

@@ -964,9 +964,7 @@ impl PartitionLog {
                     buf,
                 } => {
                     in_flight.push(Box::pin(async move {
-                        // The buffer goes back to the arena when dropped.
-                        let (r, _buf) = direct::write(file, buf, pos).await;
-                        (seq, r)
+                        (seq, direct::write(file, buf, pos).await)
                     }));
                     continue;
                 }
