@@ -50,8 +50,14 @@ pub const SEGMENT_INDEX_DEFAULT_BYTES: u32 = 10 << 20;
 /// Staging chunk of the direct-I/O appender: 16 KiB (Redpanda's append_chunk_size).
 pub const WRITE_CHUNK_DEFAULT_BYTES: usize = 16 << 10;
 /// Largest staging chunk: a batch that fills several `write_chunk_bytes`
-/// chunks is staged in chunks of up to this size, one direct write each.
+/// chunks is staged in chunks of up to this size.
 pub const STAGING_CHUNK_MAX_BYTES: usize = 1 << 20;
+/// Full chunks that follow on one another go to the device as one direct
+/// write (`pwritev`) of up to this many bytes: one request and one virtio
+/// doorbell instead of one per chunk.
+pub const DIRECT_WRITE_MAX_BYTES: usize = 4 << 20;
+/// Chunks one direct write takes at most.
+pub const DIRECT_WRITE_MAX_CHUNKS: usize = 64;
 /// fallocate step ahead of the writer: 32 MiB.
 pub const PREALLOCATE_DEFAULT_BYTES: u64 = 32 << 20;
 /// Direct writes of one log issued at once (full chunks plus at most one
