@@ -21,11 +21,13 @@
 //!
 //! Two ways to write what is staged:
 //! - **Direct (O_DIRECT)**: the writer task below. Every write of every log
-//!   under `--direct-writes`; otherwise the full chunks no tail write
-//!   touched (large batches under load), without the page cache's copy.
+//!   under `--direct-writes`; otherwise a batch that fills a chunk (large
+//!   batches under load): its full chunks and the open chunk's pages after
+//!   them, in one write, without the page cache's copy.
 //! - **Through the page cache** (`LogConfig::page_cache_writes`, every log
-//!   unless `--direct-writes`): a tail write, and the rest of a chunk that a
-//!   tail write began, is a buffered `pwrite` of the unwritten pages
+//!   unless `--direct-writes`): a tail write of a batch that filled no
+//!   chunk, and the rest of a chunk that such a write began (`Chunk::
+//!   cached`), is a buffered `pwrite` of the unwritten pages
 //!   (zero-padded past the staged bytes, as a direct tail write is: a
 //!   partial-page write over a recycled spare's written blocks would first
 //!   read the old page), done when it returns. A log that never syncs
@@ -65,14 +67,18 @@
 //!   or seven chunks (tuning/results/coalesced-direct-writes.md);
 //! - when no full chunk is waiting, the unwritten part of the open chunk
 //!   (from the page holding its first unwritten byte, zero-padded to a page)
-//!   is copied and written: the *tail write*. At most one tail write is in
-//!   flight, and the chunk it belongs to is not written again until it has
-//!   completed, so two writes of one page are never in flight together
-//!   (they could land in either order). Full chunks before it flow freely.
+//!   is copied and written: the *tail write*. A write of full chunks
+//!   takes the open chunk's staged pages along when they follow the last
+//!   of them and none of the open chunk is written yet (the last piece of
+//!   a large batch); that write is then the tail write. At
+//!   most one tail write is in flight, and the chunk it belongs to is not
+//!   written again until it has completed, so two writes of one page are
+//!   never in flight together (they could land in either order). Full
+//!   chunks before it flow freely.
 //! - `written` moves to the end of the last whole batch covered by completed
 //!   writes with no incomplete write before them (writes can complete out of
 //!   order); reads never go past a segment's `written_len`.
-//! - a direct write is a blocking `pwrite` on one of the shard's
+//! - a direct write is a blocking `pwritev` on one of the shard's
 //!   direct-write threads (`direct`; `DIRECT_WRITE_THREADS` run at once,
 //!   the rest wait in their queue), not an io_uring write: an asynchronous
 //!   direct write completes through a kernel worker on the CPU that takes
@@ -153,6 +159,8 @@ struct Chunk {
     /// Bytes `[0, issued)` were covered by an earlier (tail) write; the next
     /// write of this chunk starts at the page containing `issued`.
     issued: usize,
+    /// Some of it was written through the page cache.
+    cached: bool,
 }
 
 impl Chunk {
@@ -162,6 +170,7 @@ impl Chunk {
             buf: arena.alloc(chunk_bytes),
             len: 0,
             issued: 0,
+            cached: false,
         }
     }
 
@@ -317,35 +326,66 @@ impl SegWriter {
         self.zeroing.is_some_and(|(zs, ze)| start < ze && end > zs)
     }
 
-    /// How many full chunks after the first one (which ends at file
-    /// position `end`) can join its direct write, and where the write then
-    /// ends: each must start where the one before it ends, be wholly
-    /// unwritten, and have no tail or pre-zeroing write over it in flight.
-    fn coalesced_run(&self, mut end: u64) -> (usize, u64) {
+    /// What can join the direct write of the first full chunk, which ends
+    /// at file position `end`: the full chunks after it, then the open
+    /// chunk's staged pages. Each must start where the one before it ends,
+    /// be wholly unwritten, and have no tail or pre-zeroing write over it in
+    /// flight; the write stays within `DIRECT_WRITE_MAX_BYTES` and
+    /// `DIRECT_WRITE_MAX_CHUNKS`.
+    fn coalesced_run(&self, mut end: u64) -> Run {
         let first = self.full.front().map_or(0, |c| c.buf.len());
         let (mut more, mut bytes) = (0, first);
+        // A piece at `pos` of `len` bytes joins a write ending at `end`.
+        let joins = |end: u64, pos: u64, len: usize, issued: usize, more: usize, bytes: usize| {
+            pos == end
+                && issued == 0
+                && more + 1 < DIRECT_WRITE_MAX_CHUNKS
+                && bytes + len <= DIRECT_WRITE_MAX_BYTES
+                && self.tail_busy.is_none_or(|(p, _)| p != pos)
+                && !self.zeroing_overlaps(pos, pos + len as u64)
+        };
         for c in self.full.iter().skip(1) {
-            let c_end = c.pos + c.buf.len() as u64;
-            if c.pos != end
-                || c.issued > 0
-                || more + 1 >= DIRECT_WRITE_MAX_CHUNKS
-                || bytes + c.buf.len() > DIRECT_WRITE_MAX_BYTES
-                || self.tail_busy.is_some_and(|(p, _)| p == c.pos)
-                || self.zeroing_overlaps(c.pos, c_end)
-            {
+            if !joins(end, c.pos, c.buf.len(), c.issued, more, bytes) {
                 break;
             }
             more += 1;
             bytes += c.buf.len();
-            end = c_end;
+            end = c.pos + c.buf.len() as u64;
         }
-        (more, end)
+        // The open chunk's pages, the last piece of a large batch: written
+        // with the rest of it instead of in a tail write of their own. Only
+        // when no tail write is in flight (at most one is).
+        let mut open = None;
+        if more + 1 == self.full.len() && self.tail_busy.is_none() {
+            if let Some(c) = self.open.as_ref().filter(|c| c.len > 0) {
+                let (_, to) = c.unwritten_range();
+                if joins(end, c.pos, to, c.issued, more, bytes) {
+                    end = c.pos + to as u64;
+                    open = Some(to);
+                }
+            }
+        }
+        Run {
+            more_full: more,
+            open_pages_to: open,
+            file_end: end,
+        }
     }
 
     /// Nothing staged is left unissued.
     fn all_issued(&self) -> bool {
         self.full.is_empty() && self.open.as_ref().is_none_or(|c| c.issued == c.len)
     }
+}
+
+/// One direct write of several staged chunks (`SegWriter::coalesced_run`).
+struct Run {
+    /// Full chunks that join the first one.
+    more_full: usize,
+    /// The open chunk's pages up to this offset in it join too.
+    open_pages_to: Option<usize>,
+    /// File position where the write ends.
+    file_end: u64,
 }
 
 enum WriterStep {
@@ -757,10 +797,10 @@ impl PartitionLog {
         drop(cfg);
         // Full chunks first, in file order; one whose tail write is in
         // flight waits for it (two writes of a page are never in flight).
-        if let Some((pos, issued, end)) = w
+        if let Some((pos, issued, cached, end)) = w
             .full
             .front()
-            .map(|c| (c.pos, c.issued, c.pos + c.buf.len() as u64))
+            .map(|c| (c.pos, c.issued, c.cached, c.pos + c.buf.len() as u64))
         {
             if w.tail_busy.is_some_and(|(p, _)| p == pos) {
                 return WriterStep::Wait;
@@ -768,7 +808,7 @@ impl PartitionLog {
             // A page-cache log finishes through the page cache a chunk it
             // began there: its pages are cached and dirty, and a direct
             // write over them would first have to write them back.
-            if buffered && issued > 0 {
+            if buffered && issued > 0 && cached {
                 if let Some(step) = self.write_buffered(w, true) {
                     return step;
                 }
@@ -776,19 +816,25 @@ impl PartitionLog {
             if w.zeroing_overlaps(pos, end) {
                 return WriterStep::Wait;
             }
-            // The full chunks after it join its write (see `direct`).
-            let (more, end) = w.coalesced_run(end);
-            if let Some(step) = grow_step(w, &file, end) {
+            // The chunks after it join its write (see `direct`).
+            let run = w.coalesced_run(end);
+            if let Some(step) = grow_step(w, &file, run.file_end) {
                 return step;
             }
             let Some(c) = w.full.pop_front() else {
                 return WriterStep::Wait;
             };
             let (pos, buf) = c.into_write(&self.arena);
-            let mut bufs = Vec::with_capacity(1 + more);
+            let mut bufs = Vec::with_capacity(2 + run.more_full);
             bufs.push(buf);
-            bufs.extend(w.full.drain(..more).map(|c| c.buf));
-            return self.issue(w, file, pos, bufs, end, false);
+            bufs.extend(w.full.drain(..run.more_full).map(|c| c.buf));
+            let mut end_len = run.file_end;
+            if let (Some(to), Some(c)) = (run.open_pages_to, w.open.as_mut()) {
+                end_len = c.pos + c.len as u64;
+                bufs.push(c.copy_range(0, to, &self.arena).1);
+            }
+            let tail = run.open_pages_to.is_some();
+            return self.issue(w, file, pos, bufs, end_len, tail);
         }
         // Then the partially filled last chunk, if the writer has nothing
         // else to do and no write of it is in flight already.
@@ -888,6 +934,7 @@ impl PartitionLog {
             c.buf.as_bytes_mut()[c.len..to].fill(0);
             file.write_all_at(&c.buf.as_bytes()[from..to], c.pos + from as u64)?;
             c.issued = c.len;
+            c.cached = true;
             Ok::<u64, std::io::Error>(c.pos + c.len as u64)
         };
         let written = if full {
