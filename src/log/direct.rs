@@ -217,18 +217,20 @@ mod tests {
     use super::*;
     use crate::log::iobuf::IoArena;
     use glommio::io::OpenOptions;
+    use std::future::Future;
 
-    /// Writes land where asked and read back; a misaligned direct write
-    /// fails with an error (EINVAL), not a panic; several writes in flight
-    /// at once all complete.
-    #[test]
-    fn writes_complete_and_errors_come_back() {
+    /// Runs `body` on a glommio executor with an arena and a new O_DIRECT
+    /// file, closes the file, and returns what the file then holds.
+    fn on_new_file<F, Fut>(body: F) -> Vec<u8>
+    where
+        F: FnOnce(Rc<IoArena>, Rc<DmaFile>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()>,
+    {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let p = path.clone();
         let ex = crate::runtime::executor_builder(0, None, crate::runtime::IO_MEMORY_TEST_BYTES)
             .spawn(move || async move {
-                let arena = IoArena::new();
                 let f = Rc::new(
                     OpenOptions::new()
                         .read(true)
@@ -238,23 +240,33 @@ mod tests {
                         .await
                         .unwrap(),
                 );
-                let writes = (0..8u8).map(|i| {
-                    let mut buf = arena.alloc(4096);
-                    buf.as_bytes_mut().fill(i + 1);
-                    write(f.clone(), vec![buf], i as u64 * 4096)
-                });
-                for r in futures::future::join_all(writes).await {
-                    assert_eq!(r.unwrap(), 4096);
-                }
-                let buf = arena.alloc(4096);
-                let e = write(f.clone(), vec![buf], 100).await.unwrap_err();
-                assert_eq!(e.raw_os_error(), None, "wrapped with its position");
-                assert!(e.to_string().contains("at 100"), "{e}");
+                body(IoArena::new(), f.clone()).await;
                 f.close_rc().await.unwrap();
             })
             .unwrap();
         ex.join().unwrap();
-        let bytes = std::fs::read(&path).unwrap();
+        std::fs::read(&path).unwrap()
+    }
+
+    /// Writes land where asked and read back; a misaligned direct write
+    /// fails with an error (EINVAL), not a panic; several writes in flight
+    /// at once all complete.
+    #[test]
+    fn writes_complete_and_errors_come_back() {
+        let bytes = on_new_file(|arena, f| async move {
+            let writes = (0..8u8).map(|i| {
+                let mut buf = arena.alloc(4096);
+                buf.as_bytes_mut().fill(i + 1);
+                write(f.clone(), vec![buf], i as u64 * 4096)
+            });
+            for r in futures::future::join_all(writes).await {
+                assert_eq!(r.unwrap(), 4096);
+            }
+            let buf = arena.alloc(4096);
+            let e = write(f.clone(), vec![buf], 100).await.unwrap_err();
+            assert_eq!(e.raw_os_error(), None, "wrapped with its position");
+            assert!(e.to_string().contains("at 100"), "{e}");
+        });
         assert_eq!(bytes.len(), 8 * 4096);
         for (i, page) in bytes.chunks(4096).enumerate() {
             assert!(page.iter().all(|&b| b == i as u8 + 1), "page {i}");
@@ -265,39 +277,21 @@ mod tests {
     /// write, and the returned length counts them all.
     #[test]
     fn buffers_of_one_write_land_in_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        let p = path.clone();
-        let sizes = [8192usize, 4096, 16384, 4096];
-        let ex = crate::runtime::executor_builder(0, None, crate::runtime::IO_MEMORY_TEST_BYTES)
-            .spawn(move || async move {
-                let arena = IoArena::new();
-                let f = Rc::new(
-                    OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .create(true)
-                        .dma_open(&p)
-                        .await
-                        .unwrap(),
-                );
-                let bufs = sizes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &n)| {
-                        let mut buf = arena.alloc(n);
-                        buf.as_bytes_mut().fill(i as u8 + 1);
-                        buf
-                    })
-                    .collect();
-                assert_eq!(write(f.clone(), bufs, 4096).await.unwrap(), 32768);
-                f.close_rc().await.unwrap();
-            })
-            .unwrap();
-        ex.join().unwrap();
-        let bytes = std::fs::read(&path).unwrap();
+        const SIZES: [usize; 4] = [8192, 4096, 16384, 4096];
+        let bytes = on_new_file(|arena, f| async move {
+            let bufs = SIZES
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| {
+                    let mut buf = arena.alloc(n);
+                    buf.as_bytes_mut().fill(i as u8 + 1);
+                    buf
+                })
+                .collect();
+            assert_eq!(write(f, bufs, 4096).await.unwrap(), 32768);
+        });
         let mut expect = vec![0u8; 4096];
-        for (i, n) in sizes.iter().enumerate() {
+        for (i, n) in SIZES.iter().enumerate() {
             expect.extend(std::iter::repeat_n(i as u8 + 1, *n));
         }
         assert_eq!(bytes, expect);
