@@ -1,4 +1,4 @@
-//! Direct (O_DIRECT) writes of the logs: each one a blocking `pwrite` on one
+//! Direct (O_DIRECT) writes of the logs: each one a blocking `pwritev` on one
 //! of a few threads the shard keeps for them, not an io_uring write.
 //!
 //! Why: on Linux up to at least 6.18, an asynchronous direct write (io_uring

@@ -2,9 +2,9 @@
 //! huge pages.
 //!
 //! Every byte a log writes passes through one of these: `append` stages
-//! batches into them and the writer hands them to `pwrite` (direct or
-//! buffered). Why huge pages: an O_DIRECT write pins the user pages it
-//! reads (`get_user_pages`) and builds a bio with one segment per
+//! batches into them and the writer hands them to `pwritev` (direct) or
+//! `pwrite` (buffered). Why huge pages: an O_DIRECT write pins the user
+//! pages it reads (`get_user_pages`) and builds a bio with one segment per
 //! physically contiguous piece. From 4 KiB pages a 1 MiB write is 256 page
 //! pins and 256 segments, more than virtio-blk takes in one request
 //! (`max_segments` 254 on the 2-core VM), so the block layer splits it too.

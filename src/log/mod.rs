@@ -60,9 +60,10 @@ pub const DIRECT_WRITE_MAX_BYTES: usize = 4 << 20;
 pub const DIRECT_WRITE_MAX_CHUNKS: usize = 64;
 /// fallocate step ahead of the writer: 32 MiB.
 pub const PREALLOCATE_DEFAULT_BYTES: u64 = 32 << 20;
-/// Direct writes of one log issued at once (full chunks plus at most one
-/// write of the partially filled last chunk); the shard's direct-write
-/// threads run `direct::DIRECT_WRITE_THREADS` of them at a time.
+/// Direct writes of one log issued at once (each a run of full chunks, or
+/// of the partially filled last chunk, or both; at most one covers that
+/// last chunk); the shard's direct-write threads run
+/// `direct::DIRECT_WRITE_THREADS` of them at a time.
 pub const WRITES_IN_FLIGHT_MAX: usize = 64;
 /// A log written through the page cache starts the kernel's write-back each
 /// time this much more has been written (see `partition`).

@@ -21,13 +21,15 @@
 //!
 //! Two ways to write what is staged:
 //! - **Direct (O_DIRECT)**: the writer task below. Every write of every log
-//!   under `--direct-writes`; otherwise a batch that fills a chunk (large
-//!   batches under load): its full chunks and the open chunk's pages after
-//!   them, in one write, without the page cache's copy.
+//!   under `--direct-writes`; otherwise the full chunks that no page-cache
+//!   write began (a batch that fills a chunk: large batches under load),
+//!   usually with the open chunk's pages after them in the same write (see
+//!   the writer below), without the page cache's copy.
 //! - **Through the page cache** (`LogConfig::page_cache_writes`, every log
-//!   unless `--direct-writes`): a tail write of a batch that filled no
-//!   chunk, and the rest of a chunk that such a write began (`Chunk::
-//!   cached`), is a buffered `pwrite` of the unwritten pages
+//!   unless `--direct-writes`): any other tail write (a batch that filled
+//!   no chunk, or whose pages could not join a direct write), and the rest
+//!   of a chunk that such a write began (`Chunk::cached`), is a buffered
+//!   `pwrite` of the unwritten pages
 //!   (zero-padded past the staged bytes, as a direct tail write is: a
 //!   partial-page write over a recycled spare's written blocks would first
 //!   read the old page), done when it returns. A log that never syncs
@@ -50,9 +52,9 @@
 //!   pile up for the next fdatasync.
 //!
 //! A buffered and a direct write of one page never race: a buffered write
-//! of a chunk waits while a direct tail write of that chunk (only after a
-//! config change turned `direct_writes` off) or a pre-zeroing write over its
-//! pages is in flight, chunks are page aligned, and a direct write over
+//! of a chunk waits while a direct tail write of that chunk (its pages
+//! joined a direct write of full chunks, or a config change turned
+//! `direct_writes` off) or a pre-zeroing write over its pages is in flight, chunks are page aligned, and a direct write over
 //! pages written through the page cache is coherent (the kernel writes them
 //! back and drops them first).
 //!
