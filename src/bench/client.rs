@@ -565,7 +565,8 @@ pub fn run_consumer(job: ConsumerJob) -> Result<(), BenchError> {
     let cfg = &job.cfg;
     // librdkafka refuses assign() without a group id; no group protocol is
     // used (no subscribe, no commits), so the group is never joined.
-    let consumer: BaseConsumer = base_config(cfg)
+    let mut config = base_config(cfg);
+    config
         .set("group.id", format!("fjord-bench-{}", cfg.topic))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
@@ -577,9 +578,11 @@ pub fn run_consumer(job: ConsumerJob) -> Result<(), BenchError> {
             } else {
                 "read_uncommitted"
             },
-        )
-        .create()
-        .map_err(kafka("creating consumer"))?;
+        );
+    for (k, v) in &cfg.consumer_config {
+        config.set(k, v);
+    }
+    let consumer: BaseConsumer = config.create().map_err(kafka("creating consumer"))?;
     let deadline = Instant::now() + job.delay;
     while Instant::now() < deadline && !job.stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(10));

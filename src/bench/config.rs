@@ -110,6 +110,10 @@ pub struct BenchArgs {
     /// Extra librdkafka producer properties `key=value` (repeatable).
     #[arg(long = "producer-config")]
     pub producer_config: Vec<String>,
+    /// Extra librdkafka consumer properties `key=value` (repeatable), e.g.
+    /// `max.partition.fetch.bytes=16777216`.
+    #[arg(long = "consumer-config")]
+    pub consumer_config: Vec<String>,
     /// Seconds between status lines.
     #[arg(long)]
     pub status_interval_secs: Option<u64>,
@@ -140,6 +144,8 @@ pub struct WorkloadFile {
     pub transaction_duration_ms: Option<u64>,
     #[serde(default)]
     pub producer_config: Vec<String>,
+    #[serde(default)]
+    pub consumer_config: Vec<String>,
 }
 
 impl WorkloadFile {
@@ -150,6 +156,25 @@ impl WorkloadFile {
         })?;
         toml::from_str(&text).map_err(|e| BenchError::Config(format!("{}: {e}", path.display())))
     }
+}
+
+/// Client properties `key=value` from the workload file, then the flags
+/// (`what` names the setting in errors); later ones win in librdkafka.
+fn properties(
+    what: &str,
+    from_file: &[String],
+    from_flags: &[String],
+) -> Result<Vec<(String, String)>, BenchError> {
+    from_file
+        .iter()
+        .chain(from_flags)
+        .map(|kv| {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| BenchError::Config(format!("{what} `{kv}`: want key=value")))?;
+            Ok((k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect()
 }
 
 /// Everything a run needs, resolved from flags, file and defaults.
@@ -180,6 +205,7 @@ pub struct BenchConfig {
     pub idempotence: bool,
     pub transaction_duration_ms: u64,
     pub producer_config: Vec<(String, String)>,
+    pub consumer_config: Vec<(String, String)>,
     #[serde(skip)]
     pub output: Option<PathBuf>,
     #[serde(skip)]
@@ -217,17 +243,16 @@ impl BenchConfig {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        let mut producer_config = Vec::new();
-        for kv in file
-            .producer_config
-            .iter()
-            .chain(args.producer_config.iter())
-        {
-            let (k, v) = kv.split_once('=').ok_or_else(|| {
-                BenchError::Config(format!("producer-config `{kv}`: want key=value"))
-            })?;
-            producer_config.push((k.trim().to_string(), v.trim().to_string()));
-        }
+        let producer_config = properties(
+            "producer-config",
+            &file.producer_config,
+            &args.producer_config,
+        )?;
+        let consumer_config = properties(
+            "consumer-config",
+            &file.consumer_config,
+            &args.consumer_config,
+        )?;
         let cfg = BenchConfig {
             description: file.description.clone().unwrap_or_default(),
             label: args.label.clone().unwrap_or_else(|| "broker".to_string()),
@@ -261,6 +286,7 @@ impl BenchConfig {
                 0,
             ),
             producer_config,
+            consumer_config,
             output: args.output.clone(),
             broker_cmd: args.broker_cmd.clone(),
             broker_pid: args.broker_pid,
@@ -389,6 +415,38 @@ mod tests {
         assert_eq!(c.partitions, 4);
         assert_eq!(c.rate, 5.0);
         assert_eq!(c.name, "w");
+    }
+
+    #[test]
+    fn client_properties_come_from_file_then_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.toml");
+        std::fs::write(
+            &p,
+            "consumer-config = [\"fetch.max.bytes = 1000\"]\nproducer-config = [\"linger.ms=3\"]\n",
+        )
+        .unwrap();
+        let args = BenchArgs {
+            workload: Some(p),
+            consumer_config: vec!["max.partition.fetch.bytes=2000".into()],
+            ..Default::default()
+        };
+        let c = BenchConfig::resolve(&args).unwrap();
+        let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            c.consumer_config,
+            [
+                kv("fetch.max.bytes", "1000"),
+                kv("max.partition.fetch.bytes", "2000")
+            ]
+        );
+        assert_eq!(c.producer_config, [kv("linger.ms", "3")]);
+        let bad = BenchArgs {
+            consumer_config: vec!["no-equals".into()],
+            ..Default::default()
+        };
+        let e = BenchConfig::resolve(&bad).unwrap_err().to_string();
+        assert!(e.contains("consumer-config `no-equals`"), "{e}");
     }
 
     #[test]
