@@ -54,9 +54,10 @@
 //! A buffered and a direct write of one page never race: a buffered write
 //! of a chunk waits while a direct tail write of that chunk (its pages
 //! joined a direct write of full chunks, or a config change turned
-//! `direct_writes` off) or a pre-zeroing write over its pages is in flight, chunks are page aligned, and a direct write over
-//! pages written through the page cache is coherent (the kernel writes them
-//! back and drops them first).
+//! `direct_writes` off) or a pre-zeroing write over its pages is in
+//! flight, chunks are page aligned, and a direct write over pages written
+//! through the page cache is coherent (the kernel writes them back and
+//! drops them first).
 //!
 //! Writer task (one per log, spawned on demand, woken by appends, exits when
 //! nothing is staged or in flight) keeps direct writes flowing instead of
@@ -69,14 +70,13 @@
 //!   or seven chunks (tuning/results/coalesced-direct-writes.md);
 //! - when no full chunk is waiting, the unwritten part of the open chunk
 //!   (from the page holding its first unwritten byte, zero-padded to a page)
-//!   is copied and written: the *tail write*. A write of full chunks
-//!   takes the open chunk's staged pages along when they follow the last
-//!   of them and none of the open chunk is written yet (the last piece of
-//!   a large batch); that write is then the tail write. At
-//!   most one tail write is in flight, and the chunk it belongs to is not
-//!   written again until it has completed, so two writes of one page are
-//!   never in flight together (they could land in either order). Full
-//!   chunks before it flow freely.
+//!   is copied and written: the *tail write*. A write of full chunks takes
+//!   the open chunk's staged pages along when they follow the last of them
+//!   and none of the open chunk is written yet (the last piece of a large
+//!   batch); that write is then the tail write. At most one tail write is
+//!   in flight, and the chunk it belongs to is not written again until it
+//!   has completed, so two writes of one page are never in flight together
+//!   (they could land in either order). Full chunks before it flow freely.
 //! - `written` moves to the end of the last whole batch covered by completed
 //!   writes with no incomplete write before them (writes can complete out of
 //!   order); reads never go past a segment's `written_len`.
@@ -337,9 +337,9 @@ impl SegWriter {
     fn coalesced_run(&self, mut end: u64) -> Run {
         let first = self.full.front().map_or(0, |c| c.buf.len());
         let (mut more, mut bytes) = (0, first);
-        // A piece at `pos` of `len` bytes joins a write ending at `end`.
-        let joins = |end: u64, pos: u64, len: usize, issued: usize, more: usize, bytes: usize| {
-            pos == end
+        // A piece at `pos` of `len` bytes joins a write ending at `at`.
+        let joins = |at: u64, pos: u64, len: usize, issued: usize, more: usize, bytes: usize| {
+            pos == at
                 && issued == 0
                 && more + 1 < DIRECT_WRITE_MAX_CHUNKS
                 && bytes + len <= DIRECT_WRITE_MAX_BYTES
