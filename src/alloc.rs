@@ -21,10 +21,10 @@
 //! can already be more than memory and swap together. Few legitimate
 //! allocations reach it (a produce frame near `socket.request.max.bytes`,
 //! 100 MiB); for them the mapping is what glibc would have made anyway (it
-//! maps every allocation above 32 MiB), without the commit-charge check. What this does not
-//! cover: `vm.overcommit_memory=2` (the kernel ignores `MAP_NORESERVE`) and
-//! an address-space limit (`ulimit -v`) below the request; there an
-//! impossible request still fails, and aborts. A count that does fit the
+//! maps every allocation above 32 MiB), without the commit-charge check.
+//! What this does not cover: `vm.overcommit_memory=2` (the kernel ignores
+//! `MAP_NORESERVE`) and an address-space limit (`ulimit -v`) below the
+//! request; there an impossible request still fails, and aborts. A count that does fit the
 //! frame (a 100 MiB frame of 2-byte elements) can still make the decoder
 //! commit memory in proportion, as for any request that large.
 //!
@@ -43,6 +43,16 @@ fn mapped(layout: &Layout) -> bool {
     layout.size() >= LARGE_ALLOC_BYTES && layout.align() <= 4096
 }
 
+/// The mapping `mmap` or `mremap` returned, or null (an allocator's
+/// failure) for `MAP_FAILED`.
+fn mapping_or_null(p: *mut libc::c_void) -> *mut u8 {
+    if p == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
 // SAFETY: small requests go to `System` unchanged; large ones are fresh
 // page-aligned anonymous mappings of at least `layout.size()` bytes (zeroed,
 // so `alloc_zeroed` needs no more), unmapped with the same size, which
@@ -55,7 +65,7 @@ unsafe impl GlobalAlloc for BrokerAlloc {
         }
         // SAFETY: a new private anonymous mapping at an address the kernel
         // picks; nothing else is touched.
-        let p = unsafe {
+        mapping_or_null(unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 layout.size(),
@@ -64,12 +74,7 @@ unsafe impl GlobalAlloc for BrokerAlloc {
                 -1,
                 0,
             )
-        };
-        if p == libc::MAP_FAILED {
-            std::ptr::null_mut()
-        } else {
-            p.cast()
-        }
+        })
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
@@ -105,14 +110,9 @@ unsafe impl GlobalAlloc for BrokerAlloc {
                 // uncommitted); it keeps MAP_NORESERVE.
                 // SAFETY: `ptr` is a mapping of `layout.size()` bytes made
                 // by `alloc`; on success it is replaced by the returned one.
-                let p = unsafe {
+                return mapping_or_null(unsafe {
                     libc::mremap(ptr.cast(), layout.size(), new_size, libc::MREMAP_MAYMOVE)
-                };
-                return if p == libc::MAP_FAILED {
-                    std::ptr::null_mut()
-                } else {
-                    p.cast()
-                };
+                });
             }
             _ => {}
         }

@@ -41,7 +41,8 @@ use std::sync::{mpsc, Arc, Mutex};
 pub const DIRECT_WRITE_THREADS: usize = 4;
 
 /// One write for a thread: the `(address, length)` pieces in `iov`, one
-/// after another, to `fd` from `pos`.
+/// after another, to `fd` from `pos`. (Addresses as integers: a job crosses
+/// threads, and `libc::iovec` holds a raw pointer, which is not `Send`.)
 struct Job {
     fd: i32,
     iov: Vec<(usize, usize)>,

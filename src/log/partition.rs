@@ -830,12 +830,14 @@ impl PartitionLog {
             let mut bufs = Vec::with_capacity(2 + run.more_full);
             bufs.push(buf);
             bufs.extend(w.full.drain(..run.more_full).map(|c| c.buf));
-            let mut end_len = run.file_end;
-            if let (Some(to), Some(c)) = (run.open_pages_to, w.open.as_mut()) {
-                end_len = c.pos + c.len as u64;
-                bufs.push(c.copy_range(0, to, &self.arena).1);
-            }
-            let tail = run.open_pages_to.is_some();
+            // With the open chunk's pages it is that chunk's tail write.
+            let (end_len, tail) = match (run.open_pages_to, w.open.as_mut()) {
+                (Some(to), Some(c)) => {
+                    bufs.push(c.copy_range(0, to, &self.arena).1);
+                    (c.pos + c.len as u64, true)
+                }
+                _ => (run.file_end, false),
+            };
             return self.issue(w, file, pos, bufs, end_len, tail);
         }
         // Then the partially filled last chunk, if the writer has nothing
@@ -1863,11 +1865,12 @@ fn chunk_bytes(cfg: &LogConfig) -> usize {
 /// The size of a new staging chunk (of base size `chunk_bytes`) for a batch
 /// with `rest` bytes still to stage: `chunk_bytes`, unless the rest fills
 /// two of those; then the largest `chunk_bytes << k` that the rest fills
-/// entirely (at most [`STAGING_CHUNK_MAX_BYTES`]). A large batch so goes to
-/// disk in a few large writes instead of many `chunk_bytes` ones (each
-/// direct write costs the filesystem an extent lookup and a bio, whatever
-/// its size), and the chunk left open after it (the one tail writes copy
-/// from) is never larger than `chunk_bytes`.
+/// entirely (at most [`STAGING_CHUNK_MAX_BYTES`]). A large batch so spans a
+/// few large chunks instead of many `chunk_bytes` ones: its direct write
+/// (the chunks go as one `pwritev`) stays far below
+/// `DIRECT_WRITE_MAX_CHUNKS` pieces, and each piece is one bio segment of a
+/// huge page. The chunk left open after it (the one tail writes copy from)
+/// is never larger than `chunk_bytes`.
 fn staging_chunk_size(chunk_bytes: usize, rest: usize) -> usize {
     let cap = STAGING_CHUNK_MAX_BYTES.max(chunk_bytes);
     let mut size = chunk_bytes;
