@@ -82,9 +82,42 @@ pub const PROBE_START_BYTES_PER_S: f64 = 8.0 * 1024.0 * 1024.0;
 pub const PROBE_DOUBLINGS_MAX: usize = 12;
 pub const PROBE_BISECTIONS: usize = 3;
 
+/// Largest allocation glibc serves from its heaps in the bench process
+/// (larger ones are mappings of their own; glibc refuses more than 32 MiB):
+/// see [`keep_freed_memory`].
+#[cfg(target_env = "gnu")]
+const CLIENT_MMAP_THRESHOLD_BYTES: libc::c_int = 16 << 20;
+/// Free memory at the top of a glibc heap it keeps rather than returns.
+#[cfg(target_env = "gnu")]
+const CLIENT_TRIM_THRESHOLD_BYTES: libc::c_int = 512 << 20;
+
+/// Makes glibc's allocator keep the memory librdkafka frees, for the bench
+/// process only (the broker is not affected: it is another process, or the
+/// bench does not start one).
+///
+/// librdkafka builds each produce request in freshly allocated buffers of up
+/// to `batch.size` (1 MiB in the saturating workload) and frees them when the
+/// request is acknowledged. glibc served such a buffer from a new mapping or
+/// returned it to the kernel at free, so every batch paid page faults and the
+/// kernel zeroing the pages: about 5 % of the client core in a saturating
+/// run, the core that limits the throughput measured. Fixed thresholds keep
+/// the buffers in glibc's heaps for reuse (and turn off glibc's dynamic
+/// threshold). Memory is bounded by what librdkafka holds at once
+/// (`queue.buffering.max.kbytes`).
+fn keep_freed_memory() {
+    // SAFETY: mallopt only changes glibc's allocator parameters; it is
+    // called before any client thread exists.
+    #[cfg(target_env = "gnu")]
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, CLIENT_MMAP_THRESHOLD_BYTES);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, CLIENT_TRIM_THRESHOLD_BYTES);
+    }
+}
+
 /// Runs `fjord bench` and returns the JSON result (also written to `--output`).
 pub fn run(args: BenchArgs) -> Result<serde_json::Value, BenchError> {
     let mut cfg = BenchConfig::resolve(&args)?;
+    keep_freed_memory();
     if !cfg.client_cores.is_empty() {
         restrict_process_cpus(&cfg.client_cores)?;
     }
@@ -310,6 +343,7 @@ pub fn run_phase(
             recorder: recorder.clone(),
             stop: stop_producers.clone(),
             rate: rate / cfg.producers as f64,
+            partitions: starts.len(),
             cpu: cpu_for(cfg, thread_index),
         };
         thread_index += 1;
