@@ -65,10 +65,6 @@ pub const PREALLOCATE_DEFAULT_BYTES: u64 = 32 << 20;
 /// last chunk); the shard's direct-write threads run
 /// `direct::DIRECT_WRITE_THREADS` of them at a time.
 pub const WRITES_IN_FLIGHT_MAX: usize = 64;
-/// fdatasyncs of one log's group-commit syncer running at once: a request
-/// that arrives while one runs starts its own instead of waiting for it to
-/// end (`partition`'s syncer).
-pub const SYNCS_IN_FLIGHT_MAX: usize = 2;
 /// A log written through the page cache starts the kernel's write-back each
 /// time this much more has been written (see `partition`).
 pub const WRITEBACK_KICK_BYTES: u64 = 8 << 20;

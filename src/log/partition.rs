@@ -111,11 +111,7 @@
 //!
 //! Syncer task (group commit): fdatasyncs the file last written and moves
 //! `durable` to the `written` offset it saw before the call, so one
-//! fdatasync serves every append staged before it. Up to
-//! `SYNCS_IN_FLIGHT_MAX` run at once: appends that arrive while one runs
-//! get the next at once instead of waiting for it to end, which took
-//! publish p50 and p99 under `--fsync-acks` about 10 % lower
-//! (tuning/results/latency-and-throughput.md). Invariant that makes one
+//! fdatasync serves every append staged before it. Invariant that makes one
 //! file enough: a segment is sealed (truncated + fdatasync'ed) before the
 //! writer touches the next one. A page-cache log is the exception: its
 //! sealed segment may still hold dirty pages (up to `WRITEBACK_KICK_BYTES`
@@ -136,8 +132,7 @@ use super::watch::OffsetWatch;
 use super::{now_ms, AppendInfo, LogConfig, LogError, ReadResult, PAGE_BYTES};
 use super::{
     DIRECT_WRITE_MAX_BYTES, DIRECT_WRITE_MAX_CHUNKS, PREZERO_AHEAD_BYTES, PREZERO_WRITE_BYTES,
-    SPARE_SEGMENT_FILES_MAX, STAGING_CHUNK_MAX_BYTES, SYNCS_IN_FLIGHT_MAX, WRITEBACK_KICK_BYTES,
-    WRITES_IN_FLIGHT_MAX,
+    SPARE_SEGMENT_FILES_MAX, STAGING_CHUNK_MAX_BYTES, WRITEBACK_KICK_BYTES, WRITES_IN_FLIGHT_MAX,
 };
 use crate::record::batch::{self, BatchHeader};
 use crate::record::{FileRange, RecordsChunk};
@@ -460,13 +455,6 @@ pub struct PartitionLog {
     spares: RefCell<Vec<PathBuf>>,
     sync_wanted: Cell<i64>,
     syncer_running: Cell<bool>,
-    /// The highest `written` offset an fdatasync has been started for.
-    sync_started_to: Cell<i64>,
-    /// fdatasyncs of the syncer still running.
-    syncs_in_flight: Cell<usize>,
-    /// Counts what the syncer waits for while it has nothing to start: a
-    /// higher `sync_wanted`, or one of its fdatasyncs ending.
-    sync_events: OffsetWatch,
     last_written_file: RefCell<Option<Rc<DmaFile>>>,
     /// Sealed segments of a page-cache log whose background fdatasync has
     /// not yet counted, oldest first.
@@ -639,9 +627,6 @@ impl PartitionLog {
             spares: RefCell::new(spare_files),
             sync_wanted: Cell::new(log_end),
             syncer_running: Cell::new(false),
-            sync_started_to: Cell::new(log_end),
-            syncs_in_flight: Cell::new(0),
-            sync_events: OffsetWatch::new(0),
             last_written_file: RefCell::new(Some(file)),
             sealing: RefCell::new(VecDeque::new()),
             seals_started: Cell::new(0),
@@ -683,7 +668,6 @@ impl PartitionLog {
         self.written.wake_all();
         self.durable.wake_all();
         self.seals_synced.wake_all();
-        self.sync_events.wake_all();
     }
 
     /// Appends ONE already-validated v2 batch; see the module doc.
@@ -1274,7 +1258,6 @@ impl PartitionLog {
     fn request_sync(&self, offset: i64) {
         if offset + 1 > self.sync_wanted.get() {
             self.sync_wanted.set(offset + 1);
-            self.sync_events.advance(self.sync_events.get() + 1);
         }
         if self.syncer_running.get() || self.durable.get() >= self.sync_wanted.get() {
             return;
@@ -1286,33 +1269,12 @@ impl PartitionLog {
         glommio::spawn_local(async move { me.syncer_loop().await }).detach();
     }
 
-    /// Starts fdatasyncs until everything wanted is covered by one, at most
-    /// `SYNCS_IN_FLIGHT_MAX` at a time, and ends when they are done. A
-    /// request that arrives while an fdatasync runs gets its own at once
-    /// (the kernel's fdatasync also waits for the write-back the earlier one
-    /// started), rather than waiting for that one to end first. Each moves
-    /// `durable` to the `written` offset it saw before the call, whatever
-    /// order they end in (`durable` only rises).
     async fn syncer_loop(self: Rc<Self>) {
         loop {
-            if self.failed.borrow().is_some() {
-                break;
-            }
             let want = self.sync_wanted.get();
-            let covered = self.durable.get().max(self.sync_started_to.get()) >= want;
-            if covered || self.syncs_in_flight.get() >= SYNCS_IN_FLIGHT_MAX {
-                if covered && self.syncs_in_flight.get() == 0 {
-                    break;
-                }
-                let seen = self.sync_events.get();
-                if !self
-                    .sync_events
-                    .wait_above(seen, || self.failed.borrow().is_some())
-                    .await
-                {
-                    break;
-                }
-                continue;
+            if self.durable.get() >= want || self.failed.borrow().is_some() {
+                self.syncer_running.set(false);
+                return;
             }
             if self.written.get() < want {
                 let ok = self
@@ -1320,44 +1282,32 @@ impl PartitionLog {
                     .wait_above(want - 1, || self.failed.borrow().is_some())
                     .await;
                 if !ok {
-                    break;
+                    self.syncer_running.set(false);
+                    return;
                 }
             }
             // The one file synced below is the last one written: segments
             // sealed before it must have been synced on their own first.
             if !self.sealed_synced().await {
-                break;
+                self.syncer_running.set(false);
+                return;
             }
             // `written` is in the last file written; every segment before
             // it must be synced on its own (nothing awaited since the check).
             debug_assert!(self.seals_synced.get() >= self.seals_started.get());
             let w = self.written.get();
             let file = self.last_written_file.borrow().clone();
-            self.sync_started_to.set(w);
-            self.syncs_in_flight.set(self.syncs_in_flight.get() + 1);
-            let me = self.clone();
-            glommio::spawn_local(async move {
-                let ok = match file {
-                    Some(f) => match f.fdatasync().await {
-                        Ok(()) => true,
-                        Err(e) => {
-                            me.fail(&e);
-                            false
-                        }
-                    },
-                    None => true,
-                };
-                if ok {
-                    me.fsyncs.set(me.fsyncs.get() + 1);
-                    me.last_flush_ms.set(now_ms());
-                    me.durable.advance(w);
+            if let Some(f) = file {
+                if let Err(e) = f.fdatasync().await {
+                    self.fail(&e);
+                    self.syncer_running.set(false);
+                    return;
                 }
-                me.syncs_in_flight.set(me.syncs_in_flight.get() - 1);
-                me.sync_events.advance(me.sync_events.get() + 1);
-            })
-            .detach();
+            }
+            self.fsyncs.set(self.fsyncs.get() + 1);
+            self.last_flush_ms.set(now_ms());
+            self.durable.advance(w);
         }
-        self.syncer_running.set(false);
     }
 
     /// The writer's state in one line, for diagnosing a write that does not
@@ -1802,7 +1752,6 @@ impl PartitionLog {
         self.written.close();
         self.durable.close();
         self.seals_synced.close();
-        self.sync_events.close();
         self.cache.remove_log(self.cache_id);
         r
     }
@@ -1814,7 +1763,6 @@ impl PartitionLog {
         while self.writers.borrow().len() > 1
             || self.writer_running.get()
             || !self.sealing.borrow().is_empty()
-            || self.syncs_in_flight.get() > 0
         {
             glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
             self.check_usable()?;
@@ -1838,7 +1786,6 @@ impl PartitionLog {
         self.written.close();
         self.durable.close();
         self.seals_synced.close();
-        self.sync_events.close();
         self.cache.remove_log(self.cache_id);
     }
 
