@@ -1214,6 +1214,11 @@ impl PartitionLog {
                 me.fail(&e);
                 return;
             }
+            // Another fdatasync of this file may have taken the write-back
+            // error this one should have seen (see `syncer_loop`).
+            if me.failed.borrow().is_some() {
+                return;
+            }
             let mut synced = None;
             {
                 let mut sealing = me.sealing.borrow_mut();
@@ -1303,6 +1308,15 @@ impl PartitionLog {
                     self.syncer_running.set(false);
                     return;
                 }
+            }
+            // Linux reports a write-back error to one fdatasync per open
+            // file description: a seal's fdatasync of this file running at
+            // the same time may have taken it. Once the log has failed,
+            // `durable` stays where it is. (This narrows the window; closing
+            // it needs each fdatasync on a description of its own.)
+            if self.failed.borrow().is_some() {
+                self.syncer_running.set(false);
+                return;
             }
             self.fsyncs.set(self.fsyncs.get() + 1);
             self.last_flush_ms.set(now_ms());
