@@ -146,8 +146,8 @@ struct BenchProducerContext {
 /// in a few hundred nanoseconds each. Reading the clock for every one was 7 %
 /// of the client core's time in a saturating run, with librdkafka's own
 /// clock reads another 10 %, and that core is what limits the throughput
-/// measured. A report is timed at most `REPORT_CLOCK_READS_EVERY - 1`
-/// reports late (about a microsecond, the histograms' resolution), and the
+/// measured. A report's time is at most `REPORT_CLOCK_READS_EVERY - 1`
+/// reports old (about a microsecond, the histograms' resolution), and the
 /// first report of every event reads the clock afresh
 /// ([`ReportClock::next_event`]), so time between events is never lost.
 /// (A report waiting on the histogram's lock, or a preempted thread, can
@@ -415,7 +415,8 @@ pub struct ProducerJob {
     pub stop: Arc<AtomicBool>,
     /// Messages per second for this producer (> 0).
     pub rate: f64,
-    /// Partitions the topic has.
+    /// Partitions the topic has (those with a leader, as `prepare_topic`
+    /// found them).
     pub partitions: usize,
     pub cpu: Option<usize>,
 }
