@@ -121,6 +121,16 @@
 //! point move past it only when it and the seals before it are done, and
 //! the syncer waits for them before its own fdatasync.
 //!
+//! Known gap, write-back errors: Linux reports a failed write-back to one
+//! fdatasync per open file description (errseq), and the syncer's and a
+//! seal's fdatasync of one segment share its description. If the two
+//! overlap (around a roll), the one that returns success may be the one
+//! whose pages failed. Neither moves `durable` once the log has failed,
+//! but one that completes before the other reports the error still does.
+//! Closing this, and running several fdatasyncs at once safely (tried in
+//! fcdd0c7, reverted), needs each concurrent fdatasync on a description of
+//! its own, opened before the data it covers is written.
+//!
 //! Owned by one shard; handlers keep `Rc<PartitionLog>` across awaits.
 
 use super::cache::{CachedBatch, TailCache};
