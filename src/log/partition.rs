@@ -1288,8 +1288,7 @@ impl PartitionLog {
         loop {
             let want = self.sync_wanted.get();
             if self.durable.get() >= want || self.failed.borrow().is_some() {
-                self.syncer_running.set(false);
-                return;
+                break;
             }
             if self.written.get() < want {
                 let ok = self
@@ -1297,15 +1296,13 @@ impl PartitionLog {
                     .wait_above(want - 1, || self.failed.borrow().is_some())
                     .await;
                 if !ok {
-                    self.syncer_running.set(false);
-                    return;
+                    break;
                 }
             }
             // The one file synced below is the last one written: segments
             // sealed before it must have been synced on their own first.
             if !self.sealed_synced().await {
-                self.syncer_running.set(false);
-                return;
+                break;
             }
             // `written` is in the last file written; every segment before
             // it must be synced on its own (nothing awaited since the check).
@@ -1315,8 +1312,7 @@ impl PartitionLog {
             if let Some(f) = file {
                 if let Err(e) = f.fdatasync().await {
                     self.fail(&e);
-                    self.syncer_running.set(false);
-                    return;
+                    break;
                 }
             }
             // Linux reports a write-back error to one fdatasync per open
@@ -1325,13 +1321,13 @@ impl PartitionLog {
             // `durable` stays where it is. (This narrows the window; closing
             // it needs each fdatasync on a description of its own.)
             if self.failed.borrow().is_some() {
-                self.syncer_running.set(false);
-                return;
+                break;
             }
             self.fsyncs.set(self.fsyncs.get() + 1);
             self.last_flush_ms.set(now_ms());
             self.durable.advance(w);
         }
+        self.syncer_running.set(false);
     }
 
     /// The writer's state in one line, for diagnosing a write that does not
