@@ -1,7 +1,7 @@
 //! Fetch: long poll, byte limits, isolation, zero-copy responses.
 //!
 //! Reads come from the partition log as whole batches — tail-cache `Bytes`
-//! or segment-file ranges that the connection sends with `sendfile` — and
+//! or segment-file ranges that the connection reads and sends — and
 //! are placed in the response untouched (`protocol::fetch`).
 //!
 //! Limits follow Kafka (KIP-74): partitions are read in request order, each

@@ -1523,7 +1523,7 @@ impl PartitionLog {
             })
             .await?;
             if let Some(position) = first {
-                let file = seg.read_file()?;
+                let file = seg.dma().await?;
                 return Ok(ReadResult {
                     chunks: vec![RecordsChunk::File(FileRange {
                         file,
@@ -1706,17 +1706,12 @@ impl PartitionLog {
 
     /// Deletes the files of a segment already removed from the map, keeping
     /// its `.log` as a spare for the next roll when nothing else can still
-    /// read it (no fetch holds its descriptors: a sendfile of the old bytes
+    /// read it (no fetch holds its descriptor: a read of the old bytes
     /// must never see new ones) and fewer than `SPARE_SEGMENT_FILES_MAX`
     /// spares are kept. A spare's blocks are written, so a segment that
     /// reuses it is written without allocating or converting extents.
     fn recycle_or_remove(&self, seg: Rc<Segment>) {
         let unshared = Rc::strong_count(&seg) == 1
-            && seg
-                .read_file
-                .borrow()
-                .as_ref()
-                .is_none_or(|f| Rc::strong_count(f) == 1)
             && seg
                 .dma
                 .borrow()
@@ -1725,7 +1720,6 @@ impl PartitionLog {
         let mut spares = self.spares.borrow_mut();
         if unshared && spares.len() < SPARE_SEGMENT_FILES_MAX {
             let spare = self.dir.join(spare_file_name(seg.base_offset));
-            seg.read_file.borrow_mut().take();
             seg.dma.borrow_mut().take();
             match std::fs::rename(&seg.log_path, &spare) {
                 Ok(()) => spares.push(spare),

@@ -4,8 +4,8 @@
 //! file: its logical size (bytes of whole batches, which can be less than the
 //! file size while space is preallocated), the next offset after its last
 //! batch, its in-memory `.index`/`.timeindex`, and lazily opened handles: a
-//! `DmaFile` for direct reads and a buffered `std::fs::File` handed out in
-//! `FileRange`s for sendfile. Writing is done by the partition's writer (see
+//! `DmaFile` for direct reads, also handed out in `FileRange`s for fetches
+//! (`net::file_range`). Writing is done by the partition's writer (see
 //! `partition.rs`); this file only has the synchronous recovery scan and the
 //! asynchronous batch walker used by reads.
 //!
@@ -51,7 +51,6 @@ pub(crate) struct Segment {
     /// True once the segment is no longer written (truncated, synced, indexes on disk).
     pub sealed: Cell<bool>,
     pub dma: RefCell<Option<Rc<DmaFile>>>,
-    pub read_file: RefCell<Option<Rc<std::fs::File>>>,
 }
 
 /// How a recovery scan of one segment ended.
@@ -88,7 +87,6 @@ impl Segment {
             created_ms: now_ms,
             sealed: Cell::new(false),
             dma: RefCell::new(None),
-            read_file: RefCell::new(None),
         }
     }
 
@@ -278,16 +276,6 @@ impl Segment {
     pub fn write_indexes(&self) -> std::io::Result<()> {
         write_synced(&self.index_path, &self.index.borrow().encode())?;
         write_synced(&self.time_index_path, &self.time_index.borrow().encode())
-    }
-
-    /// The buffered descriptor used for sendfile ranges.
-    pub fn read_file(&self) -> Result<Rc<std::fs::File>, LogError> {
-        if let Some(f) = &*self.read_file.borrow() {
-            return Ok(f.clone());
-        }
-        let f = Rc::new(std::fs::File::open(&self.log_path)?);
-        *self.read_file.borrow_mut() = Some(f.clone());
-        Ok(f)
     }
 
     pub async fn dma(&self) -> Result<Rc<DmaFile>, LogError> {

@@ -18,7 +18,7 @@
 //! Framing errors (negative length, a frame over `socket.request.max.bytes`),
 //! an unknown api key or an undecodable header close this connection only.
 
-mod sendfile;
+mod file_range;
 
 use crate::handlers::{self, Dispatched, Outcome};
 use crate::protocol::frame::{declared_frame_len, FRAME_PREFIX_BYTES};
@@ -274,7 +274,7 @@ async fn write_responses(
     rx: local_channel::LocalReceiver<JoinHandle<Outcome>>,
     queued: Rc<Cell<usize>>,
 ) -> io::Result<()> {
-    let result = write_loop(&ctx, &mut stream, fd, &rx, &queued).await;
+    let result = write_loop(&ctx, &mut stream, &rx, &queued).await;
     // Requests dispatched but never answered (the connection broke) are done too.
     for _ in 0..queued.get() {
         ctx.request_finished();
@@ -289,7 +289,6 @@ async fn write_responses(
 async fn write_loop(
     ctx: &ShardCtx,
     stream: &mut SharedStream,
-    fd: i32,
     rx: &local_channel::LocalReceiver<JoinHandle<Outcome>>,
     queued: &Cell<usize>,
 ) -> io::Result<()> {
@@ -336,7 +335,7 @@ async fn write_loop(
                         }
                         RecordsChunk::File(range) => {
                             flush(stream, &mut out).await?;
-                            sendfile::send_range(fd, &range).await?;
+                            file_range::send_range(stream, &range).await?;
                         }
                     }
                 }

@@ -3,8 +3,8 @@
 //! A fetch response is mostly record bytes. They are never copied here:
 //! the fixed fields and per-partition headers are written into one small
 //! buffer, which is cut into `Bytes` pieces at each records field, and the
-//! records chunks (tail-cache `Bytes` or segment-file ranges for
-//! `sendfile`) are placed between those pieces untouched. The caller writes
+//! records chunks (tail-cache `Bytes` or segment-file ranges, which the
+//! connection reads as it sends them) are placed between those pieces untouched. The caller writes
 //! the frame length and response header, then sends the parts in order.
 //!
 //! Versions: v7 adds the top-level error code and session id; v11 the
@@ -203,30 +203,37 @@ mod tests {
     use super::*;
     use crate::record::FileRange;
     use bytes::Bytes;
+    use glommio::io::DmaFile;
     use kafka_protocol::messages::FetchResponse as KpFetch;
     use kafka_protocol::protocol::Decodable;
-    use std::io::{Read, Seek, SeekFrom, Write};
     use std::rc::Rc;
 
-    /// Concatenates the parts, reading file ranges with plain reads.
-    fn flatten(parts: &[RecordsChunk]) -> Bytes {
+    /// Concatenates the parts, reading file ranges with direct reads.
+    async fn flatten(parts: &[RecordsChunk]) -> Bytes {
         let mut out = Vec::new();
         for p in parts {
             match p {
                 RecordsChunk::Memory(b) => out.extend_from_slice(b),
                 RecordsChunk::File(r) => {
-                    let mut f: &std::fs::File = &r.file;
-                    f.seek(SeekFrom::Start(r.position)).unwrap();
-                    let mut chunk = vec![0; r.len];
-                    f.read_exact(&mut chunk).unwrap();
-                    out.extend_from_slice(&chunk);
+                    out.extend_from_slice(&r.file.read_at(r.position, r.len).await.unwrap())
                 }
             }
         }
         Bytes::from(out)
     }
 
-    fn sample(file: Rc<std::fs::File>) -> FetchResponse {
+    /// Runs `f` on a glommio executor (direct reads need one).
+    fn on_executor<Fut: std::future::Future<Output = ()> + 'static>(
+        f: impl FnOnce() -> Fut + Send + 'static,
+    ) {
+        crate::runtime::executor_builder(0, None, crate::runtime::IO_MEMORY_TEST_BYTES)
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    fn sample(file: Rc<DmaFile>) -> FetchResponse {
         let mem = Bytes::from_static(b"MEMORY-BATCH-BYTES");
         FetchResponse {
             throttle_time_ms: 5,
@@ -285,9 +292,14 @@ mod tests {
 
     #[test]
     fn every_version_decodes_with_kafka_protocol() {
-        let mut tmp = tempfile::tempfile().unwrap();
-        tmp.write_all(b"0123FILE-B!rest").unwrap();
-        let file = Rc::new(tmp);
+        on_executor(every_version_decodes);
+    }
+
+    async fn every_version_decodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("segment");
+        std::fs::write(&path, b"0123FILE-B!rest").unwrap();
+        let file = Rc::new(DmaFile::open(&path).await.unwrap());
         for version in FETCH_MIN_VERSION..=FETCH_MAX_VERSION {
             let resp = sample(file.clone());
             let mem_ptr = match &resp.topics[0].partitions[0].records[1] {
@@ -299,7 +311,7 @@ mod tests {
             assert!(parts
                 .iter()
                 .any(|p| matches!(p, RecordsChunk::Memory(b) if b.as_ptr() == mem_ptr)));
-            let mut bytes = flatten(&parts);
+            let mut bytes = flatten(&parts).await;
             assert_eq!(bytes.len(), total, "v{version}");
             let d = KpFetch::decode(&mut bytes, version).unwrap();
             assert_eq!(bytes.len(), 0, "v{version}: trailing bytes");
@@ -352,6 +364,10 @@ mod tests {
 
     #[test]
     fn empty_response_is_one_part() {
+        on_executor(empty_response);
+    }
+
+    async fn empty_response() {
         let resp = FetchResponse {
             throttle_time_ms: 0,
             error_code: 0,
@@ -362,7 +378,7 @@ mod tests {
         for version in [4, 12, 16] {
             let (parts, total) = encode_fetch_response(resp.clone(), version);
             assert_eq!(parts.len(), 1);
-            let mut b = flatten(&parts);
+            let mut b = flatten(&parts).await;
             assert_eq!(b.len(), total);
             assert!(KpFetch::decode(&mut b, version).is_ok());
         }

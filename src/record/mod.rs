@@ -26,12 +26,12 @@ pub use records::{decode_batch, ControlType, Record, RecordHeader};
 use bytes::Bytes;
 use std::rc::Rc;
 
-/// A byte range of an open segment file, sent with `sendfile` without
-/// passing through user space. The file is a buffered (not O_DIRECT)
-/// descriptor of the segment, shared by every reader of that segment.
+/// A byte range of an open segment file, read with direct reads as the
+/// connection sends it (`net::file_range`). The file is the segment's
+/// O_DIRECT descriptor, shared by every reader of that segment.
 #[derive(Clone, Debug)]
 pub struct FileRange {
-    pub file: Rc<std::fs::File>,
+    pub file: Rc<glommio::io::DmaFile>,
     pub position: u64,
     pub len: usize,
 }

@@ -94,8 +94,16 @@ pub fn chunk_bytes(r: &fjord::log::ReadResult) -> Vec<u8> {
         match c {
             fjord::record::RecordsChunk::Memory(b) => out.extend_from_slice(b),
             fjord::record::RecordsChunk::File(fr) => {
+                let path = fr
+                    .file
+                    .path()
+                    .expect("a segment file has a path")
+                    .to_path_buf();
                 let mut v = vec![0u8; fr.len];
-                fr.file.read_exact_at(&mut v, fr.position).unwrap();
+                std::fs::File::open(path)
+                    .unwrap()
+                    .read_exact_at(&mut v, fr.position)
+                    .unwrap();
                 out.extend_from_slice(&v);
             }
         }
