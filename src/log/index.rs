@@ -68,6 +68,28 @@ impl OffsetIndex {
         }
     }
 
+    /// The position of the last entry after byte `after` and at or before
+    /// byte `at_most` whose offset is below `relative_upper`. Every batch
+    /// before such a position ends before that entry's batch, so all of
+    /// them have offsets below `relative_upper` too: a read can take the
+    /// bytes up to it without reading their headers.
+    pub fn last_position_within(
+        &self,
+        after: u64,
+        at_most: u64,
+        relative_upper: u64,
+    ) -> Option<u64> {
+        let by_position = self
+            .entries
+            .partition_point(|e| u64::from(e.position) <= at_most);
+        let by_offset = self
+            .entries
+            .partition_point(|e| u64::from(e.relative_offset) < relative_upper);
+        let i = by_position.min(by_offset).checked_sub(1)?;
+        let position = u64::from(self.entries[i].position);
+        (position > after).then_some(position)
+    }
+
     pub fn size_bytes(&self) -> usize {
         self.entries.len() * OFFSET_INDEX_ENTRY_BYTES
     }
@@ -209,6 +231,38 @@ mod tests {
         assert_eq!(i.lookup(10), 4200);
         assert_eq!(i.lookup(19), 4200);
         assert_eq!(i.lookup(25), 8400);
+    }
+
+    #[test]
+    fn last_position_within_keeps_to_both_bounds() {
+        let mut i = OffsetIndex::default();
+        i.push(10, 4200);
+        i.push(20, 8400);
+        i.push(30, 12600);
+        assert_eq!(i.last_position_within(0, 10_000, 100), Some(8400));
+        assert_eq!(
+            i.last_position_within(0, 8400, 100),
+            Some(8400),
+            "at most is inclusive"
+        );
+        assert_eq!(i.last_position_within(0, 8399, 100), Some(4200));
+        assert_eq!(
+            i.last_position_within(0, 100_000, 30),
+            Some(8400),
+            "offset 30 is not below 30"
+        );
+        assert_eq!(i.last_position_within(0, 100_000, 31), Some(12600));
+        assert_eq!(
+            i.last_position_within(8400, 10_000, 100),
+            None,
+            "after is exclusive"
+        );
+        assert_eq!(i.last_position_within(0, 4199, 100), None);
+        assert_eq!(i.last_position_within(0, 100_000, 10), None);
+        assert_eq!(
+            OffsetIndex::default().last_position_within(0, 1 << 40, 1 << 40),
+            None
+        );
     }
 
     #[test]

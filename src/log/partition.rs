@@ -1498,41 +1498,61 @@ impl PartitionLog {
             } else {
                 0
             };
-            let mut first: Option<u64> = None;
-            let mut len: u64 = 0;
+            // The first batch with offsets at or past `from`, by walking
+            // from the index entry before it.
+            let mut first: Option<(u64, u64)> = None;
             seg.walk(start_pos, seg.written_len.get(), false, &mut |pos, h, _| {
                 if h.last_offset() < from.0 {
                     return true;
                 }
-                if h.last_offset() >= upper {
-                    return false;
+                if h.last_offset() < upper {
+                    first = Some((pos, h.total_size() as u64));
                 }
-                let size = h.total_size() as u64;
-                match first {
-                    None => {
-                        first = Some(pos);
-                        len = size;
-                        true
-                    }
-                    Some(_) if len + size > max_bytes as u64 => false,
-                    Some(_) => {
-                        len += size;
-                        true
-                    }
-                }
+                false
             })
             .await?;
-            if let Some(position) = first {
-                let file = seg.dma().await?;
-                return Ok(ReadResult {
-                    chunks: vec![RecordsChunk::File(FileRange {
-                        file,
-                        position,
-                        len: len as usize,
-                    })],
-                    bytes: len as usize,
-                });
+            let Some((position, first_len)) = first else {
+                continue;
+            };
+            // Then whole batches while they fit in `max_bytes`: up to the
+            // last index entry in reach without reading their headers (a
+            // catch-up read of large batches would otherwise read one header
+            // per batch, one after another), and from there by walking.
+            let limit = position + max_bytes as u64;
+            let mut len = first_len;
+            if len < max_bytes as u64 {
+                let relative_upper = (upper - seg.base_offset).max(0) as u64;
+                if let Some(p) = seg.index.borrow().last_position_within(
+                    position + len - 1,
+                    limit,
+                    relative_upper,
+                ) {
+                    len = p - position;
+                }
+                seg.walk(
+                    position + len,
+                    seg.written_len.get(),
+                    false,
+                    &mut |_, h, _| {
+                        let size = h.total_size() as u64;
+                        if h.last_offset() >= upper || len + size > max_bytes as u64 {
+                            return false;
+                        }
+                        len += size;
+                        true
+                    },
+                )
+                .await?;
             }
+            let file = seg.dma().await?;
+            return Ok(ReadResult {
+                chunks: vec![RecordsChunk::File(FileRange {
+                    file,
+                    position,
+                    len: len as usize,
+                })],
+                bytes: len as usize,
+            });
         }
         Ok(ReadResult::default())
     }

@@ -23,8 +23,15 @@ use std::rc::Rc;
 
 /// Window of a recovery scan read: 1 MiB.
 pub const RECOVERY_READ_WINDOW_BYTES: usize = 1 << 20;
-/// Window of a direct read while walking batch headers: 64 KiB.
+/// Window of a direct read while walking batches: 64 KiB (the largest
+/// window of a walk that reads only headers).
 pub const READ_SCAN_WINDOW_BYTES: usize = 64 << 10;
+/// The first window of a walk that reads only headers, and its window again
+/// after a batch larger than the window was skipped over: a batch header
+/// read costs little more than this (on the session-12 machine's virtio
+/// disk a 4 KiB direct read takes ~0.06 ms, a 64 KiB one ~0.12 ms).
+/// Windows double while the walk keeps running off their end.
+pub const READ_HEADER_WINDOW_MIN_BYTES: usize = 4 << 10;
 
 pub fn log_file_name(base: i64) -> String {
     format!("{base:020}.log")
@@ -305,13 +312,25 @@ impl Segment {
         let dma = self.dma().await?;
         let mut pos = start;
         let mut win: Option<(u64, glommio::io::ReadResult)> = None;
+        let mut window = if need_bytes {
+            READ_SCAN_WINDOW_BYTES
+        } else {
+            READ_HEADER_WINDOW_MIN_BYTES
+        } as u64;
         while pos < end {
             let need = |n: u64, w: &Option<(u64, glommio::io::ReadResult)>| match w {
                 Some((at, r)) => pos >= *at && pos + n <= *at + r.len() as u64,
                 None => false,
             };
             if !need(batch::BATCH_HEADER_BYTES as u64, &win) {
-                let n = (READ_SCAN_WINDOW_BYTES as u64).min(end - pos) as usize;
+                if let (false, Some((at, r))) = (need_bytes, &win) {
+                    window = if pos > *at + r.len() as u64 {
+                        READ_HEADER_WINDOW_MIN_BYTES as u64
+                    } else {
+                        (window * 2).min(READ_SCAN_WINDOW_BYTES as u64)
+                    };
+                }
+                let n = window.min(end - pos) as usize;
                 let r = dma
                     .read_at(pos, n)
                     .await

@@ -49,21 +49,31 @@ use std::io;
 /// Bytes of one direct read. Reads end at multiples of this in the file,
 /// so neighbouring reads share no page.
 const READ_PIECE_BYTES: u64 = 256 << 10;
+/// The first read ends at a multiple of this instead: a small read comes
+/// back sooner (on the session-12 machine's virtio disk a 64 KiB read takes
+/// ~0.12 ms, a 256 KiB one ~0.26 ms), so the socket starts sooner.
+const FIRST_READ_PIECE_BYTES: u64 = 64 << 10;
 /// Direct reads of one range in flight at once (1 MiB ahead of the socket).
 const READS_IN_FLIGHT: usize = 4;
 /// Direct I/O alignment of the reads (the logical block size is at most this).
 const READ_ALIGN_BYTES: u64 = 4096;
 
 /// The direct reads that cover `[start, end)`: `(aligned position, aligned
-/// length, offset of the first wanted byte in it, wanted bytes)`. Pieces
-/// break at multiples of `READ_PIECE_BYTES`.
+/// length, offset of the first wanted byte in it, wanted bytes)`. The first
+/// piece breaks at a multiple of `FIRST_READ_PIECE_BYTES`, the others at
+/// multiples of `READ_PIECE_BYTES`.
 fn pieces(start: u64, end: u64) -> impl Iterator<Item = (u64, usize, usize, usize)> {
     let mut at = start;
     std::iter::from_fn(move || {
         if at >= end {
             return None;
         }
-        let next = ((at / READ_PIECE_BYTES + 1) * READ_PIECE_BYTES).min(end);
+        let step = if at == start {
+            FIRST_READ_PIECE_BYTES
+        } else {
+            READ_PIECE_BYTES
+        };
+        let next = ((at / step + 1) * step).min(end);
         let aligned = at - at % READ_ALIGN_BYTES;
         let aligned_end = next.div_ceil(READ_ALIGN_BYTES) * READ_ALIGN_BYTES;
         let piece = (
@@ -127,6 +137,9 @@ mod tests {
                 assert_eq!(pos + skip as u64, next, "pieces follow on one another");
                 assert!(skip + want <= len);
                 assert!(want > 0 && want as u64 <= READ_PIECE_BYTES);
+                if pos + skip as u64 == start {
+                    assert!(want as u64 <= FIRST_READ_PIECE_BYTES, "a small first read");
+                }
                 next += want as u64;
             }
             assert_eq!(next, end, "pieces of {start}..{end} end at its end");
