@@ -294,14 +294,20 @@ impl Segment {
                 .await
                 .map_err(|e| LogError::Io(e.into()))?,
         );
-        *self.dma.borrow_mut() = Some(f.clone());
-        Ok(f)
+        // Another read may have opened it meanwhile: keep one descriptor,
+        // so the count of its holders tells whether a fetch still reads the
+        // file (`recycle_or_remove`).
+        let mut slot = self.dma.borrow_mut();
+        Ok(slot.get_or_insert(f).clone())
     }
 
     /// Walks whole batches in `[start, end)` of the written file with direct
     /// reads. With `need_bytes` false only headers are read (a batch larger
     /// than the window is skipped over). `f(position, header, bytes)` returns
-    /// false to stop; `bytes` is empty when `need_bytes` is false.
+    /// false to stop; `bytes` is empty when `need_bytes` is false. In a
+    /// segment still being written the walk ends before a batch that runs
+    /// past `end` (it is not all written yet); in a sealed one that batch is
+    /// corrupt.
     pub async fn walk(
         &self,
         start: u64,
@@ -323,6 +329,9 @@ impl Segment {
                 None => false,
             };
             if !need(batch::BATCH_HEADER_BYTES as u64, &win) {
+                if end - pos < batch::BATCH_HEADER_BYTES as u64 && !self.sealed.get() {
+                    break; // a batch whose header is not all written yet
+                }
                 if let (false, Some((at, r))) = (need_bytes, &win) {
                     window = if pos > *at + r.len() as u64 {
                         READ_HEADER_WINDOW_MIN_BYTES as u64
@@ -345,6 +354,12 @@ impl Segment {
                 })?
             };
             let size = h.total_size() as u64;
+            if pos + size > end && !self.sealed.get() {
+                // The active segment's written bytes can end inside a batch
+                // (a write of full chunks completed before the rest of it):
+                // that batch is not written yet.
+                break;
+            }
             if pos + size > end {
                 return Err(LogError::Corrupt(format!(
                     "{}: batch at {pos} runs past {end}",

@@ -47,6 +47,8 @@ const READ_CHUNK_MIN_BYTES: usize = 4 * 1024;
 const READ_WINDOW_BYTES: usize = 4 * 1024;
 /// Room given at once to a pending frame; larger frames grow as they arrive.
 const FRAME_ROOM_AT_ONCE_MAX_BYTES: usize = 4 << 20;
+/// Longest a response write may wait for the client to make room.
+const SOCKET_WRITE_STALL_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 /// Responses smaller than this are coalesced into one write.
 const COALESCE_BYTES_MAX: usize = 64 * 1024;
 
@@ -118,6 +120,10 @@ impl AsyncWrite for SharedStream {
 
 async fn serve_connection(ctx: Rc<ShardCtx>, stream: TcpStream) -> io::Result<()> {
     stream.set_nodelay(true)?;
+    // A client that leaves a response unread this long loses the
+    // connection, so it cannot pin the response's segment file and read
+    // buffers for ever.
+    stream.set_write_timeout(Some(SOCKET_WRITE_STALL_MAX))?;
     let fd = stream.as_raw_fd();
     let stream = SharedStream(Rc::new(RefCell::new(stream)));
     let (tx, rx) =
