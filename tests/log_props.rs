@@ -171,6 +171,28 @@ fn round_trip(
                     }
                 }
             }
+            // A consumer reading on from where each read ended: after the
+            // first read, the reads are sequential and come partly from the
+            // read-ahead. Every batch arrives once, in order.
+            for max_bytes in [5_000usize, 40_000] {
+                let mut got = Vec::new();
+                let mut from = expect.first().map_or(0, |e| e.0);
+                while from < end.0 {
+                    let r = log
+                        .read(Offset(from), max_bytes, Offset(end.0))
+                        .await
+                        .unwrap();
+                    let bytes = chunk_bytes(&r);
+                    let offsets = batch_offsets(&bytes);
+                    let Some(last) = offsets.last() else {
+                        panic!("no batch at {from} below {}", end.0)
+                    };
+                    from = last.1 + 1;
+                    got.extend_from_slice(&bytes);
+                }
+                let all: Vec<u8> = expect.iter().flat_map(|e| e.2.clone()).collect();
+                assert!(got == all, "sequential reads of {max_bytes} bytes");
+            }
         };
         check(log.clone(), expect.clone()).await;
         mgr.shutdown().await.unwrap();

@@ -19,6 +19,7 @@
 //! task (group commit). Background work (retention, flush.ms, checkpoints)
 //! runs in a separate task queue given to [`LogManager::start_background`].
 
+pub(crate) mod ahead;
 pub mod cache;
 pub mod checkpoint;
 mod copy;

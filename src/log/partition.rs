@@ -133,11 +133,12 @@
 //!
 //! Owned by one shard; handlers keep `Rc<PartitionLog>` across awaits.
 
+use super::ahead::{ReadAhead, READ_AHEAD_MAX_BYTES, READ_AHEAD_MIN_BYTES};
 use super::cache::{CachedBatch, TailCache};
 use super::copy::{self, STREAM_COPY_MIN_BYTES};
 use super::direct;
 use super::iobuf::{IoArena, IoBuf};
-use super::segment::{log_file_name, Segment};
+use super::segment::{log_file_name, Segment, READ_HEADER_WINDOW_MIN_BYTES};
 use super::watch::OffsetWatch;
 use super::{now_ms, AppendInfo, LogConfig, LogError, ReadResult, PAGE_BYTES};
 use super::{
@@ -1453,6 +1454,28 @@ impl PartitionLog {
             .await;
     }
 
+    /// After a sequential read of `seg` that ended at `end`, reads what
+    /// the next one will want ahead (`log::ahead`): as many bytes as this
+    /// one could take, and a header window more, of what is written now.
+    fn read_ahead(
+        &self,
+        seg: &Segment,
+        file: Rc<DmaFile>,
+        end: u64,
+        max_bytes: u64,
+        current: Option<Rc<ReadAhead>>,
+    ) {
+        let want = max_bytes.clamp(READ_AHEAD_MIN_BYTES, READ_AHEAD_MAX_BYTES)
+            + READ_HEADER_WINDOW_MIN_BYTES as u64;
+        let len = want.min(seg.written_len.get().saturating_sub(end));
+        if len == 0 || current.is_some_and(|a| a.covers(end, len)) {
+            return;
+        }
+        // The old one goes first, so its budget is free for the new one.
+        seg.ahead.borrow_mut().take();
+        *seg.ahead.borrow_mut() = ReadAhead::start(file, end, len).map(Rc::new);
+    }
+
     fn segments_from(&self, offset: i64) -> Vec<Rc<Segment>> {
         let segs = self.segments.borrow();
         let first = segs
@@ -1493,25 +1516,31 @@ impl PartitionLog {
             if seg.base_offset >= upper {
                 break;
             }
-            let start_pos = if from.0 > seg.base_offset {
-                seg.index.borrow().lookup((from.0 - seg.base_offset) as u32) as u64
-            } else {
-                0
+            // A read that starts where the last one ended is sequential: it
+            // walks from there, and what follows it is read ahead
+            // (`log::ahead`).
+            let cursor = seg.read_cursor.get().filter(|(next, _)| *next == from.0);
+            let start_pos = match cursor {
+                Some((_, pos)) => pos,
+                None if from.0 > seg.base_offset => {
+                    seg.index.borrow().lookup((from.0 - seg.base_offset) as u32) as u64
+                }
+                None => 0,
             };
             // The first batch with offsets at or past `from`, by walking
             // from the index entry before it.
-            let mut first: Option<(u64, u64)> = None;
+            let mut first: Option<(u64, u64, i64)> = None;
             seg.walk(start_pos, seg.written_len.get(), false, &mut |pos, h, _| {
                 if h.last_offset() < from.0 {
                     return true;
                 }
                 if h.last_offset() < upper {
-                    first = Some((pos, h.total_size() as u64));
+                    first = Some((pos, h.total_size() as u64, h.last_offset()));
                 }
                 false
             })
             .await?;
-            let Some((position, first_len)) = first else {
+            let Some((position, first_len, first_last)) = first else {
                 continue;
             };
             // Then whole batches while they fit in `max_bytes`: up to the
@@ -1520,6 +1549,7 @@ impl PartitionLog {
             // per batch, one after another), and from there by walking.
             let limit = position + max_bytes as u64;
             let mut len = first_len;
+            let mut next_offset = first_last + 1;
             if len < max_bytes as u64 {
                 let relative_upper = (upper - seg.base_offset).max(0) as u64;
                 if let Some(p) = seg.index.borrow().last_position_within(
@@ -1536,21 +1566,45 @@ impl PartitionLog {
                     &mut |_, h, _| {
                         let size = h.total_size() as u64;
                         if h.last_offset() >= upper || len + size > max_bytes as u64 {
+                            next_offset = h.base_offset;
                             return false;
                         }
                         len += size;
+                        next_offset = h.last_offset() + 1;
                         true
                     },
                 )
                 .await?;
             }
+            let end = position + len;
+            seg.read_cursor.set(Some((next_offset, end)));
+            // What the read-ahead already holds of the range goes from
+            // memory, the rest is read as the connection sends it.
+            let mut chunks = Vec::new();
+            let mut from_pos = position;
+            let ahead = seg.ahead.borrow().clone();
+            if let Some(ahead) = &ahead {
+                while from_pos < end {
+                    let Some(r) = ahead.bytes_at(from_pos, end - from_pos).await else {
+                        break;
+                    };
+                    from_pos += r.len() as u64;
+                    chunks.push(RecordsChunk::Loaded(r));
+                }
+            }
             let file = seg.dma().await?;
+            if from_pos < end {
+                chunks.push(RecordsChunk::File(FileRange {
+                    file: file.clone(),
+                    position: from_pos,
+                    len: (end - from_pos) as usize,
+                }));
+            }
+            if cursor.is_some() {
+                self.read_ahead(&seg, file, end, max_bytes as u64, ahead);
+            }
             return Ok(ReadResult {
-                chunks: vec![RecordsChunk::File(FileRange {
-                    file,
-                    position,
-                    len: len as usize,
-                })],
+                chunks,
                 bytes: len as usize,
             });
         }

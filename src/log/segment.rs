@@ -11,6 +11,7 @@
 //!
 //! Owned by the shard that owns the partition; !Send.
 
+use super::ahead::ReadAhead;
 use super::index::{OffsetIndex, TimeIndex};
 use super::LogError;
 use crate::record::batch::{self, BatchHeader, LOG_OVERHEAD_BYTES};
@@ -58,6 +59,11 @@ pub(crate) struct Segment {
     /// True once the segment is no longer written (truncated, synced, indexes on disk).
     pub sealed: Cell<bool>,
     pub dma: RefCell<Option<Rc<DmaFile>>>,
+    /// Where the last read of whole batches from the file ended: the offset
+    /// after them and its position (`log::ahead`).
+    pub read_cursor: Cell<Option<(i64, u64)>>,
+    /// What follows the last sequential read, read ahead (`log::ahead`).
+    pub ahead: RefCell<Option<Rc<ReadAhead>>>,
 }
 
 /// How a recovery scan of one segment ended.
@@ -94,6 +100,8 @@ impl Segment {
             created_ms: now_ms,
             sealed: Cell::new(false),
             dma: RefCell::new(None),
+            read_cursor: Cell::new(None),
+            ahead: RefCell::new(None),
         }
     }
 
@@ -301,6 +309,29 @@ impl Segment {
         Ok(slot.get_or_insert(f).clone())
     }
 
+    /// `n` bytes of the file from `pos` for a walk: from the read-ahead if it
+    /// holds at least `at_least` of them (then perhaps fewer than `n`), else
+    /// with a direct read.
+    async fn read_window(
+        &self,
+        dma: &DmaFile,
+        pos: u64,
+        n: usize,
+        at_least: usize,
+    ) -> Result<glommio::io::ReadResult, LogError> {
+        let ahead = self.ahead.borrow().clone();
+        if let Some(ahead) = ahead {
+            if let Some(r) = ahead.bytes_at(pos, n as u64).await {
+                if r.len() >= at_least {
+                    return Ok(r);
+                }
+            }
+        }
+        dma.read_at(pos, n)
+            .await
+            .map_err(|e| LogError::Io(e.into()))
+    }
+
     /// Walks whole batches in `[start, end)` of the written file with direct
     /// reads. With `need_bytes` false only headers are read (a batch larger
     /// than the window is skipped over). `f(position, header, bytes)` returns
@@ -340,10 +371,9 @@ impl Segment {
                     };
                 }
                 let n = window.min(end - pos) as usize;
-                let r = dma
-                    .read_at(pos, n)
-                    .await
-                    .map_err(|e| LogError::Io(e.into()))?;
+                let r = self
+                    .read_window(&dma, pos, n, batch::BATCH_HEADER_BYTES)
+                    .await?;
                 win = Some((pos, r));
             }
             let h = {
@@ -369,10 +399,7 @@ impl Segment {
             let keep_going = if need_bytes {
                 if !need(size, &win) {
                     let n = (READ_SCAN_WINDOW_BYTES as u64).max(size).min(end - pos) as usize;
-                    let r = dma
-                        .read_at(pos, n)
-                        .await
-                        .map_err(|e| LogError::Io(e.into()))?;
+                    let r = self.read_window(&dma, pos, n, size as usize).await?;
                     win = Some((pos, r));
                 }
                 let Some((at, r)) = &win else { break };

@@ -41,51 +41,14 @@
 //! direct reads inline; see `log/direct.rs`), so unlike sendfile this needs
 //! no helper thread.
 
+use crate::log::ahead::read_pieces;
 use crate::record::FileRange;
 use futures::StreamExt;
 use futures_lite::io::{AsyncWrite, AsyncWriteExt};
 use std::io;
 
-/// Bytes of one direct read. Reads end at multiples of this in the file,
-/// so neighbouring reads share no page.
-const READ_PIECE_BYTES: u64 = 256 << 10;
-/// The first read ends at a multiple of this instead: a small read comes
-/// back sooner (on the session-12 machine's virtio disk a 64 KiB read takes
-/// ~0.12 ms, a 256 KiB one ~0.26 ms), so the socket starts sooner.
-const FIRST_READ_PIECE_BYTES: u64 = 64 << 10;
 /// Direct reads of one range in flight at once (1 MiB ahead of the socket).
 const READS_IN_FLIGHT: usize = 4;
-/// Direct I/O alignment of the reads (the logical block size is at most this).
-const READ_ALIGN_BYTES: u64 = 4096;
-
-/// The direct reads that cover `[start, end)`: `(aligned position, aligned
-/// length, offset of the first wanted byte in it, wanted bytes)`. The first
-/// piece breaks at a multiple of `FIRST_READ_PIECE_BYTES`, the others at
-/// multiples of `READ_PIECE_BYTES`.
-fn pieces(start: u64, end: u64) -> impl Iterator<Item = (u64, usize, usize, usize)> {
-    let mut at = start;
-    std::iter::from_fn(move || {
-        if at >= end {
-            return None;
-        }
-        let step = if at == start {
-            FIRST_READ_PIECE_BYTES
-        } else {
-            READ_PIECE_BYTES
-        };
-        let next = ((at / step + 1) * step).min(end);
-        let aligned = at - at % READ_ALIGN_BYTES;
-        let aligned_end = next.div_ceil(READ_ALIGN_BYTES) * READ_ALIGN_BYTES;
-        let piece = (
-            aligned,
-            (aligned_end - aligned) as usize,
-            (at - aligned) as usize,
-            (next - at) as usize,
-        );
-        at = next;
-        Some(piece)
-    })
-}
 
 /// Reads `range` of its file with direct reads and writes it to `stream`.
 pub async fn send_range<S: AsyncWrite + Unpin>(
@@ -93,22 +56,24 @@ pub async fn send_range<S: AsyncWrite + Unpin>(
     range: &FileRange,
 ) -> io::Result<()> {
     let file = &range.file;
-    let mut reads =
-        futures::stream::iter(pieces(range.position, range.position + range.len as u64))
-            .map(|(pos, len, skip, want)| async move {
-                let buf = file
-                    .read_at_aligned(pos, len)
-                    .await
-                    .map_err(io::Error::from)?;
-                if buf.len() < skip + want {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "segment file ended before the requested range",
-                    ));
-                }
-                Ok((buf, skip, want))
-            })
-            .buffered(READS_IN_FLIGHT);
+    let mut reads = futures::stream::iter(read_pieces(
+        range.position,
+        range.position + range.len as u64,
+    ))
+    .map(|(pos, len, skip, want)| async move {
+        let buf = file
+            .read_at_aligned(pos, len)
+            .await
+            .map_err(io::Error::from)?;
+        if buf.len() < skip + want {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "segment file ended before the requested range",
+            ));
+        }
+        Ok((buf, skip, want))
+    })
+    .buffered(READS_IN_FLIGHT);
     while let Some(read) = reads.next().await {
         let (buf, skip, want) = read?;
         stream.write_all(&buf[skip..skip + want]).await?;
@@ -120,32 +85,6 @@ pub async fn send_range<S: AsyncWrite + Unpin>(
 mod tests {
     use super::*;
 
-    #[test]
-    fn pieces_cover_the_range_once_with_aligned_reads() {
-        for (start, end) in [
-            (0u64, 1u64),
-            (0, READ_PIECE_BYTES),
-            (100, 100 + 3 * READ_PIECE_BYTES + 17),
-            (READ_PIECE_BYTES - 1, READ_PIECE_BYTES + 1),
-            (4095, 4097),
-            (12_345, 12_345),
-        ] {
-            let mut next = start;
-            for (pos, len, skip, want) in pieces(start, end) {
-                assert_eq!(pos % READ_ALIGN_BYTES, 0);
-                assert_eq!(len as u64 % READ_ALIGN_BYTES, 0);
-                assert_eq!(pos + skip as u64, next, "pieces follow on one another");
-                assert!(skip + want <= len);
-                assert!(want > 0 && want as u64 <= READ_PIECE_BYTES);
-                if pos + skip as u64 == start {
-                    assert!(want as u64 <= FIRST_READ_PIECE_BYTES, "a small first read");
-                }
-                next += want as u64;
-            }
-            assert_eq!(next, end, "pieces of {start}..{end} end at its end");
-        }
-    }
-
     /// A range over several pieces, starting and ending off the alignment,
     /// arrives whole and in order; a range past the end of the file is an
     /// error, not a short send.
@@ -153,7 +92,7 @@ mod tests {
     fn sends_a_range_with_direct_reads() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("segment");
-        let data: Vec<u8> = (0..3 * READ_PIECE_BYTES as usize + 9_000)
+        let data: Vec<u8> = (0..3 * crate::log::ahead::READ_PIECE_BYTES as usize + 9_000)
             .map(|i| (i % 251) as u8)
             .collect();
         std::fs::write(&path, &data).unwrap();

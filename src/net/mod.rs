@@ -339,6 +339,10 @@ async fn write_loop(
                             flush(stream, &mut out).await?;
                             stream.write_all(&b).await?;
                         }
+                        RecordsChunk::Loaded(r) => {
+                            flush(stream, &mut out).await?;
+                            stream.write_all(&r).await?;
+                        }
                         RecordsChunk::File(range) => {
                             flush(stream, &mut out).await?;
                             file_range::send_range(stream, &range).await?;

@@ -214,6 +214,7 @@ mod tests {
         for p in parts {
             match p {
                 RecordsChunk::Memory(b) => out.extend_from_slice(b),
+                RecordsChunk::Loaded(r) => out.extend_from_slice(r),
                 RecordsChunk::File(r) => {
                     out.extend_from_slice(&r.file.read_at(r.position, r.len).await.unwrap())
                 }
@@ -304,7 +305,7 @@ mod tests {
             let resp = sample(file.clone());
             let mem_ptr = match &resp.topics[0].partitions[0].records[1] {
                 RecordsChunk::Memory(b) => b.as_ptr(),
-                RecordsChunk::File(_) => unreachable!(),
+                RecordsChunk::Loaded(_) | RecordsChunk::File(_) => unreachable!(),
             };
             let (parts, total) = encode_fetch_response(resp, version);
             // The memory records are passed through, not copied.

@@ -36,12 +36,14 @@ pub struct FileRange {
     pub len: usize,
 }
 
-/// One piece of a records field on its way to a client: either bytes already
-/// in memory (the tail cache) or a range of a segment file. A read returns a
-/// sequence of these, each holding whole batches.
+/// One piece of a records field on its way to a client: bytes already in
+/// memory (the tail cache), bytes a direct read brought in (a segment's
+/// read-ahead), or a range of a segment file still to be read. A read
+/// returns a sequence of these that together hold whole batches.
 #[derive(Clone, Debug)]
 pub enum RecordsChunk {
     Memory(Bytes),
+    Loaded(glommio::io::ReadResult),
     File(FileRange),
 }
 
@@ -49,6 +51,7 @@ impl RecordsChunk {
     pub fn len(&self) -> usize {
         match self {
             RecordsChunk::Memory(b) => b.len(),
+            RecordsChunk::Loaded(r) => r.len(),
             RecordsChunk::File(r) => r.len,
         }
     }

@@ -93,6 +93,7 @@ pub fn chunk_bytes(r: &fjord::log::ReadResult) -> Vec<u8> {
     for c in &r.chunks {
         match c {
             fjord::record::RecordsChunk::Memory(b) => out.extend_from_slice(b),
+            fjord::record::RecordsChunk::Loaded(r) => out.extend_from_slice(r),
             fjord::record::RecordsChunk::File(fr) => {
                 let path = fr
                     .file
