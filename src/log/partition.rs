@@ -1528,7 +1528,7 @@ impl PartitionLog {
                 None => 0,
             };
             // The first batch with offsets at or past `from`, by walking
-            // from the index entry before it.
+            // from there or from the index entry before it.
             let mut first: Option<(u64, u64, i64)> = None;
             seg.walk(start_pos, seg.written_len.get(), false, &mut |pos, h, _| {
                 if h.last_offset() < from.0 {
