@@ -133,12 +133,11 @@
 //!
 //! Owned by one shard; handlers keep `Rc<PartitionLog>` across awaits.
 
-use super::ahead::{ReadAhead, READ_AHEAD_MAX_BYTES, READ_AHEAD_MIN_BYTES};
 use super::cache::{CachedBatch, TailCache};
 use super::copy::{self, STREAM_COPY_MIN_BYTES};
 use super::direct;
 use super::iobuf::{IoArena, IoBuf};
-use super::segment::{log_file_name, Segment, READ_HEADER_WINDOW_MIN_BYTES};
+use super::segment::{log_file_name, Segment};
 use super::watch::OffsetWatch;
 use super::{now_ms, AppendInfo, LogConfig, LogError, ReadResult, PAGE_BYTES};
 use super::{
@@ -1454,28 +1453,6 @@ impl PartitionLog {
             .await;
     }
 
-    /// After a sequential read of `seg` that ended at `end`, reads what
-    /// the next one will want ahead (`log::ahead`): as many bytes as this
-    /// one could take, and a header window more, of what is written now.
-    fn read_ahead(
-        &self,
-        seg: &Segment,
-        file: Rc<DmaFile>,
-        end: u64,
-        max_bytes: u64,
-        current: Option<Rc<ReadAhead>>,
-    ) {
-        let want = max_bytes.clamp(READ_AHEAD_MIN_BYTES, READ_AHEAD_MAX_BYTES)
-            + READ_HEADER_WINDOW_MIN_BYTES as u64;
-        let len = want.min(seg.written_len.get().saturating_sub(end));
-        if len == 0 || current.is_some_and(|a| a.covers(end, len)) {
-            return;
-        }
-        // The old one goes first, so its budget is free for the new one.
-        seg.ahead.borrow_mut().take();
-        *seg.ahead.borrow_mut() = ReadAhead::start(file, end, len).map(Rc::new);
-    }
-
     fn segments_from(&self, offset: i64) -> Vec<Rc<Segment>> {
         let segs = self.segments.borrow();
         let first = segs
@@ -1601,7 +1578,7 @@ impl PartitionLog {
                 }));
             }
             if cursor.is_some() {
-                self.read_ahead(&seg, file, end, max_bytes as u64, ahead);
+                seg.read_ahead(file, end, max_bytes as u64, ahead);
             }
             return Ok(ReadResult {
                 chunks,

@@ -332,17 +332,8 @@ async fn write_loop(
             Outcome::Reply(parts) => {
                 for part in parts {
                     match part {
-                        RecordsChunk::Memory(b) if out.len() + b.len() <= COALESCE_BYTES_MAX => {
-                            out.extend_from_slice(&b)
-                        }
-                        RecordsChunk::Memory(b) => {
-                            flush(stream, &mut out).await?;
-                            stream.write_all(&b).await?;
-                        }
-                        RecordsChunk::Loaded(r) => {
-                            flush(stream, &mut out).await?;
-                            stream.write_all(&r).await?;
-                        }
+                        RecordsChunk::Memory(b) => write_bytes(stream, &mut out, &b).await?,
+                        RecordsChunk::Loaded(r) => write_bytes(stream, &mut out, &r).await?,
                         RecordsChunk::File(range) => {
                             flush(stream, &mut out).await?;
                             file_range::send_range(stream, &range).await?;
@@ -365,6 +356,21 @@ async fn write_loop(
             flush(stream, &mut out).await?;
         }
     }
+}
+
+/// Writes `bytes` after what `out` holds: into `out` if it stays within
+/// `COALESCE_BYTES_MAX`, else after flushing it, straight from `bytes`.
+async fn write_bytes(
+    stream: &mut SharedStream,
+    out: &mut BytesMut,
+    bytes: &[u8],
+) -> io::Result<()> {
+    if out.len() + bytes.len() <= COALESCE_BYTES_MAX {
+        out.extend_from_slice(bytes);
+        return Ok(());
+    }
+    flush(stream, out).await?;
+    stream.write_all(bytes).await
 }
 
 async fn flush(stream: &mut SharedStream, out: &mut BytesMut) -> io::Result<()> {

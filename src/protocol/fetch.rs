@@ -3,9 +3,10 @@
 //! A fetch response is mostly record bytes. They are never copied here:
 //! the fixed fields and per-partition headers are written into one small
 //! buffer, which is cut into `Bytes` pieces at each records field, and the
-//! records chunks (tail-cache `Bytes` or segment-file ranges, which the
-//! connection reads as it sends them) are placed between those pieces untouched. The caller writes
-//! the frame length and response header, then sends the parts in order.
+//! records chunks (tail-cache `Bytes`, read-ahead bytes, or segment-file
+//! ranges, which the connection reads as it sends them) are placed between
+//! those pieces untouched. The caller writes the frame length and response
+//! header, then sends the parts in order.
 //!
 //! Versions: v7 adds the top-level error code and session id; v11 the
 //! preferred read replica; v12 makes the response flexible (compact types,
