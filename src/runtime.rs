@@ -49,6 +49,20 @@ pub fn executor_builder(
         .io_memory(io_memory_bytes)
 }
 
+/// Runs `f` to completion on a fresh unpinned executor built for tests
+/// (`IO_MEMORY_TEST_BYTES`), for unit tests that need glommio's I/O.
+#[cfg(test)]
+pub(crate) fn run_test_executor<Fut>(f: impl FnOnce() -> Fut + Send + 'static)
+where
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    executor_builder(0, None, IO_MEMORY_TEST_BYTES)
+        .spawn(f)
+        .expect("a test executor starts")
+        .join()
+        .expect("the test executor's task completes");
+}
+
 /// The current soft RLIMIT_MEMLOCK in bytes (`None` = unlimited).
 pub fn memlock_limit_bytes() -> Option<u64> {
     let mut rl = libc::rlimit {

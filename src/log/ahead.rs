@@ -231,30 +231,26 @@ mod tests {
         let path = dir.path().join("segment");
         let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
         std::fs::write(&path, &data).unwrap();
-        crate::runtime::executor_builder(0, None, crate::runtime::IO_MEMORY_TEST_BYTES)
-            .spawn(move || async move {
-                let file = Rc::new(DmaFile::open(&path).await.unwrap());
-                // Two reads: [5,000, 65,536) and [65,536, 95,000).
-                let ahead = ReadAhead::start(file, 5_000, 90_000).unwrap();
-                assert!(ahead.covers(5_000, 90_000) && ahead.covers(6_000, 10));
-                assert!(!ahead.covers(4_999, 10) && !ahead.covers(94_999, 2));
-                let r = ahead.bytes_at(10_000, 100).await.unwrap();
-                assert_eq!(&r[..], &data[10_000..10_100]);
-                let r = ahead.bytes_at(5_000, 100_000).await.unwrap();
-                assert_eq!(
-                    &r[..],
-                    &data[5_000..65_536],
-                    "up to the end of the first read"
-                );
-                let r = ahead.bytes_at(65_536, 100_000).await.unwrap();
-                assert_eq!(&r[..], &data[65_536..95_000], "clipped to its end");
-                let r = ahead.bytes_at(94_990, 100).await.unwrap();
-                assert_eq!(&r[..], &data[94_990..95_000]);
-                assert!(ahead.bytes_at(4_999, 10).await.is_none());
-                assert!(ahead.bytes_at(95_000, 10).await.is_none());
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+        crate::runtime::run_test_executor(move || async move {
+            let file = Rc::new(DmaFile::open(&path).await.unwrap());
+            // Two reads: [5,000, 65,536) and [65,536, 95,000).
+            let ahead = ReadAhead::start(file, 5_000, 90_000).unwrap();
+            assert!(ahead.covers(5_000, 90_000) && ahead.covers(6_000, 10));
+            assert!(!ahead.covers(4_999, 10) && !ahead.covers(94_999, 2));
+            let r = ahead.bytes_at(10_000, 100).await.unwrap();
+            assert_eq!(&r[..], &data[10_000..10_100]);
+            let r = ahead.bytes_at(5_000, 100_000).await.unwrap();
+            assert_eq!(
+                &r[..],
+                &data[5_000..65_536],
+                "up to the end of the first read"
+            );
+            let r = ahead.bytes_at(65_536, 100_000).await.unwrap();
+            assert_eq!(&r[..], &data[65_536..95_000], "clipped to its end");
+            let r = ahead.bytes_at(94_990, 100).await.unwrap();
+            assert_eq!(&r[..], &data[94_990..95_000]);
+            assert!(ahead.bytes_at(4_999, 10).await.is_none());
+            assert!(ahead.bytes_at(95_000, 10).await.is_none());
+        });
     }
 }

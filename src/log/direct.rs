@@ -230,22 +230,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let p = path.clone();
-        let ex = crate::runtime::executor_builder(0, None, crate::runtime::IO_MEMORY_TEST_BYTES)
-            .spawn(move || async move {
-                let f = Rc::new(
-                    OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .create(true)
-                        .dma_open(&p)
-                        .await
-                        .unwrap(),
-                );
-                body(IoArena::new(), f.clone()).await;
-                f.close_rc().await.unwrap();
-            })
-            .unwrap();
-        ex.join().unwrap();
+        crate::runtime::run_test_executor(move || async move {
+            let f = Rc::new(
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .dma_open(&p)
+                    .await
+                    .unwrap(),
+            );
+            body(IoArena::new(), f.clone()).await;
+            f.close_rc().await.unwrap();
+        });
         std::fs::read(&path).unwrap()
     }
 

@@ -96,29 +96,25 @@ mod tests {
             .map(|i| (i % 251) as u8)
             .collect();
         std::fs::write(&path, &data).unwrap();
-        crate::runtime::executor_builder(0, None, crate::runtime::IO_MEMORY_TEST_BYTES)
-            .spawn(move || async move {
-                let file = std::rc::Rc::new(glommio::io::DmaFile::open(&path).await.unwrap());
-                for (position, len) in [(0, data.len()), (5_000, data.len() - 5_001), (4096, 1)] {
-                    let mut out = Vec::new();
-                    let range = FileRange {
-                        file: file.clone(),
-                        position,
-                        len,
-                    };
-                    send_range(&mut out, &range).await.unwrap();
-                    assert!(out == data[position as usize..position as usize + len]);
-                }
-                let past_end = FileRange {
+        crate::runtime::run_test_executor(move || async move {
+            let file = std::rc::Rc::new(glommio::io::DmaFile::open(&path).await.unwrap());
+            for (position, len) in [(0, data.len()), (5_000, data.len() - 5_001), (4096, 1)] {
+                let mut out = Vec::new();
+                let range = FileRange {
                     file: file.clone(),
-                    position: data.len() as u64 - 10,
-                    len: 20,
+                    position,
+                    len,
                 };
-                let err = send_range(&mut Vec::new(), &past_end).await.unwrap_err();
-                assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+                send_range(&mut out, &range).await.unwrap();
+                assert!(out == data[position as usize..position as usize + len]);
+            }
+            let past_end = FileRange {
+                file: file.clone(),
+                position: data.len() as u64 - 10,
+                len: 20,
+            };
+            let err = send_range(&mut Vec::new(), &past_end).await.unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+        });
     }
 }

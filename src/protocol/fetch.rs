@@ -224,17 +224,6 @@ mod tests {
         Bytes::from(out)
     }
 
-    /// Runs `f` on a glommio executor (direct reads need one).
-    fn on_executor<Fut: std::future::Future<Output = ()> + 'static>(
-        f: impl FnOnce() -> Fut + Send + 'static,
-    ) {
-        crate::runtime::executor_builder(0, None, crate::runtime::IO_MEMORY_TEST_BYTES)
-            .spawn(f)
-            .unwrap()
-            .join()
-            .unwrap();
-    }
-
     fn sample(file: Rc<DmaFile>) -> FetchResponse {
         let mem = Bytes::from_static(b"MEMORY-BATCH-BYTES");
         FetchResponse {
@@ -294,7 +283,7 @@ mod tests {
 
     #[test]
     fn every_version_decodes_with_kafka_protocol() {
-        on_executor(every_version_decodes);
+        crate::runtime::run_test_executor(every_version_decodes);
     }
 
     async fn every_version_decodes() {
@@ -366,7 +355,7 @@ mod tests {
 
     #[test]
     fn empty_response_is_one_part() {
-        on_executor(empty_response);
+        crate::runtime::run_test_executor(empty_response);
     }
 
     async fn empty_response() {
