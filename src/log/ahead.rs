@@ -12,30 +12,40 @@
 //!   next offset and its position, `Segment::read_cursor`). A read that
 //!   starts there is sequential: it starts walking at that position instead
 //!   of looking the offset up in the index;
-//! - after a sequential read, the segment starts direct reads of what
-//!   follows it (as many bytes as that read could have taken, plus a header
-//!   window), in the background, in the pieces of `read_pieces`, all at
-//!   once. The next read takes its headers and as much of its data as the
-//!   read-ahead holds from memory. On the session-12 machine a 1 KiB
-//!   backlog drained at 639–730 k msg/s with it, 393–548 k without
-//!   (`tuning/results/catch-up-reads.md`).
+//! - after a sequential read, the segment reads what follows it in the
+//!   background: as many bytes as `READ_AHEAD_READS` (2) reads like it
+//!   could take, plus a header window, in the pieces of `read_pieces`, all
+//!   at once. The next read takes its headers and as much of its data as
+//!   the read-ahead holds from memory, and then moves the read-ahead on
+//!   (`ReadAhead::advance`): the pieces behind it are dropped, the ones
+//!   ahead kept, and the window is read further. So the disk reads the
+//!   fetch after next while the consumer takes the next one.
 //!
-//! A read-ahead only covers bytes that were written when it started, so it
-//! never holds bytes that can still change. One per segment; a reader
-//! elsewhere in the log replaces it. The shard holds at most
-//! `READ_AHEAD_SHARD_MAX_BYTES` in read-ahead buffers: past that, reads go
-//! without (they come from glommio's I/O memory, which the connections'
-//! direct reads share).
+//! Figures (`tuning/results/catch-up-reads.md`), a 1 KiB backlog drained
+//! by one librdkafka consumer. Session 12: 393–548 k msg/s without
+//! read-ahead, 639–730 k with one read's worth. Session 13, on a machine
+//! whose disk reads 0.55–1.4 GB/s: 309–327 k msg/s (medians) with one
+//! read's worth, 429–486 k with two that move on.
+//!
+//! A read-ahead only covers bytes that were written when its reads were
+//! started, so it never holds bytes that can still change. One per
+//! segment; a reader elsewhere in the log replaces it. The shard holds at
+//! most `READ_AHEAD_SHARD_MAX_BYTES` in read-ahead buffers: past that,
+//! reads go without (they come from glommio's I/O memory, which the
+//! connections' direct reads share).
 
 use futures::future::{FutureExt, LocalBoxFuture, Shared};
 use glommio::io::{DmaFile, ReadResult};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Rc;
 
 /// Most bytes one shard holds in read-ahead buffers at once.
-pub const READ_AHEAD_SHARD_MAX_BYTES: u64 = 4 << 20;
-/// A read-ahead covers the bytes the last read could have taken, within
-/// these bounds.
+pub const READ_AHEAD_SHARD_MAX_BYTES: u64 = 8 << 20;
+/// A read-ahead reaches as far past the last read as this many reads like
+/// it could take (their `max_bytes`, within the bounds below), so the disk
+/// reads the one after next while the reader takes the next.
+pub const READ_AHEAD_READS: u64 = 2;
 pub const READ_AHEAD_MIN_BYTES: u64 = 64 << 10;
 pub const READ_AHEAD_MAX_BYTES: u64 = 2 << 20;
 
@@ -116,50 +126,81 @@ struct Piece {
     skip: usize,
     /// The read's bytes once it has completed; `None` if it failed.
     data: Shared<LocalBoxFuture<'static, Option<ReadResult>>>,
-}
-
-/// `[pos, pos + len)` of a segment file, being read or read, in pieces
-/// that are read at once (`read_pieces`), so the first bytes are there
-/// before the last.
-pub(crate) struct ReadAhead {
-    pos: u64,
-    len: u64,
-    pieces: Vec<Piece>,
     _budget: Budget,
 }
 
+/// A window of a segment file ahead of its reader: `[pos, end)`, being
+/// read or read, in pieces that are read at once (`read_pieces`), so the
+/// first bytes are there before the last. As the reader moves on
+/// (`advance`), the pieces behind it are dropped and the window is read
+/// further, so the disk keeps ahead of a reader that comes back before a
+/// whole window could be read.
+pub(crate) struct ReadAhead {
+    file: Rc<DmaFile>,
+    /// `(pos, end)`: the bytes this read-ahead holds.
+    span: Cell<(u64, u64)>,
+    pieces: RefCell<VecDeque<Piece>>,
+}
+
 impl ReadAhead {
-    /// Starts direct reads of `[pos, pos + len)` of `file` in the
-    /// background; `None` when the shard's read-ahead budget is spent.
-    pub fn start(file: Rc<DmaFile>, pos: u64, len: u64) -> Option<ReadAhead> {
-        let plan: Vec<_> = read_pieces(pos, pos + len).collect();
-        let budget = Budget::take(plan.iter().map(|p| p.1 as u64).sum())?;
-        let pieces = plan
-            .into_iter()
-            .map(|(aligned, aligned_len, skip, want)| {
-                let file = file.clone();
-                let read = glommio::spawn_local(async move {
-                    file.read_at_aligned(aligned, aligned_len).await.ok()
-                });
-                Piece {
-                    start: aligned + skip as u64,
-                    len: want as u64,
-                    skip,
-                    data: read.boxed_local().shared(),
-                }
-            })
-            .collect();
-        Some(ReadAhead {
-            pos,
-            len,
-            pieces,
-            _budget: budget,
-        })
+    /// Starts direct reads of `[pos, end)` of `file` in the background;
+    /// `None` when the shard's read-ahead budget is spent.
+    pub fn start(file: Rc<DmaFile>, pos: u64, end: u64) -> Option<ReadAhead> {
+        let ahead = ReadAhead {
+            file,
+            span: Cell::new((pos, pos)),
+            pieces: RefCell::new(VecDeque::new()),
+        };
+        ahead.read_to(end);
+        (ahead.span.get().1 > pos).then_some(ahead)
     }
 
-    /// True if this read-ahead covers `[pos, pos + len)`.
-    pub fn covers(&self, pos: u64, len: u64) -> bool {
-        self.pos <= pos && pos + len <= self.pos + self.len
+    /// True if the bytes from `pos` on are this read-ahead's to read: it
+    /// holds `pos`, or ends there.
+    pub fn reaches(&self, pos: u64) -> bool {
+        let (start, end) = self.span.get();
+        start <= pos && pos <= end
+    }
+
+    /// The reader has moved on to `pos` (which this read-ahead `reaches`):
+    /// drops what lies wholly before it and reads on up to `end`, as far as
+    /// the shard's budget goes.
+    pub fn advance(&self, pos: u64, end: u64) {
+        let (start, held_end) = self.span.get();
+        debug_assert!(start <= pos && pos <= held_end);
+        {
+            let mut pieces = self.pieces.borrow_mut();
+            while pieces.front().is_some_and(|p| p.start + p.len <= pos) {
+                pieces.pop_front();
+            }
+        }
+        self.span.set((pos.max(start), held_end));
+        self.read_to(end);
+    }
+
+    /// Starts the reads from the end of what is held up to `end`.
+    fn read_to(&self, end: u64) {
+        let (pos, from) = self.span.get();
+        let mut held_end = from;
+        let mut pieces = self.pieces.borrow_mut();
+        for (aligned, aligned_len, skip, want) in read_pieces(from, end) {
+            let Some(budget) = Budget::take(aligned_len as u64) else {
+                break;
+            };
+            let file = self.file.clone();
+            let read = glommio::spawn_local(async move {
+                file.read_at_aligned(aligned, aligned_len).await.ok()
+            });
+            pieces.push_back(Piece {
+                start: aligned + skip as u64,
+                len: want as u64,
+                skip,
+                data: read.boxed_local().shared(),
+                _budget: budget,
+            });
+            held_end += want as u64;
+        }
+        self.span.set((pos, held_end));
     }
 
     /// Up to `n` bytes from file position `pos`, if this read-ahead holds
@@ -167,12 +208,16 @@ impl ReadAhead {
     /// end where that read ends, so perhaps fewer than `n`; `None` if it
     /// does not hold `pos` or the read failed.
     pub async fn bytes_at(&self, pos: u64, n: u64) -> Option<ReadResult> {
-        let i = self.pieces.partition_point(|p| p.start + p.len <= pos);
-        let piece = self.pieces.get(i).filter(|p| p.start <= pos && n > 0)?;
-        let all = piece.data.clone().await?;
-        let skip = piece.skip + (pos - piece.start) as usize;
+        let (start, len, skip, data) = {
+            let pieces = self.pieces.borrow();
+            let i = pieces.partition_point(|p| p.start + p.len <= pos);
+            let piece = pieces.get(i).filter(|p| p.start <= pos && n > 0)?;
+            (piece.start, piece.len, piece.skip, piece.data.clone())
+        };
+        let all = data.await?;
+        let skip = skip + (pos - start) as usize;
         let n = n
-            .min(piece.start + piece.len - pos)
+            .min(start + len - pos)
             .min(all.len().saturating_sub(skip) as u64) as usize;
         if n == 0 {
             return None;
@@ -234,9 +279,9 @@ mod tests {
         crate::runtime::run_test_executor(move || async move {
             let file = Rc::new(DmaFile::open(&path).await.unwrap());
             // Two reads: [5,000, 65,536) and [65,536, 95,000).
-            let ahead = ReadAhead::start(file, 5_000, 90_000).unwrap();
-            assert!(ahead.covers(5_000, 90_000) && ahead.covers(6_000, 10));
-            assert!(!ahead.covers(4_999, 10) && !ahead.covers(94_999, 2));
+            let ahead = ReadAhead::start(file, 5_000, 95_000).unwrap();
+            assert!(ahead.reaches(5_000) && ahead.reaches(95_000));
+            assert!(!ahead.reaches(4_999) && !ahead.reaches(95_001));
             let r = ahead.bytes_at(10_000, 100).await.unwrap();
             assert_eq!(&r[..], &data[10_000..10_100]);
             let r = ahead.bytes_at(5_000, 100_000).await.unwrap();
@@ -251,6 +296,38 @@ mod tests {
             assert_eq!(&r[..], &data[94_990..95_000]);
             assert!(ahead.bytes_at(4_999, 10).await.is_none());
             assert!(ahead.bytes_at(95_000, 10).await.is_none());
+        });
+    }
+
+    /// Moving on drops the reads behind the reader, keeps the one it is in
+    /// and reads on from where the read-ahead ended.
+    #[test]
+    fn advance_drops_what_is_behind_and_reads_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("segment");
+        let data: Vec<u8> = (0..2_000_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        crate::runtime::run_test_executor(move || async move {
+            let file = Rc::new(DmaFile::open(&path).await.unwrap());
+            let ahead = ReadAhead::start(file, 1_000, 300_000).unwrap();
+            let held = HELD_BYTES.with(Cell::get);
+            // Into the second read ([65,536, 262,144)): the first is dropped.
+            ahead.advance(70_000, 1_500_000);
+            assert!(!ahead.reaches(69_999) && ahead.reaches(1_500_000));
+            assert!(ahead.bytes_at(60_000, 10).await.is_none(), "dropped");
+            let r = ahead.bytes_at(70_000, 10).await.unwrap();
+            assert_eq!(&r[..], &data[70_000..70_010]);
+            let r = ahead.bytes_at(299_990, 100).await.unwrap();
+            assert_eq!(&r[..], &data[299_990..300_000], "ends where a read ends");
+            let r = ahead.bytes_at(300_000, 100).await.unwrap();
+            assert_eq!(&r[..], &data[300_000..300_100], "read on from there");
+            let r = ahead.bytes_at(1_499_950, 100).await.unwrap();
+            assert_eq!(&r[..], &data[1_499_950..1_500_000]);
+            assert!(HELD_BYTES.with(Cell::get) > held);
+            // At its end, with nothing more to read: all of it is behind.
+            ahead.advance(1_500_000, 1_500_000);
+            assert!(ahead.reaches(1_500_000) && ahead.bytes_at(1_499_999, 1).await.is_none());
+            assert_eq!(HELD_BYTES.with(Cell::get), 0, "budget returned");
         });
     }
 }

@@ -1578,7 +1578,7 @@ impl PartitionLog {
                 }));
             }
             if cursor.is_some() {
-                seg.read_ahead(file, end, max_bytes as u64, ahead);
+                seg.read_ahead(file, end, max_bytes as u64);
             }
             return Ok(ReadResult {
                 chunks,

@@ -11,7 +11,7 @@
 //!
 //! Owned by the shard that owns the partition; !Send.
 
-use super::ahead::{ReadAhead, READ_AHEAD_MAX_BYTES, READ_AHEAD_MIN_BYTES};
+use super::ahead::{ReadAhead, READ_AHEAD_MAX_BYTES, READ_AHEAD_MIN_BYTES, READ_AHEAD_READS};
 use super::index::{OffsetIndex, TimeIndex};
 use super::LogError;
 use crate::record::batch::{self, BatchHeader, LOG_OVERHEAD_BYTES};
@@ -309,26 +309,26 @@ impl Segment {
         Ok(slot.get_or_insert(f).clone())
     }
 
-    /// After a sequential read that ended at `end`, reads what the next one
-    /// will want ahead (`log::ahead`): as many bytes as that read could take
-    /// (`max_bytes`), and a header window more, of what is written now.
-    /// `current` is the read-ahead that read used, if any.
-    pub fn read_ahead(
-        &self,
-        file: Rc<DmaFile>,
-        end: u64,
-        max_bytes: u64,
-        current: Option<Rc<ReadAhead>>,
-    ) {
-        let want = max_bytes.clamp(READ_AHEAD_MIN_BYTES, READ_AHEAD_MAX_BYTES)
+    /// After a sequential read that ended at `end`, reads what the next
+    /// ones will want ahead (`log::ahead`): as many bytes as
+    /// `READ_AHEAD_READS` reads like it could take (`max_bytes`), and a
+    /// header window more, of what is written now. The read-ahead that
+    /// reaches `end` moves on; any other is replaced.
+    pub fn read_ahead(&self, file: Rc<DmaFile>, end: u64, max_bytes: u64) {
+        let want = READ_AHEAD_READS * max_bytes.clamp(READ_AHEAD_MIN_BYTES, READ_AHEAD_MAX_BYTES)
             + READ_HEADER_WINDOW_MIN_BYTES as u64;
-        let len = want.min(self.written_len.get().saturating_sub(end));
-        if len == 0 || current.is_some_and(|a| a.covers(end, len)) {
-            return;
+        let until = (end + want).min(self.written_len.get());
+        let current = self.ahead.borrow().clone();
+        match current {
+            Some(ahead) if ahead.reaches(end) => ahead.advance(end, until),
+            _ => {
+                // The old one goes first, so its budget is free for the new one.
+                self.ahead.borrow_mut().take();
+                if until > end {
+                    *self.ahead.borrow_mut() = ReadAhead::start(file, end, until).map(Rc::new);
+                }
+            }
         }
-        // The old one goes first, so its budget is free for the new one.
-        self.ahead.borrow_mut().take();
-        *self.ahead.borrow_mut() = ReadAhead::start(file, end, len).map(Rc::new);
     }
 
     /// `n` bytes of the file from `pos` for a walk: from the read-ahead if it
