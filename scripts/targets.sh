@@ -55,7 +55,8 @@ if command -v fio >/dev/null; then
   fio --name=fdatasync --directory="$d" --rw=write --bs=4k --size=64m --direct=1 --ioengine=psync \
     --fdatasync=1 --runtime=15 --time_based --output-format=json 2>/dev/null | python3 -c '
 import json, sys
-j = json.load(sys.stdin)["jobs"][0]["sync"]["lat_ns"]["percentile"]
+t = sys.stdin.read()  # fio may print notes before its JSON
+j = json.loads(t[t.find("{"):])["jobs"][0]["sync"]["lat_ns"]["percentile"]
 print("  fdatasync p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms" % tuple(j[k] / 1e6 for k in ("50.000000", "99.000000", "99.900000")))' | tee -a "$sum"
   rm -rf "$d"
 fi

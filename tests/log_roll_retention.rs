@@ -137,6 +137,54 @@ fn fsync_acks_group_commit_shares_fdatasync() {
     });
 }
 
+/// An append that arrives while the group-commit syncer's fdatasync runs
+/// gets a second fdatasync at once (on a file description of its own)
+/// instead of waiting for the first to end; never more than two run at once.
+/// Four tasks append and wait for durability one batch after another, so
+/// each fdatasync is joined by appends from the others while it runs.
+#[test]
+fn fsync_acks_runs_a_second_fdatasync_while_one_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    run(data.clone(), move || async move {
+        let mgr = LogManager::new_for_shard(data.clone(), TailCache::new(1 << 20), 0);
+        let config = LogConfig {
+            fsync_acks: true,
+            ..LogConfig::default()
+        };
+        let tp = TopicPartition::new("p", 0);
+        let log = mgr.open(&tp, config.clone()).await.unwrap();
+        let mut tasks = Vec::new();
+        for t in 0..4 {
+            let log = log.clone();
+            tasks.push(glommio::spawn_local(async move {
+                for i in 0..100 {
+                    let info = log.append(sized_batch(1, 200, t * 1000 + i)).unwrap();
+                    log.wait_durable(info.last_offset).await.unwrap();
+                    assert!(log.durable_offset() > info.last_offset);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await;
+        }
+        assert_eq!(log.durable_offset().0, 400);
+        assert_eq!(
+            log.fsyncs_in_flight_peak(),
+            2,
+            "{} fdatasyncs, at most {} at once",
+            log.fsync_count(),
+            log.fsyncs_in_flight_peak()
+        );
+        mgr.shutdown().await.unwrap();
+        // Everything acknowledged is there after a reopen.
+        let mgr = LogManager::new_for_shard(data.clone(), TailCache::new(1 << 20), 0);
+        let log = mgr.open(&tp, config).await.unwrap();
+        assert_eq!(log.log_end_offset().0, 400);
+        mgr.shutdown().await.unwrap();
+    });
+}
+
 /// Under `--fsync-acks`, small writes go through the page cache and a
 /// sealed segment is fdatasynced in the background. The durable offset (the
 /// HW) must never pass a sealed segment whose fdatasync has not finished:

@@ -66,6 +66,10 @@ pub const PREALLOCATE_DEFAULT_BYTES: u64 = 32 << 20;
 /// last chunk); the shard's direct-write threads run
 /// `direct::DIRECT_WRITE_THREADS` of them at a time.
 pub const WRITES_IN_FLIGHT_MAX: usize = 64;
+/// fdatasyncs of one log's group-commit syncer running at once, each on an
+/// open file description of its own: an append that arrives while one runs
+/// starts its own instead of waiting for that one to end (`partition`).
+pub const SYNCS_IN_FLIGHT_MAX: usize = 2;
 /// A log written through the page cache starts the kernel's write-back each
 /// time this much more has been written (see `partition`).
 pub const WRITEBACK_KICK_BYTES: u64 = 8 << 20;

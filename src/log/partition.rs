@@ -111,25 +111,33 @@
 //!
 //! Syncer task (group commit): fdatasyncs the file last written and moves
 //! `durable` to the `written` offset it saw before the call, so one
-//! fdatasync serves every append staged before it. Invariant that makes one
-//! file enough: a segment is sealed (truncated + fdatasync'ed) before the
-//! writer touches the next one. A page-cache log is the exception: its
-//! sealed segment may still hold dirty pages (up to `WRITEBACK_KICK_BYTES`
-//! not yet started, and whatever write-back has not finished), so its
-//! fdatasync runs in a task of its own while the writer goes on to the next
-//! segment, whose appends need not wait for it; `durable` and the recovery
-//! point move past it only when it and the seals before it are done, and
-//! the syncer waits for them before its own fdatasync.
+//! fdatasync serves every append staged before it. Up to
+//! `SYNCS_IN_FLIGHT_MAX` run at once: appends that arrive while one runs
+//! get the next at once instead of waiting for it to end. Invariant that
+//! makes one file enough: a segment is sealed (truncated + fdatasync'ed)
+//! before the writer touches the next one. A page-cache log is the
+//! exception: its sealed segment may still hold dirty pages (up to
+//! `WRITEBACK_KICK_BYTES` not yet started, and whatever write-back has not
+//! finished), so its fdatasync runs in a task of its own while the writer
+//! goes on to the next segment, whose appends need not wait for it;
+//! `durable` and the recovery point move past it only when it and the
+//! seals before it are done, and the syncer waits for them before its own
+//! fdatasync.
 //!
-//! Known gap, write-back errors: Linux reports a failed write-back to one
-//! fdatasync per open file description (errseq), and the syncer's and a
-//! seal's fdatasync of one segment share its description. If the two
-//! overlap (around a roll), the one that returns success may be the one
-//! whose pages failed. Neither moves `durable` once the log has failed,
-//! but one that completes before the other reports the error still does.
-//! Closing this, and running several fdatasyncs at once safely (tried in
-//! fcdd0c7, reverted), needs each concurrent fdatasync on a description of
-//! its own, opened before the data it covers is written.
+//! Write-back errors: Linux reports a failed write-back once to each open
+//! file description (errseq: the first fdatasync through a description
+//! after the error gets it, later ones on that description do not). Two
+//! fdatasyncs running at once on one description could therefore split it:
+//! the one that returns success may be the one whose pages failed, and it
+//! would move `durable` (the HW under `--fsync-acks`) past lost data. So no
+//! two fdatasyncs ever share a description: seals and `close` sync on the
+//! write descriptor, and each fdatasync of the syncer runs on a description
+//! of its own (`SyncFiles`, one `open` per fdatasync that may run at once
+//! on the file, reused one after another). Every description sees every
+//! error: those opened before it get it from their own cursor, and one
+//! opened after it gets it too, as long as no description has reported it
+//! yet (`errseq_sample`); once one of ours has, the log has failed and
+//! `durable` stays where it is.
 //!
 //! Owned by one shard; handlers keep `Rc<PartitionLog>` across awaits.
 
@@ -142,7 +150,8 @@ use super::watch::OffsetWatch;
 use super::{now_ms, AppendInfo, LogConfig, LogError, ReadResult, PAGE_BYTES};
 use super::{
     DIRECT_WRITE_MAX_BYTES, DIRECT_WRITE_MAX_CHUNKS, PREZERO_AHEAD_BYTES, PREZERO_WRITE_BYTES,
-    SPARE_SEGMENT_FILES_MAX, STAGING_CHUNK_MAX_BYTES, WRITEBACK_KICK_BYTES, WRITES_IN_FLIGHT_MAX,
+    SPARE_SEGMENT_FILES_MAX, STAGING_CHUNK_MAX_BYTES, SYNCS_IN_FLIGHT_MAX, WRITEBACK_KICK_BYTES,
+    WRITES_IN_FLIGHT_MAX,
 };
 use crate::record::batch::{self, BatchHeader};
 use crate::record::{FileRange, RecordsChunk};
@@ -260,6 +269,8 @@ struct SegWriter {
     sealed: bool,
     /// Buffered (page cache) write descriptor, opened on first use.
     buffered: Option<Arc<std::fs::File>>,
+    /// The syncer's descriptions of this segment's file.
+    sync_files: Rc<SyncFiles>,
     /// Write-back of the file before this position has been started.
     kicked_len: u64,
 }
@@ -272,6 +283,7 @@ impl SegWriter {
         arena: Rc<IoArena>,
     ) -> SegWriter {
         SegWriter {
+            sync_files: SyncFiles::new(seg.log_path.clone()),
             seg,
             file,
             chunk_bytes: chunk_bytes(cfg),
@@ -435,6 +447,52 @@ struct SealSync {
     done: bool,
 }
 
+/// The open file descriptions of one segment file that the group-commit
+/// syncer fdatasyncs, one for each of its fdatasyncs that may run at once
+/// on that file; no other code syncs on them (see the module doc, write-back
+/// errors). Opened on the syncer's first use, so a log that never syncs
+/// holds none.
+struct SyncFiles {
+    path: PathBuf,
+    /// Descriptions no fdatasync is running on.
+    idle: RefCell<Vec<Rc<DmaFile>>>,
+    /// Descriptions opened so far (at most `SYNCS_IN_FLIGHT_MAX`).
+    opened: Cell<usize>,
+}
+
+impl SyncFiles {
+    fn new(path: PathBuf) -> Rc<SyncFiles> {
+        Rc::new(SyncFiles {
+            path,
+            idle: RefCell::new(Vec::new()),
+            opened: Cell::new(0),
+        })
+    }
+
+    /// A description no fdatasync runs on, opening one if none is idle.
+    /// The caller runs fewer than `SYNCS_IN_FLIGHT_MAX` fdatasyncs, so
+    /// fewer than that many of this file's descriptions are busy.
+    async fn take(&self) -> Result<Rc<DmaFile>, LogError> {
+        if let Some(f) = self.idle.borrow_mut().pop() {
+            return Ok(f);
+        }
+        debug_assert!(self.opened.get() < SYNCS_IN_FLIGHT_MAX);
+        // A new open(2): its own description, never a dup of another one.
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .dma_open(&self.path)
+            .await
+            .map_err(io_err)?;
+        self.opened.set(self.opened.get() + 1);
+        Ok(Rc::new(f))
+    }
+
+    fn give_back(&self, f: Rc<DmaFile>) {
+        self.idle.borrow_mut().push(f);
+    }
+}
+
 /// Sequence number marking a pre-zeroing write (data writes count from 0).
 const PREZERO_SEQ: u64 = u64::MAX;
 
@@ -465,7 +523,17 @@ pub struct PartitionLog {
     spares: RefCell<Vec<PathBuf>>,
     sync_wanted: Cell<i64>,
     syncer_running: Cell<bool>,
-    last_written_file: RefCell<Option<Rc<DmaFile>>>,
+    /// The highest `written` offset an fdatasync has been started for.
+    sync_started_to: Cell<i64>,
+    /// The syncer's fdatasyncs still running, and the most that ever ran
+    /// at once.
+    syncs_in_flight: Cell<usize>,
+    syncs_in_flight_peak: Cell<usize>,
+    /// Counts what the syncer waits for while it has nothing to start: a
+    /// higher `sync_wanted`, or one of its fdatasyncs ending.
+    sync_events: OffsetWatch,
+    /// The syncer's descriptions of the file last written.
+    last_written: RefCell<Rc<SyncFiles>>,
     /// Sealed segments of a page-cache log whose background fdatasync has
     /// not yet counted, oldest first.
     sealing: RefCell<VecDeque<SealSync>>,
@@ -587,6 +655,7 @@ impl PartitionLog {
         file.fdatasync().await.map_err(io_err)?;
         let size = last.size.get();
         let mut writer = SegWriter::new(last.clone(), Some(file.clone()), &config, arena.clone());
+        let last_written = writer.sync_files.clone();
         writer.allocated_len = size;
         let tail_pos = whole_pages(size);
         writer.zeroed_len = tail_pos;
@@ -637,7 +706,11 @@ impl PartitionLog {
             spares: RefCell::new(spare_files),
             sync_wanted: Cell::new(log_end),
             syncer_running: Cell::new(false),
-            last_written_file: RefCell::new(Some(file)),
+            sync_started_to: Cell::new(log_end),
+            syncs_in_flight: Cell::new(0),
+            syncs_in_flight_peak: Cell::new(0),
+            sync_events: OffsetWatch::new(0),
+            last_written: RefCell::new(last_written),
             sealing: RefCell::new(VecDeque::new()),
             seals_started: Cell::new(0),
             seals_synced: OffsetWatch::new(0),
@@ -678,6 +751,7 @@ impl PartitionLog {
         self.written.wake_all();
         self.durable.wake_all();
         self.seals_synced.wake_all();
+        self.sync_events.wake_all();
     }
 
     /// Appends ONE already-validated v2 batch; see the module doc.
@@ -1011,8 +1085,10 @@ impl PartitionLog {
             let mut writers = self.writers.borrow_mut();
             let Some(w) = writers.front_mut() else { return };
             // The write was issued on the front segment's file.
-            let Some(file) = w.file.clone() else { return };
-            *self.last_written_file.borrow_mut() = Some(file);
+            if w.file.is_none() {
+                return;
+            }
+            *self.last_written.borrow_mut() = w.sync_files.clone();
             if w.tail_busy.is_some_and(|(_, s)| s == seq) {
                 w.tail_busy = None;
             }
@@ -1273,6 +1349,7 @@ impl PartitionLog {
     fn request_sync(&self, offset: i64) {
         if offset + 1 > self.sync_wanted.get() {
             self.sync_wanted.set(offset + 1);
+            self.sync_events.advance(self.sync_events.get() + 1);
         }
         if self.syncer_running.get() || self.durable.get() >= self.sync_wanted.get() {
             return;
@@ -1284,11 +1361,31 @@ impl PartitionLog {
         glommio::spawn_local(async move { me.syncer_loop().await }).detach();
     }
 
+    /// Starts fdatasyncs until everything wanted is covered by one, at most
+    /// `SYNCS_IN_FLIGHT_MAX` at a time, each on a description of its own
+    /// (`SyncFiles`), and ends when they are done. An append that arrives
+    /// while an fdatasync runs gets one of its own at once, instead of
+    /// waiting for that one to end first.
     async fn syncer_loop(self: Rc<Self>) {
         loop {
-            let want = self.sync_wanted.get();
-            if self.durable.get() >= want || self.failed.borrow().is_some() {
+            if self.failed.borrow().is_some() {
                 break;
+            }
+            let want = self.sync_wanted.get();
+            let covered = self.durable.get().max(self.sync_started_to.get()) >= want;
+            if covered || self.syncs_in_flight.get() >= SYNCS_IN_FLIGHT_MAX {
+                if covered && self.syncs_in_flight.get() == 0 {
+                    break;
+                }
+                let seen = self.sync_events.get();
+                let ok = self
+                    .sync_events
+                    .wait_above(seen, || self.failed.borrow().is_some())
+                    .await;
+                if !ok {
+                    break;
+                }
+                continue;
             }
             if self.written.get() < want {
                 let ok = self
@@ -1308,26 +1405,47 @@ impl PartitionLog {
             // it must be synced on its own (nothing awaited since the check).
             debug_assert!(self.seals_synced.get() >= self.seals_started.get());
             let w = self.written.get();
-            let file = self.last_written_file.borrow().clone();
-            if let Some(f) = file {
-                if let Err(e) = f.fdatasync().await {
-                    self.fail(&e);
-                    break;
-                }
-            }
-            // Linux reports a write-back error to one fdatasync per open
-            // file description: a seal's fdatasync of this file running at
-            // the same time may have taken it. Once the log has failed,
-            // `durable` stays where it is. (This narrows the window; closing
-            // it needs each fdatasync on a description of its own.)
-            if self.failed.borrow().is_some() {
-                break;
-            }
-            self.fsyncs.set(self.fsyncs.get() + 1);
-            self.last_flush_ms.set(now_ms());
-            self.durable.advance(w);
+            let files = self.last_written.borrow().clone();
+            self.sync_started_to.set(w);
+            let running = self.syncs_in_flight.get() + 1;
+            self.syncs_in_flight.set(running);
+            self.syncs_in_flight_peak
+                .set(self.syncs_in_flight_peak.get().max(running));
+            let me = self.clone();
+            glommio::spawn_local(async move {
+                me.sync_once(&files, w).await;
+                me.syncs_in_flight.set(me.syncs_in_flight.get() - 1);
+                me.sync_events.advance(me.sync_events.get() + 1);
+            })
+            .detach();
         }
         self.syncer_running.set(false);
+    }
+
+    /// One fdatasync of the syncer on a description of `files` no other
+    /// fdatasync runs on; moves `durable` to `w`, the `written` offset seen
+    /// before it started. fdatasyncs that run at once can end in any order:
+    /// each covers everything written before it started (the kernel's
+    /// fdatasync also waits for write-back an earlier one began), and
+    /// `durable` only rises.
+    async fn sync_once(&self, files: &SyncFiles, w: i64) {
+        let file = match files.take().await {
+            Ok(f) => f,
+            Err(e) => return self.fail(&e),
+        };
+        let r = file.fdatasync().await;
+        files.give_back(file);
+        if let Err(e) = r {
+            return self.fail(&e);
+        }
+        // A seal's or another sync's failure stops the log; nothing moves
+        // `durable` after that.
+        if self.failed.borrow().is_some() {
+            return;
+        }
+        self.fsyncs.set(self.fsyncs.get() + 1);
+        self.last_flush_ms.set(now_ms());
+        self.durable.advance(w);
     }
 
     /// The writer's state in one line, for diagnosing a write that does not
@@ -1817,6 +1935,7 @@ impl PartitionLog {
         self.written.close();
         self.durable.close();
         self.seals_synced.close();
+        self.sync_events.close();
         self.cache.remove_log(self.cache_id);
         r
     }
@@ -1828,6 +1947,7 @@ impl PartitionLog {
         while self.writers.borrow().len() > 1
             || self.writer_running.get()
             || !self.sealing.borrow().is_empty()
+            || self.syncs_in_flight.get() > 0
         {
             glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
             self.check_usable()?;
@@ -1851,12 +1971,19 @@ impl PartitionLog {
         self.written.close();
         self.durable.close();
         self.seals_synced.close();
+        self.sync_events.close();
         self.cache.remove_log(self.cache_id);
     }
 
     /// fdatasyncs issued by the group-commit syncer since open.
     pub fn fsync_count(&self) -> u64 {
         self.fsyncs.get()
+    }
+
+    /// The most fdatasyncs the group-commit syncer has run at once since
+    /// open (at most `SYNCS_IN_FLIGHT_MAX`).
+    pub fn fsyncs_in_flight_peak(&self) -> usize {
+        self.syncs_in_flight_peak.get()
     }
 
     /// Staged bytes not yet known written.
