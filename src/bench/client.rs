@@ -15,6 +15,16 @@
 //! client's core, and on a machine where client and broker share two cores
 //! that core is the bottleneck of the latency workload.
 //!
+//! Sends go to librdkafka in bursts: everything due by the time of a send,
+//! up to `SEND_BURST_MAX` messages, is handed over in one
+//! `rd_kafka_produce_batch` call on a topic handle, with one send time.
+//! Each message still has its own intended time, publish delay and
+//! delivery report. At a fixed rate below the client's limit a burst is one
+//! message; a saturating run sends full bursts, and librdkafka looks the
+//! topic up, locks it and reads its clocks once per burst instead of once
+//! per message (`rd_kafka_producev`, what rdkafka's `send` calls, does all
+//! of that for every message).
+//!
 //! Every payload starts with the send time (8 bytes, little-endian
 //! nanoseconds on [`now_ns`]); consumers subtract it from their receipt time
 //! for end-to-end latency. Each producer and consumer is one OS thread; they
@@ -30,7 +40,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::config::{BenchConfig, KeyMode};
@@ -44,6 +54,10 @@ pub const TRANSACTION_TIMEOUT_MS: u64 = 30_000;
 /// A producer sleeps until the intended send time only when it is at least
 /// this far away; closer sends go out at once (sleep overshoots by tens of µs).
 pub const SLEEP_THRESHOLD_US: u64 = 20;
+/// Most messages one send hands to librdkafka (`rd_kafka_produce_batch`):
+/// a producer behind its schedule sends what is due in bursts of up to this
+/// many, then serves the delivery reports that arrived meanwhile.
+pub const SEND_BURST_MAX: usize = 64;
 /// Pause before retrying a send that librdkafka refused with a full queue.
 pub const QUEUE_FULL_BACKOFF_US: u64 = 200;
 /// librdkafka's producer queue (`queue.buffering.max.messages`, its default):
@@ -259,8 +273,9 @@ impl ProducerContext for BenchProducerContext {
 /// can wait with microsecond timeouts (librdkafka's own poll timeouts are
 /// whole milliseconds) and still wake for a report at once.
 struct ReportingProducer {
-    // Fields drop in this order: the queue handle (which first stops the
-    // writes to the eventfd), the client, then the eventfd.
+    // Fields drop in this order: the topic handle, the queue handle (which
+    // first stops the writes to the eventfd), the client, then the eventfd.
+    topic: TopicHandle,
     queue: MainQueue,
     producer: BaseProducer<BenchProducerContext>,
     wake: std::os::fd::OwnedFd,
@@ -281,6 +296,40 @@ impl Drop for MainQueue {
     }
 }
 
+/// An application reference to one librdkafka topic of one client.
+struct TopicHandle(*mut rdkafka::bindings::rd_kafka_topic_t);
+
+impl Drop for TopicHandle {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from rd_kafka_topic_new and is released
+        // once, here, before its client is destroyed (`ReportingProducer`'s
+        // field order).
+        unsafe { rdkafka::bindings::rd_kafka_topic_destroy(self.0) };
+    }
+}
+
+/// The messages of one send (`ReportingProducer::send_burst`): payloads,
+/// keys and librdkafka's per-message slots, reused from send to send.
+struct Burst {
+    message_size: usize,
+    /// `SEND_BURST_MAX` payloads of `message_size` bytes, one after another.
+    payloads: Vec<u8>,
+    keys: Vec<[u8; 8]>,
+    /// Filled by `send_burst`; `err` holds each message's outcome.
+    messages: Vec<rdkafka::bindings::rd_kafka_message_t>,
+}
+
+impl Burst {
+    fn new(template: &[u8]) -> Burst {
+        Burst {
+            message_size: template.len(),
+            payloads: template.repeat(SEND_BURST_MAX),
+            keys: vec![[0; 8]; SEND_BURST_MAX],
+            messages: Vec::with_capacity(SEND_BURST_MAX),
+        }
+    }
+}
+
 impl Drop for ReportingProducer {
     /// Dropping the producer purges and flushes it, and that flush polls
     /// librdkafka's queue itself, outside `serve`.
@@ -290,11 +339,28 @@ impl Drop for ReportingProducer {
 }
 
 impl ReportingProducer {
-    fn new(c: &ClientConfig, ctx: BenchProducerContext) -> Result<Self, BenchError> {
+    fn new(c: &ClientConfig, ctx: BenchProducerContext, topic: &str) -> Result<Self, BenchError> {
         use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
         let producer: BaseProducer<BenchProducerContext> = c
             .create_with_context(ctx)
             .map_err(kafka("creating producer"))?;
+        let name = std::ffi::CString::new(topic)
+            .map_err(|_| BenchError::Config(format!("topic name {topic:?} has a NUL byte")))?;
+        // SAFETY: the client is live; the name is copied by librdkafka; a
+        // null configuration takes the client's defaults.
+        let rkt = unsafe {
+            rdkafka::bindings::rd_kafka_topic_new(
+                producer.client().native_ptr(),
+                name.as_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        if rkt.is_null() {
+            return Err(BenchError::Config(format!(
+                "librdkafka refused a handle for topic {topic:?}"
+            )));
+        }
+        let topic = TopicHandle(rkt);
         // SAFETY: eventfd has no memory arguments; a valid fd is owned below.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -321,10 +387,68 @@ impl ReportingProducer {
             MainQueue(q)
         };
         Ok(ReportingProducer {
+            topic,
             queue,
             producer,
             wake,
         })
+    }
+
+    /// Hands the first `n` messages of `burst` to librdkafka in one call.
+    /// Each carries `send_ns` as its delivery opaque and in the first 8
+    /// bytes of its payload, and `burst.keys[j]` as its key when `keyed`;
+    /// the partitioner picks the partition unless the topic has one. Each
+    /// message's outcome is left in `burst.messages[j].err`. A message
+    /// refused with a full queue is followed only by others refused the
+    /// same way (librdkafka stops taking messages at the first).
+    fn send_burst(
+        &self,
+        burst: &mut Burst,
+        n: usize,
+        send_ns: u64,
+        keyed: bool,
+        one_partition: bool,
+    ) {
+        use rdkafka::bindings as rd;
+        debug_assert!(n > 0 && n <= SEND_BURST_MAX);
+        let size = burst.message_size;
+        burst.messages.clear();
+        for j in 0..n {
+            let payload = &mut burst.payloads[j * size..(j + 1) * size];
+            payload[..8].copy_from_slice(&send_ns.to_le_bytes());
+            let (key, key_len) = if keyed {
+                (burst.keys[j].as_mut_ptr().cast(), burst.keys[j].len())
+            } else {
+                (std::ptr::null_mut(), 0)
+            };
+            burst.messages.push(rd::rd_kafka_message_t {
+                err: rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR,
+                rkt: std::ptr::null_mut(),
+                // The partitioner's only choice, named: librdkafka then
+                // skips it, and with it two clock reads per message.
+                partition: if one_partition { 0 } else { -1 },
+                payload: payload.as_mut_ptr().cast(),
+                len: size,
+                key,
+                key_len,
+                offset: 0,
+                _private: (send_ns as usize) as *mut std::ffi::c_void,
+            });
+        }
+        // SAFETY: the topic handle is live; `messages` holds `n` slots whose
+        // payload and key pointers point into `burst` for the whole call,
+        // and librdkafka copies them (F_COPY). It writes only the slots'
+        // `err` fields. The opaque is a plain integer (`DeliveryOpaque` is
+        // `usize`), handed back in the delivery report.
+        unsafe {
+            rd::rd_kafka_produce_batch(
+                self.topic.0,
+                -1,
+                rd::RD_KAFKA_MSG_F_COPY | rd::RD_KAFKA_MSG_F_PARTITION,
+                burst.messages.as_mut_ptr(),
+                n as i32,
+            );
+        }
     }
 
     /// Events queued on the main queue.
@@ -470,6 +594,7 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
             txn_begin_ns: txn_begin_ns.clone(),
             clock: ReportClock::default(),
         },
+        &cfg.topic,
     )?;
     let reporting = &reporting;
     let producer = &reporting.producer;
@@ -493,92 +618,93 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
     for (i, b) in payload.iter_mut().enumerate().skip(8) {
         *b = (i % 251) as u8;
     }
+    let mut burst = Burst::new(&payload);
     let interval_ns = 1e9 / job.rate;
     let start = now_ns();
-    // Message timestamps (CreateTime, ms) come from the send time, so that
-    // librdkafka does not read the wall clock again for every message.
-    let wall_at_start_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+    let intended = |i: u64| start + (i as f64 * interval_ns) as u64;
+    let keyed = cfg.keys != KeyMode::None;
     let rec = &job.recorder;
+    let mut delays_us = Vec::with_capacity(SEND_BURST_MAX);
     let mut i: u64 = 0;
     let mut rng_state: u64 = 0x9E37_79B9_7F4A_7C15 ^ (job.index as u64 + 1);
     while !job.stop.load(Ordering::Relaxed) {
-        let intended = start + (i as f64 * interval_ns) as u64;
-        let now = now_ns();
-        if intended > now + SLEEP_THRESHOLD_US * 1_000 {
-            reporting.wait_and_serve(Duration::from_nanos(intended - now));
+        let mut now = now_ns();
+        if intended(i) > now + SLEEP_THRESHOLD_US * 1_000 {
+            reporting.wait_and_serve(Duration::from_nanos(intended(i) - now));
             continue;
         }
-        // The first attempt's send time is `now`, read just above (one
-        // clock read fewer per message); a commit in between makes it stale.
-        let mut unsent_now = Some(now);
         if transactional && txn_start.elapsed() >= txn_every {
             commit(reporting, &job.recorder, txn_timeout)?;
             begin()?;
             txn_start = Instant::now();
-            unsent_now = None;
+            now = now_ns();
         }
-        let key_bytes: Option<[u8; 8]> = match cfg.keys {
-            KeyMode::None => None,
-            KeyMode::RoundRobin => Some((i % cfg.partitions as u64).to_be_bytes()),
-            KeyMode::Random => {
-                // xorshift64: cheap, good enough to spread keys.
-                rng_state ^= rng_state << 13;
-                rng_state ^= rng_state >> 7;
-                rng_state ^= rng_state << 17;
-                Some(rng_state.to_be_bytes())
-            }
-        };
-        let key = key_bytes.as_ref().map(|k| &k[..]);
-        loop {
-            let send_ns = unsent_now.take().unwrap_or_else(now_ns);
-            payload[..8].copy_from_slice(&send_ns.to_le_bytes());
-            let create_ms = (wall_at_start_ns + send_ns.saturating_sub(start)) / 1_000_000;
-            let mut record = BaseRecord::with_opaque_to(&cfg.topic, send_ns as usize)
-                .payload(&payload[..])
-                .timestamp(create_ms as i64);
-            if let Some(k) = key {
-                record = record.key(k);
-            }
-            if job.partitions == 1 {
-                // The partitioner's only choice, named: librdkafka then
-                // skips it, and with it two clock reads per message.
-                record = record.partition(0);
-            }
-            let sent = producer.send(record);
-            // Reports that arrived while this thread was busy: their
-            // latency should not wait for the next idle moment.
-            reporting.serve();
-            match sent {
-                Ok(()) => {
-                    rec.sent_all.fetch_add(1, Ordering::Relaxed);
-                    if rec.measured(send_ns) {
-                        rec.sent.fetch_add(1, Ordering::Relaxed);
-                        rec.publish_delay
-                            .record_us(send_ns.saturating_sub(intended) / 1_000);
+        // Message `i` and every later one due by now go in one send; the
+        // send time is `now`, read just above (or after a commit).
+        let mut n = 1;
+        while n < SEND_BURST_MAX && intended(i + n as u64) <= now {
+            n += 1;
+        }
+        for (j, key) in burst.keys[..n].iter_mut().enumerate() {
+            *key = match cfg.keys {
+                KeyMode::None => continue,
+                KeyMode::RoundRobin => ((i + j as u64) % cfg.partitions as u64).to_be_bytes(),
+                KeyMode::Random => {
+                    // xorshift64: cheap, good enough to spread keys.
+                    rng_state ^= rng_state << 13;
+                    rng_state ^= rng_state >> 7;
+                    rng_state ^= rng_state << 17;
+                    rng_state.to_be_bytes()
+                }
+            };
+        }
+        let send_ns = now;
+        reporting.send_burst(&mut burst, n, send_ns, keyed, job.partitions == 1);
+        // Reports that arrived while this thread was busy: their latency
+        // should not wait for the next idle moment.
+        reporting.serve();
+        let measured = rec.measured(send_ns);
+        let mut queue_full = false;
+        let mut taken = 0;
+        let mut accepted = 0u64;
+        delays_us.clear();
+        for m in &burst.messages {
+            match m.err {
+                rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => {
+                    accepted += 1;
+                    if measured {
+                        let late_ns = send_ns.saturating_sub(intended(i + taken as u64));
+                        delays_us.push(late_ns / 1_000);
                     }
+                }
+                rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__QUEUE_FULL => {
+                    // This and every later message of the burst were
+                    // refused: they are sent again, later.
+                    queue_full = true;
                     break;
                 }
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                    if job.stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    // Reports free queue space: wait for one, or the backoff.
-                    reporting.wait_and_serve(Duration::from_micros(QUEUE_FULL_BACKOFF_US));
-                }
-                Err((e, _)) => {
-                    if rec.measured(send_ns) {
+                err => {
+                    if measured {
                         rec.errors.fetch_add(1, Ordering::Relaxed);
                     }
                     if transactional {
+                        let e = KafkaError::MessageProduction(err.into());
                         return Err(kafka("producing in a transaction")(e));
                     }
-                    break;
                 }
             }
+            taken += 1;
         }
-        i += 1;
+        rec.sent_all.fetch_add(accepted, Ordering::Relaxed);
+        if measured {
+            rec.sent.fetch_add(accepted, Ordering::Relaxed);
+            rec.publish_delay.record_us_each(&delays_us);
+        }
+        i += taken as u64;
+        if queue_full && !job.stop.load(Ordering::Relaxed) {
+            // Reports free queue space: wait for one, or the backoff.
+            reporting.wait_and_serve(Duration::from_micros(QUEUE_FULL_BACKOFF_US));
+        }
     }
     if transactional {
         commit(reporting, &job.recorder, txn_timeout)?;

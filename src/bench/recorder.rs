@@ -69,6 +69,20 @@ impl Metric {
         }
     }
 
+    /// Records each of `values_us`, taking the lock once.
+    pub fn record_us_each(&self, values_us: &[u64]) {
+        if values_us.is_empty() {
+            return;
+        }
+        if let Ok(mut g) = self.inner.lock() {
+            for &us in values_us {
+                let v = us.clamp(1, HISTOGRAM_MAX_US);
+                g.0.saturating_record(v);
+                g.1.saturating_record(v);
+            }
+        }
+    }
+
     /// Takes the interval histogram, leaving an empty one.
     pub fn take_interval(&self) -> Histogram<u64> {
         match self.inner.lock() {
