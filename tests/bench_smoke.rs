@@ -200,7 +200,10 @@ fn bench_plain_idempotent_and_transactional_then_report() {
 /// Every measured message must still be acknowledged and consumed exactly
 /// once, with keys spread over four partitions. librdkafka's queue holds
 /// 1,000 messages and lingers 5 ms, so the producer is refused again and
-/// again, and the run stays small enough for the consumer to drain.
+/// again, and the run stays small enough for the consumer to drain. (A
+/// refused message that was never sent again would fail the producer's own
+/// check that every scheduled message was accepted or failed: the bench is
+/// a debug build here.)
 #[test]
 fn saturating_bursts_deliver_every_message_once() {
     let broker = Broker::start(BrokerOpts::default().cores(1));
@@ -228,13 +231,9 @@ fn saturating_bursts_deliver_every_message_once() {
     assert!(sent > 0, "{t}");
     assert_eq!(t["acked"].as_u64(), Some(sent), "{t}");
     assert_eq!(t["consumed"].as_u64(), Some(sent), "{t}");
-    // The precondition: the producer ran behind its schedule (a full queue
-    // at every linger), sending in bursts.
-    let delay_p99_us = r["aggregatedPublishDelayLatency99pct"]
-        .as_f64()
-        .unwrap_or(0.0);
+    // The precondition: the full queue refused sends, which were retried.
     assert!(
-        delay_p99_us > 1000.0,
-        "the run did not fall behind: publish delay p99 {delay_p99_us} us"
+        t["refusedQueueFull"].as_u64().unwrap_or(0) > 0,
+        "no send was refused: {t}"
     );
 }

@@ -308,12 +308,12 @@ impl Drop for TopicHandle {
     }
 }
 
-/// The messages of one send (`ReportingProducer::send_burst`): payloads,
+/// The messages of one send (`ReportingProducer::send_burst`): payload,
 /// keys and librdkafka's per-message slots, reused from send to send.
 struct Burst {
-    message_size: usize,
-    /// `SEND_BURST_MAX` payloads of `message_size` bytes, one after another.
-    payloads: Vec<u8>,
+    /// Every message of a send has the same bytes (the send time, then the
+    /// template), and librdkafka copies each (F_COPY): one buffer serves all.
+    payload: Vec<u8>,
     keys: Vec<[u8; 8]>,
     /// Filled by `send_burst`; `err` holds each message's outcome.
     messages: Vec<rdkafka::bindings::rd_kafka_message_t>,
@@ -322,8 +322,7 @@ struct Burst {
 impl Burst {
     fn new(template: &[u8]) -> Burst {
         Burst {
-            message_size: template.len(),
-            payloads: template.repeat(SEND_BURST_MAX),
+            payload: template.to_vec(),
             keys: vec![[0; 8]; SEND_BURST_MAX],
             messages: Vec::with_capacity(SEND_BURST_MAX),
         }
@@ -397,25 +396,17 @@ impl ReportingProducer {
     /// Hands the first `n` messages of `burst` to librdkafka in one call.
     /// Each carries `send_ns` as its delivery opaque and in the first 8
     /// bytes of its payload, and `burst.keys[j]` as its key when `keyed`;
-    /// the partitioner picks the partition unless the topic has one. Each
+    /// the partitioner picks the partition unless `partition` names one. Each
     /// message's outcome is left in `burst.messages[j].err`. A message
     /// refused with a full queue is followed only by others refused the
     /// same way (librdkafka stops taking messages at the first).
-    fn send_burst(
-        &self,
-        burst: &mut Burst,
-        n: usize,
-        send_ns: u64,
-        keyed: bool,
-        one_partition: bool,
-    ) {
+    fn send_burst(&self, burst: &mut Burst, n: usize, send_ns: u64, keyed: bool, partition: i32) {
         use rdkafka::bindings as rd;
         debug_assert!(n > 0 && n <= SEND_BURST_MAX);
-        let size = burst.message_size;
+        burst.payload[..8].copy_from_slice(&send_ns.to_le_bytes());
+        let (payload, len) = (burst.payload.as_mut_ptr(), burst.payload.len());
         burst.messages.clear();
         for j in 0..n {
-            let payload = &mut burst.payloads[j * size..(j + 1) * size];
-            payload[..8].copy_from_slice(&send_ns.to_le_bytes());
             let (key, key_len) = if keyed {
                 (burst.keys[j].as_mut_ptr().cast(), burst.keys[j].len())
             } else {
@@ -424,11 +415,9 @@ impl ReportingProducer {
             burst.messages.push(rd::rd_kafka_message_t {
                 err: rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR,
                 rkt: std::ptr::null_mut(),
-                // The partitioner's only choice, named: librdkafka then
-                // skips it, and with it two clock reads per message.
-                partition: if one_partition { 0 } else { -1 },
-                payload: payload.as_mut_ptr().cast(),
-                len: size,
+                partition,
+                payload: payload.cast(),
+                len,
                 key,
                 key_len,
                 offset: 0,
@@ -436,8 +425,9 @@ impl ReportingProducer {
             });
         }
         // SAFETY: the topic handle is live; `messages` holds `n` slots whose
-        // payload and key pointers point into `burst` for the whole call,
-        // and librdkafka copies them (F_COPY). It writes only the slots'
+        // payload and key pointers point into `burst` for the whole call
+        // (all slots share the one payload), and librdkafka copies them
+        // (F_COPY). It writes only the slots'
         // `err` fields. The opaque is a plain integer (`DeliveryOpaque` is
         // `usize`), handed back in the delivery report.
         unsafe {
@@ -623,6 +613,19 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
     let start = now_ns();
     let intended = |i: u64| start + (i as f64 * interval_ns) as u64;
     let keyed = cfg.keys != KeyMode::None;
+    // The partitioner's only choice, named: librdkafka then skips it, and
+    // with it two clock reads per message. Not in a transaction: for a
+    // named partition whose metadata has not arrived yet, librdkafka's
+    // batch call would add the unassigned partition (-1) to the
+    // transaction, which no broker accepts; the partitioner waits.
+    let partition = if job.partitions == 1 && !transactional {
+        0
+    } else {
+        -1
+    };
+    // Messages handed to librdkafka and accepted, or refused for good:
+    // together always `i` (a refused-when-full message is sent again).
+    let (mut accepted_total, mut failed_total) = (0u64, 0u64);
     let rec = &job.recorder;
     let mut delays_us = Vec::with_capacity(SEND_BURST_MAX);
     let mut i: u64 = 0;
@@ -659,7 +662,7 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
             };
         }
         let send_ns = now;
-        reporting.send_burst(&mut burst, n, send_ns, keyed, job.partitions == 1);
+        reporting.send_burst(&mut burst, n, send_ns, keyed, partition);
         // Reports that arrived while this thread was busy: their latency
         // should not wait for the next idle moment.
         reporting.serve();
@@ -667,6 +670,7 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
         let mut queue_full = false;
         let mut taken = 0;
         let mut accepted = 0u64;
+        let mut fatal = None;
         delays_us.clear();
         for m in &burst.messages {
             match m.err {
@@ -684,23 +688,34 @@ pub fn run_producer(job: ProducerJob) -> Result<(), BenchError> {
                     break;
                 }
                 err => {
+                    failed_total += 1;
                     if measured {
                         rec.errors.fetch_add(1, Ordering::Relaxed);
                     }
                     if transactional {
-                        let e = KafkaError::MessageProduction(err.into());
-                        return Err(kafka("producing in a transaction")(e));
+                        fatal = Some(KafkaError::MessageProduction(err.into()));
+                        break;
                     }
                 }
             }
             taken += 1;
         }
+        accepted_total += accepted;
         rec.sent_all.fetch_add(accepted, Ordering::Relaxed);
+        if queue_full {
+            rec.refused_all.fetch_add(1, Ordering::Relaxed);
+        }
         if measured {
             rec.sent.fetch_add(accepted, Ordering::Relaxed);
             rec.publish_delay.record_us_each(&delays_us);
         }
+        // Counted first: the reports of what this send did hand over still
+        // come.
+        if let Some(e) = fatal {
+            return Err(kafka("producing in a transaction")(e));
+        }
         i += taken as u64;
+        debug_assert_eq!(accepted_total + failed_total, i, "a message was skipped");
         if queue_full && !job.stop.load(Ordering::Relaxed) {
             // Reports free queue space: wait for one, or the backoff.
             reporting.wait_and_serve(Duration::from_micros(QUEUE_FULL_BACKOFF_US));

@@ -119,6 +119,8 @@ pub struct Recorder {
     pub txn_first_ack: Metric,
     /// Counters over the whole phase, warm-up included (for backlog).
     pub sent_all: AtomicU64,
+    /// Sends librdkafka refused with a full queue (each retried later).
+    pub refused_all: AtomicU64,
     pub consumed_all: AtomicU64,
     /// Counters of measured messages only.
     pub sent: AtomicU64,
@@ -143,6 +145,7 @@ impl Default for Recorder {
             txn_end: Metric::default(),
             txn_first_ack: Metric::default(),
             sent_all: AtomicU64::new(0),
+            refused_all: AtomicU64::new(0),
             consumed_all: AtomicU64::new(0),
             sent: AtomicU64::new(0),
             acked: AtomicU64::new(0),
@@ -186,6 +189,7 @@ impl Recorder {
     pub fn counters(&self) -> Counters {
         Counters {
             sent_all: self.sent_all.load(Ordering::Relaxed),
+            refused_all: self.refused_all.load(Ordering::Relaxed),
             consumed_all: self.consumed_all.load(Ordering::Relaxed),
             sent: self.sent.load(Ordering::Relaxed),
             acked: self.acked.load(Ordering::Relaxed),
@@ -199,6 +203,7 @@ impl Recorder {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Counters {
     pub sent_all: u64,
+    pub refused_all: u64,
     pub consumed_all: u64,
     pub sent: u64,
     pub acked: u64,

@@ -156,6 +156,7 @@ pub fn build(
             "sent": c.sent,
             "acked": c.acked,
             "errors": c.errors,
+            "refusedQueueFull": c.refused_all,
             "consumed": c.consumed,
             "ackedInWindow": c.acked_in_window,
             "publishRateAvg": c.acked_in_window as f64 / secs,
