@@ -140,8 +140,9 @@ fn fsync_acks_group_commit_shares_fdatasync() {
 /// An append that arrives while the group-commit syncer's fdatasync runs
 /// gets a second fdatasync at once (on a file description of its own)
 /// instead of waiting for the first to end; never more than two run at once.
-/// Four tasks append and wait for durability one batch after another, so
-/// each fdatasync is joined by appends from the others while it runs.
+/// Four tasks append and wait for durability one batch after another: the
+/// first append starts an fdatasync, and the others, appended before it
+/// ends, start a second.
 #[test]
 fn fsync_acks_runs_a_second_fdatasync_while_one_runs() {
     let dir = tempfile::tempdir().unwrap();

@@ -132,12 +132,15 @@
 //! would move `durable` (the HW under `--fsync-acks`) past lost data. So no
 //! two fdatasyncs ever share a description: seals and `close` sync on the
 //! write descriptor, and each fdatasync of the syncer runs on a description
-//! of its own (`SyncFiles`, one `open` per fdatasync that may run at once
-//! on the file, reused one after another). Every description sees every
-//! error: those opened before it get it from their own cursor, and one
-//! opened after it gets it too, as long as no description has reported it
-//! yet (`errseq_sample`); once one of ours has, the log has failed and
-//! `durable` stays where it is.
+//! of its own (`SyncFiles`: `SYNCS_IN_FLIGHT_MAX` read-only `open`s of the
+//! segment file, taken and given back). They are opened together with the
+//! write descriptor, before anything is written through it, so the error
+//! of any write-back of the file's data comes after every description's
+//! cursor and each of them reports it, whichever fdatasync's completion is
+//! handled first. (Opened later, one could miss an error another
+//! description had reported but whose failure the log had not yet seen.)
+//! Once one has reported it, the log has failed and `durable` stays where
+//! it is.
 //!
 //! Owned by one shard; handlers keep `Rc<PartitionLog>` across awaits.
 
@@ -269,8 +272,8 @@ struct SegWriter {
     sealed: bool,
     /// Buffered (page cache) write descriptor, opened on first use.
     buffered: Option<Arc<std::fs::File>>,
-    /// The syncer's descriptions of this segment's file.
-    sync_files: Rc<SyncFiles>,
+    /// The syncer's descriptions of this segment's file, opened with `file`.
+    sync_files: Option<Rc<SyncFiles>>,
     /// Write-back of the file before this position has been started.
     kicked_len: u64,
 }
@@ -283,7 +286,7 @@ impl SegWriter {
         arena: Rc<IoArena>,
     ) -> SegWriter {
         SegWriter {
-            sync_files: SyncFiles::new(seg.log_path.clone()),
+            sync_files: None,
             seg,
             file,
             chunk_bytes: chunk_bytes(cfg),
@@ -450,42 +453,31 @@ struct SealSync {
 /// The open file descriptions of one segment file that the group-commit
 /// syncer fdatasyncs, one for each of its fdatasyncs that may run at once
 /// on that file; no other code syncs on them (see the module doc, write-back
-/// errors). Opened on the syncer's first use, so a log that never syncs
-/// holds none.
+/// errors). Opened with the segment's write descriptor, before anything is
+/// written to the file through it, so every write-back error of the
+/// file's data is still unseen by them when it happens. Read-only: nothing
+/// is ever written through them.
 struct SyncFiles {
-    path: PathBuf,
     /// Descriptions no fdatasync is running on.
     idle: RefCell<Vec<Rc<DmaFile>>>,
-    /// Descriptions opened so far (at most `SYNCS_IN_FLIGHT_MAX`).
-    opened: Cell<usize>,
 }
 
 impl SyncFiles {
-    fn new(path: PathBuf) -> Rc<SyncFiles> {
-        Rc::new(SyncFiles {
-            path,
-            idle: RefCell::new(Vec::new()),
-            opened: Cell::new(0),
-        })
+    async fn open(path: &Path) -> Result<Rc<SyncFiles>, LogError> {
+        let mut idle = Vec::with_capacity(SYNCS_IN_FLIGHT_MAX);
+        for _ in 0..SYNCS_IN_FLIGHT_MAX {
+            // A new open(2) each: a description of its own, never a dup.
+            idle.push(Rc::new(DmaFile::open(path).await.map_err(io_err)?));
+        }
+        Ok(Rc::new(SyncFiles {
+            idle: RefCell::new(idle),
+        }))
     }
 
-    /// A description no fdatasync runs on, opening one if none is idle.
-    /// The caller runs fewer than `SYNCS_IN_FLIGHT_MAX` fdatasyncs, so
-    /// fewer than that many of this file's descriptions are busy.
-    async fn take(&self) -> Result<Rc<DmaFile>, LogError> {
-        if let Some(f) = self.idle.borrow_mut().pop() {
-            return Ok(f);
-        }
-        debug_assert!(self.opened.get() < SYNCS_IN_FLIGHT_MAX);
-        // A new open(2): its own description, never a dup of another one.
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .dma_open(&self.path)
-            .await
-            .map_err(io_err)?;
-        self.opened.set(self.opened.get() + 1);
-        Ok(Rc::new(f))
+    /// A description no fdatasync runs on. The syncer runs fewer than
+    /// `SYNCS_IN_FLIGHT_MAX` fdatasyncs when it asks, so one is idle.
+    fn take(&self) -> Option<Rc<DmaFile>> {
+        self.idle.borrow_mut().pop()
     }
 
     fn give_back(&self, f: Rc<DmaFile>) {
@@ -654,8 +646,9 @@ impl PartitionLog {
         );
         file.fdatasync().await.map_err(io_err)?;
         let size = last.size.get();
+        let last_written = SyncFiles::open(&last.log_path).await?;
         let mut writer = SegWriter::new(last.clone(), Some(file.clone()), &config, arena.clone());
-        let last_written = writer.sync_files.clone();
+        writer.sync_files = Some(last_written.clone());
         writer.allocated_len = size;
         let tail_pos = whole_pages(size);
         writer.zeroed_len = tail_pos;
@@ -1085,10 +1078,10 @@ impl PartitionLog {
             let mut writers = self.writers.borrow_mut();
             let Some(w) = writers.front_mut() else { return };
             // The write was issued on the front segment's file.
-            if w.file.is_none() {
+            let Some(files) = w.sync_files.clone() else {
                 return;
-            }
-            *self.last_written.borrow_mut() = w.sync_files.clone();
+            };
+            *self.last_written.borrow_mut() = files;
             if w.tail_busy.is_some_and(|(_, s)| s == seq) {
                 w.tail_busy = None;
             }
@@ -1269,10 +1262,12 @@ impl PartitionLog {
             .await
             .map_err(io_err)?;
         let size = f.file_size().await.map_err(io_err)?;
+        let sync_files = SyncFiles::open(&seg.log_path).await?;
         let f = Rc::new(f);
         *seg.dma.borrow_mut() = Some(f.clone());
         if let Some(w) = self.writers.borrow_mut().front_mut() {
             w.file = Some(f);
+            w.sync_files = Some(sync_files);
             w.allocated_len = size;
             w.zeroed_len = whole_pages(size);
         }
@@ -1300,8 +1295,8 @@ impl PartitionLog {
                 me.fail(&e);
                 return;
             }
-            // Another fdatasync of this file may have taken the write-back
-            // error this one should have seen (see `syncer_loop`).
+            // Another fdatasync (the syncer's, on a description of its own)
+            // may have found a failure first: nothing moves `durable` then.
             if me.failed.borrow().is_some() {
                 return;
             }
@@ -1429,9 +1424,11 @@ impl PartitionLog {
     /// fdatasync also waits for write-back an earlier one began), and
     /// `durable` only rises.
     async fn sync_once(&self, files: &SyncFiles, w: i64) {
-        let file = match files.take().await {
-            Ok(f) => f,
-            Err(e) => return self.fail(&e),
+        let Some(file) = files.take() else {
+            // The syncer starts fewer fdatasyncs than a file has
+            // descriptions: a bug. Failing beats sharing a description.
+            debug_assert!(false, "no idle sync description");
+            return self.fail(&"no idle sync description");
         };
         let r = file.fdatasync().await;
         files.give_back(file);
