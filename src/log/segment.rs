@@ -289,8 +289,21 @@ impl Segment {
 
     /// Writes `.index` and `.timeindex` (exact size, synced).
     pub fn write_indexes(&self) -> std::io::Result<()> {
-        write_synced(&self.index_path, &self.index.borrow().encode())?;
-        write_synced(&self.time_index_path, &self.time_index.borrow().encode())
+        write_index_files(&self.encoded_indexes())
+    }
+
+    /// `.index` and `.timeindex` as `write_indexes` writes them, for
+    /// `write_index_files` on a thread that may block (a shard must not
+    /// wait for the file creation and the fdatasyncs: milliseconds at
+    /// every roll).
+    pub fn encoded_indexes(&self) -> [(PathBuf, Vec<u8>); 2] {
+        [
+            (self.index_path.clone(), self.index.borrow().encode()),
+            (
+                self.time_index_path.clone(),
+                self.time_index.borrow().encode(),
+            ),
+        ]
     }
 
     pub async fn dma(&self) -> Result<Rc<DmaFile>, LogError> {
@@ -454,6 +467,13 @@ fn all_zero_from(file: &std::fs::File, from: u64, to: u64) -> std::io::Result<bo
             return Ok(false);
         }
     }
+}
+
+/// Writes each file (exact size, synced); blocks.
+pub fn write_index_files(files: &[(PathBuf, Vec<u8>)]) -> std::io::Result<()> {
+    files
+        .iter()
+        .try_for_each(|(path, bytes)| write_synced(path, bytes))
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
