@@ -153,7 +153,7 @@ fn bench(c: &mut Criterion) {
                                 log.wait_written(last).await.expect("written");
                             }
                             total += t.elapsed();
-                            mgr.run_retention_once().expect("retention");
+                            mgr.run_retention_once().await.expect("retention");
                         }
                         total
                     })

@@ -42,13 +42,13 @@ fn rolls_on_bytes_and_retention_moves_log_start() {
             assert_eq!(batch_offsets(&chunk_bytes(&r)), vec![(off, off)]);
         }
         // Nothing to delete with retention off.
-        assert_eq!(mgr.run_retention_once().unwrap(), 0);
+        assert_eq!(mgr.run_retention_once().await.unwrap(), 0);
         // retention.bytes: keep at most ~2 segments' worth.
         log.set_config(LogConfig {
             retention_bytes: 10_000,
             ..config.clone()
         });
-        let deleted = mgr.run_retention_once().unwrap();
+        let deleted = mgr.run_retention_once().await.unwrap();
         assert!(deleted > 0);
         assert!(log.size_bytes() <= 10_000 + 5000);
         let start = log.log_start_offset().0;
@@ -67,7 +67,7 @@ fn rolls_on_bytes_and_retention_moves_log_start() {
             ..config.clone()
         });
         glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
-        mgr.run_retention_once().unwrap();
+        mgr.run_retention_once().await.unwrap();
         assert_eq!(log.segment_count(), 1, "only the active segment is left");
         let start = log.log_start_offset().0;
         mgr.shutdown().await.unwrap();
@@ -375,7 +375,7 @@ fn recycles_segment_files(direct_writes: bool, fsync_acks: bool) {
                     }
                 }
                 log.wait_written(Offset(appended - 1)).await.unwrap();
-                assert!(mgr.run_retention_once().unwrap() > 0);
+                assert!(mgr.run_retention_once().await.unwrap() > 0);
                 let spares = spare_files(&part_dir);
                 assert!((1..=2).contains(&spares), "{spares} spare files");
             }
@@ -409,7 +409,7 @@ fn recycles_segment_files(direct_writes: bool, fsync_acks: bool) {
             );
             // Stop without closing the log (no truncate to the logical
             // length), as a killed broker would.
-            mgr.checkpoint().unwrap();
+            mgr.checkpoint().await.unwrap();
             end.store(appended, Ordering::SeqCst);
         }
     });

@@ -7,11 +7,19 @@
 //! flush.ms and segment.ms every `BACKGROUND_TICK_MS`, checkpoints every
 //! `CHECKPOINT_INTERVAL_MS`) that runs in a task queue with fewer shares
 //! than request handling. Shard-local; !Send.
+//!
+//! Checkpoint files are written on glommio's blocking thread (creating,
+//! fdatasyncing and renaming them takes milliseconds, which the shard would
+//! otherwise spend serving no request), one checkpoint at a time
+//! (`checkpoint_lock`): two writes of one file share its temporary name, and
+//! an older checkpoint must never replace a newer one (a log start moved by
+//! DeleteRecords would move back).
 
 use super::checkpoint::{self, LOG_START_CHECKPOINT, RECOVERY_POINT_CHECKPOINT};
 use super::iobuf::IoArena;
 use super::{now_ms, LogConfig, LogError, PartitionLog, TailCache};
 use crate::types::TopicPartition;
+use glommio::sync::Semaphore;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -36,6 +44,8 @@ pub struct LogManager {
     log_starts: HashMap<TopicPartition, i64>,
     retention_check_interval_ms: Cell<u64>,
     stopped: Cell<bool>,
+    /// Held while checkpoint files are written (see the module doc).
+    checkpoint_lock: Semaphore,
 }
 
 impl LogManager {
@@ -59,6 +69,7 @@ impl LogManager {
             recovery_points,
             log_starts,
             retention_check_interval_ms: Cell::new(RETENTION_CHECK_INTERVAL_DEFAULT_MS),
+            checkpoint_lock: Semaphore::new(1),
             stopped: Cell::new(false),
         })
     }
@@ -120,40 +131,54 @@ impl LogManager {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e.into()),
         }
-        self.checkpoint()?;
+        self.checkpoint().await?;
         Ok(())
     }
 
     /// Writes this shard's recovery-point and log-start checkpoint files.
-    pub fn checkpoint(&self) -> Result<(), LogError> {
+    pub async fn checkpoint(&self) -> Result<(), LogError> {
+        self.write_checkpoints(|l| l.recovery_point()).await
+    }
+
+    /// Writes both checkpoint files, each log's recovery point given by
+    /// `recovery_point`, on the blocking thread, one checkpoint at a time;
+    /// the offsets are read once the lock is held, so a later checkpoint
+    /// never holds older ones.
+    async fn write_checkpoints(
+        &self,
+        recovery_point: impl Fn(&PartitionLog) -> i64,
+    ) -> Result<(), LogError> {
+        let Ok(_permit) = self.checkpoint_lock.acquire_permit(1).await else {
+            return Err(LogError::Failed("checkpoint lock closed".into()));
+        };
         let mut rp = Vec::new();
         let mut ls = Vec::new();
         for (tp, l) in self.logs.borrow().iter() {
-            rp.push((tp.clone(), l.recovery_point()));
+            rp.push((tp.clone(), recovery_point(l)));
             ls.push((tp.clone(), l.log_start_offset().0));
         }
         rp.sort_by(|a, b| a.0.cmp(&b.0));
         ls.sort_by(|a, b| a.0.cmp(&b.0));
-        checkpoint::write(
-            &checkpoint::shard_file(&self.data_dir, RECOVERY_POINT_CHECKPOINT, self.shard),
-            &rp,
-        )?;
-        checkpoint::write(
-            &checkpoint::shard_file(&self.data_dir, LOG_START_CHECKPOINT, self.shard),
-            &ls,
-        )?;
+        let rp_file = checkpoint::shard_file(&self.data_dir, RECOVERY_POINT_CHECKPOINT, self.shard);
+        let ls_file = checkpoint::shard_file(&self.data_dir, LOG_START_CHECKPOINT, self.shard);
+        glommio::executor()
+            .spawn_blocking(move || {
+                checkpoint::write(&rp_file, &rp)?;
+                checkpoint::write(&ls_file, &ls)
+            })
+            .await?;
         Ok(())
     }
 
     /// One retention pass over every log; checkpoints if anything moved.
-    pub fn run_retention_once(&self) -> Result<usize, LogError> {
+    pub async fn run_retention_once(&self) -> Result<usize, LogError> {
         let now = now_ms();
         let mut n = 0;
         for l in self.logs() {
             n += l.apply_retention(now)?;
         }
         if n > 0 {
-            self.checkpoint()?;
+            self.checkpoint().await?;
         }
         Ok(n)
     }
@@ -179,13 +204,13 @@ impl LogManager {
                     }
                     if since_retention_ms >= me.retention_check_interval_ms.get() {
                         since_retention_ms = 0;
-                        if let Err(e) = me.run_retention_once() {
+                        if let Err(e) = me.run_retention_once().await {
                             tracing::error!(error = %e, "retention pass failed");
                         }
                     }
                     if since_checkpoint_ms >= CHECKPOINT_INTERVAL_MS {
                         since_checkpoint_ms = 0;
-                        if let Err(e) = me.checkpoint() {
+                        if let Err(e) = me.checkpoint().await {
                             tracing::error!(error = %e, "checkpoint failed");
                         }
                     }
@@ -212,22 +237,7 @@ impl LogManager {
             }
         }
         // Every log is sealed now: its recovery point is its log end.
-        let mut rp = Vec::new();
-        let mut ls = Vec::new();
-        for (tp, l) in self.logs.borrow().iter() {
-            rp.push((tp.clone(), l.log_end_offset().0));
-            ls.push((tp.clone(), l.log_start_offset().0));
-        }
-        rp.sort_by(|a, b| a.0.cmp(&b.0));
-        ls.sort_by(|a, b| a.0.cmp(&b.0));
-        checkpoint::write(
-            &checkpoint::shard_file(&self.data_dir, RECOVERY_POINT_CHECKPOINT, self.shard),
-            &rp,
-        )?;
-        checkpoint::write(
-            &checkpoint::shard_file(&self.data_dir, LOG_START_CHECKPOINT, self.shard),
-            &ls,
-        )?;
+        self.write_checkpoints(|l| l.log_end_offset().0).await?;
         match first_err {
             Some(e) => Err(e),
             None => Ok(()),
