@@ -516,3 +516,42 @@ fn a_log_that_starts_syncing_waits_for_its_background_seals() {
         mgr.shutdown().await.unwrap();
     });
 }
+
+/// A partition deleted and created again under the same name in one run of
+/// the broker starts empty at offset 0, although the checkpoint read at
+/// start-up still named the old log's start.
+#[test]
+fn a_partition_deleted_and_created_again_starts_at_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    run(data.clone(), move || async move {
+        let tp = TopicPartition::new("again", 0);
+        let config = LogConfig {
+            segment_bytes: 3000,
+            ..LogConfig::default()
+        };
+        let mgr = LogManager::new_for_shard(data.clone(), TailCache::new(1 << 20), 0);
+        let log = mgr.open(&tp, config.clone()).await.unwrap();
+        let mut last = Offset(0);
+        for i in 0..20 {
+            last = log.append(sized_batch(1, 900, i)).unwrap().last_offset;
+        }
+        log.wait_written(last).await.unwrap();
+        assert!(log.delete_segments_below(Offset(10)).unwrap() > 0);
+        let start = log.log_start_offset().0;
+        assert!(start > 0);
+        mgr.shutdown().await.unwrap();
+
+        let mgr = LogManager::new_for_shard(data.clone(), TailCache::new(1 << 20), 0);
+        let log = mgr.open(&tp, config.clone()).await.unwrap();
+        assert_eq!(log.log_start_offset().0, start, "the checkpoint is read");
+        mgr.delete(&tp).await.unwrap();
+        assert!(!data.join("again-0").exists());
+        let log = mgr.open(&tp, config).await.unwrap();
+        assert_eq!(log.log_start_offset().0, 0);
+        assert_eq!(log.log_end_offset().0, 0);
+        let info = log.append(sized_batch(1, 10, 0)).unwrap();
+        assert_eq!(info.base_offset.0, 0);
+        mgr.shutdown().await.unwrap();
+    });
+}

@@ -40,8 +40,11 @@ pub struct LogManager {
     /// Staging and write buffers of every log of the shard.
     arena: Rc<IoArena>,
     logs: RefCell<HashMap<TopicPartition, Rc<PartitionLog>>>,
-    recovery_points: HashMap<TopicPartition, i64>,
-    log_starts: HashMap<TopicPartition, i64>,
+    /// The checkpoints read at start-up, for the logs opened after it; a
+    /// deleted partition's entries go, so that one re-created under the same
+    /// name starts empty.
+    recovery_points: RefCell<HashMap<TopicPartition, i64>>,
+    log_starts: RefCell<HashMap<TopicPartition, i64>>,
     retention_check_interval_ms: Cell<u64>,
     stopped: Cell<bool>,
     /// Held while checkpoint files are written (see the module doc).
@@ -66,8 +69,8 @@ impl LogManager {
             cache,
             arena: IoArena::new(),
             logs: RefCell::new(HashMap::new()),
-            recovery_points,
-            log_starts,
+            recovery_points: RefCell::new(recovery_points),
+            log_starts: RefCell::new(log_starts),
             retention_check_interval_ms: Cell::new(RETENTION_CHECK_INTERVAL_DEFAULT_MS),
             checkpoint_lock: Semaphore::new(1),
             stopped: Cell::new(false),
@@ -97,14 +100,16 @@ impl LogManager {
             return Ok(l);
         }
         let dir = self.data_dir.join(tp.dir_name());
+        let recovery_point = self.recovery_points.borrow().get(tp).copied();
+        let log_start = self.log_starts.borrow().get(tp).copied();
         let log = PartitionLog::open(
             dir,
             tp.clone(),
             config,
             self.cache.clone(),
             self.arena.clone(),
-            self.recovery_points.get(tp).copied(),
-            self.log_starts.get(tp).copied(),
+            recovery_point,
+            log_start,
         )
         .await?;
         self.logs.borrow_mut().insert(tp.clone(), log.clone());
@@ -122,8 +127,13 @@ impl LogManager {
     /// Closes and deletes the partition's directory (DeleteTopics).
     pub async fn delete(&self, tp: &TopicPartition) -> Result<(), LogError> {
         let log = self.logs.borrow_mut().remove(tp);
+        self.recovery_points.borrow_mut().remove(tp);
+        self.log_starts.borrow_mut().remove(tp);
         if let Some(l) = log {
             l.mark_closed();
+            // Its writer may be sealing a segment (index files written on the
+            // blocking thread): let it finish before the directory goes.
+            l.wait_idle().await;
         }
         let dir = self.data_dir.join(tp.dir_name());
         match std::fs::remove_dir_all(&dir) {
@@ -149,7 +159,9 @@ impl LogManager {
         recovery_point: impl Fn(&PartitionLog) -> i64,
     ) -> Result<(), LogError> {
         let Ok(_permit) = self.checkpoint_lock.acquire_permit(1).await else {
-            return Err(LogError::Failed("checkpoint lock closed".into()));
+            // Closed by `shutdown` after its final checkpoint, which nothing
+            // may replace.
+            return Ok(());
         };
         let mut rp = Vec::new();
         let mut ls = Vec::new();
@@ -230,14 +242,27 @@ impl LogManager {
     pub async fn shutdown(&self) -> Result<(), LogError> {
         self.stopped.set(true);
         let mut first_err = None;
+        let mut unclosed = std::collections::HashSet::new();
         for l in self.logs() {
             if let Err(e) = l.close().await {
                 tracing::error!(partition = %l.topic_partition(), error = %e, "close failed");
+                unclosed.insert(l.topic_partition().clone());
                 first_err.get_or_insert(e);
             }
         }
-        // Every log is sealed now: its recovery point is its log end.
-        self.write_checkpoints(|l| l.log_end_offset().0).await?;
+        // Every log that closed is sealed now: its recovery point is its log
+        // end. One that did not keeps its own, so that what it may not have
+        // synced is scanned again at the next start.
+        self.write_checkpoints(|l| {
+            if unclosed.contains(l.topic_partition()) {
+                l.recovery_point()
+            } else {
+                l.log_end_offset().0
+            }
+        })
+        .await?;
+        // A background checkpoint queued behind this one must not replace it.
+        self.checkpoint_lock.close();
         match first_err {
             Some(e) => Err(e),
             None => Ok(()),

@@ -832,6 +832,9 @@ impl PartitionLog {
     /// Rolls the active segment now if it is not empty (segment.ms checks,
     /// tests). The new segment starts at the log end.
     pub fn roll(&self) {
+        if self.check_usable().is_err() {
+            return;
+        }
         let cfg = LogConfig {
             segment_bytes: 0,
             ..self.config.borrow().clone()
@@ -1911,6 +1914,9 @@ impl PartitionLog {
 
     /// Rolls the active segment if segment.ms elapsed (checked on append too).
     pub fn maybe_roll_by_time(&self, now_ms: i64) {
+        if self.check_usable().is_err() {
+            return;
+        }
         let cfg = self.config.borrow().clone();
         let old =
             self.writers.borrow().back().is_some_and(|w| {
@@ -1960,6 +1966,18 @@ impl PartitionLog {
             write_indexes_off_shard(&seg).await?;
         }
         Ok(())
+    }
+
+    /// Resolves when no write, seal or fdatasync of this log is running.
+    /// Once the log is closed (`mark_closed`) nothing starts another, so a
+    /// deleted log's directory gets no file back after it is removed.
+    pub(crate) async fn wait_idle(&self) {
+        while self.writer_running.get()
+            || !self.sealing.borrow().is_empty()
+            || self.syncs_in_flight.get() > 0
+        {
+            glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+        }
     }
 
     /// Drops the cache entries of this log (used by delete).
@@ -2069,9 +2087,6 @@ fn staging_chunk_size(chunk_bytes: usize, rest: usize) -> usize {
     size
 }
 
-/// Starts the kernel's write-back of file range `[from, to)` without waiting
-/// for it (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), on glommio's blocking
-/// thread: the call can block while the device queue is full.
 /// Writes a segment's `.index` and `.timeindex` on glommio's blocking
 /// thread: creating and fdatasyncing them took the shard 1.5–3.5 ms at
 /// every roll of a saturating run (tuning/results/latency-and-throughput.md),
@@ -2084,6 +2099,9 @@ async fn write_indexes_off_shard(seg: &Segment) -> Result<(), LogError> {
     Ok(())
 }
 
+/// Starts the kernel's write-back of file range `[from, to)` without waiting
+/// for it (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), on glommio's blocking
+/// thread: the call can block while the device queue is full.
 fn start_writeback(file: Arc<std::fs::File>, from: u64, to: u64) {
     use std::os::fd::AsRawFd;
     let blocking = glommio::executor().spawn_blocking(move || {
