@@ -77,6 +77,35 @@ pub fn memlock_limit_bytes() -> Option<u64> {
     Some(rl.rlim_cur)
 }
 
+/// Raises the soft RLIMIT_NOFILE to the hard limit and returns the soft
+/// limit now in force (`None` if it could not be read). Every partition
+/// holds descriptors: its active segment's write descriptor and the
+/// group-commit syncer's `SYNCS_IN_FLIGHT_MAX` descriptions of it, plus one
+/// per segment being read, and every connection one; the usual soft
+/// default of 1,024 is reached by a few hundred partitions.
+pub fn raise_nofile_limit() -> Option<u64> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read or write only the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) != 0 {
+            return None;
+        }
+        if rl.rlim_cur < rl.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: rl.rlim_max,
+                rlim_max: rl.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                rl.rlim_cur = rl.rlim_max;
+            }
+        }
+    }
+    Some(rl.rlim_cur)
+}
+
 /// Locked bytes `shards` executors need with `io_memory_bytes` each.
 pub fn memlock_needed_bytes(shards: usize, io_memory_bytes: usize) -> u64 {
     shards as u64 * LOCKED_COPIES_PER_EXECUTOR as u64 * io_memory_bytes as u64
@@ -144,6 +173,20 @@ pub async fn probe_dma(dir: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// After the raise, the soft open-file limit is the hard one.
+    #[test]
+    fn nofile_soft_limit_is_raised_to_the_hard_limit() {
+        let soft = raise_nofile_limit().expect("RLIMIT_NOFILE is readable");
+        let mut rl = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes only the struct passed.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) }, 0);
+        assert_eq!(rl.rlim_cur, rl.rlim_max);
+        assert_eq!(soft, rl.rlim_cur);
+    }
 
     #[test]
     fn budget_fits_check() {

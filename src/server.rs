@@ -57,6 +57,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .io_memory_bytes
         .unwrap_or_else(|| runtime::io_memory_for_budget(config.cores, IO_MEMORY_BYTES_MAX));
     runtime::check_memlock(config.cores, io_memory).map_err(|e| anyhow::anyhow!(e))?;
+    if let Some(files) = runtime::raise_nofile_limit() {
+        tracing::info!(files, "open file limit");
+    }
 
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
