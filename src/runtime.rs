@@ -65,16 +65,19 @@ where
 
 /// The current soft RLIMIT_MEMLOCK in bytes (`None` = unlimited).
 pub fn memlock_limit_bytes() -> Option<u64> {
+    rlimit(libc::RLIMIT_MEMLOCK)
+        .filter(|rl| rl.rlim_cur != libc::RLIM_INFINITY)
+        .map(|rl| rl.rlim_cur)
+}
+
+/// The soft and hard limits of `resource` (`None` if they cannot be read).
+fn rlimit(resource: libc::__rlimit_resource_t) -> Option<libc::rlimit> {
     let mut rl = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes into the struct we pass and nothing else.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
-    if rc != 0 || rl.rlim_cur == libc::RLIM_INFINITY {
-        return None;
-    }
-    Some(rl.rlim_cur)
+    (unsafe { libc::getrlimit(resource, &mut rl) } == 0).then_some(rl)
 }
 
 /// Raises the soft RLIMIT_NOFILE to the hard limit and returns the soft
@@ -84,23 +87,15 @@ pub fn memlock_limit_bytes() -> Option<u64> {
 /// per segment being read, and every connection one; the usual soft
 /// default of 1,024 is reached by a few hundred partitions.
 pub fn raise_nofile_limit() -> Option<u64> {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit read or write only the struct passed.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) != 0 {
-            return None;
-        }
-        if rl.rlim_cur < rl.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: rl.rlim_max,
-                rlim_max: rl.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                rl.rlim_cur = rl.rlim_max;
-            }
+    let rl = rlimit(libc::RLIMIT_NOFILE)?;
+    if rl.rlim_cur < rl.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: rl.rlim_max,
+            rlim_max: rl.rlim_max,
+        };
+        // SAFETY: setrlimit only reads the struct passed.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return Some(rl.rlim_max);
         }
     }
     Some(rl.rlim_cur)
@@ -178,12 +173,7 @@ mod tests {
     #[test]
     fn nofile_soft_limit_is_raised_to_the_hard_limit() {
         let soft = raise_nofile_limit().expect("RLIMIT_NOFILE is readable");
-        let mut rl = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes only the struct passed.
-        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) }, 0);
+        let rl = rlimit(libc::RLIMIT_NOFILE).expect("RLIMIT_NOFILE is readable");
         assert_eq!(rl.rlim_cur, rl.rlim_max);
         assert_eq!(soft, rl.rlim_cur);
     }

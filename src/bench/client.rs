@@ -427,9 +427,9 @@ impl ReportingProducer {
         // SAFETY: the topic handle is live; `messages` holds `n` slots whose
         // payload and key pointers point into `burst` for the whole call
         // (all slots share the one payload), and librdkafka copies them
-        // (F_COPY). It writes only the slots'
-        // `err` fields. The opaque is a plain integer (`DeliveryOpaque` is
-        // `usize`), handed back in the delivery report.
+        // (F_COPY). It writes only the slots' `err` fields. The opaque is a
+        // plain integer (`DeliveryOpaque` is `usize`), handed back in the
+        // delivery report.
         unsafe {
             rd::rd_kafka_produce_batch(
                 self.topic.0,

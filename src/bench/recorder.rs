@@ -62,11 +62,7 @@ impl Default for Metric {
 
 impl Metric {
     pub fn record_us(&self, us: u64) {
-        let v = us.clamp(1, HISTOGRAM_MAX_US);
-        if let Ok(mut g) = self.inner.lock() {
-            g.0.saturating_record(v);
-            g.1.saturating_record(v);
-        }
+        self.record_us_each(std::slice::from_ref(&us));
     }
 
     /// Records each of `values_us`, taking the lock once.

@@ -1947,11 +1947,7 @@ impl PartitionLog {
         self.check_usable()?;
         self.flush().await?;
         // Wait for the writer to drain sealed segments too.
-        while self.writers.borrow().len() > 1
-            || self.writer_running.get()
-            || !self.sealing.borrow().is_empty()
-            || self.syncs_in_flight.get() > 0
-        {
+        while self.writers.borrow().len() > 1 || self.io_running() {
             glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
             self.check_usable()?;
         }
@@ -1972,12 +1968,16 @@ impl PartitionLog {
     /// Once the log is closed (`mark_closed`) nothing starts another, so a
     /// deleted log's directory gets no file back after it is removed.
     pub(crate) async fn wait_idle(&self) {
-        while self.writer_running.get()
-            || !self.sealing.borrow().is_empty()
-            || self.syncs_in_flight.get() > 0
-        {
+        while self.io_running() {
             glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
         }
+    }
+
+    /// The writer, a background seal or an fdatasync of the syncer runs.
+    fn io_running(&self) -> bool {
+        self.writer_running.get()
+            || !self.sealing.borrow().is_empty()
+            || self.syncs_in_flight.get() > 0
     }
 
     /// Drops the cache entries of this log (used by delete).
