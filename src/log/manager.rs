@@ -8,6 +8,12 @@
 //! `CHECKPOINT_INTERVAL_MS`) that runs in a task queue with fewer shares
 //! than request handling. Shard-local; !Send.
 //!
+//! Shutdown stops that loop and waits for it to leave before it closes any
+//! log: a pass it is in the middle of (a segment.ms roll, a flush.ms
+//! fdatasync, retention, a checkpoint) ends first, so none of them runs on
+//! a log being closed, and no checkpoint of the loop's can be written after
+//! the final one.
+//!
 //! Checkpoint files are written on glommio's blocking thread (creating,
 //! fdatasyncing and renaming them takes milliseconds, which the shard would
 //! otherwise spend serving no request), one checkpoint at a time
@@ -47,6 +53,13 @@ pub struct LogManager {
     log_starts: RefCell<HashMap<TopicPartition, i64>>,
     retention_check_interval_ms: Cell<u64>,
     stopped: Cell<bool>,
+    /// Closed by `shutdown`: cuts the background loop's wait for its next
+    /// tick short.
+    stop_signal: Semaphore,
+    /// The background loop, once started; `shutdown` waits for it.
+    background: RefCell<Option<glommio::task::JoinHandle<()>>>,
+    /// Set while the background loop runs.
+    background_running: Cell<bool>,
     /// Held while checkpoint files are written (see the module doc).
     checkpoint_lock: Semaphore,
 }
@@ -74,6 +87,9 @@ impl LogManager {
             retention_check_interval_ms: Cell::new(RETENTION_CHECK_INTERVAL_DEFAULT_MS),
             checkpoint_lock: Semaphore::new(1),
             stopped: Cell::new(false),
+            stop_signal: Semaphore::new(0),
+            background: RefCell::new(None),
+            background_running: Cell::new(false),
         })
     }
 
@@ -204,7 +220,15 @@ impl LogManager {
                 let mut since_retention_ms = 0u64;
                 let mut since_checkpoint_ms = 0u64;
                 while !me.stopped.get() {
-                    glommio::timer::sleep(tick).await;
+                    // No permit is ever given: this ends when the tick passes
+                    // or `shutdown` closes the signal.
+                    futures_lite::future::or(glommio::timer::sleep(tick), async {
+                        let _ = me.stop_signal.acquire(1).await;
+                    })
+                    .await;
+                    if me.stopped.get() {
+                        break;
+                    }
                     since_retention_ms += BACKGROUND_TICK_MS;
                     since_checkpoint_ms += BACKGROUND_TICK_MS;
                     let now = now_ms();
@@ -227,20 +251,32 @@ impl LogManager {
                         }
                     }
                 }
+                me.background_running.set(false);
             },
             tq,
         );
         match spawned {
             Ok(t) => {
-                t.detach();
+                self.background_running.set(true);
+                *self.background.borrow_mut() = Some(t.detach());
             }
             Err(e) => tracing::error!(error = %e, "could not spawn the log background loop"),
         };
     }
 
+    /// The background loop was started and has not ended yet.
+    pub fn background_running(&self) -> bool {
+        self.background_running.get()
+    }
+
     /// Flush + checkpoint + close every log (clean shutdown).
     pub async fn shutdown(&self) -> Result<(), LogError> {
         self.stopped.set(true);
+        self.stop_signal.close();
+        let background = self.background.borrow_mut().take();
+        if let Some(loop_task) = background {
+            loop_task.await;
+        }
         let mut first_err = None;
         let mut unclosed = std::collections::HashSet::new();
         for l in self.logs() {
@@ -253,16 +289,21 @@ impl LogManager {
         // Every log that closed is sealed now: its recovery point is its log
         // end. One that did not keeps its own, so that what it may not have
         // synced is scanned again at the next start.
-        self.write_checkpoints(|l| {
-            if unclosed.contains(l.topic_partition()) {
-                l.recovery_point()
-            } else {
-                l.log_end_offset().0
-            }
-        })
-        .await?;
-        // A background checkpoint queued behind this one must not replace it.
+        let written = self
+            .write_checkpoints(|l| {
+                if unclosed.contains(l.topic_partition()) {
+                    l.recovery_point()
+                } else {
+                    l.log_end_offset().0
+                }
+            })
+            .await;
+        // No checkpoint may follow the final one, written or not: one queued
+        // behind it (DeleteTopics') would hold offsets of logs now closed,
+        // and after a failed write the files on disk are the older ones,
+        // which recovery can trust.
         self.checkpoint_lock.close();
+        written?;
         match first_err {
             Some(e) => Err(e),
             None => Ok(()),
