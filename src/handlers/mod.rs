@@ -13,6 +13,7 @@
 pub mod api_versions;
 pub mod cluster;
 pub mod configs;
+pub mod delete_records;
 pub mod errors;
 pub mod fetch;
 pub mod group;
@@ -140,6 +141,9 @@ fn dispatch_other(
         }
         ApiKey::DescribeProducers => {
             async move { txn_admin::describe_producers(&ctx, &header, &mut body) }.boxed_local()
+        }
+        ApiKey::DeleteRecords => {
+            async move { delete_records::handle(&ctx, &header, &mut body).await }.boxed_local()
         }
         ApiKey::DescribeCluster => {
             async move { cluster::describe_cluster(&ctx, &header, &mut body) }.boxed_local()

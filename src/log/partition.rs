@@ -1873,6 +1873,32 @@ impl PartitionLog {
         Ok(deleted)
     }
 
+    /// DeleteRecords (Kafka's `maybeIncrementLogStartOffset`): moves the log
+    /// start up to `offset` and deletes the sealed segments whose every
+    /// offset lies below it at once (Kafka leaves that to its next retention
+    /// pass). `offset` must lie in `[0, HW]`, else OFFSET_OUT_OF_RANGE; the
+    /// log start never moves back, so an offset at or below it changes
+    /// nothing. Returns the log start after the call, the partition's low
+    /// watermark. Records below it in the first kept batch stay on disk and
+    /// are still returned within that batch, as Kafka does; the consumer
+    /// skips them. The caller persists the new log start (a checkpoint).
+    pub fn delete_records_before(&self, offset: Offset) -> Result<LogStartOffset, LogError> {
+        self.check_usable()?;
+        if offset.0 < 0 || offset.0 > self.high_watermark().0 {
+            return Err(LogError::OffsetOutOfRange {
+                log_start: self.log_start_offset(),
+                log_end: LogEndOffset(self.log_end.get()),
+            });
+        }
+        if offset.0 > self.log_start.get() {
+            tracing::info!(partition = %self.tp, from = self.log_start.get(), to = offset.0,
+                "DeleteRecords moved the log start");
+            self.log_start.set(offset.0);
+        }
+        self.delete_segments_below(Offset(self.log_start.get()))?;
+        Ok(self.log_start_offset())
+    }
+
     /// Deletes the files of a segment already removed from the map, keeping
     /// its `.log` as a spare for the next roll when nothing else can still
     /// read it (no fetch holds its descriptor: a read of the old bytes

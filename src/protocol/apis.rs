@@ -36,6 +36,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
@@ -183,7 +184,10 @@ mod tests {
         assert!(!supported(ApiKey::OffsetCommit as i16, 1));
         assert!(supported(ApiKey::EndTxn as i16, 5));
         assert!(supported(ApiKey::AddPartitionsToTxn as i16, 5));
-        assert_eq!(SUPPORTED.len(), 33);
+        assert!(supported(ApiKey::DeleteRecords as i16, 0));
+        assert!(supported(ApiKey::DeleteRecords as i16, 2));
+        assert!(!supported(ApiKey::DeleteRecords as i16, 3));
+        assert_eq!(SUPPORTED.len(), 34);
         // Every advertised range lies within what Kafka 4.1's schemas define.
         for &(key, min, max) in SUPPORTED {
             let v = key.valid_versions();
