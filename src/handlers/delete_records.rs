@@ -23,11 +23,11 @@
 //! The request's `timeout_ms` bounds Kafka's wait for followers to move
 //! their log starts too; with one replica there is nothing to wait for.
 
-use super::{decode, respond, Outcome};
+use super::{decode, led_partition, respond, Outcome};
 use crate::metadata::internal::is_internal;
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
-use crate::types::{Offset, TopicPartition};
+use crate::types::Offset;
 use bytes::BytesMut;
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
@@ -59,15 +59,12 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 partitions.push(fail(ResponseError::InvalidTopicException));
                 continue;
             }
-            let Some(leader) = image.leader_shard(&name, p.partition_index, ctx.cores()) else {
-                partitions.push(fail(ResponseError::UnknownTopicOrPartition));
-                continue;
-            };
-            let tp = TopicPartition::new(name.clone(), p.partition_index);
-            let state = (leader == ctx.shard).then(|| ctx.partition(&tp)).flatten();
-            let Some(state) = state else {
-                partitions.push(fail(ResponseError::NotLeaderOrFollower));
-                continue;
+            let state = match led_partition(ctx, &image, &name, p.partition_index) {
+                Ok(state) => state,
+                Err((e, _)) => {
+                    partitions.push(fail(e));
+                    continue;
+                }
             };
             let log = &state.log;
             let offset = match p.offset {

@@ -22,7 +22,7 @@
 //! current leader (v12+) and, on v16, that node's endpoint.
 
 use super::list_offsets::{check_leader_epoch, LEADER_EPOCH, READ_COMMITTED};
-use super::{decode, errors, Outcome};
+use super::{decode, errors, led_partition, Outcome};
 use crate::protocol::fetch::{
     encode_fetch_response, FetchPartitionResponse, FetchResponse, FetchTopicResponse, NodeEndpoint,
 };
@@ -30,7 +30,7 @@ use crate::protocol::header::write_response_header;
 use crate::protocol::RequestHeader;
 use crate::record::RecordsChunk;
 use crate::shard::{PartitionState, ShardCtx};
-use crate::types::{Offset, TopicPartition};
+use crate::types::Offset;
 use bytes::BytesMut;
 use futures::future::{self, LocalBoxFuture};
 use futures::FutureExt;
@@ -87,19 +87,11 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         for p in &t.partitions {
             let target = match meta {
                 None => Err((unknown, None)),
-                Some(_) => match image.leader_shard(&name, p.partition, ctx.cores()) {
-                    None => Err((ResponseError::UnknownTopicOrPartition, None)),
-                    Some(leader) if leader != ctx.shard => Err((
-                        ResponseError::NotLeaderOrFollower,
-                        Some(ctx.config.node_id_of(leader)),
-                    )),
-                    Some(_) => match ctx.partition(&TopicPartition::new(name.clone(), p.partition))
-                    {
-                        None => Err((ResponseError::NotLeaderOrFollower, None)),
-                        Some(state) => match check_leader_epoch(p.current_leader_epoch) {
-                            Some(e) => Err((e, None)),
-                            None => Ok(state),
-                        },
+                Some(_) => match led_partition(ctx, &image, &name, p.partition) {
+                    Err((e, leader)) => Err((e, leader.map(|s| ctx.config.node_id_of(s)))),
+                    Ok(state) => match check_leader_epoch(p.current_leader_epoch) {
+                        Some(e) => Err((e, None)),
+                        None => Ok(state),
                     },
                 },
             };

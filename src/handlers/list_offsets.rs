@@ -1,10 +1,9 @@
 //! ListOffsets: earliest, latest (HW or LSO by isolation), max-timestamp,
 //! earliest-local, and lookup by timestamp through the time index.
 
-use super::{decode, errors, respond, Outcome};
+use super::{decode, errors, led_partition, respond, Outcome};
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
-use crate::types::TopicPartition;
 use bytes::BytesMut;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -48,18 +47,12 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 .with_offset(-1)
                 .with_leader_epoch(-1);
             let fail = |e: ResponseError| base.clone().with_error_code(e.code());
-            let tp = TopicPartition::new(name.clone(), p.partition_index);
-            let Some(leader) = image.leader_shard(&name, p.partition_index, ctx.cores()) else {
-                partitions.push(fail(ResponseError::UnknownTopicOrPartition));
-                continue;
-            };
-            if leader != ctx.shard {
-                partitions.push(fail(ResponseError::NotLeaderOrFollower));
-                continue;
-            }
-            let Some(state) = ctx.partition(&tp) else {
-                partitions.push(fail(ResponseError::NotLeaderOrFollower));
-                continue;
+            let state = match led_partition(ctx, &image, &name, p.partition_index) {
+                Ok(state) => state,
+                Err((e, _)) => {
+                    partitions.push(fail(e));
+                    continue;
+                }
             };
             if let Some(e) = check_leader_epoch(p.current_leader_epoch) {
                 partitions.push(fail(e));

@@ -25,15 +25,18 @@ pub mod topics;
 pub mod txn;
 pub mod txn_admin;
 
+use crate::metadata::MetadataImage;
 use crate::protocol::header::write_response_header;
 use crate::protocol::{supported, RequestHeader};
 use crate::record::RecordsChunk;
-use crate::shard::ShardCtx;
+use crate::shard::{PartitionState, ShardCtx};
+use crate::types::TopicPartition;
 use bytes::BytesMut;
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
 /// An error code and its message, for responses that carry both.
@@ -233,6 +236,28 @@ pub fn respond<T: Encodable>(header: &RequestHeader, response: &T) -> Outcome {
     let len = (out.len() - 4) as i32;
     out[..4].copy_from_slice(&len.to_be_bytes());
     Outcome::Reply(vec![RecordsChunk::Memory(out.freeze())])
+}
+
+/// The partition `topic`-`index` if this shard leads it; else Kafka's answer
+/// to a request for it: UNKNOWN_TOPIC_OR_PARTITION when the image has no
+/// such partition, NOT_LEADER_OR_FOLLOWER with the leading shard when
+/// another shard leads it (the client sends it there), and without one when
+/// this shard leads it but has not opened it yet.
+pub fn led_partition(
+    ctx: &ShardCtx,
+    image: &MetadataImage,
+    topic: &str,
+    index: i32,
+) -> Result<Rc<PartitionState>, (ResponseError, Option<usize>)> {
+    match image.leader_shard(topic, index, ctx.cores()) {
+        None => Err((ResponseError::UnknownTopicOrPartition, None)),
+        Some(leader) if leader != ctx.shard => {
+            Err((ResponseError::NotLeaderOrFollower, Some(leader)))
+        }
+        Some(_) => ctx
+            .partition(&TopicPartition::new(topic, index))
+            .ok_or((ResponseError::NotLeaderOrFollower, None)),
+    }
 }
 
 /// Shorthand for a kafka-protocol string.

@@ -8,7 +8,7 @@
 //! coordinator reaches partition owners over the router instead, and this
 //! handler serves the same local marker path to a remote caller.
 
-use super::{decode, respond, str_bytes, Outcome};
+use super::{decode, led_partition, respond, str_bytes, Outcome};
 use crate::metadata::internal::{coordinator_partition, TRANSACTION_STATE};
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
@@ -167,13 +167,9 @@ pub fn describe_producers(
                 .iter()
                 .map(|&p| {
                     let r = PartitionResponse::default().with_partition_index(p);
-                    let tp = TopicPartition::new(t.name.0.to_string(), p);
-                    match ctx.partition(&tp) {
-                        None if image.leader_shard(&tp.topic, p, ctx.cores()).is_some() => {
-                            r.with_error_code(ResponseError::NotLeaderOrFollower.code())
-                        }
-                        None => r.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
-                        Some(state) => {
+                    match led_partition(ctx, &image, t.name.0.as_str(), p) {
+                        Err((e, _)) => r.with_error_code(e.code()),
+                        Ok(state) => {
                             let producers = state.producers.borrow();
                             let mut active: Vec<ProducerState> = producers
                                 .entries()
