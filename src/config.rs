@@ -31,6 +31,26 @@ pub const OFFSETS_RETENTION_MINUTES_DEFAULT: i64 = 7 * 24 * 60;
 /// Requests read from one connection before the first is answered.
 pub const INFLIGHT_REQUESTS_MAX_DEFAULT: usize = 64;
 
+/// Connections one shard serves at once (Kafka's `max.connections` is per broker, unbounded by default).
+pub const MAX_CONNECTIONS_PER_SHARD_DEFAULT: usize = 10_000;
+/// Kafka's `connections.max.idle.ms` default (10 minutes).
+pub const CONNECTIONS_MAX_IDLE_MS_DEFAULT: u64 = 10 * 60 * 1000;
+/// Bytes of requests a shard holds read but unanswered (Kafka's `queued.max.request.bytes` is unbounded by default).
+pub const QUEUED_MAX_REQUEST_BYTES_DEFAULT: usize = 256 << 20;
+/// Bytes of requests one connection holds read but unanswered.
+pub const CONNECTION_QUEUED_MAX_REQUEST_BYTES_DEFAULT: usize = 64 << 20;
+/// Bytes a shard holds appended but not yet written.
+pub const STAGED_BYTES_MAX_DEFAULT: usize = 256 << 20;
+/// Largest a batch may decompress to.
+pub const BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT: usize = 64 << 20;
+/// Partitions one CreateTopics/CreatePartitions request may create.
+pub const CREATE_TOPICS_PARTITIONS_MAX_DEFAULT: i64 = 10_000;
+/// Partitions the broker holds in all.
+pub const PARTITIONS_MAX_DEFAULT: i64 = 100_000;
+/// Members of one group (Kafka's `group.max.size` is unbounded by default).
+pub const GROUP_MAX_SIZE_DEFAULT: usize = 10_000;
+/// Kafka's `transactional.id.expiration.ms` default (7 days).
+pub const TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: i64 = 7 * 24 * 60 * 60 * 1000;
 /// Flags of `fjord serve`. The TOML file named by `--config` takes the same
 /// keys, spelled as the long flags (`data-dir = "./data"`).
 #[derive(clap::Args, Deserialize, Debug, Clone, Default)]
@@ -108,6 +128,36 @@ pub struct ServeArgs {
     /// group are dropped this long after it became empty [default: 10080].
     #[arg(long)]
     pub offsets_retention_minutes: Option<i64>,
+    /// Connections one shard serves at once (Kafka `max.connections`, per shard); a connection over it is closed at accept [default: 10000].
+    #[arg(long)]
+    pub max_connections_per_shard: Option<usize>,
+    /// Kafka `connections.max.idle.ms`: a connection with no request for this long is closed [default: 600000].
+    #[arg(long)]
+    pub connections_max_idle_ms: Option<u64>,
+    /// Kafka `queued.max.request.bytes`, per shard: bytes of requests read and not yet answered; at the limit the shard stops reading sockets [default: 256 MiB].
+    #[arg(long)]
+    pub queued_max_request_bytes: Option<usize>,
+    /// Bytes of requests one connection holds read and not yet answered; at the limit it is not read until answers go out (one request is always read) [default: 64 MiB].
+    #[arg(long)]
+    pub connection_queued_max_request_bytes: Option<usize>,
+    /// Bytes a shard holds appended but not yet written to its segment files; produce requests wait while it is over (acks=0 producers faster than the disk are slowed, not buffered) [default: 256 MiB].
+    #[arg(long)]
+    pub staged_bytes_max: Option<usize>,
+    /// Largest a compressed batch may grow when the broker decompresses it (validation, recompression); a larger one is refused with CORRUPT_MESSAGE [default: 64 MiB].
+    #[arg(long)]
+    pub batch_decompressed_bytes_max: Option<usize>,
+    /// Partitions one CreateTopics or CreatePartitions request may create, all its topics together [default: 10000].
+    #[arg(long)]
+    pub create_topics_partitions_max: Option<i64>,
+    /// Partitions the broker holds in all, internal topics included; creations past it are refused [default: 100000].
+    #[arg(long)]
+    pub partitions_max: Option<i64>,
+    /// Kafka `group.max.size`: members one consumer group may have; a join beyond it gets GROUP_MAX_SIZE_REACHED [default: 10000].
+    #[arg(long)]
+    pub group_max_size: Option<usize>,
+    /// Kafka `transactional.id.expiration.ms`: a transactional id with no transaction for this long is forgotten [default: 7 days].
+    #[arg(long)]
+    pub transactional_id_expiration_ms: Option<i64>,
     /// TESTING ONLY: after appending every Nth produce request on a shard, close
     /// the connection instead of answering, as if the response were lost.
     #[arg(long, hide = true)]
@@ -116,6 +166,10 @@ pub struct ServeArgs {
     /// (after EndTxn was answered), so a test can kill the broker in between.
     #[arg(long, hide = true)]
     pub debug_delay_txn_markers_ms: Option<u64>,
+    /// TESTING ONLY: shard K panics `DEBUG_PANIC_DELAY_MS` after it starts
+    /// listening, to test that a panic in a shard ends the process.
+    #[arg(long, hide = true)]
+    pub debug_panic_shard: Option<usize>,
 }
 
 /// The resolved broker configuration, identical on every shard.
@@ -144,10 +198,22 @@ pub struct BrokerConfig {
     pub producers_per_partition_max: usize,
     pub group_initial_rebalance_delay_ms: i64,
     pub offsets_retention_minutes: i64,
+    pub max_connections_per_shard: usize,
+    pub connections_max_idle_ms: u64,
+    pub queued_max_request_bytes: usize,
+    pub connection_queued_max_request_bytes: usize,
+    pub staged_bytes_max: usize,
+    pub batch_decompressed_bytes_max: usize,
+    pub create_topics_partitions_max: i64,
+    pub partitions_max: i64,
+    pub group_max_size: usize,
+    pub transactional_id_expiration_ms: i64,
     /// 0 = off. See `ServeArgs::debug_drop_produce_response_every`.
     pub debug_drop_produce_response_every: u64,
     /// 0 = off. See `ServeArgs::debug_delay_txn_markers_ms`.
     pub debug_delay_txn_markers_ms: u64,
+    /// See `ServeArgs::debug_panic_shard`.
+    pub debug_panic_shard: Option<usize>,
 }
 
 impl ServeArgs {
@@ -186,12 +252,23 @@ impl ServeArgs {
             offsets_retention_minutes: self
                 .offsets_retention_minutes
                 .or(file.offsets_retention_minutes),
+            max_connections_per_shard: self.max_connections_per_shard.or(file.max_connections_per_shard),
+            connections_max_idle_ms: self.connections_max_idle_ms.or(file.connections_max_idle_ms),
+            queued_max_request_bytes: self.queued_max_request_bytes.or(file.queued_max_request_bytes),
+            connection_queued_max_request_bytes: self.connection_queued_max_request_bytes.or(file.connection_queued_max_request_bytes),
+            staged_bytes_max: self.staged_bytes_max.or(file.staged_bytes_max),
+            batch_decompressed_bytes_max: self.batch_decompressed_bytes_max.or(file.batch_decompressed_bytes_max),
+            create_topics_partitions_max: self.create_topics_partitions_max.or(file.create_topics_partitions_max),
+            partitions_max: self.partitions_max.or(file.partitions_max),
+            group_max_size: self.group_max_size.or(file.group_max_size),
+            transactional_id_expiration_ms: self.transactional_id_expiration_ms.or(file.transactional_id_expiration_ms),
             debug_drop_produce_response_every: self
                 .debug_drop_produce_response_every
                 .or(file.debug_drop_produce_response_every),
             debug_delay_txn_markers_ms: self
                 .debug_delay_txn_markers_ms
                 .or(file.debug_delay_txn_markers_ms),
+            debug_panic_shard: self.debug_panic_shard.or(file.debug_panic_shard),
         }
     }
 
@@ -267,8 +344,19 @@ impl ServeArgs {
                 .offsets_retention_minutes
                 .unwrap_or(OFFSETS_RETENTION_MINUTES_DEFAULT)
                 .max(1),
+            max_connections_per_shard: a.max_connections_per_shard.unwrap_or(MAX_CONNECTIONS_PER_SHARD_DEFAULT).max(1),
+            connections_max_idle_ms: a.connections_max_idle_ms.unwrap_or(CONNECTIONS_MAX_IDLE_MS_DEFAULT).max(1),
+            queued_max_request_bytes: a.queued_max_request_bytes.unwrap_or(QUEUED_MAX_REQUEST_BYTES_DEFAULT).max(1),
+            connection_queued_max_request_bytes: a.connection_queued_max_request_bytes.unwrap_or(CONNECTION_QUEUED_MAX_REQUEST_BYTES_DEFAULT).max(1),
+            staged_bytes_max: a.staged_bytes_max.unwrap_or(STAGED_BYTES_MAX_DEFAULT).max(1),
+            batch_decompressed_bytes_max: a.batch_decompressed_bytes_max.unwrap_or(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT).max(1),
+            create_topics_partitions_max: a.create_topics_partitions_max.unwrap_or(CREATE_TOPICS_PARTITIONS_MAX_DEFAULT).max(1),
+            partitions_max: a.partitions_max.unwrap_or(PARTITIONS_MAX_DEFAULT).max(1),
+            group_max_size: a.group_max_size.unwrap_or(GROUP_MAX_SIZE_DEFAULT).max(1),
+            transactional_id_expiration_ms: a.transactional_id_expiration_ms.unwrap_or(TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT).max(1),
             debug_drop_produce_response_every: a.debug_drop_produce_response_every.unwrap_or(0),
             debug_delay_txn_markers_ms: a.debug_delay_txn_markers_ms.unwrap_or(0),
+            debug_panic_shard: a.debug_panic_shard,
         })
     }
 }

@@ -14,8 +14,13 @@
 //!   file first, on each executor, before any log is opened.
 //! - Tests must build executors with [`IO_MEMORY_TEST_BYTES`] and unpinned.
 
+use futures::task::AtomicWaker;
 use glommio::{LocalExecutorBuilder, Placement};
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 
 /// `io_memory` for executors built by tests: 1 MiB (3 MiB locked per executor).
 pub const IO_MEMORY_TEST_BYTES: usize = 1 << 20;
@@ -220,6 +225,77 @@ mod tests {
             let r = f.read_at(0, 10).await.unwrap();
             assert_eq!(&r[..], &[7u8; 10]);
             f.close().await.unwrap();
+        });
+    }
+}
+
+/// Polls a future with one waker of its own that forwards to the task's, so
+/// that however many wakers the future hands out (one per partition a fetch
+/// waits on), the task's glommio reference count grows by one. glommio keeps
+/// a task's waker count in an `i16` and panics the shard past `i16::MAX`, so
+/// a future that clones its waker once per item of a client's request must
+/// be polled through this.
+pub struct OneWaker<F> {
+    inner: F,
+    forward: Arc<ForwardWake>,
+}
+
+/// The forwarding waker: it holds the task's waker (one clone) and wakes it.
+struct ForwardWake(AtomicWaker);
+
+impl Wake for ForwardWake {
+    fn wake(self: Arc<Self>) {
+        self.0.wake();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.wake();
+    }
+}
+
+impl<F: Future + Unpin> OneWaker<F> {
+    pub fn new(inner: F) -> Self {
+        OneWaker {
+            inner,
+            forward: Arc::new(ForwardWake(AtomicWaker::new())),
+        }
+    }
+}
+
+impl<F: Future + Unpin> Future for OneWaker<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        this.forward.0.register(cx.waker());
+        let waker = Waker::from(this.forward.clone());
+        Pin::new(&mut this.inner).poll(&mut Context::from_waker(&waker))
+    }
+}
+
+#[cfg(test)]
+mod one_waker_tests {
+    use super::*;
+    use crate::log::watch::OffsetWatch;
+    use futures::FutureExt;
+
+    /// More waits than glommio's `i16` waker count allows one task: polled
+    /// through `OneWaker` the task holds one waker clone, so it neither
+    /// panics nor leaves a waker behind once the timer ends the wait.
+    #[test]
+    fn many_waits_through_one_waker_do_not_overflow_the_task() {
+        run_test_executor(|| async {
+            const WAITS: usize = 40_000;
+            let watches: Vec<OffsetWatch> = (0..WAITS).map(|_| OffsetWatch::new(0)).collect();
+            let mut waits: Vec<futures::future::LocalBoxFuture<'_, ()>> = watches
+                .iter()
+                .map(|w| w.wait_above(0, || false).map(|_| ()).boxed_local())
+                .collect();
+            waits.push(glommio::timer::sleep(std::time::Duration::from_millis(20)).boxed_local());
+            let (_, index, rest) = OneWaker::new(futures::future::select_all(waits)).await;
+            assert_eq!(index, WAITS, "the timer ends the wait");
+            drop(rest);
+            assert!(watches.iter().all(|w| w.waiters_len() == 0));
         });
     }
 }

@@ -12,6 +12,9 @@
 //!
 //! SIGINT/SIGTERM: every shard stops accepting, waits (bounded) for the
 //! requests in flight to be answered, then flushes and checkpoints its logs.
+//!
+//! A panic on any thread aborts the process ([`abort_on_panic`]): a broker
+//! with a dead shard would keep advertising a node that never answers.
 
 use crate::config::{BrokerConfig, ServeArgs, IO_MEMORY_BYTES_MAX};
 use crate::log::{LogManager, TailCache};
@@ -46,8 +49,27 @@ const BACKGROUND_SHARES: usize = 100;
 /// timed-out transactions are aborted (Kafka checks timeouts every 10 s).
 const PRODUCER_MAINTENANCE_MS: u64 = crate::txn::ABORT_TIMED_OUT_CHECK_INTERVAL_MS;
 
+/// How long after it listens a shard named by `--debug-panic-shard` panics.
+pub const DEBUG_PANIC_DELAY_MS: u64 = 2_000;
+
+/// Makes every panic, on any thread, end the process (after the default
+/// hook has printed it), as `panic = "abort"` would. A shard is a thread:
+/// without this a panicking shard dies alone and the process lives on,
+/// still advertising the dead shard as a Kafka node that never answers. An
+/// abort lets a supervisor (systemd's `Restart=on-failure`) restart the
+/// broker, whose recovery then runs as after a kill -9.
+pub fn abort_on_panic() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        eprintln!("fjord: a thread panicked; aborting the process");
+        std::process::abort();
+    }));
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing();
+    abort_on_panic();
     let mut config = args.resolve()?;
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display())
@@ -201,6 +223,13 @@ async fn shard_main(
     let bound = listener.local_addr().unwrap_or(addr);
     let accept = glommio::spawn_local(crate::net::accept_loop(ctx.clone(), listener));
     let _ = ready_tx.send((shard, Ok(bound)));
+    if config.debug_panic_shard == Some(shard) {
+        glommio::spawn_local(async move {
+            glommio::timer::sleep(Duration::from_millis(DEBUG_PANIC_DELAY_MS)).await;
+            panic!("shard {shard}: panic injected by --debug-panic-shard");
+        })
+        .detach();
+    }
 
     while !stop.load(Ordering::SeqCst) {
         glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;

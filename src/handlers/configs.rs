@@ -7,7 +7,7 @@
 
 use super::{decode, errors, respond, str_bytes, ErrorAnswer, Outcome};
 use crate::config::BrokerConfig;
-use crate::metadata::topic_config;
+use crate::metadata::{internal, topic_config};
 use crate::protocol::RequestHeader;
 use crate::shard::messages::{ConfigChange, ControllerReply, ControllerRequest};
 use crate::shard::ShardCtx;
@@ -133,6 +133,18 @@ pub fn describe(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut)
     )
 }
 
+/// The answer to a config change of an internal topic. The group and
+/// transaction coordinators' state lives in those logs and fjord does not
+/// compact them yet, so `retention.ms=1` would delete every committed offset
+/// and transaction; Kafka, whose internal topics are compacted, accepts such
+/// changes.
+fn internal_topic_refusal(name: &str) -> ErrorAnswer {
+    (
+        ResponseError::InvalidRequest.code(),
+        format!("The configs of internal topic {name} cannot be changed: its coordinator's state lives there"),
+    )
+}
+
 /// Runs topic config changes through the controller; returns per-resource
 /// (error code, message) in request order.
 async fn apply(
@@ -140,6 +152,17 @@ async fn apply(
     resources: Vec<(i8, String, Result<ConfigChange, ErrorAnswer>)>,
     validate_only: bool,
 ) -> Vec<(i8, String, i16, Option<String>)> {
+    let resources: Vec<_> = resources
+        .into_iter()
+        .map(|(kind, name, change)| {
+            let change = if kind == RESOURCE_TOPIC && internal::is_internal(&name) {
+                Err(internal_topic_refusal(&name))
+            } else {
+                change
+            };
+            (kind, name, change)
+        })
+        .collect();
     let changes: Vec<(String, ConfigChange)> = resources
         .iter()
         .filter(|(t, _, c)| *t == RESOURCE_TOPIC && c.is_ok())

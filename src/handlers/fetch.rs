@@ -18,6 +18,10 @@
 //! read_committed reads stop at the last stable offset and carry the aborted
 //! transactions overlapping the range (clients drop those batches).
 //!
+//! A partition named twice in one request is answered once (Kafka keeps a
+//! request's partitions in an insertion-ordered map); a request may name at
+//! most [`FETCH_PARTITIONS_MAX`] partitions.
+//!
 //! A partition led by another shard gets NOT_LEADER_OR_FOLLOWER with the
 //! current leader (v12+) and, on v16, that node's endpoint.
 
@@ -29,6 +33,7 @@ use crate::protocol::fetch::{
 use crate::protocol::header::write_response_header;
 use crate::protocol::RequestHeader;
 use crate::record::RecordsChunk;
+use crate::runtime::OneWaker;
 use crate::shard::{PartitionState, ShardCtx};
 use crate::types::Offset;
 use bytes::BytesMut;
@@ -36,12 +41,20 @@ use futures::future::{self, LocalBoxFuture};
 use futures::FutureExt;
 use kafka_protocol::messages::FetchRequest;
 use kafka_protocol::ResponseError;
+use std::collections::hash_map::{Entry, HashMap};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// Longest a fetch may park, whatever the client asks (Kafka has no cap;
 /// this bounds how long a shutting-down broker waits for parked fetches).
 pub const MAX_WAIT_MS_CAP: i32 = 30_000;
+
+/// Most partitions one Fetch may name (duplicates counted): a request over
+/// it closes its connection. Kafka has no such cap, but its consumers send
+/// only the partitions they are assigned, and every named partition costs a
+/// response entry; this bounds what one request can make a shard allocate
+/// and wait on.
+pub const FETCH_PARTITIONS_MAX: usize = 100_000;
 
 /// One requested partition, resolved.
 struct Wanted {
@@ -61,9 +74,23 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
     let read_committed = req.isolation_level == READ_COMMITTED;
     let image = ctx.image();
 
-    // Resolve topics and partitions once.
+    // Resolve topics and partitions once. A partition named twice is
+    // answered once, at its first place, with the last entry's position and
+    // limits (Kafka collects a request's partitions in an insertion-ordered
+    // map the same way).
+    let requested: usize = req.topics.iter().map(|t| t.partitions.len()).sum();
+    if requested > FETCH_PARTITIONS_MAX {
+        tracing::warn!(
+            requested,
+            limit = FETCH_PARTITIONS_MAX,
+            "a Fetch names more partitions than fjord serves in one request: closing its connection"
+        );
+        return Outcome::Close;
+    }
     let mut topics: Vec<FetchTopicResponse> = Vec::with_capacity(req.topics.len());
     let mut wanted: Vec<Wanted> = Vec::new();
+    let mut topic_at: HashMap<String, usize> = HashMap::new();
+    let mut wanted_at: HashMap<(usize, i32), usize> = HashMap::new();
     for t in &req.topics {
         let meta = if version >= 13 {
             image.topic_by_id(t.topic_id.as_bytes())
@@ -78,11 +105,18 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         let name = meta
             .map(|m| m.name.clone())
             .unwrap_or_else(|| t.topic.0.to_string());
-        let topic_index = topics.len();
-        topics.push(FetchTopicResponse {
-            name: name.clone(),
-            topic_id: *t.topic_id.as_bytes(),
-            partitions: Vec::with_capacity(t.partitions.len()),
+        let key = if version >= 13 {
+            uuid::Uuid::from_bytes(*t.topic_id.as_bytes()).to_string()
+        } else {
+            name.clone()
+        };
+        let topic_index = *topic_at.entry(key).or_insert_with(|| {
+            topics.push(FetchTopicResponse {
+                name: name.clone(),
+                topic_id: *t.topic_id.as_bytes(),
+                partitions: Vec::with_capacity(t.partitions.len()),
+            });
+            topics.len() - 1
         });
         for p in &t.partitions {
             let target = match meta {
@@ -95,13 +129,20 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                     },
                 },
             };
-            wanted.push(Wanted {
+            let entry = Wanted {
                 topic_index,
                 partition: p.partition,
                 fetch_offset: p.fetch_offset,
                 partition_max_bytes: p.partition_max_bytes,
                 target,
-            });
+            };
+            match wanted_at.entry((topic_index, p.partition)) {
+                Entry::Occupied(at) => wanted[*at.get()] = entry,
+                Entry::Vacant(at) => {
+                    at.insert(wanted.len());
+                    wanted.push(entry);
+                }
+            }
         }
     }
 
@@ -143,7 +184,9 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         }
         let timer = glommio::timer::sleep(deadline - now).boxed_local();
         waits.push(timer);
-        let _ = future::select_all(waits).await;
+        // Every partition's watch holds a waker: through `OneWaker` they are
+        // clones of one, not of the task's (see `runtime::OneWaker`).
+        let _ = OneWaker::new(future::select_all(waits)).await;
         if Instant::now() >= deadline {
             // One last read below catches data that arrived with the deadline.
             let (partitions, _, _) = read_all(&wanted, read_committed, max_bytes).await;

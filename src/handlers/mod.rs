@@ -133,8 +133,7 @@ fn dispatch_other(
         }
         ApiKey::EndTxn => async move { txn::end_txn(&ctx, &header, &mut body).await }.boxed_local(),
         ApiKey::WriteTxnMarkers => {
-            async move { txn_admin::write_txn_markers(&ctx, &header, &mut body).await }
-                .boxed_local()
+            async move { txn_admin::write_txn_markers(&header, &mut body) }.boxed_local()
         }
         ApiKey::DescribeTransactions => {
             async move { txn_admin::describe_transactions(&ctx, &header, &mut body) }.boxed_local()

@@ -5,7 +5,9 @@
 //! 2. exactly one v2 batch (`ProduceRequest.validateRecords`: INVALID_RECORD,
 //!    CORRUPT_MESSAGE — see `record::error` for the table);
 //! 3. acks is -1, 0 or 1, else every partition still standing gets
-//!    INVALID_REQUIRED_ACKS;
+//!    INVALID_REQUIRED_ACKS; then the topic is not internal
+//!    (`__consumer_offsets`, `__transaction_state`), else
+//!    INVALID_TOPIC_EXCEPTION, as Kafka's `appendToLocalLog` answers clients;
 //! 4. this shard leads the partition, else NOT_LEADER_OR_FOLLOWER with the
 //!    current leader (v10+), so the client goes straight to the owner — no
 //!    cross-core hop on this path;
@@ -39,7 +41,7 @@
 
 use super::{errors, respond, Dispatched, Outcome};
 use crate::log::{AppendInfo, PartitionLog};
-use crate::metadata::internal::{coordinator_partition, TRANSACTION_STATE};
+use crate::metadata::internal::{coordinator_partition, is_internal, TRANSACTION_STATE};
 use crate::producer::{ProducerError, Verdict};
 use crate::protocol::produce::{
     decode_produce_request, single_batch_for_version, validate_for_append,
@@ -117,6 +119,35 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Disp
             return Dispatched::Ready(future::ready(Outcome::Close).boxed_local());
         }
     };
+    // At the shard's limit of staged, unwritten bytes the request waits for
+    // the writers before it is appended, and the connection is not read
+    // meanwhile: producers faster than the disk are slowed, whatever their
+    // acks, instead of staged until memory runs out.
+    let staged_max = ctx.config.staged_bytes_max as u64;
+    if ctx.logs.unwritten_bytes() >= staged_max {
+        let ctx = ctx.clone();
+        return Dispatched::Ordered(
+            async move {
+                ctx.logs.wait_unwritten_below(staged_max).await;
+                match dispatch_decoded(&ctx, header, req) {
+                    Dispatched::Ready(answer) => answer,
+                    Dispatched::Ordered(first_stage) => first_stage.await,
+                }
+            }
+            .boxed_local(),
+        );
+    }
+    dispatch_decoded(ctx, header, req)
+}
+
+/// `handle` once the request is decoded and the shard has room to stage it.
+#[allow(clippy::async_yields_async)]
+fn dispatch_decoded(
+    ctx: &Rc<ShardCtx>,
+    header: RequestHeader,
+    req: crate::protocol::produce::ProduceRequest,
+) -> Dispatched {
+    let version = header.api_version;
     let to_add = partitions_to_add(ctx, &req);
     if to_add.is_empty() {
         return Dispatched::Ready(append_and_answer(ctx, header, req, HashMap::new()));
@@ -168,7 +199,8 @@ fn partitions_to_add(
         return Vec::new();
     }
     let mut out = Vec::new();
-    for t in &req.topics {
+    // An internal topic's partitions are refused below, never added.
+    for t in req.topics.iter().filter(|t| !is_internal(&t.name)) {
         for p in &t.partitions {
             let Some(records) = &p.records else { continue };
             let Ok(h) = crate::record::BatchHeader::parse(records) else {
@@ -297,6 +329,17 @@ fn append_and_answer(
                     index,
                     ResponseError::InvalidRequiredAcks.code(),
                     None,
+                ));
+                continue;
+            }
+            // Clients never write internal topics: their records are the
+            // coordinators' state, replayed on load (Kafka's
+            // `appendToLocalLog` answers INVALID_TOPIC_EXCEPTION too).
+            if is_internal(&topic.name) {
+                results.push(PartitionResult::error(
+                    index,
+                    ResponseError::InvalidTopicException.code(),
+                    Some(format!("Cannot append to internal topic {}", topic.name)),
                 ));
                 continue;
             }

@@ -303,6 +303,17 @@ pub async fn create_partitions(
                     "Duplicate topic in request.".into(),
                 ),
             );
+        } else if internal::is_internal(&name) {
+            // The coordinator of a group or transactional id is the owner of
+            // `hash(id) % partitions` of its internal topic: more partitions
+            // would move every id to another coordinator, away from its state.
+            pre.insert(
+                name,
+                (
+                    ResponseError::InvalidRequest.code(),
+                    "The partitions of an internal topic cannot be changed.".into(),
+                ),
+            );
         } else if t.assignments.is_some() {
             pre.insert(
                 name,

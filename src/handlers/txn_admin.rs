@@ -5,15 +5,14 @@
 //! for the transactional ids this shard coordinates (admin clients ask every
 //! node), DescribeProducers for the partitions it leads. WriteTxnMarkers is
 //! how another node's coordinator would deliver markers; on one node the
-//! coordinator reaches partition owners over the router instead, and this
-//! handler serves the same local marker path to a remote caller.
+//! coordinator reaches partition owners over the router instead, and a
+//! client's WriteTxnMarkers is refused (CLUSTER_AUTHORIZATION_FAILED) until
+//! brokers can authenticate each other.
 
 use super::{decode, led_partition, respond, str_bytes, Outcome};
 use crate::metadata::internal::{coordinator_partition, TRANSACTION_STATE};
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
-use crate::txn::TxnMarker;
-use crate::types::TopicPartition;
 use bytes::BytesMut;
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
@@ -203,55 +202,45 @@ pub fn describe_producers(
     )
 }
 
-pub async fn write_txn_markers(
-    ctx: &Rc<ShardCtx>,
-    header: &RequestHeader,
-    body: &mut BytesMut,
-) -> Outcome {
+/// WriteTxnMarkers is an inter-broker API (Kafka authorizes it as
+/// CLUSTER_ACTION). A single fjord node delivers its markers over the
+/// router, never through this API, and until authentication exists no
+/// caller can be told apart from a client forging COMMIT or ABORT markers
+/// for other producers' transactions: every marker is refused with
+/// CLUSTER_AUTHORIZATION_FAILED, which is what Kafka answers a client that
+/// lacks CLUSTER_ACTION.
+pub fn write_txn_markers(header: &RequestHeader, body: &mut BytesMut) -> Outcome {
     let Some(req) = decode::<WriteTxnMarkersRequest>(header, body) else {
         return Outcome::Close;
     };
-    let mut results = Vec::with_capacity(req.markers.len());
-    for m in &req.markers {
-        let markers: Vec<TxnMarker> = m
-            .topics
-            .iter()
-            .flat_map(|t| {
-                t.partition_indexes.iter().map(move |&p| TxnMarker {
-                    tp: TopicPartition::new(t.name.0.to_string(), p),
-                    producer_id: m.producer_id.0,
-                    producer_epoch: m.producer_epoch,
-                    coordinator_epoch: m.coordinator_epoch,
-                    commit: m.transaction_result,
-                    // WriteTxnMarkers v1 carries no transaction version.
-                    tv2: false,
-                })
-            })
-            .collect();
-        let written = ctx.write_txn_markers(markers).await;
-        let mut by_topic: BTreeMap<String, Vec<WritableTxnMarkerPartitionResult>> = BTreeMap::new();
-        for (marker, code) in written {
-            by_topic.entry(marker.tp.topic.clone()).or_default().push(
-                WritableTxnMarkerPartitionResult::default()
-                    .with_partition_index(marker.tp.partition.0)
-                    .with_error_code(code),
-            );
-        }
-        results.push(
+    let refused = ResponseError::ClusterAuthorizationFailed.code();
+    let results = req
+        .markers
+        .iter()
+        .map(|m| {
             WritableTxnMarkerResult::default()
                 .with_producer_id(m.producer_id)
                 .with_topics(
-                    by_topic
-                        .into_iter()
-                        .map(|(name, partitions)| {
+                    m.topics
+                        .iter()
+                        .map(|t| {
                             WritableTxnMarkerTopicResult::default()
-                                .with_name(TopicName(str_bytes(name)))
-                                .with_partitions(partitions)
+                                .with_name(t.name.clone())
+                                .with_partitions(
+                                    t.partition_indexes
+                                        .iter()
+                                        .map(|&p| {
+                                            WritableTxnMarkerPartitionResult::default()
+                                                .with_partition_index(p)
+                                                .with_error_code(refused)
+                                        })
+                                        .collect(),
+                                )
                         })
                         .collect(),
-                ),
-        );
-    }
+                )
+        })
+        .collect();
     respond(
         header,
         &WriteTxnMarkersResponse::default().with_markers(results),

@@ -29,12 +29,23 @@
 //! of one busy producer many times over (librdkafka keeps up to 5 requests
 //! of at most 1 MiB per connection).
 //!
+//! The arena also counts, for its shard, the bytes of batches that logs
+//! have staged and not yet written to their files (`unwritten_bytes`; each
+//! log's writer adds a batch at append and removes it once written, or when
+//! the writer is dropped). The produce path holds requests back while it is
+//! at the shard's `staged_bytes_max`, so producers faster than the disk
+//! (acks=0 ones get no answer to wait for) are slowed instead of staged
+//! until memory runs out. It counts batches, not buffers: every log keeps
+//! its open chunk's buffer between appends, and with many partitions those
+//! alone would fill any limit.
+//!
 //! Memory from `mmap` starts zeroed and arena memory is only ever written
 //! through `&mut [u8]`, so a buffer's bytes are always initialized (old
 //! bytes of an earlier buffer, not garbage): callers write what they use.
 
+use super::watch::OffsetWatch;
 use super::{IO_ARENA_BYTES_MAX, PAGE_BYTES};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::ptr::NonNull;
 use std::rc::Rc;
@@ -57,6 +68,12 @@ struct Buddy {
 pub(crate) struct IoArena {
     buddy: RefCell<Buddy>,
     max_blocks: usize,
+    /// Bytes of batches the shard's logs have staged and not yet written to
+    /// their files (`add_unwritten`, `remove_unwritten`).
+    unwritten_bytes: Cell<u64>,
+    /// Counts decreases of `unwritten_bytes`, so a producer held back by
+    /// `staged_bytes_max` can wait for room (`wait_unwritten_below`).
+    released: OffsetWatch,
 }
 
 /// A page-aligned buffer from an [`IoArena`] (or the heap); returns to it
@@ -64,8 +81,10 @@ pub(crate) struct IoArena {
 pub(crate) struct IoBuf {
     ptr: NonNull<u8>,
     len: usize,
-    /// `Some((arena, order))` for arena memory, `None` for heap memory.
-    home: Option<(Rc<IoArena>, usize)>,
+    /// The arena that counts it.
+    arena: Rc<IoArena>,
+    /// `Some(order)` for arena memory, `None` for heap memory.
+    order: Option<usize>,
 }
 
 impl IoArena {
@@ -78,7 +97,40 @@ impl IoArena {
         Rc::new(IoArena {
             buddy: RefCell::new(Buddy::default()),
             max_blocks: max_bytes / BLOCK_BYTES,
+            unwritten_bytes: Cell::new(0),
+            released: OffsetWatch::new(0),
         })
+    }
+
+    /// Bytes the shard's logs have staged and not yet written.
+    pub fn unwritten_bytes(&self) -> u64 {
+        self.unwritten_bytes.get()
+    }
+
+    pub fn add_unwritten(&self, len: u64) {
+        self.unwritten_bytes.set(self.unwritten_bytes.get() + len);
+    }
+
+    pub fn remove_unwritten(&self, len: u64) {
+        if len == 0 {
+            return;
+        }
+        debug_assert!(
+            len <= self.unwritten_bytes.get(),
+            "more written than staged"
+        );
+        self.unwritten_bytes
+            .set(self.unwritten_bytes.get().saturating_sub(len));
+        self.released.advance(self.released.get() + 1);
+    }
+
+    /// Resolves once the shard's logs hold fewer than `max_bytes` staged and
+    /// unwritten.
+    pub async fn wait_unwritten_below(&self, max_bytes: u64) {
+        while self.unwritten_bytes.get() >= max_bytes {
+            let seen = self.released.get();
+            self.released.wait_above(seen, || false).await;
+        }
     }
 
     /// A buffer of `len` bytes, page aligned.
@@ -89,11 +141,12 @@ impl IoArena {
                 return IoBuf {
                     ptr,
                     len,
-                    home: Some((self.clone(), order)),
+                    arena: self.clone(),
+                    order: Some(order),
                 };
             }
         }
-        IoBuf::heap(len)
+        IoBuf::heap(len, self.clone())
     }
 
     /// Bytes mapped so far.
@@ -195,7 +248,7 @@ fn map_block() -> Option<usize> {
 
 impl IoBuf {
     /// Zeroed, page-aligned heap memory (at least one page is allocated).
-    fn heap(len: usize) -> IoBuf {
+    fn heap(len: usize, arena: Rc<IoArena>) -> IoBuf {
         let layout = heap_layout(len);
         // SAFETY: the layout's size is at least one page.
         let p = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -205,7 +258,8 @@ impl IoBuf {
         IoBuf {
             ptr,
             len,
-            home: None,
+            arena,
+            order: None,
         }
     }
 
@@ -242,8 +296,8 @@ fn heap_layout(len: usize) -> std::alloc::Layout {
 
 impl Drop for IoBuf {
     fn drop(&mut self) {
-        match self.home.take() {
-            Some((arena, order)) => arena.give_back(self.ptr.as_ptr() as usize, order),
+        match self.order {
+            Some(order) => self.arena.give_back(self.ptr.as_ptr() as usize, order),
             // SAFETY: heap memory allocated by `IoBuf::heap` with this layout.
             None => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), heap_layout(self.len)) },
         }
@@ -263,7 +317,7 @@ mod tests {
         let mut bufs: Vec<IoBuf> = sizes.iter().map(|&n| arena.alloc(n)).collect();
         for (i, b) in bufs.iter_mut().enumerate() {
             assert_eq!(b.len(), sizes[i]);
-            let Some((_, order)) = &b.home else {
+            let Some(order) = &b.order else {
                 panic!("buffer {i} not from the arena");
             };
             assert_eq!(
@@ -282,7 +336,7 @@ mod tests {
         assert_eq!(arena.mapped_bytes(), BLOCK_BYTES);
         // The block is used up by a further 1 MiB: that one comes from the heap.
         let more = arena.alloc(1 << 20);
-        assert!(more.home.is_none());
+        assert!(more.order.is_none());
         drop(more);
         drop(bufs);
         // Everything merged back into one free block.
@@ -295,7 +349,7 @@ mod tests {
     fn freed_buffers_are_reused_before_a_block_is_mapped() {
         let arena = IoArena::with_limit(4 * BLOCK_BYTES);
         let whole = arena.alloc(BLOCK_BYTES);
-        assert!(whole.home.is_some());
+        assert!(whole.order.is_some());
         assert_eq!(whole.as_ptr() as usize % BLOCK_BYTES, 0);
         let at = whole.as_ptr();
         drop(whole);
@@ -317,7 +371,7 @@ mod tests {
     fn large_and_over_limit_requests_use_the_heap() {
         let arena = IoArena::with_limit(BLOCK_BYTES - 1);
         let b = arena.alloc(8 << 10);
-        assert!(b.home.is_none(), "a limit below one block maps nothing");
+        assert!(b.order.is_none(), "a limit below one block maps nothing");
         assert_eq!(b.as_ptr() as usize % PAGE, 0);
         assert!(
             b.as_bytes().iter().all(|&x| x == 0),
@@ -325,7 +379,7 @@ mod tests {
         );
         let arena = IoArena::new();
         let big = arena.alloc(3 << 20);
-        assert!(big.home.is_none());
+        assert!(big.order.is_none());
         assert_eq!(big.as_ptr() as usize % PAGE, 0);
         assert_eq!(arena.mapped_bytes(), 0);
     }

@@ -101,6 +101,18 @@ impl LogManager {
         &self.cache
     }
 
+    /// Bytes this shard's logs have staged and not yet written to their
+    /// files (the produce path's `staged_bytes_max` bounds it).
+    pub fn unwritten_bytes(&self) -> u64 {
+        self.arena.unwritten_bytes()
+    }
+
+    /// Resolves once this shard's logs hold fewer than `max_bytes` staged
+    /// and unwritten.
+    pub async fn wait_unwritten_below(&self, max_bytes: u64) {
+        self.arena.wait_unwritten_below(max_bytes).await
+    }
+
     pub fn set_retention_check_interval_ms(&self, ms: u64) {
         self.retention_check_interval_ms.set(ms);
     }

@@ -30,8 +30,8 @@ mod iobuf;
 mod manager;
 mod partition;
 pub mod records;
-mod segment;
-mod watch;
+pub(crate) mod segment;
+pub(crate) mod watch;
 
 pub use cache::{TailCache, TAIL_CACHE_DEFAULT_BYTES};
 pub use manager::{LogManager, RETENTION_CHECK_INTERVAL_DEFAULT_MS};

@@ -265,8 +265,10 @@ struct SegWriter {
     zeroing: Option<(u64, u64)>,
     /// File size after the last fallocate (or of the recycled file).
     allocated_len: u64,
-    /// (end position, next offset) of staged batches not yet known written.
-    batch_ends: VecDeque<(u64, i64)>,
+    /// (end position, next offset, length) of staged batches not yet known
+    /// written; their lengths are counted in the arena's `unwritten_bytes`
+    /// until then (or until the writer is dropped).
+    batch_ends: VecDeque<(u64, i64, u64)>,
     inflight: VecDeque<InFlight>,
     /// No more appends; truncate, fdatasync and write indexes when drained.
     sealed: bool,
@@ -276,6 +278,13 @@ struct SegWriter {
     sync_files: Option<Rc<SyncFiles>>,
     /// Write-back of the file before this position has been started.
     kicked_len: u64,
+}
+
+impl Drop for SegWriter {
+    fn drop(&mut self) {
+        let left: u64 = self.batch_ends.iter().map(|&(_, _, len)| len).sum();
+        self.arena.remove_unwritten(left);
+    }
 }
 
 impl SegWriter {
@@ -778,7 +787,8 @@ impl PartitionLog {
             let pos = w.seg.size.get();
             w.stage(pos, &batch);
             w.seg.on_append(pos, &h, len, cfg.index_interval_bytes);
-            w.batch_ends.push_back((pos + len, last + 1));
+            w.batch_ends.push_back((pos + len, last + 1, len));
+            self.arena.add_unwritten(len);
         }
         self.log_end.set(last + 1);
         match self.max_ts.get() {
@@ -1099,12 +1109,13 @@ impl PartitionLog {
                 if end_len > w.seg.written_len.get() {
                     w.seg.written_len.set(end_len);
                 }
-                while let Some(&(end, off)) = w.batch_ends.front() {
+                while let Some(&(end, off, len)) = w.batch_ends.front() {
                     if end > end_len {
                         break;
                     }
                     next = Some(off);
                     w.batch_ends.pop_front();
+                    w.arena.remove_unwritten(len);
                 }
             }
         }

@@ -131,6 +131,15 @@ impl Broker {
         }
     }
 
+    /// The exit status once the process has exited (it is then reaped and
+    /// the broker counts as stopped), else `None`.
+    pub fn try_exit_status(&mut self) -> Option<ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        self.child = None;
+        self.stdout = None;
+        Some(status)
+    }
+
     /// Asserts the process is still alive (it did not crash).
     pub fn assert_alive(&mut self) {
         if let Some(c) = self.child.as_mut() {
@@ -228,7 +237,12 @@ impl Broker {
             .append(true)
             .open(self.stderr_path())
             .map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+        // FJORD_TEST_BIN runs the tests against another build of fjord,
+        // e.g. the commit before a fix, to see its regression test fail.
+        let bin = std::env::var_os("FJORD_TEST_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_fjord")));
+        let mut cmd = Command::new(bin);
         cmd.arg("serve")
             .arg("--data-dir")
             .arg(self.data_dir())

@@ -1,0 +1,280 @@
+//! Hostile or misconfigured clients cannot crash a shard or touch the
+//! broker's internal state: a Fetch naming one partition 40,000 times (it
+//! used to overflow glommio's waker count and kill shard 0), and the
+//! internal topics' protection (no config changes, no new partitions, no
+//! produce from clients, no WriteTxnMarkers from clients).
+//!
+//! After each, the broker is checked to be alive and serving on every shard.
+
+mod common;
+
+use common::client::{self, await_deliveries, create_topic, send, TestMessage};
+use common::raw::{only_partition, produce_request, RawClient};
+use common::{wait_for, Broker, BrokerOpts};
+use fjord::record::{BatchBuilder, Compression};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{BrokerId, FetchRequest, MetadataRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use std::time::Duration;
+
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The broker answers Metadata on every shard, and a fresh librdkafka
+/// producer and consumer round-trip a message through `topic`.
+fn assert_serving(broker: &mut Broker, topic: &str, partitions: i32, produced: &mut usize) {
+    broker.assert_alive();
+    for shard in 0..broker.cores() {
+        let mut c = RawClient::connect(broker.port_of(shard));
+        let md = c.request::<MetadataRequest>(9, &MetadataRequest::default().with_topics(None));
+        assert_eq!(
+            md.brokers.len(),
+            broker.cores(),
+            "shard {shard} answers Metadata"
+        );
+    }
+    let producer = client::producer(&broker.bootstrap(), &[("acks", "all")]);
+    let m = TestMessage {
+        id: *produced,
+        key: format!("k{produced}").into_bytes(),
+        value: format!("still-serving-{produced}").into_bytes(),
+        headers: vec![],
+    };
+    send(&producer, topic, &m);
+    let d = await_deliveries(&producer, 1, CLIENT_TIMEOUT);
+    assert!(d[0].error.is_none(), "produce: {:?}", d[0].error);
+    *produced += 1;
+    let consumed = client::consume(
+        &broker.bootstrap(),
+        topic,
+        partitions,
+        *produced,
+        Duration::from_millis(200),
+        CLIENT_TIMEOUT,
+    );
+    assert_eq!(
+        consumed.len(),
+        *produced,
+        "every message so far is consumed"
+    );
+    broker.assert_alive();
+}
+
+fn fetch_v4(topic: &str, partition: i32, times: usize, max_wait_ms: i32) -> FetchRequest {
+    let p = FetchPartition::default()
+        .with_partition(partition)
+        .with_current_leader_epoch(-1)
+        .with_fetch_offset(0)
+        .with_last_fetched_epoch(-1)
+        .with_log_start_offset(-1)
+        .with_partition_max_bytes(1 << 20);
+    let t = FetchTopic::default()
+        .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+        .with_partitions(vec![p; times]);
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(50 << 20)
+        .with_isolation_level(0)
+        .with_topics(vec![t])
+}
+
+/// The reproduced remote crash: one Fetch v4 naming one empty partition
+/// 40,000 times at its high watermark parked 40,000 clones of the request
+/// task's waker, past glommio's `i16` count, and shard 0 panicked. Kafka
+/// answers each topic-partition once.
+#[test]
+fn fetch_naming_one_partition_40000_times_is_answered_once() {
+    let mut broker = Broker::start(BrokerOpts::default().cores(2));
+    let topic = "hardening-dup-fetch";
+    create_topic(&broker.bootstrap(), topic, 2, &[]);
+    let leader = client::leader_port(&broker, topic, 0);
+    let mut c = RawClient::connect(leader);
+    for round in 0..3 {
+        let resp = c.request::<FetchRequest>(4, &fetch_v4(topic, 0, 40_000, 300));
+        assert_eq!(resp.responses.len(), 1, "round {round}: one topic");
+        let parts = &resp.responses[0].partitions;
+        assert_eq!(parts.len(), 1, "round {round}: the partition once");
+        assert_eq!(parts[0].partition_index, 0);
+        assert_eq!(parts[0].error_code, 0);
+        assert_eq!(parts[0].high_watermark, 0);
+    }
+    let mut produced = 0;
+    assert_serving(&mut broker, topic, 2, &mut produced);
+}
+
+/// A Fetch over the per-request partition limit closes its connection and
+/// no other.
+#[test]
+fn fetch_over_the_partition_limit_closes_only_its_connection() {
+    let mut broker = Broker::start(BrokerOpts::default().cores(2));
+    let topic = "hardening-fetch-limit";
+    create_topic(&broker.bootstrap(), topic, 2, &[]);
+    let mut bystander = RawClient::connect(broker.port);
+    let mut c = RawClient::connect(broker.port);
+    c.send(
+        4,
+        &fetch_v4(
+            topic,
+            0,
+            fjord::handlers::fetch::FETCH_PARTITIONS_MAX + 1,
+            100,
+        ),
+    );
+    c.assert_closed(Duration::from_secs(10), "a Fetch over the partition limit");
+    let md = bystander.request::<MetadataRequest>(9, &MetadataRequest::default().with_topics(None));
+    assert_eq!(md.brokers.len(), 2, "the bystander still answers");
+    let mut produced = 0;
+    assert_serving(&mut broker, topic, 2, &mut produced);
+}
+
+/// Creates `__consumer_offsets` and `__transaction_state` the way clients
+/// do (FindCoordinator for a group and for a transactional id), and returns
+/// the connection that asked.
+fn internal_topics_ready(broker: &Broker) -> RawClient {
+    use kafka_protocol::messages::FindCoordinatorRequest;
+    let mut c = RawClient::connect(broker.port);
+    for key_type in [0i8, 1] {
+        let req = FindCoordinatorRequest::default()
+            .with_key_type(key_type)
+            .with_coordinator_keys(vec![StrBytes::from_static_str("hardening")]);
+        wait_for(CLIENT_TIMEOUT, "the coordinator is ready", || {
+            let resp = c.request::<FindCoordinatorRequest>(4, &req);
+            (resp.coordinators[0].error_code == 0).then_some(())
+        });
+    }
+    c
+}
+
+/// Config changes, new partitions, client produce and client
+/// WriteTxnMarkers on the internal topics are refused, and the refused
+/// changes leave nothing behind.
+#[test]
+fn internal_topics_are_protected() {
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::write_txn_markers_request::{
+        WritableTxnMarker, WritableTxnMarkerTopic,
+    };
+    use kafka_protocol::messages::{
+        CreatePartitionsRequest, IncrementalAlterConfigsRequest, ProducerId, WriteTxnMarkersRequest,
+    };
+    use kafka_protocol::ResponseError;
+
+    let mut broker = Broker::start(BrokerOpts::default().cores(2));
+    let topic = "hardening-user";
+    create_topic(&broker.bootstrap(), topic, 2, &[]);
+    let mut c = internal_topics_ready(&broker);
+
+    for internal in ["__consumer_offsets", "__transaction_state"] {
+        // IncrementalAlterConfigs: retention.ms=1 would delete the state.
+        let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str(internal))
+                .with_configs(vec![AlterableConfig::default()
+                    .with_name(StrBytes::from_static_str("retention.ms"))
+                    .with_config_operation(0)
+                    .with_value(Some(StrBytes::from_static_str("1")))]),
+        ]);
+        let resp = c.request::<IncrementalAlterConfigsRequest>(1, &req);
+        assert_eq!(
+            resp.responses[0].error_code,
+            ResponseError::InvalidRequest.code(),
+            "{internal}: IncrementalAlterConfigs is refused"
+        );
+
+        // CreatePartitions would move ids to other coordinators.
+        let req = CreatePartitionsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![CreatePartitionsTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str(internal)))
+                .with_count(60)]);
+        let resp = c.request::<CreatePartitionsRequest>(3, &req);
+        assert_eq!(
+            resp.results[0].error_code,
+            ResponseError::InvalidRequest.code(),
+            "{internal}: CreatePartitions is refused"
+        );
+
+        // Produce from a client, to the shard that leads partition 0.
+        let port = client::leader_port(&broker, internal, 0);
+        let mut p = RawClient::connect(port);
+        let mut b = BatchBuilder::new(Compression::None);
+        b = b.record(Some(b"forged"), Some(b"state"), &[], 1_700_000_000_000);
+        let req = produce_request(internal, 0, -1, b.build().freeze());
+        let resp = p.request::<kafka_protocol::messages::ProduceRequest>(9, &req);
+        assert_eq!(
+            only_partition(&resp).error_code,
+            ResponseError::InvalidTopicException.code(),
+            "{internal}: produce from a client is refused"
+        );
+    }
+
+    // Nothing changed: still 50 partitions each, nothing written by the
+    // forged produce.
+    let md = c.request::<MetadataRequest>(
+        9,
+        &MetadataRequest::default().with_topics(Some(vec![
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default().with_name(
+                Some(TopicName(StrBytes::from_static_str("__consumer_offsets"))),
+            ),
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default().with_name(
+                Some(TopicName(StrBytes::from_static_str("__transaction_state"))),
+            ),
+        ])),
+    );
+    for t in &md.topics {
+        assert_eq!(t.partitions.len(), 50, "{:?} keeps its partitions", t.name);
+    }
+
+    // WriteTxnMarkers from a client: every partition refused.
+    let req = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
+        .with_producer_id(ProducerId(7))
+        .with_producer_epoch(0)
+        .with_transaction_result(true)
+        .with_coordinator_epoch(0)
+        .with_topics(vec![WritableTxnMarkerTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str(topic)))
+            .with_partition_indexes(vec![0, 1])])]);
+    let resp = c.request::<WriteTxnMarkersRequest>(1, &req);
+    let codes: Vec<i16> = resp.markers[0].topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.error_code)
+        .collect();
+    assert_eq!(
+        codes,
+        vec![ResponseError::ClusterAuthorizationFailed.code(); 2],
+        "WriteTxnMarkers from a client is refused for every partition"
+    );
+
+    let mut produced = 0;
+    assert_serving(&mut broker, topic, 2, &mut produced);
+}
+
+/// A panic in one shard ends the whole process (it aborts), instead of
+/// leaving a broker that advertises a dead node.
+#[test]
+fn a_panicking_shard_aborts_the_process() {
+    let mut broker = Broker::start(
+        BrokerOpts::default()
+            .cores(2)
+            .arg("--debug-panic-shard")
+            .arg("1"),
+    );
+    let wait_ms = fjord::server::DEBUG_PANIC_DELAY_MS + 20_000;
+    let status = wait_for(
+        Duration::from_millis(wait_ms),
+        "the broker exits after its shard panicked",
+        || broker.try_exit_status(),
+    );
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGABRT),
+        "the process aborted: {status}"
+    );
+}
