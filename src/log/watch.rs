@@ -35,6 +35,12 @@ struct Waiters {
     by_id: BTreeMap<u64, Waker>,
 }
 
+impl Default for OffsetWatch {
+    fn default() -> Self {
+        OffsetWatch::new(0)
+    }
+}
+
 impl OffsetWatch {
     pub fn new(v: i64) -> Self {
         OffsetWatch {

@@ -15,12 +15,26 @@
 //! The queue between them is bounded (`inflight_requests_max`): a client that
 //! pipelines faster than the shard answers stops being read (TCP back-pressure).
 //!
+//! Limits, each a flag of `serve` (README's table):
+//! - `max_connections_per_shard`: a connection accepted over it is closed at
+//!   once (Kafka's `max.connections`, counted per shard);
+//! - `connections_max_idle_ms`: a connection that sends nothing that long is
+//!   closed (Kafka's `connections.max.idle.ms`, 10 minutes);
+//! - `queued_max_request_bytes` (per shard, Kafka's
+//!   `queued.max.request.bytes`) and `connection_queued_max_request_bytes`:
+//!   the bytes read from sockets and not yet answered. At either limit a
+//!   reader stops reading its socket at the next frame boundary until
+//!   answers release bytes (TCP back-pressure, no error); a request already
+//!   arriving is read whole, so the bytes holding the limit always belong
+//!   to requests that will be answered.
+//!
 //! Framing errors (negative length, a frame over `socket.request.max.bytes`),
 //! an unknown api key or an undecodable header close this connection only.
 
 mod file_range;
 
 use crate::handlers::{self, Dispatched, Outcome};
+use crate::log::watch::OffsetWatch;
 use crate::protocol::frame::{declared_frame_len, FRAME_PREFIX_BYTES};
 use crate::protocol::{parse_request_header, SOCKET_REQUEST_MAX_BYTES};
 use crate::record::RecordsChunk;
@@ -51,6 +65,8 @@ const FRAME_ROOM_AT_ONCE_MAX_BYTES: usize = 4 << 20;
 const SOCKET_WRITE_STALL_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 /// Responses smaller than this are coalesced into one write.
 const COALESCE_BYTES_MAX: usize = 64 * 1024;
+/// At most one warning this often for connections refused at the limit.
+const REFUSED_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Binds a listening socket for one shard. Unlike glommio's `bind`, which
 /// sets SO_REUSEPORT, this sets only SO_REUSEADDR (std's default): a restart
@@ -64,15 +80,37 @@ pub fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
     Ok(unsafe { TcpListener::from_raw_fd(fd) })
 }
 
-/// Accepts connections until the task is dropped.
+/// Accepts connections until the task is dropped. A connection over the
+/// shard's `max_connections_per_shard` is closed at once (Kafka's acceptor
+/// stops accepting at `max.connections`; closing tells the client sooner
+/// than a full backlog would, and it retries with back-off).
 pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
+    let net = Rc::new(ShardNet::default());
+    let mut refused_logged_at: Option<std::time::Instant> = None;
     loop {
         match listener.accept().await {
             Ok(stream) => {
+                if net.connections.get() >= ctx.config.max_connections_per_shard {
+                    net.refused.set(net.refused.get() + 1);
+                    let now = std::time::Instant::now();
+                    if refused_logged_at.is_none_or(|t| now - t >= REFUSED_LOG_INTERVAL) {
+                        refused_logged_at = Some(now);
+                        tracing::warn!(
+                            peer = ?stream.peer_addr().ok(),
+                            limit = ctx.config.max_connections_per_shard,
+                            refused_total = net.refused.get(),
+                            "connection refused: the shard serves its maximum of connections (--max-connections-per-shard)"
+                        );
+                    }
+                    drop(stream);
+                    continue;
+                }
                 let ctx = ctx.clone();
+                let net = net.clone();
                 glommio::spawn_local(async move {
                     let peer = stream.peer_addr().ok();
-                    if let Err(e) = serve_connection(ctx, stream).await {
+                    let _open = OpenConnection::new(&net);
+                    if let Err(e) = serve_connection(ctx, net.clone(), stream).await {
                         tracing::debug!(?peer, error = %e, "connection closed");
                     }
                 })
@@ -83,6 +121,80 @@ pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
                 glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
             }
         }
+    }
+}
+
+/// A shard's connection bookkeeping, shared by its accept loop and its
+/// connections (shard-local).
+#[derive(Default)]
+struct ShardNet {
+    /// Connections open now.
+    connections: Cell<usize>,
+    /// Connections refused at the limit since start.
+    refused: Cell<u64>,
+    /// Bytes read from this shard's sockets and not yet answered: requests
+    /// in flight, and what the readers hold of requests still arriving.
+    queued_request_bytes: Cell<usize>,
+    /// Counts releases of `queued_request_bytes`, for readers that wait.
+    released: OffsetWatch,
+}
+
+impl ShardNet {
+    fn hold(&self, bytes: usize) {
+        self.queued_request_bytes
+            .set(self.queued_request_bytes.get() + bytes);
+    }
+
+    fn release(&self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        debug_assert!(bytes <= self.queued_request_bytes.get());
+        self.queued_request_bytes
+            .set(self.queued_request_bytes.get().saturating_sub(bytes));
+        self.released.advance(self.released.get() + 1);
+    }
+}
+
+/// Counts one open connection while it lives.
+struct OpenConnection(Rc<ShardNet>);
+
+impl OpenConnection {
+    fn new(net: &Rc<ShardNet>) -> Self {
+        net.connections.set(net.connections.get() + 1);
+        OpenConnection(net.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.connections.set(self.0.connections.get() - 1);
+    }
+}
+
+/// The bytes one connection holds (read, not yet answered); given back to
+/// the shard's count as answers are written, and wholly when it ends.
+struct HeldBytes {
+    net: Rc<ShardNet>,
+    held: Cell<usize>,
+}
+
+impl HeldBytes {
+    fn hold(&self, bytes: usize) {
+        self.held.set(self.held.get() + bytes);
+        self.net.hold(bytes);
+    }
+
+    fn release(&self, bytes: usize) {
+        let bytes = bytes.min(self.held.get());
+        self.held.set(self.held.get() - bytes);
+        self.net.release(bytes);
+    }
+}
+
+impl Drop for HeldBytes {
+    fn drop(&mut self) {
+        self.net.release(self.held.get());
     }
 }
 
@@ -118,36 +230,74 @@ impl AsyncWrite for SharedStream {
     }
 }
 
-async fn serve_connection(ctx: Rc<ShardCtx>, stream: TcpStream) -> io::Result<()> {
+async fn serve_connection(
+    ctx: Rc<ShardCtx>,
+    net: Rc<ShardNet>,
+    stream: TcpStream,
+) -> io::Result<()> {
     stream.set_nodelay(true)?;
     // A client that leaves a response unread this long loses the
     // connection, so it cannot pin the response's segment file and read
     // buffers for ever.
     stream.set_write_timeout(Some(SOCKET_WRITE_STALL_MAX))?;
+    // Kafka's `connections.max.idle.ms`: a connection that sends nothing
+    // for this long is closed (its read times out).
+    stream.set_read_timeout(Some(std::time::Duration::from_millis(
+        ctx.config.connections_max_idle_ms,
+    )))?;
     let fd = stream.as_raw_fd();
     let stream = SharedStream(Rc::new(RefCell::new(stream)));
-    let (tx, rx) =
-        local_channel::new_bounded::<JoinHandle<Outcome>>(ctx.config.inflight_requests_max);
+    let (tx, rx) = local_channel::new_bounded::<Dispatch>(ctx.config.inflight_requests_max);
     let queued = Rc::new(Cell::new(0usize));
+    let held = Rc::new(HeldBytes {
+        net,
+        held: Cell::new(0),
+    });
     let writer = glommio::spawn_local(write_responses(
         ctx.clone(),
         stream.clone(),
         fd,
         rx,
         queued.clone(),
+        held.clone(),
     ));
-    let read_result = read_requests(&ctx, stream.clone(), fd, tx, queued).await;
+    let read_result = read_requests(&ctx, stream.clone(), fd, tx, queued, &held).await;
     // The sender is gone: the writer answers what was dispatched, then ends.
     let write_result = writer.await;
     read_result.and(write_result)
+}
+
+/// A dispatched request: the task that answers it and the bytes of its frame.
+type Dispatch = (JoinHandle<Outcome>, usize);
+
+/// Waits, at a frame boundary, while the shard holds
+/// `queued_max_request_bytes` of requests or this connection holds
+/// `connection_queued_max_request_bytes` with at least one request in
+/// flight (Kafka mutes a channel the same way when its request memory pool
+/// is exhausted). A request already arriving is read to its end, so the
+/// bytes that hold the limit are always those of requests that will be
+/// answered and released.
+async fn admit(ctx: &ShardCtx, held: &HeldBytes, queued: &Cell<usize>) {
+    let net = &held.net;
+    loop {
+        let shard_full = net.queued_request_bytes.get() >= ctx.config.queued_max_request_bytes;
+        let conn_full =
+            queued.get() > 0 && held.held.get() >= ctx.config.connection_queued_max_request_bytes;
+        if !shard_full && !conn_full {
+            return;
+        }
+        let seen = net.released.get();
+        net.released.wait_above(seen, || false).await;
+    }
 }
 
 async fn read_requests(
     ctx: &Rc<ShardCtx>,
     mut stream: SharedStream,
     fd: i32,
-    tx: local_channel::LocalSender<JoinHandle<Outcome>>,
+    tx: local_channel::LocalSender<Dispatch>,
     queued: Rc<Cell<usize>>,
+    held: &HeldBytes,
 ) -> io::Result<()> {
     // The socket is read straight into `buf` (all of it received bytes; its
     // spare capacity is room for the next read). A frame is split off the
@@ -179,7 +329,7 @@ async fn read_requests(
             let task = glommio::spawn_local(answer).detach();
             queued.set(queued.get() + 1);
             ctx.request_started();
-            if tx.send(task).await.is_err() {
+            if tx.send((task, total)).await.is_err() {
                 return Ok(()); // the writer is gone (write error or close)
             }
         }
@@ -216,8 +366,12 @@ async fn read_requests(
             Some(_) => room,
             None => READ_WINDOW_BYTES.min(room),
         };
+        if frame_total.is_none() {
+            admit(ctx, held, &queued).await;
+        }
         if more_queued {
             let n = recv_into_spare(fd, &mut buf, limit)?;
+            held.hold(n);
             more_queued = n == limit;
             if n > 0 {
                 continue;
@@ -232,6 +386,7 @@ async fn read_requests(
         buf.resize(filled + window, 0);
         let n = stream.read(&mut buf[filled..]).await?;
         buf.truncate(filled + n);
+        held.hold(n);
         if n == 0 {
             return Ok(());
         }
@@ -277,10 +432,11 @@ async fn write_responses(
     ctx: Rc<ShardCtx>,
     mut stream: SharedStream,
     fd: i32,
-    rx: local_channel::LocalReceiver<JoinHandle<Outcome>>,
+    rx: local_channel::LocalReceiver<Dispatch>,
     queued: Rc<Cell<usize>>,
+    held: Rc<HeldBytes>,
 ) -> io::Result<()> {
-    let result = write_loop(&ctx, &mut stream, &rx, &queued).await;
+    let result = write_loop(&ctx, &mut stream, &rx, &queued, &held).await;
     // Requests dispatched but never answered (the connection broke) are done too.
     for _ in 0..queued.get() {
         ctx.request_finished();
@@ -295,16 +451,17 @@ async fn write_responses(
 async fn write_loop(
     ctx: &ShardCtx,
     stream: &mut SharedStream,
-    rx: &local_channel::LocalReceiver<JoinHandle<Outcome>>,
+    rx: &local_channel::LocalReceiver<Dispatch>,
     queued: &Cell<usize>,
+    held: &HeldBytes,
 ) -> io::Result<()> {
     let mut out = BytesMut::with_capacity(COALESCE_BYTES_MAX);
-    let mut next: Option<JoinHandle<Outcome>> = None;
+    let mut next: Option<Dispatch> = None;
     loop {
         // The next request in order: one already taken off the queue, or
         // wait for one — after writing what is buffered, so a response is
         // never held back while nothing else is ready.
-        let mut task = match next.take() {
+        let (mut task, frame_bytes) = match next.take() {
             Some(t) => t,
             None => {
                 flush(stream, &mut out).await?;
@@ -325,6 +482,9 @@ async fn write_loop(
             }
         };
         ctx.request_finished();
+        // The request's bytes count until its answer is handed to the
+        // socket (a reply's records are the log's, not the request's).
+        held.release(frame_bytes);
         let Some(outcome) = outcome else {
             return Err(io::Error::other("request task was cancelled"));
         };

@@ -86,6 +86,34 @@ impl RawClient {
         self.stream.write_all(bytes).expect("write to the broker");
     }
 
+    /// Writes as much of `bytes` as the broker takes within `timeout`
+    /// (it may stop reading its socket); returns how many were written.
+    #[allow(dead_code)]
+    pub fn send_bytes_within(&mut self, bytes: &[u8], timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        let mut sent = 0;
+        while sent < bytes.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            self.stream
+                .set_write_timeout(Some(left.max(Duration::from_millis(1))))
+                .expect("set write timeout");
+            match self.stream.write(&bytes[sent..]) {
+                Ok(0) => break,
+                Ok(n) => sent += n,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => panic!("write to the broker: {e}"),
+            }
+        }
+        self.stream
+            .set_write_timeout(None)
+            .expect("clear write timeout");
+        sent
+    }
+
     /// Reads the response to `correlation_id` (the next frame) and decodes it.
     pub fn receive<R: Request>(&mut self, version: i16, correlation_id: i32) -> R::Response {
         let key = ApiKey::try_from(R::KEY).expect("a known api key");

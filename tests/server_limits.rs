@@ -1,0 +1,154 @@
+//! The connection limits of `fjord serve` hold and answer as documented:
+//! connections per shard (closed at accept over the limit), the idle
+//! timeout (a silent connection is closed, a busy one is not), and the
+//! bytes of requests read but unanswered per connection (the broker stops
+//! reading instead of buffering).
+
+mod common;
+
+use common::client::create_topic;
+use common::raw::{produce_request, RawClient, ReadOutcome};
+use common::{Broker, BrokerOpts};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{
+    ApiVersionsRequest, BrokerId, FetchRequest, MetadataRequest, ProduceRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use std::time::{Duration, Instant};
+
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn api_versions_ok(c: &mut RawClient) {
+    let resp = c.request::<ApiVersionsRequest>(0, &ApiVersionsRequest::default());
+    assert_eq!(resp.error_code, 0);
+}
+
+#[test]
+fn connections_over_the_shard_limit_are_closed_at_accept() {
+    let broker = Broker::start(
+        BrokerOpts::default()
+            .cores(1)
+            .arg("--max-connections-per-shard")
+            .arg("4"),
+    );
+    let mut open: Vec<RawClient> = (0..4).map(|_| RawClient::connect(broker.port)).collect();
+    for c in &mut open {
+        api_versions_ok(c);
+    }
+    let mut over = RawClient::connect(broker.port);
+    over.send(0, &ApiVersionsRequest::default());
+    over.assert_closed(CLOSE_TIMEOUT, "a fifth connection over a limit of 4");
+    // The four still answer; once one closes there is room again.
+    for c in &mut open {
+        api_versions_ok(c);
+    }
+    drop(open.pop());
+    let deadline = Instant::now() + CLOSE_TIMEOUT;
+    loop {
+        let mut again = RawClient::connect(broker.port);
+        let id = again.send(0, &ApiVersionsRequest::default());
+        match again.read_frame(Duration::from_secs(2)) {
+            ReadOutcome::Frame(_) => break,
+            other => {
+                let _ = id;
+                assert!(
+                    Instant::now() < deadline,
+                    "a connection is accepted again once one closed: {other:?}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+#[test]
+fn an_idle_connection_is_closed_and_a_busy_one_is_not() {
+    let broker = Broker::start(
+        BrokerOpts::default()
+            .cores(1)
+            .arg("--connections-max-idle-ms")
+            .arg("700"),
+    );
+    let mut idle = RawClient::connect(broker.port);
+    api_versions_ok(&mut idle);
+    let mut busy = RawClient::connect(broker.port);
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(2_100) {
+        api_versions_ok(&mut busy);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    api_versions_ok(&mut busy);
+    idle.assert_closed(
+        CLOSE_TIMEOUT,
+        "a connection idle past connections.max.idle.ms",
+    );
+}
+
+fn long_poll(topic: &str, max_wait_ms: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_current_leader_epoch(-1)
+                .with_fetch_offset(0)
+                .with_last_fetched_epoch(-1)
+                .with_log_start_offset(-1)
+                .with_partition_max_bytes(1 << 20)])])
+}
+
+/// With a long poll in flight on a connection at its byte limit, the broker
+/// stops reading that connection: 64 pipelined 1 MiB requests do not all
+/// get in (without the limit the 64 would, `inflight_requests_max` being
+/// 64). Once the poll ends every request is read and answered in order.
+#[test]
+fn a_connection_at_its_byte_limit_is_not_read_until_answers_go_out() {
+    const FRAMES: usize = 64;
+    const FRAME_BYTES: usize = 1 << 20;
+    let broker = Broker::start(
+        BrokerOpts::default()
+            .cores(1)
+            .arg("--connection-queued-max-request-bytes")
+            .arg("1"),
+    );
+    let topic = "limits-bytes";
+    create_topic(&broker.bootstrap(), topic, 1, &[]);
+    let mut c = RawClient::connect(broker.port);
+    let poll_id = c.send(4, &long_poll(topic, 6_000));
+    // Produce requests to an unknown topic: each is answered with an error,
+    // so nothing is written and only the request bytes matter.
+    let records = bytes::Bytes::from(vec![0u8; FRAME_BYTES]);
+    let mut pipelined = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..FRAMES {
+        let (frame, id) =
+            c.encode_frame(9, &produce_request("limits-nowhere", 0, 1, records.clone()));
+        pipelined.extend_from_slice(&frame);
+        ids.push(id);
+    }
+    let sent = c.send_bytes_within(&pipelined, Duration::from_secs(2));
+    assert!(
+        sent < pipelined.len() / 2,
+        "the broker stopped reading the connection at its limit: {sent} of {} bytes went in",
+        pipelined.len()
+    );
+    // The poll ends (6 s); the rest then goes in and everything is answered.
+    let rest = c.send_bytes_within(&pipelined[sent..], Duration::from_secs(60));
+    assert_eq!(
+        sent + rest,
+        pipelined.len(),
+        "everything is read once the poll ended"
+    );
+    let _ = c.receive::<FetchRequest>(4, poll_id);
+    for id in ids {
+        let resp = c.receive::<ProduceRequest>(9, id);
+        assert_eq!(resp.responses.len(), 1);
+    }
+    // And the broker still serves.
+    let md = c.request::<MetadataRequest>(9, &MetadataRequest::default().with_topics(None));
+    assert_eq!(md.brokers.len(), 1);
+}
