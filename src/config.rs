@@ -143,7 +143,7 @@ pub struct ServeArgs {
     /// Bytes a shard holds appended but not yet written to its segment files; produce requests wait while it is over (acks=0 producers faster than the disk are slowed, not buffered) [default: 256 MiB].
     #[arg(long)]
     pub staged_bytes_max: Option<usize>,
-    /// Largest a compressed batch may grow when the broker decompresses it (validation, recompression); a larger one is refused with CORRUPT_MESSAGE [default: 64 MiB].
+    /// Largest a compressed batch may grow when the broker decompresses it (validation, recompression); a larger one is refused with INVALID_RECORD [default: 64 MiB].
     #[arg(long)]
     pub batch_decompressed_bytes_max: Option<usize>,
     /// Partitions one CreateTopics or CreatePartitions request may create, all its topics together [default: 10000].
@@ -252,16 +252,30 @@ impl ServeArgs {
             offsets_retention_minutes: self
                 .offsets_retention_minutes
                 .or(file.offsets_retention_minutes),
-            max_connections_per_shard: self.max_connections_per_shard.or(file.max_connections_per_shard),
-            connections_max_idle_ms: self.connections_max_idle_ms.or(file.connections_max_idle_ms),
-            queued_max_request_bytes: self.queued_max_request_bytes.or(file.queued_max_request_bytes),
-            connection_queued_max_request_bytes: self.connection_queued_max_request_bytes.or(file.connection_queued_max_request_bytes),
+            max_connections_per_shard: self
+                .max_connections_per_shard
+                .or(file.max_connections_per_shard),
+            connections_max_idle_ms: self
+                .connections_max_idle_ms
+                .or(file.connections_max_idle_ms),
+            queued_max_request_bytes: self
+                .queued_max_request_bytes
+                .or(file.queued_max_request_bytes),
+            connection_queued_max_request_bytes: self
+                .connection_queued_max_request_bytes
+                .or(file.connection_queued_max_request_bytes),
             staged_bytes_max: self.staged_bytes_max.or(file.staged_bytes_max),
-            batch_decompressed_bytes_max: self.batch_decompressed_bytes_max.or(file.batch_decompressed_bytes_max),
-            create_topics_partitions_max: self.create_topics_partitions_max.or(file.create_topics_partitions_max),
+            batch_decompressed_bytes_max: self
+                .batch_decompressed_bytes_max
+                .or(file.batch_decompressed_bytes_max),
+            create_topics_partitions_max: self
+                .create_topics_partitions_max
+                .or(file.create_topics_partitions_max),
             partitions_max: self.partitions_max.or(file.partitions_max),
             group_max_size: self.group_max_size.or(file.group_max_size),
-            transactional_id_expiration_ms: self.transactional_id_expiration_ms.or(file.transactional_id_expiration_ms),
+            transactional_id_expiration_ms: self
+                .transactional_id_expiration_ms
+                .or(file.transactional_id_expiration_ms),
             debug_drop_produce_response_every: self
                 .debug_drop_produce_response_every
                 .or(file.debug_drop_produce_response_every),
@@ -344,16 +358,40 @@ impl ServeArgs {
                 .offsets_retention_minutes
                 .unwrap_or(OFFSETS_RETENTION_MINUTES_DEFAULT)
                 .max(1),
-            max_connections_per_shard: a.max_connections_per_shard.unwrap_or(MAX_CONNECTIONS_PER_SHARD_DEFAULT).max(1),
-            connections_max_idle_ms: a.connections_max_idle_ms.unwrap_or(CONNECTIONS_MAX_IDLE_MS_DEFAULT).max(1),
-            queued_max_request_bytes: a.queued_max_request_bytes.unwrap_or(QUEUED_MAX_REQUEST_BYTES_DEFAULT).max(1),
-            connection_queued_max_request_bytes: a.connection_queued_max_request_bytes.unwrap_or(CONNECTION_QUEUED_MAX_REQUEST_BYTES_DEFAULT).max(1),
-            staged_bytes_max: a.staged_bytes_max.unwrap_or(STAGED_BYTES_MAX_DEFAULT).max(1),
-            batch_decompressed_bytes_max: a.batch_decompressed_bytes_max.unwrap_or(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT).max(1),
-            create_topics_partitions_max: a.create_topics_partitions_max.unwrap_or(CREATE_TOPICS_PARTITIONS_MAX_DEFAULT).max(1),
+            max_connections_per_shard: a
+                .max_connections_per_shard
+                .unwrap_or(MAX_CONNECTIONS_PER_SHARD_DEFAULT)
+                .max(1),
+            connections_max_idle_ms: a
+                .connections_max_idle_ms
+                .unwrap_or(CONNECTIONS_MAX_IDLE_MS_DEFAULT)
+                .max(1),
+            queued_max_request_bytes: a
+                .queued_max_request_bytes
+                .unwrap_or(QUEUED_MAX_REQUEST_BYTES_DEFAULT)
+                .max(1),
+            connection_queued_max_request_bytes: a
+                .connection_queued_max_request_bytes
+                .unwrap_or(CONNECTION_QUEUED_MAX_REQUEST_BYTES_DEFAULT)
+                .max(1),
+            staged_bytes_max: a
+                .staged_bytes_max
+                .unwrap_or(STAGED_BYTES_MAX_DEFAULT)
+                .max(1),
+            batch_decompressed_bytes_max: a
+                .batch_decompressed_bytes_max
+                .unwrap_or(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)
+                .max(1),
+            create_topics_partitions_max: a
+                .create_topics_partitions_max
+                .unwrap_or(CREATE_TOPICS_PARTITIONS_MAX_DEFAULT)
+                .max(1),
             partitions_max: a.partitions_max.unwrap_or(PARTITIONS_MAX_DEFAULT).max(1),
             group_max_size: a.group_max_size.unwrap_or(GROUP_MAX_SIZE_DEFAULT).max(1),
-            transactional_id_expiration_ms: a.transactional_id_expiration_ms.unwrap_or(TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT).max(1),
+            transactional_id_expiration_ms: a
+                .transactional_id_expiration_ms
+                .unwrap_or(TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT)
+                .max(1),
             debug_drop_produce_response_every: a.debug_drop_produce_response_every.unwrap_or(0),
             debug_delay_txn_markers_ms: a.debug_delay_txn_markers_ms.unwrap_or(0),
             debug_panic_shard: a.debug_panic_shard,

@@ -278,3 +278,93 @@ fn a_panicking_shard_aborts_the_process() {
         "the process aborted: {status}"
     );
 }
+
+/// Pseudo-random bytes (xorshift), incompressible enough that a batch of
+/// them stays large when compressed.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn produce_one(port: u16, topic: &str, batch: bytes::Bytes) -> i16 {
+    let mut c = RawClient::connect(port);
+    let resp = c.request::<kafka_protocol::messages::ProduceRequest>(
+        9,
+        &produce_request(topic, 0, -1, batch),
+    );
+    only_partition(&resp).error_code
+}
+
+/// Large batches that the topic recompresses go through the blocking
+/// thread and land recompressed with the same records; batches that would
+/// decompress past `--batch-decompressed-bytes-max` are refused whether
+/// small (recompressed inline) or large (off the reactor).
+#[test]
+fn recompression_is_bounded_and_large_batches_keep_their_records() {
+    use kafka_protocol::ResponseError;
+    let mut broker = Broker::start(
+        BrokerOpts::default()
+            .cores(1)
+            .arg("--batch-decompressed-bytes-max")
+            .arg((2 << 20).to_string()),
+    );
+    let topic = "hardening-recompress";
+    create_topic(
+        &broker.bootstrap(),
+        topic,
+        1,
+        &[("compression.type", "lz4")],
+    );
+
+    // 1. A ~200 KiB gzip batch: recompressed to lz4 off the reactor.
+    let values: Vec<Vec<u8>> = (0..100).map(|i| noise(i + 1, 2048)).collect();
+    let mut b = BatchBuilder::new(Compression::Gzip);
+    for v in &values {
+        b = b.record(None, Some(v), &[], 1_700_000_000_000);
+    }
+    let big = b.build().freeze();
+    assert!(big.len() >= fjord::handlers::produce::RECOMPRESS_OFF_REACTOR_MIN_BYTES);
+    assert_eq!(produce_one(broker.port, topic, big), 0);
+    let stored = common::disk::batches(&broker.first_segment(topic, 0));
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].header.compression().ok(), Some(Compression::Lz4));
+    let got: Vec<Vec<u8>> = stored[0]
+        .records()
+        .into_iter()
+        .map(|r| r.value.map(|v| v.to_vec()).unwrap_or_default())
+        .collect();
+    assert_eq!(got, values, "the same records after recompression");
+
+    // 2. Small and large batches that decompress to 4 MiB: refused.
+    let bomb = vec![0u8; 4 << 20];
+    let mut small = BatchBuilder::new(Compression::Gzip);
+    small = small.record(None, Some(&bomb), &[], 1_700_000_000_000);
+    let small = small.build().freeze();
+    assert!(small.len() < fjord::handlers::produce::RECOMPRESS_OFF_REACTOR_MIN_BYTES);
+    let mut large = BatchBuilder::new(Compression::Gzip);
+    large = large
+        .record(None, Some(&noise(99, 100 << 10)), &[], 1_700_000_000_000)
+        .record(None, Some(&bomb), &[], 1_700_000_000_000);
+    let large = large.build().freeze();
+    assert!(large.len() >= fjord::handlers::produce::RECOMPRESS_OFF_REACTOR_MIN_BYTES);
+    for (what, batch) in [("small", small), ("large", large)] {
+        assert_eq!(
+            produce_one(broker.port, topic, batch),
+            ResponseError::InvalidRecord.code(),
+            "a {what} batch over the decompression limit"
+        );
+    }
+    let stored = common::disk::batches(&broker.first_segment(topic, 0));
+    assert_eq!(stored.len(), 1, "nothing more was written");
+    let check = "hardening-recompress-check";
+    create_topic(&broker.bootstrap(), check, 1, &[]);
+    let mut produced = 0;
+    assert_serving(&mut broker, check, 1, &mut produced);
+}

@@ -119,17 +119,26 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Disp
             return Dispatched::Ready(future::ready(Outcome::Close).boxed_local());
         }
     };
-    // At the shard's limit of staged, unwritten bytes the request waits for
-    // the writers before it is appended, and the connection is not read
-    // meanwhile: producers faster than the disk are slowed, whatever their
-    // acks, instead of staged until memory runs out.
-    let staged_max = ctx.config.staged_bytes_max as u64;
-    if ctx.logs.unwritten_bytes() >= staged_max {
+    // Large batches that the topic recompresses are recompressed on the
+    // shard's blocking thread first (a 1 MiB gzip batch is milliseconds of
+    // CPU that would stall every other request of the shard); the
+    // connection waits for them before reading on, so appends stay in order.
+    let heavy = heavy_recompressions(ctx, &req);
+    if !heavy.is_empty() {
         let ctx = ctx.clone();
         return Dispatched::Ordered(
             async move {
-                ctx.logs.wait_unwritten_below(staged_max).await;
-                match dispatch_decoded(&ctx, header, req) {
+                let limit = ctx.config.batch_decompressed_bytes_max;
+                let mut done = HashMap::with_capacity(heavy.len());
+                for (key, codec, records) in heavy {
+                    let result = glommio::executor()
+                        .spawn_blocking(move || {
+                            crate::record::recompress_bounded(&records, codec, limit)
+                        })
+                        .await;
+                    done.insert(key, result);
+                }
+                match dispatch_staged(&ctx, header, req, done) {
                     Dispatched::Ready(answer) => answer,
                     Dispatched::Ordered(first_stage) => first_stage.await,
                 }
@@ -137,7 +146,92 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Disp
             .boxed_local(),
         );
     }
-    dispatch_decoded(ctx, header, req)
+    dispatch_staged(ctx, header, req, HashMap::new())
+}
+
+/// Batches at least this large that the topic recompresses are recompressed
+/// off the reactor (`handle`).
+pub const RECOMPRESS_OFF_REACTOR_MIN_BYTES: usize = 64 * 1024;
+
+/// Recompressions already made, by (topic, partition).
+type Recompressed = HashMap<(String, i32), Result<BytesMut, RecordsError>>;
+
+/// The batches of `req` on partitions this shard leads whose topic names a
+/// codec other than the batch's, of `RECOMPRESS_OFF_REACTOR_MIN_BYTES` or
+/// more: (topic and partition, target codec, a copy of the records).
+fn heavy_recompressions(
+    ctx: &ShardCtx,
+    req: &crate::protocol::produce::ProduceRequest,
+) -> Vec<((String, i32), crate::record::Compression, bytes::Bytes)> {
+    let mut out = Vec::new();
+    // A partition named twice in one request is recompressed where it is
+    // appended: the results are kept by partition.
+    let mut named: HashMap<(&str, i32), usize> = HashMap::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            *named.entry((t.name.as_str(), p.index)).or_default() += 1;
+        }
+    }
+    for t in &req.topics {
+        for p in &t.partitions {
+            let Some(records) = p.records.as_ref() else {
+                continue;
+            };
+            if records.len() < RECOMPRESS_OFF_REACTOR_MIN_BYTES
+                || named.get(&(t.name.as_str(), p.index)) != Some(&1)
+            {
+                continue;
+            }
+            let Ok(h) = crate::record::BatchHeader::parse(records) else {
+                continue;
+            };
+            let tp = TopicPartition::new(t.name.clone(), p.index);
+            let Some(state) = ctx.partition(&tp) else {
+                continue;
+            };
+            match state.config.compression {
+                Some(codec) if h.compression_id() != codec as i16 && !h.is_control() => {
+                    let batch = &records[..h.total_size().min(records.len())];
+                    out.push((
+                        (t.name.clone(), p.index),
+                        codec,
+                        bytes::Bytes::copy_from_slice(batch),
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// `handle` once large recompressions are done: at the shard's limit of
+/// staged, unwritten bytes the request waits for the writers before it is
+/// appended, and the connection is not read meanwhile, so producers faster
+/// than the disk are slowed, whatever their acks, instead of staged until
+/// memory runs out.
+#[allow(clippy::async_yields_async)]
+fn dispatch_staged(
+    ctx: &Rc<ShardCtx>,
+    header: RequestHeader,
+    req: crate::protocol::produce::ProduceRequest,
+    recompressed: Recompressed,
+) -> Dispatched {
+    let staged_max = ctx.config.staged_bytes_max as u64;
+    if ctx.logs.unwritten_bytes() >= staged_max {
+        let ctx = ctx.clone();
+        return Dispatched::Ordered(
+            async move {
+                ctx.logs.wait_unwritten_below(staged_max).await;
+                match dispatch_decoded(&ctx, header, req, recompressed) {
+                    Dispatched::Ready(answer) => answer,
+                    Dispatched::Ordered(first_stage) => first_stage.await,
+                }
+            }
+            .boxed_local(),
+        );
+    }
+    dispatch_decoded(ctx, header, req, recompressed)
 }
 
 /// `handle` once the request is decoded and the shard has room to stage it.
@@ -146,11 +240,18 @@ fn dispatch_decoded(
     ctx: &Rc<ShardCtx>,
     header: RequestHeader,
     req: crate::protocol::produce::ProduceRequest,
+    recompressed: Recompressed,
 ) -> Dispatched {
     let version = header.api_version;
     let to_add = partitions_to_add(ctx, &req);
     if to_add.is_empty() {
-        return Dispatched::Ready(append_and_answer(ctx, header, req, HashMap::new()));
+        return Dispatched::Ready(append_and_answer(
+            ctx,
+            header,
+            req,
+            HashMap::new(),
+            recompressed,
+        ));
     }
     // The first transactional batch of a transaction on a partition goes
     // through the coordinator (maybe on another shard) before it is
@@ -179,7 +280,7 @@ fn dispatch_decoded(
                     }
                 }
             }
-            append_and_answer(&ctx, header, req, refused)
+            append_and_answer(&ctx, header, req, refused, recompressed)
         }
         .boxed_local(),
     )
@@ -289,6 +390,7 @@ fn append_and_answer(
     header: RequestHeader,
     req: crate::protocol::produce::ProduceRequest,
     refused: HashMap<(String, i32), i16>,
+    mut recompressed: Recompressed,
 ) -> LocalBoxFuture<'static, Outcome> {
     let version = header.api_version;
     let acks = req.acks;
@@ -422,7 +524,11 @@ fn append_and_answer(
             }
             if let Some(codec) = state.config.compression {
                 if header.compression_id() != codec as i16 {
-                    match crate::record::recompress(&records, codec) {
+                    let done = recompressed.remove(&(topic.name.clone(), index));
+                    let limit = ctx.config.batch_decompressed_bytes_max;
+                    match done.unwrap_or_else(|| {
+                        crate::record::recompress_bounded(&records, codec, limit)
+                    }) {
                         Ok(b) => records = b,
                         Err(e) => {
                             results.push(PartitionResult::error(

@@ -266,6 +266,16 @@ pub fn control_batch(
 /// recomputed. The input CRC is not checked (the append path already
 /// did). Control batches are never recompressed: they come back unchanged.
 pub fn recompress(batch: &[u8], target: Compression) -> Result<BytesMut, RecordsError> {
+    recompress_bounded(batch, target, DECOMPRESSED_RECORDS_MAX_BYTES)
+}
+
+/// [`recompress`], refusing a batch whose records decompress to more than
+/// `limit_bytes` (`RecordsError::DecompressedTooLarge`).
+pub fn recompress_bounded(
+    batch: &[u8],
+    target: Compression,
+    limit_bytes: usize,
+) -> Result<BytesMut, RecordsError> {
     let header: BatchHeader = BatchHeader::parse(batch).map_err(from_batch_error)?;
     let size = header.total_size();
     let Some(batch) = batch.get(..size) else {
@@ -279,11 +289,7 @@ pub fn recompress(batch: &[u8], target: Compression) -> Result<BytesMut, Records
     if header.is_control() || source == target {
         return Ok(BytesMut::from(batch));
     }
-    let raw = decompress(
-        source,
-        &batch[BATCH_HEADER_BYTES..],
-        DECOMPRESSED_RECORDS_MAX_BYTES,
-    )?;
+    let raw = decompress(source, &batch[BATCH_HEADER_BYTES..], limit_bytes)?;
     let mut section = Vec::with_capacity(raw.len() / 2 + 64);
     compress(target, &raw, &mut section);
     let mut out = BytesMut::with_capacity(BATCH_HEADER_BYTES + section.len());

@@ -19,7 +19,7 @@ pub mod error;
 pub mod records;
 
 pub use batch::{BatchError, BatchHeader, BatchIter, Compression, TimestampType};
-pub use builder::{control_batch, recompress, BatchBuilder, NewRecord};
+pub use builder::{control_batch, recompress, recompress_bounded, BatchBuilder, NewRecord};
 pub use error::RecordsError;
 pub use records::{decode_batch, ControlType, Record, RecordHeader};
 
