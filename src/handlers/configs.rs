@@ -13,7 +13,7 @@ use crate::shard::messages::{ConfigChange, ControllerReply, ControllerRequest};
 use crate::shard::ShardCtx;
 use bytes::BytesMut;
 use kafka_protocol::messages::describe_configs_response::{
-    DescribeConfigsResourceResult, DescribeConfigsResult,
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use kafka_protocol::messages::{
     alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
@@ -35,27 +35,147 @@ const SOURCE_DEFAULT_CONFIG: i8 = 5;
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
 
-/// The broker settings DescribeConfigs reports, with Kafka's names.
-fn broker_configs(c: &BrokerConfig) -> Vec<(&'static str, String, topic_config::ConfigType)> {
+/// The broker settings DescribeConfigs reports, with Kafka's names:
+/// (name, value, type, Kafka's default). A value equal to Kafka's default
+/// is reported as DEFAULT_CONFIG, any other as STATIC_BROKER_CONFIG (set by
+/// a flag or the config file).
+fn broker_configs(
+    c: &BrokerConfig,
+) -> Vec<(&'static str, String, topic_config::ConfigType, String)> {
     use topic_config::ConfigType as T;
-    vec![
+    let mut out = vec![
         (
             "auto.create.topics.enable",
             c.auto_create_topics_enable.to_string(),
             T::Boolean,
+            "true".to_string(),
         ),
-        ("broker.id", c.node_id.to_string(), T::Int),
-        ("log.dirs", c.data_dir.display().to_string(), T::String),
-        ("log.retention.ms", c.log_retention_ms.to_string(), T::Long),
-        ("log.segment.bytes", c.log_segment_bytes.to_string(), T::Int),
-        ("message.max.bytes", c.message_max_bytes.to_string(), T::Int),
-        ("num.partitions", c.num_partitions.to_string(), T::Int),
+        ("broker.id", c.node_id.to_string(), T::Int, String::new()),
+        (
+            "log.dirs",
+            c.data_dir.display().to_string(),
+            T::String,
+            String::new(),
+        ),
+        (
+            "num.partitions",
+            c.num_partitions.to_string(),
+            T::Int,
+            "1".into(),
+        ),
         (
             "socket.request.max.bytes",
             crate::protocol::SOCKET_REQUEST_MAX_BYTES.to_string(),
             T::Int,
+            crate::protocol::SOCKET_REQUEST_MAX_BYTES.to_string(),
         ),
-    ]
+    ];
+    // The broker-level synonym of every topic config, valued as the topic
+    // default it gives.
+    for (topic_key, broker_key, kafka_default) in TOPIC_CONFIG_SYNONYMS {
+        if let Some(k) = topic_config::KEYS.iter().find(|k| k.name == *topic_key) {
+            out.push((
+                broker_key,
+                (k.default)(c),
+                k.kind,
+                kafka_default.to_string(),
+            ));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(b.0));
+    out
+}
+
+/// Topic configs and the broker config that gives their default (Kafka's
+/// `ServerTopicConfigSynonyms`), with that broker config's default in Kafka.
+const TOPIC_CONFIG_SYNONYMS: &[(&str, &str, &str)] = &[
+    ("cleanup.policy", "log.cleanup.policy", "delete"),
+    ("compression.type", "compression.type", "producer"),
+    (
+        "flush.messages",
+        "log.flush.interval.messages",
+        "9223372036854775807",
+    ),
+    ("flush.ms", "log.flush.interval.ms", "9223372036854775807"),
+    ("index.interval.bytes", "log.index.interval.bytes", "4096"),
+    ("max.message.bytes", "message.max.bytes", "1048588"),
+    (
+        "message.timestamp.type",
+        "log.message.timestamp.type",
+        "CreateTime",
+    ),
+    ("min.insync.replicas", "min.insync.replicas", "1"),
+    ("retention.bytes", "log.retention.bytes", "-1"),
+    ("retention.ms", "log.retention.ms", "604800000"),
+    ("segment.bytes", "log.segment.bytes", "1073741824"),
+    (
+        "segment.index.bytes",
+        "log.index.size.max.bytes",
+        "10485760",
+    ),
+    ("segment.ms", "log.roll.ms", "604800000"),
+];
+
+/// DEFAULT_CONFIG when `value` is Kafka's default, else STATIC_BROKER_CONFIG.
+fn broker_source(value: &str, kafka_default: &str) -> i8 {
+    if value == kafka_default {
+        SOURCE_DEFAULT_CONFIG
+    } else {
+        SOURCE_STATIC_BROKER_CONFIG
+    }
+}
+
+fn synonym(name: &str, value: &str, source: i8) -> DescribeConfigsSynonym {
+    DescribeConfigsSynonym::default()
+        .with_name(str_bytes(name.to_string()))
+        .with_value(Some(str_bytes(value.to_string())))
+        .with_source(source)
+}
+
+/// One topic config's row: its value and source, and (KIP-226) its
+/// synonyms most specific first: the topic's override, then the broker
+/// config its default comes from.
+fn topic_entry(
+    c: topic_config::DescribedConfig,
+    broker: &BrokerConfig,
+    include_synonyms: bool,
+    include_documentation: bool,
+) -> DescribeConfigsResourceResult {
+    let broker_synonym = TOPIC_CONFIG_SYNONYMS
+        .iter()
+        .find(|(t, _, _)| *t == c.name)
+        .and_then(|(t, b, kafka_default)| {
+            let key = topic_config::KEYS.iter().find(|k| k.name == *t)?;
+            let value = (key.default)(broker);
+            let source = broker_source(&value, kafka_default);
+            Some((*b, value, source))
+        });
+    let source = if !c.is_default {
+        SOURCE_TOPIC_CONFIG
+    } else {
+        broker_synonym
+            .as_ref()
+            .map_or(SOURCE_DEFAULT_CONFIG, |(_, _, s)| *s)
+    };
+    let mut e = DescribeConfigsResourceResult::default()
+        .with_name(str_bytes(c.name))
+        .with_value(Some(str_bytes(c.value.clone())))
+        .with_config_source(source)
+        .with_config_type(c.kind as i8);
+    if include_synonyms {
+        let mut synonyms = Vec::new();
+        if !c.is_default {
+            synonyms.push(synonym(c.name, &c.value, SOURCE_TOPIC_CONFIG));
+        }
+        if let Some((name, value, source)) = &broker_synonym {
+            synonyms.push(synonym(name, value, *source));
+        }
+        e = e.with_synonyms(synonyms);
+    }
+    if include_documentation {
+        e = e.with_documentation(Some(str_bytes(c.doc)));
+    }
+    e
 }
 
 pub fn describe(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
@@ -88,19 +208,12 @@ pub fn describe(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut)
                             .into_iter()
                             .filter(|c| wanted(c.name))
                             .map(|c| {
-                                let mut e = DescribeConfigsResourceResult::default()
-                                    .with_name(str_bytes(c.name))
-                                    .with_value(Some(str_bytes(c.value)))
-                                    .with_config_source(if c.is_default {
-                                        SOURCE_DEFAULT_CONFIG
-                                    } else {
-                                        SOURCE_TOPIC_CONFIG
-                                    })
-                                    .with_config_type(c.kind as i8);
-                                if req.include_documentation {
-                                    e = e.with_documentation(Some(str_bytes(c.doc)));
-                                }
-                                e
+                                topic_entry(
+                                    c,
+                                    &ctx.config,
+                                    req.include_synonyms,
+                                    req.include_documentation,
+                                )
                             })
                             .collect();
                         base.with_configs(configs)
@@ -109,14 +222,19 @@ pub fn describe(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut)
                 RESOURCE_BROKER => {
                     let configs = broker_configs(&ctx.config)
                         .into_iter()
-                        .filter(|(k, _, _)| wanted(k))
-                        .map(|(k, v, kind)| {
-                            DescribeConfigsResourceResult::default()
+                        .filter(|(k, _, _, _)| wanted(k))
+                        .map(|(k, v, kind, kafka_default)| {
+                            let source = broker_source(&v, &kafka_default);
+                            let mut e = DescribeConfigsResourceResult::default()
                                 .with_name(str_bytes(k))
-                                .with_value(Some(str_bytes(v)))
+                                .with_value(Some(str_bytes(v.clone())))
                                 .with_read_only(true)
-                                .with_config_source(SOURCE_STATIC_BROKER_CONFIG)
-                                .with_config_type(kind as i8)
+                                .with_config_source(source)
+                                .with_config_type(kind as i8);
+                            if req.include_synonyms {
+                                e = e.with_synonyms(vec![synonym(k, &v, source)]);
+                            }
+                            e
                         })
                         .collect();
                     base.with_configs(configs)

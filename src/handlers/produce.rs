@@ -333,7 +333,7 @@ fn partitions_to_add(
 
 /// Adds partitions to `id`'s transaction at its coordinator, local or not
 /// (`verify_only`: checks that they are already part of it).
-async fn add_partitions_to_txn(
+pub(crate) async fn add_partitions_to_txn(
     ctx: &Rc<ShardCtx>,
     id: &str,
     pid: i64,

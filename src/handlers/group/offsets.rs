@@ -218,6 +218,21 @@ pub async fn txn_offset_commit(
     } else {
         (String::new(), -1)
     };
+    // Transaction version 2 (TxnOffsetCommit v5+): the client sends no
+    // AddOffsetsToTxn, so the group coordinator adds the group's
+    // `__consumer_offsets` partition to the transaction itself, as Kafka's
+    // `GroupCoordinatorService.commitTransactionalOffsets` does. Without it
+    // no marker ever reaches that partition and the offsets stay pending
+    // (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT).
+    if v >= TXN_OFFSET_COMMIT_TV2_VERSION {
+        if let Err(code) = add_offsets_partition(ctx, &req, &group_id).await {
+            let rows = checked
+                .into_iter()
+                .map(|(t, p, r)| (t, p, r.err().map_or(code, |e| errors::group(&e))))
+                .collect();
+            return txn_offset_commit_response(header, rows);
+        }
+    }
     let rows = commit_checked(checked, |valid| async {
         ctx.groups.check(&group_id)?;
         ctx.groups
@@ -233,6 +248,49 @@ pub async fn txn_offset_commit(
             .await
     })
     .await;
+    txn_offset_commit_response(header, rows)
+}
+
+/// First TxnOffsetCommit version of transaction version 2.
+pub const TXN_OFFSET_COMMIT_TV2_VERSION: i16 = 5;
+
+/// Adds the group's `__consumer_offsets` partition to the request's
+/// transaction at its coordinator; the error code for every row if that
+/// failed.
+async fn add_offsets_partition(
+    ctx: &Rc<ShardCtx>,
+    req: &TxnOffsetCommitRequest,
+    group_id: &str,
+) -> Result<(), i16> {
+    use crate::metadata::internal::{coordinator_partition, CONSUMER_OFFSETS};
+    use crate::txn::coordinator::TxnError;
+    let image = ctx.image();
+    let Some(offsets) = image.topic(CONSUMER_OFFSETS) else {
+        return Err(kafka_protocol::ResponseError::CoordinatorNotAvailable.code());
+    };
+    let tp = crate::types::TopicPartition::new(
+        CONSUMER_OFFSETS.to_string(),
+        coordinator_partition(group_id, offsets.partition_count()),
+    );
+    let outcome = crate::handlers::produce::add_partitions_to_txn(
+        ctx,
+        req.transactional_id.as_str(),
+        req.producer_id.0,
+        req.producer_epoch,
+        vec![tp],
+        false,
+    )
+    .await;
+    outcome.map_err(|e| match e {
+        // Trouble at the transaction coordinator: the client retries.
+        TxnError::NotCoordinator | TxnError::CoordinatorNotAvailable | TxnError::Storage => {
+            kafka_protocol::ResponseError::CoordinatorLoadInProgress.code()
+        }
+        e => errors::txn(e, true),
+    })
+}
+
+fn txn_offset_commit_response(header: &RequestHeader, rows: Vec<(String, i32, i16)>) -> Outcome {
     let topics = by_topic(rows)
         .into_iter()
         .map(|(t, parts)| {
