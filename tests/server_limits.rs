@@ -152,3 +152,59 @@ fn a_connection_at_its_byte_limit_is_not_read_until_answers_go_out() {
     let md = c.request::<MetadataRequest>(9, &MetadataRequest::default().with_topics(None));
     assert_eq!(md.brokers.len(), 1);
 }
+
+/// CreateTopics and CreatePartitions respect the partitions one request may
+/// create and the broker's total, with INVALID_PARTITIONS for the topics
+/// over either, explicit replica assignments included.
+#[test]
+fn topic_creation_is_bounded_per_request_and_in_total() {
+    use common::client::{admin, admin_opts, block_on};
+    use rdkafka::admin::{NewPartitions, NewTopic, TopicReplication};
+    use rdkafka::types::RDKafkaErrorCode;
+
+    let broker = Broker::start(
+        BrokerOpts::default()
+            .cores(2)
+            .arg("--create-topics-partitions-max")
+            .arg("10")
+            .arg("--partitions-max")
+            .arg("25"),
+    );
+    let admin = admin(&broker.bootstrap());
+    let create = |topics: &[NewTopic<'_>]| -> Vec<Result<String, RDKafkaErrorCode>> {
+        block_on(admin.create_topics(topics, &admin_opts()))
+            .expect("create_topics")
+            .into_iter()
+            .map(|r| r.map_err(|(_, code)| code))
+            .collect()
+    };
+    let new = |name: &'static str, n: i32| NewTopic::new(name, n, TopicReplication::Fixed(1));
+
+    // One request: 6 fit, the next 6 do not (4 left), 3 still do.
+    let got = create(&[new("lim-a", 6), new("lim-b", 6), new("lim-c", 3)]);
+    assert_eq!(got[0], Ok("lim-a".into()));
+    assert_eq!(got[1], Err(RDKafkaErrorCode::InvalidPartitions));
+    assert_eq!(got[2], Ok("lim-c".into()));
+    // Explicit assignments count the same: 11 partitions on node 0.
+    let assigned: Vec<Vec<i32>> = (0..11).map(|_| vec![0]).collect();
+    let refs: Vec<&[i32]> = assigned.iter().map(|v| v.as_slice()).collect();
+    let explicit = NewTopic::new("lim-explicit", 11, TopicReplication::Variable(&refs));
+    assert_eq!(
+        create(&[explicit])[0],
+        Err(RDKafkaErrorCode::InvalidPartitions)
+    );
+    // In total: 9 exist; 10 more make 19; 7 more would make 26 > 25.
+    assert_eq!(create(&[new("lim-d", 10)])[0], Ok("lim-d".into()));
+    assert_eq!(
+        create(&[new("lim-e", 7)])[0],
+        Err(RDKafkaErrorCode::InvalidPartitions)
+    );
+    assert_eq!(create(&[new("lim-f", 6)])[0], Ok("lim-f".into()));
+    // CreatePartitions: the broker is full (25).
+    let grown = block_on(admin.create_partitions(&[NewPartitions::new("lim-c", 4)], &admin_opts()))
+        .expect("create_partitions");
+    assert_eq!(
+        grown[0].as_ref().map_err(|(_, c)| *c),
+        Err(RDKafkaErrorCode::InvalidPartitions)
+    );
+}

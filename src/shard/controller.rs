@@ -81,6 +81,15 @@ impl Controller {
         let mut items = Vec::new();
         let mut records = Vec::new();
         let mut next = (*image).clone();
+        let mut budget = PartitionBudget {
+            request_left: self.config.create_topics_partitions_max,
+            total: next
+                .topics
+                .values()
+                .map(|t| t.partition_count() as i64)
+                .sum(),
+            total_max: self.config.partitions_max,
+        };
         match request {
             ControllerRequest::CreateTopics {
                 topics,
@@ -88,12 +97,16 @@ impl Controller {
             } => {
                 for t in topics {
                     let name = t.name.clone();
-                    match self.plan_create(&next, &t) {
-                        Ok(record) => {
-                            let count = match &record {
-                                MetadataRecord::CreateTopic { shards, .. } => shards.len() as i32,
-                                _ => 0,
-                            };
+                    let planned = self.plan_create(&next, &t).and_then(|record| {
+                        let count = match &record {
+                            MetadataRecord::CreateTopic { shards, .. } => shards.len() as i32,
+                            _ => 0,
+                        };
+                        budget.take(count as i64)?;
+                        Ok((record, count))
+                    });
+                    match planned {
+                        Ok((record, count)) => {
                             if !validate_only {
                                 next = next.apply(&record);
                                 records.push(record);
@@ -121,7 +134,15 @@ impl Controller {
                 validate_only,
             } => {
                 for (name, count) in topics {
-                    match self.plan_partitions(&next, &name, count) {
+                    let planned = self
+                        .plan_partitions(&next, &name, count)
+                        .and_then(|record| {
+                            if let MetadataRecord::AddPartitions { shards, .. } = &record {
+                                budget.take(shards.len() as i64)?;
+                            }
+                            Ok(record)
+                        });
+                    match planned {
                         Ok(record) => {
                             if !validate_only {
                                 next = next.apply(&record);
@@ -356,4 +377,36 @@ fn plan_configs(
         name: name.into(),
         configs,
     })
+}
+
+/// What one CreateTopics or CreatePartitions request may still create:
+/// `create_topics_partitions_max` for the request, `partitions_max` for the
+/// broker (internal topics included). A topic over either is refused with
+/// INVALID_PARTITIONS and creates nothing; later, smaller topics of the same
+/// request may still fit.
+struct PartitionBudget {
+    request_left: i64,
+    total: i64,
+    total_max: i64,
+}
+
+impl PartitionBudget {
+    fn take(&mut self, partitions: i64) -> Result<(), ControllerError> {
+        if partitions > self.request_left {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "Creating {partitions} partitions exceeds what one request may still create ({} of --create-topics-partitions-max).",
+                self.request_left
+            )));
+        }
+        if self.total + partitions > self.total_max {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "Creating {partitions} partitions would make {} in all, over the broker's limit of {} (--partitions-max).",
+                self.total + partitions,
+                self.total_max
+            )));
+        }
+        self.request_left -= partitions;
+        self.total += partitions;
+        Ok(())
+    }
 }
