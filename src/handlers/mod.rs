@@ -63,6 +63,17 @@ pub enum Dispatched {
     Ordered(LocalBoxFuture<'static, LocalBoxFuture<'static, Outcome>>),
 }
 
+impl Dispatched {
+    /// Runs the ordered first stage, if any, and yields the future that
+    /// answers.
+    pub async fn into_answer(self) -> LocalBoxFuture<'static, Outcome> {
+        match self {
+            Dispatched::Ready(answer) => answer,
+            Dispatched::Ordered(first_stage) => first_stage.await,
+        }
+    }
+}
+
 /// Routes one request to its handler.
 pub fn dispatch(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Dispatched {
     match header.api_key {

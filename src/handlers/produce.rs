@@ -138,10 +138,7 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Disp
                         .await;
                     done.insert(key, result);
                 }
-                match dispatch_staged(&ctx, header, req, done) {
-                    Dispatched::Ready(answer) => answer,
-                    Dispatched::Ordered(first_stage) => first_stage.await,
-                }
+                dispatch_staged(&ctx, header, req, done).into_answer().await
             }
             .boxed_local(),
         );
@@ -223,10 +220,9 @@ fn dispatch_staged(
         return Dispatched::Ordered(
             async move {
                 ctx.logs.wait_unwritten_below(staged_max).await;
-                match dispatch_decoded(&ctx, header, req, recompressed) {
-                    Dispatched::Ready(answer) => answer,
-                    Dispatched::Ordered(first_stage) => first_stage.await,
-                }
+                dispatch_decoded(&ctx, header, req, recompressed)
+                    .into_answer()
+                    .await
             }
             .boxed_local(),
         );

@@ -33,7 +33,7 @@
 
 mod file_range;
 
-use crate::handlers::{self, Dispatched, Outcome};
+use crate::handlers::{self, Outcome};
 use crate::log::watch::OffsetWatch;
 use crate::protocol::frame::{declared_frame_len, FRAME_PREFIX_BYTES};
 use crate::protocol::{parse_request_header, SOCKET_REQUEST_MAX_BYTES};
@@ -322,10 +322,7 @@ async fn read_requests(
             frame.advance(FRAME_PREFIX_BYTES);
             let header = parse_request_header(&mut frame)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            let answer = match handlers::dispatch(ctx, header, frame) {
-                Dispatched::Ready(answer) => answer,
-                Dispatched::Ordered(first_stage) => first_stage.await,
-            };
+            let answer = handlers::dispatch(ctx, header, frame).into_answer().await;
             let task = glommio::spawn_local(answer).detach();
             queued.set(queued.get() + 1);
             ctx.request_started();
