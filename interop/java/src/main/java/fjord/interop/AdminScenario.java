@@ -333,6 +333,11 @@ final class AdminScenario {
                     throw Check.fail("group consumer read " + read + " records, assignment " + c.assignment());
                 }
             }
+            // commitSync() commits the positions the consumer knows; an empty partition's position is only
+            // known once its offset reset finished, which poll() may not have waited for. position() waits.
+            for (TopicPartition tp : c.assignment()) {
+                c.position(tp, Duration.ofMillis(Kit.ADMIN_TIMEOUT_MS));
+            }
             c.commitSync(Duration.ofMillis(Kit.ADMIN_TIMEOUT_MS));
             Check.ok("a group consumer read partition 0 from the log start and committed");
             ConsumerGroupDescription d = Kit.get(admin.describeConsumerGroups(List.of(group)).describedGroups().get(group),
