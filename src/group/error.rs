@@ -27,6 +27,10 @@ pub enum GroupError {
     InconsistentGroupProtocol,
     #[error("session timeout out of the broker's range")]
     InvalidSessionTimeout,
+    #[error("the group already has group.max.size members")]
+    GroupMaxSizeReached,
+    #[error("invalid request: {0}")]
+    InvalidRequest(&'static str),
     #[error("the group does not exist")]
     GroupIdNotFound,
     #[error("the group is not empty")]

@@ -13,10 +13,23 @@
 //! records in Kafka's formats ([`records`]) before it is answered; opening
 //! the partition replays it ([`GroupCoordinator::load_partition`]), and
 //! until the replay finishes the partition's groups answer
-//! COORDINATOR_LOAD_IN_PROGRESS. Transactional offset commits are written
+//! COORDINATOR_LOAD_IN_PROGRESS. A replay that fails (the log cannot be
+//! read, or a record of a known type does not decode) installs nothing: the
+//! groups keep answering COORDINATOR_LOAD_IN_PROGRESS and the load is tried
+//! again after a backoff ([`LOAD_RETRY_BACKOFF_MS_MIN`] doubling up to
+//! [`LOAD_RETRY_BACKOFF_MS_MAX`]). Serving what was replayed before the
+//! failure would hand out stale offsets and memberships, and the next write
+//! would make them permanent. Records of an unknown type are skipped, as
+//! Kafka skips them. Transactional offset commits are written
 //! as transactional batches of the producer and stay pending until a
 //! COMMIT/ABORT marker for that producer ([`GroupCoordinator::complete_transaction`],
 //! and control batches during replay).
+//!
+//! Limits: a group has at most `group.max.size` members ([`state`]); ids
+//! and names that the records hold as i16-length strings (group id, member
+//! and instance ids, client id, protocol type and names) are refused when
+//! longer than [`records::RECORD_STRING_BYTES_MAX`]: INVALID_GROUP_ID for a
+//! group id, INVALID_REQUEST for the others.
 //!
 //! Time: the pure machine ([`state`]) takes the time as an argument; a
 //! glommio timer task ticks every [`GROUP_TICK_MS`] and calls
@@ -32,16 +45,16 @@ pub mod error;
 pub mod records;
 pub mod state;
 
-use crate::log::PartitionLog;
+use crate::log::{LogError, PartitionLog};
 use crate::metadata::internal;
-use crate::record::batch::Compression;
+use crate::record::batch::{BatchHeader, Compression};
 use crate::record::builder::{BatchBuilder, NewRecord};
 use crate::record::records::{decode_batch, parse_control_key, ControlType};
 use crate::types::Offset;
 use bytes::Bytes;
 use error::GroupError;
 use futures::channel::oneshot;
-use records::{GroupMetadataValue, RecordKey};
+use records::{GroupMetadataValue, RecordFormatError, RecordKey};
 use state::{
     CommittedOffset, Completion, Group, GroupConfig, GroupState, JoinReply, JoinRequest,
     JoinResult, SyncReply,
@@ -64,6 +77,33 @@ pub const OFFSETS_RETENTION_CHECK_INTERVAL_MS: i64 = 60_000;
 pub const OFFSETS_COMPACT_TRIGGER_BYTES: u64 = 16 * 1024 * 1024;
 /// Records per batch when the coordinator rewrites live state.
 pub const COMPACT_RECORDS_PER_BATCH_MAX: usize = 500;
+/// First pause before a failed load of an offsets partition is retried (an
+/// I/O error may pass; a corrupt record does not, and is logged again each
+/// time).
+pub const LOAD_RETRY_BACKOFF_MS_MIN: u64 = 1_000;
+/// Longest pause between two load attempts of one partition.
+pub const LOAD_RETRY_BACKOFF_MS_MAX: u64 = 60_000;
+
+/// Why replaying an offsets partition failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("reading the log failed: {0}")]
+    Log(#[from] LogError),
+    #[error("batch at offset {offset}: {reason}")]
+    Record { offset: i64, reason: String },
+}
+
+impl From<RecordFormatError> for GroupError {
+    /// Only reached when an id got past the checks at the door: the
+    /// record is not written.
+    fn from(e: RecordFormatError) -> GroupError {
+        GroupError::InvalidRequest(e.0)
+    }
+}
+
+/// The refusal for a string that a record cannot hold.
+const ID_TOO_LONG: GroupError =
+    GroupError::InvalidRequest("an id or name is longer than a group record can hold");
 
 /// Milliseconds since the Unix epoch.
 fn now_ms() -> i64 {
@@ -173,24 +213,69 @@ impl GroupCoordinator {
         self.start_ticker();
         let me = self.clone();
         glommio::spawn_local(async move {
-            let now = now_ms();
-            let mut replay = Replay::new(now);
-            let result = log
-                .scan(Offset(log.log_start_offset().0), &mut |h, bytes| {
-                    replay.batch(h.is_control(), h.is_transactional(), h.producer_id, bytes)
-                })
-                .await;
-            if let Err(e) = result {
-                tracing::error!(partition, error = %e, "replaying __consumer_offsets failed");
-            }
-            let groups = replay.finish();
-            tracing::info!(partition, groups = groups.len(), "offsets partition loaded");
-            if let Some(op) = me.partitions.borrow_mut().get_mut(&partition) {
-                op.groups = groups;
-                op.loaded = true;
+            let mut backoff_ms = LOAD_RETRY_BACKOFF_MS_MIN;
+            loop {
+                let now = now_ms();
+                match replay_partition(&log, now).await {
+                    Ok(groups) => {
+                        me.install(partition, &log, groups, now);
+                        return;
+                    }
+                    Err(e) => tracing::error!(
+                        partition,
+                        error = %e,
+                        retry_in_ms = backoff_ms,
+                        "loading a __consumer_offsets partition failed; its groups stay loading"
+                    ),
+                }
+                glommio::timer::sleep(Duration::from_millis(backoff_ms)).await;
+                backoff_ms = (backoff_ms * 2).min(LOAD_RETRY_BACKOFF_MS_MAX);
+                if !me.is_loading(partition, &log) {
+                    return; // the partition went away or was loaded again
+                }
             }
         })
         .detach();
+    }
+
+    /// Whether `partition` still waits for a load of `log`.
+    fn is_loading(&self, partition: i32, log: &Rc<PartitionLog>) -> bool {
+        self.partitions
+            .borrow()
+            .get(&partition)
+            .is_some_and(|op| !op.loaded && Rc::ptr_eq(&op.log, log))
+    }
+
+    /// Serves the groups a replay of `log` rebuilt, if the partition still
+    /// waits for them. Groups over `group.max.size` start a rebalance.
+    fn install(
+        &self,
+        partition: i32,
+        log: &Rc<PartitionLog>,
+        mut groups: HashMap<String, Group>,
+        now: i64,
+    ) {
+        if !self.is_loading(partition, log) {
+            return;
+        }
+        let mut completions = Vec::new();
+        for g in groups.values_mut() {
+            if g.rebalance_if_over_capacity(&self.config, now, &mut completions) {
+                tracing::info!(
+                    group = %g.group_id,
+                    members = g.members.len(),
+                    max_size = self.config.max_size,
+                    "loaded group is over group.max.size; rebalancing"
+                );
+            }
+        }
+        // Nothing is parked on a group that was not served yet.
+        debug_assert!(completions.is_empty());
+        tracing::info!(partition, groups = groups.len(), "offsets partition loaded");
+        if let Some(op) = self.partitions.borrow_mut().get_mut(&partition) {
+            op.groups = groups;
+            op.loaded = true;
+        }
     }
 
     fn start_ticker(self: &Rc<Self>) {
@@ -230,7 +315,12 @@ impl GroupCoordinator {
                     g.poll(&self.config, now, &mut completions);
                     if g.metadata_dirty {
                         g.metadata_dirty = false;
-                        writes.push(group_record(g));
+                        match group_record(g) {
+                            Ok(w) => writes.push(w),
+                            Err(e) => {
+                                tracing::error!(group = %g.group_id, error = %e, "group metadata not written")
+                            }
+                        }
                     }
                     out.push((g.group_id.clone(), completions, sync_meta(g)));
                 }
@@ -265,20 +355,24 @@ impl GroupCoordinator {
                 }
                 let mut dead = Vec::new();
                 for g in op.groups.values_mut() {
+                    // Groups here were let in by the id checks, so their
+                    // keys encode; one that did not would stay as it is.
                     for (topic, partition) in g.expired_offsets(&self.config, now) {
-                        g.offsets.remove(&(topic.clone(), partition));
-                        writes.push((
-                            records::offset_commit_key(&g.group_id, &topic, partition),
-                            None,
-                        ));
+                        if let Ok(key) = records::offset_commit_key(&g.group_id, &topic, partition)
+                        {
+                            g.offsets.remove(&(topic.clone(), partition));
+                            writes.push((key, None));
+                        }
                     }
                     if g.is(GroupState::Empty)
                         && g.offsets.is_empty()
                         && g.pending_txn_offsets.is_empty()
                         && now - g.state_timestamp_ms >= self.config.offsets_retention_ms
                     {
-                        writes.push((records::group_metadata_key(&g.group_id), None));
-                        dead.push(g.group_id.clone());
+                        if let Ok(key) = records::group_metadata_key(&g.group_id) {
+                            writes.push((key, None));
+                            dead.push(g.group_id.clone());
+                        }
                     }
                 }
                 for id in dead {
@@ -414,7 +508,13 @@ impl GroupCoordinator {
             }
             let write = if g.metadata_dirty {
                 g.metadata_dirty = false;
-                Some(group_record(g))
+                match group_record(g) {
+                    Ok(w) => Some(w),
+                    Err(e) => {
+                        tracing::error!(group = group_id, error = %e, "group metadata not written");
+                        None
+                    }
+                }
             } else {
                 None
             };
@@ -435,8 +535,15 @@ impl GroupCoordinator {
         group_id: &str,
         mut req: JoinRequest,
     ) -> Result<JoinResult, GroupError> {
-        if group_id.is_empty() {
-            return Err(GroupError::InvalidGroupId);
+        check_group_id(group_id)?;
+        let too_long = |s: &str| !records::fits(s);
+        if req.group_instance_id.as_deref().is_some_and(too_long)
+            || too_long(&req.client_id)
+            || too_long(&req.client_host)
+            || too_long(&req.protocol_type)
+            || req.protocols.iter().any(|(name, _)| too_long(name))
+        {
+            return Err(ID_TOO_LONG);
         }
         let prefix = req
             .group_instance_id
@@ -446,6 +553,11 @@ impl GroupCoordinator {
             "{prefix}-{}",
             uuid::Builder::from_random_bytes(rand::random()).into_uuid()
         );
+        // A member id is the client id (or instance id) and a UUID: a client
+        // id close to the limit would make one too long to write.
+        if too_long(&req.new_member_id) {
+            return Err(ID_TOO_LONG);
+        }
         let now = now_ms();
         let cfg = self.config;
         let mut member_id = req.member_id.clone();
@@ -518,7 +630,7 @@ impl GroupCoordinator {
                 now,
             )?;
             let persist = match &r {
-                SyncReply::Persist { .. } => Some(group_record(g)),
+                SyncReply::Persist { .. } => Some(group_record(g).map_err(GroupError::from)),
                 _ => None,
             };
             Ok((r, sync_meta(g), persist))
@@ -541,7 +653,8 @@ impl GroupCoordinator {
                 self.sync_waiters.borrow_mut().insert(key, tx);
                 let p = self.check(group_id)?;
                 let written = match persist {
-                    Some(rec) => self.write(p, vec![rec], None).await,
+                    Some(Ok(rec)) => self.write(p, vec![rec], None).await,
+                    Some(Err(e)) => Err(e),
                     None => Ok(()),
                 };
                 let cfg = self.config;
@@ -600,9 +713,7 @@ impl GroupCoordinator {
         offsets: Vec<OffsetToCommit>,
         unknown_group_error: GroupError,
     ) -> Result<(), GroupError> {
-        if group_id.is_empty() {
-            return Err(GroupError::InvalidGroupId);
-        }
+        check_group_id(group_id)?;
         let p = self.check(group_id)?;
         let create = generation_id < 0;
         let now = now_ms();
@@ -618,15 +729,7 @@ impl GroupCoordinator {
         if offsets.is_empty() {
             return Ok(());
         }
-        let recs = offsets
-            .iter()
-            .map(|(t, part, o)| {
-                (
-                    records::offset_commit_key(group_id, t, *part),
-                    Some(records::offset_commit_value(o)),
-                )
-            })
-            .collect();
+        let recs = offset_records(group_id, &offsets)?;
         self.write(p, recs, None).await?;
         self.with_group(group_id, true, |g, _| {
             for (t, part, o) in offsets {
@@ -649,9 +752,7 @@ impl GroupCoordinator {
         generation_id: i32,
         offsets: Vec<OffsetToCommit>,
     ) -> Result<(), GroupError> {
-        if group_id.is_empty() {
-            return Err(GroupError::InvalidGroupId);
-        }
+        check_group_id(group_id)?;
         let p = self.check(group_id)?;
         // Only a simple consumer (generation < 0) may create the group.
         match self.with_group(group_id, generation_id < 0, |g, _| {
@@ -663,15 +764,7 @@ impl GroupCoordinator {
         if offsets.is_empty() {
             return Ok(());
         }
-        let recs = offsets
-            .iter()
-            .map(|(t, part, o)| {
-                (
-                    records::offset_commit_key(group_id, t, *part),
-                    Some(records::offset_commit_value(o)),
-                )
-            })
-            .collect();
+        let recs = offset_records(group_id, &offsets)?;
         self.write(p, recs, Some((producer_id, producer_epoch)))
             .await?;
         self.with_group(group_id, true, |g, _| {
@@ -777,12 +870,12 @@ impl GroupCoordinator {
                 .and_then(|op| op.groups.get(group_id))
                 .ok_or(GroupError::GroupIdNotFound)?;
             g.validate_delete()?;
-            let mut recs: Vec<(Bytes, Option<Bytes>)> = g
+            let mut recs = g
                 .offsets
                 .keys()
-                .map(|(t, part)| (records::offset_commit_key(group_id, t, *part), None))
-                .collect();
-            recs.push((records::group_metadata_key(group_id), None));
+                .map(|(t, part)| Ok((records::offset_commit_key(group_id, t, *part)?, None)))
+                .collect::<Result<Vec<(Bytes, Option<Bytes>)>, GroupError>>()?;
+            recs.push((records::group_metadata_key(group_id)?, None));
             recs
         };
         let (log, last) = self.append(p, recs, None)?;
@@ -815,15 +908,20 @@ impl GroupCoordinator {
                 return Err(GroupError::NonEmptyGroup);
             }
             let subscribed = g.subscribed_topics().unwrap_or_default();
+            // Every tombstone is encoded before any offset is forgotten.
+            let keys = partitions
+                .iter()
+                .map(|(t, part)| records::offset_commit_key(group_id, t, *part))
+                .collect::<Result<Vec<Bytes>, RecordFormatError>>()?;
             let mut recs = Vec::new();
             let mut results = Vec::new();
-            for (t, part) in partitions {
+            for ((t, part), key) in partitions.into_iter().zip(keys) {
                 if subscribed.contains(&t) {
                     results.push((t, part, Err(GroupError::GroupSubscribedToTopic)));
                     continue;
                 }
                 if g.offsets.remove(&(t.clone(), part)).is_some() {
-                    recs.push((records::offset_commit_key(group_id, &t, part), None));
+                    recs.push((key, None));
                 }
                 results.push((t, part, Ok(())));
             }
@@ -866,20 +964,26 @@ impl GroupCoordinator {
         let (log, recs) = {
             let mut parts = self.partitions.borrow_mut();
             let op = parts.get_mut(&p).ok_or(GroupError::NotCoordinator)?;
+            let live = || -> Result<Vec<(Bytes, Option<Bytes>)>, RecordFormatError> {
+                let mut recs = Vec::new();
+                for g in op.groups.values() {
+                    if g.is(GroupState::Dead) {
+                        continue;
+                    }
+                    recs.push(group_record(g)?);
+                    for ((t, part), o) in &g.offsets {
+                        recs.push((
+                            records::offset_commit_key(&g.group_id, t, *part)?,
+                            Some(records::offset_commit_value(o)?),
+                        ));
+                    }
+                }
+                Ok(recs)
+            };
+            // Dropping old segments is only safe when every live record
+            // is re-written.
+            let recs = live()?;
             op.compacting = true;
-            let mut recs = Vec::new();
-            for g in op.groups.values() {
-                if g.is(GroupState::Dead) {
-                    continue;
-                }
-                recs.push(group_record(g));
-                for ((t, part), o) in &g.offsets {
-                    recs.push((
-                        records::offset_commit_key(&g.group_id, t, *part),
-                        Some(records::offset_commit_value(o)),
-                    ));
-                }
-            }
             (op.log.clone(), recs)
         };
         // Start the rewrite in a fresh segment so that every older segment
@@ -913,8 +1017,33 @@ impl GroupCoordinator {
     }
 }
 
+/// INVALID_GROUP_ID for an empty group id (as Kafka) and for one longer
+/// than a record can hold.
+fn check_group_id(group_id: &str) -> Result<(), GroupError> {
+    if group_id.is_empty() || !records::fits(group_id) {
+        return Err(GroupError::InvalidGroupId);
+    }
+    Ok(())
+}
+
+/// The OffsetCommit records of `offsets` for `group_id`.
+fn offset_records(
+    group_id: &str,
+    offsets: &[OffsetToCommit],
+) -> Result<Vec<(Bytes, Option<Bytes>)>, GroupError> {
+    offsets
+        .iter()
+        .map(|(t, part, o)| {
+            Ok((
+                records::offset_commit_key(group_id, t, *part)?,
+                Some(records::offset_commit_value(o)?),
+            ))
+        })
+        .collect()
+}
+
 /// The group's membership record (key, GroupMetadataValue).
-fn group_record(g: &Group) -> (Bytes, Option<Bytes>) {
+fn group_record(g: &Group) -> Result<(Bytes, Option<Bytes>), RecordFormatError> {
     let value = GroupMetadataValue {
         protocol_type: g.protocol_type.clone().unwrap_or_default(),
         generation_id: g.generation_id,
@@ -923,20 +1052,36 @@ fn group_record(g: &Group) -> (Bytes, Option<Bytes>) {
         current_state_timestamp_ms: g.state_timestamp_ms,
         members: g.members.values().cloned().collect(),
     };
-    (
-        records::group_metadata_key(&g.group_id),
-        Some(records::group_metadata_value(&value)),
-    )
+    Ok((
+        records::group_metadata_key(&g.group_id)?,
+        Some(records::group_metadata_value(&value)?),
+    ))
 }
 
 fn sync_meta(g: &Group) -> (Option<String>, Option<String>) {
     (g.protocol_type.clone(), g.protocol_name.clone())
 }
 
-/// Rebuilds the groups of a partition from its batches, in log order.
+/// Replays `log` from its start: the groups it holds, or why not.
+async fn replay_partition(
+    log: &PartitionLog,
+    now_ms: i64,
+) -> Result<HashMap<String, Group>, LoadError> {
+    let mut replay = Replay::new(now_ms);
+    log.scan(Offset(log.log_start_offset().0), &mut |h, bytes| {
+        replay.batch(h, bytes)
+    })
+    .await?;
+    replay.finish()
+}
+
+/// Rebuilds the groups of a partition from its batches, in log order. The
+/// first batch that cannot be replayed stops it: [`Replay::finish`] then
+/// gives that error instead of the groups.
 struct Replay {
     now_ms: i64,
     groups: HashMap<String, Group>,
+    failed: Option<LoadError>,
 }
 
 impl Replay {
@@ -944,6 +1089,7 @@ impl Replay {
         Replay {
             now_ms,
             groups: HashMap::new(),
+            failed: None,
         }
     }
 
@@ -954,41 +1100,52 @@ impl Replay {
             .or_insert_with(|| Group::new(id, now))
     }
 
-    /// One batch. A malformed record is skipped with a log line: the rest
-    /// of the partition is still worth loading.
-    fn batch(&mut self, control: bool, transactional: bool, producer_id: i64, bytes: &[u8]) {
-        let (_, recs) = match decode_batch(bytes) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(error = %e, "undecodable __consumer_offsets batch skipped");
-                return;
-            }
-        };
-        if control {
-            for r in &recs {
-                let Some(key) = &r.key else { continue };
-                if let Ok((_, kind)) = parse_control_key(key) {
-                    let commit = match kind {
-                        ControlType::Commit => true,
-                        ControlType::Abort => false,
-                        _ => continue,
-                    };
-                    for g in self.groups.values_mut() {
-                        g.complete_transaction(producer_id, commit);
-                    }
-                }
-            }
+    /// One batch (ignored once the replay failed).
+    fn batch(&mut self, h: &BatchHeader, bytes: &[u8]) {
+        if self.failed.is_some() {
             return;
         }
-        for r in recs {
-            let Some(key) = &r.key else { continue };
-            let key = match records::parse_key(key) {
-                Ok(k) => k,
-                Err(e) => {
-                    tracing::warn!(error = %e, "undecodable __consumer_offsets key skipped");
-                    continue;
+        if let Err(reason) = self.apply(h, bytes) {
+            self.failed = Some(LoadError::Record {
+                offset: h.base_offset,
+                reason,
+            });
+        }
+    }
+
+    fn apply(&mut self, h: &BatchHeader, bytes: &[u8]) -> Result<(), String> {
+        let (_, recs) = decode_batch(bytes).map_err(|e| format!("undecodable batch: {e}"))?;
+        if h.is_control() {
+            for r in &recs {
+                let key = r.key.as_deref().ok_or("a control record without a key")?;
+                let (_, kind) =
+                    parse_control_key(key).map_err(|e| format!("bad control key: {e}"))?;
+                let commit = match kind {
+                    ControlType::Commit => true,
+                    ControlType::Abort => false,
+                    _ => continue,
+                };
+                for g in self.groups.values_mut() {
+                    g.complete_transaction(h.producer_id, commit);
                 }
-            };
+            }
+            return Ok(());
+        }
+        for r in recs {
+            let key = r.key.as_deref().ok_or("a record without a key")?;
+            let version = key
+                .get(..2)
+                .map(|v| i16::from_be_bytes([v[0], v[1]]))
+                .ok_or("a key shorter than its version")?;
+            if !records::is_known_key_version(version) {
+                tracing::warn!(
+                    version,
+                    offset = h.base_offset,
+                    "unknown __consumer_offsets record type skipped"
+                );
+                continue;
+            }
+            let key = records::parse_key(key).map_err(|e| e.to_string())?;
             match key {
                 RecordKey::OffsetCommit {
                     group,
@@ -1000,12 +1157,11 @@ impl Replay {
                             g.offsets.remove(&(topic, partition));
                         }
                     }
-                    Some(Ok(o)) if transactional => {
-                        self.group(&group)
-                            .add_pending_txn_offset(producer_id, &topic, partition, o)
-                    }
+                    Some(Ok(o)) if h.is_transactional() => self
+                        .group(&group)
+                        .add_pending_txn_offset(h.producer_id, &topic, partition, o),
                     Some(Ok(o)) => self.group(&group).commit_offset(&topic, partition, o),
-                    Some(Err(e)) => tracing::warn!(error = %e, "bad offset commit value skipped"),
+                    Some(Err(e)) => return Err(e.to_string()),
                 },
                 RecordKey::GroupMetadata { group } => {
                     match r.value.as_deref().map(records::parse_group_metadata_value) {
@@ -1024,14 +1180,18 @@ impl Replay {
                                 now,
                             );
                         }
-                        Some(Err(e)) => tracing::warn!(error = %e, "bad group metadata skipped"),
+                        Some(Err(e)) => return Err(e.to_string()),
                     }
                 }
             }
         }
+        Ok(())
     }
 
-    fn finish(self) -> HashMap<String, Group> {
-        self.groups
+    fn finish(self) -> Result<HashMap<String, Group>, LoadError> {
+        match self.failed {
+            Some(e) => Err(e),
+            None => Ok(self.groups),
+        }
     }
 }

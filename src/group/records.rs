@@ -8,6 +8,12 @@
 //! fjord writes OffsetCommitValue v3 (v1 when the commit carries an expire
 //! timestamp) and GroupMetadataValue v3, the non-flexible versions Kafka
 //! writes; it reads v0-v3 of both. Pure functions, no shard state.
+//!
+//! Every string of these schemas has an i16 length, so none may be longer
+//! than [`RECORD_STRING_BYTES_MAX`]. The coordinator refuses such ids where
+//! they come in (JoinGroup, OffsetCommit, TxnOffsetCommit); the encoders
+//! refuse them too ([`RecordFormatError`]) rather than write a length that
+//! wraps, which would corrupt the record and every replay after it.
 
 use super::state::{CommittedOffset, Member};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -16,6 +22,21 @@ use bytes::{BufMut, Bytes, BytesMut};
 pub const OFFSET_COMMIT_KEY_VERSION: i16 = 1;
 /// The key version of a group metadata record.
 pub const GROUP_METADATA_KEY_VERSION: i16 = 2;
+/// Longest string (in bytes) the records can hold: their lengths are i16.
+pub const RECORD_STRING_BYTES_MAX: usize = i16::MAX as usize;
+
+/// Whether `s` fits a record string.
+pub fn fits(s: &str) -> bool {
+    s.len() <= RECORD_STRING_BYTES_MAX
+}
+
+/// Whether a key of `version` is one of this module's records. Kafka skips
+/// records of other types when it loads a partition (a left-over of an
+/// aborted upgrade); it fails the load on a known record that does not
+/// decode.
+pub fn is_known_key_version(version: i16) -> bool {
+    (0..=GROUP_METADATA_KEY_VERSION).contains(&version)
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordKey {
@@ -53,15 +74,20 @@ pub struct GroupMetadataValue {
 #[error("malformed __consumer_offsets record: {0}")]
 pub struct RecordFormatError(pub &'static str);
 
-fn put_string(out: &mut BytesMut, s: &str) {
-    out.put_i16(s.len() as i16);
+fn put_string(out: &mut BytesMut, s: &str) -> Result<(), RecordFormatError> {
+    let len = i16::try_from(s.len()).map_err(|_| RecordFormatError("string too long"))?;
+    out.put_i16(len);
     out.put_slice(s.as_bytes());
+    Ok(())
 }
 
-fn put_nullable_string(out: &mut BytesMut, s: Option<&str>) {
+fn put_nullable_string(out: &mut BytesMut, s: Option<&str>) -> Result<(), RecordFormatError> {
     match s {
         Some(s) => put_string(out, s),
-        None => out.put_i16(-1),
+        None => {
+            out.put_i16(-1);
+            Ok(())
+        }
     }
 }
 
@@ -70,29 +96,33 @@ fn put_bytes(out: &mut BytesMut, b: &[u8]) {
     out.put_slice(b);
 }
 
-pub fn offset_commit_key(group: &str, topic: &str, partition: i32) -> Bytes {
+pub fn offset_commit_key(
+    group: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<Bytes, RecordFormatError> {
     let mut out = BytesMut::with_capacity(2 + 2 + group.len() + 2 + topic.len() + 4);
     out.put_i16(OFFSET_COMMIT_KEY_VERSION);
-    put_string(&mut out, group);
-    put_string(&mut out, topic);
+    put_string(&mut out, group)?;
+    put_string(&mut out, topic)?;
     out.put_i32(partition);
-    out.freeze()
+    Ok(out.freeze())
 }
 
-pub fn group_metadata_key(group: &str) -> Bytes {
+pub fn group_metadata_key(group: &str) -> Result<Bytes, RecordFormatError> {
     let mut out = BytesMut::with_capacity(4 + group.len());
     out.put_i16(GROUP_METADATA_KEY_VERSION);
-    put_string(&mut out, group);
-    out.freeze()
+    put_string(&mut out, group)?;
+    Ok(out.freeze())
 }
 
-pub fn offset_commit_value(o: &CommittedOffset) -> Bytes {
+pub fn offset_commit_value(o: &CommittedOffset) -> Result<Bytes, RecordFormatError> {
     let mut out = BytesMut::with_capacity(32 + o.metadata.len());
     match o.expire_timestamp_ms {
         Some(expire) => {
             out.put_i16(1);
             out.put_i64(o.offset);
-            put_string(&mut out, &o.metadata);
+            put_string(&mut out, &o.metadata)?;
             out.put_i64(o.commit_timestamp_ms);
             out.put_i64(expire);
         }
@@ -100,27 +130,27 @@ pub fn offset_commit_value(o: &CommittedOffset) -> Bytes {
             out.put_i16(3);
             out.put_i64(o.offset);
             out.put_i32(o.leader_epoch);
-            put_string(&mut out, &o.metadata);
+            put_string(&mut out, &o.metadata)?;
             out.put_i64(o.commit_timestamp_ms);
         }
     }
-    out.freeze()
+    Ok(out.freeze())
 }
 
-pub fn group_metadata_value(v: &GroupMetadataValue) -> Bytes {
+pub fn group_metadata_value(v: &GroupMetadataValue) -> Result<Bytes, RecordFormatError> {
     let mut out = BytesMut::with_capacity(128);
     out.put_i16(3);
-    put_string(&mut out, &v.protocol_type);
+    put_string(&mut out, &v.protocol_type)?;
     out.put_i32(v.generation_id);
-    put_nullable_string(&mut out, v.protocol_name.as_deref());
-    put_nullable_string(&mut out, v.leader.as_deref());
+    put_nullable_string(&mut out, v.protocol_name.as_deref())?;
+    put_nullable_string(&mut out, v.leader.as_deref())?;
     out.put_i64(v.current_state_timestamp_ms);
     out.put_i32(v.members.len() as i32);
     for m in &v.members {
-        put_string(&mut out, &m.member_id);
-        put_nullable_string(&mut out, m.group_instance_id.as_deref());
-        put_string(&mut out, &m.client_id);
-        put_string(&mut out, &m.client_host);
+        put_string(&mut out, &m.member_id)?;
+        put_nullable_string(&mut out, m.group_instance_id.as_deref())?;
+        put_string(&mut out, &m.client_id)?;
+        put_string(&mut out, &m.client_host)?;
         out.put_i32(m.rebalance_timeout_ms);
         out.put_i32(m.session_timeout_ms);
         let protocol = v.protocol_name.as_deref().unwrap_or_default();
@@ -133,7 +163,7 @@ pub fn group_metadata_value(v: &GroupMetadataValue) -> Bytes {
         put_bytes(&mut out, &subscription);
         put_bytes(&mut out, &m.assignment);
     }
-    out.freeze()
+    Ok(out.freeze())
 }
 
 /// A cursor over a record's bytes.
@@ -359,7 +389,7 @@ mod tests {
 
     #[test]
     fn offset_commit_round_trips_in_v3_and_v1() {
-        let key = offset_commit_key("g", "t", 3);
+        let key = offset_commit_key("g", "t", 3).unwrap();
         assert_eq!(&key[..2], &[0, 1]);
         assert_eq!(
             parse_key(&key).unwrap(),
@@ -376,20 +406,20 @@ mod tests {
             commit_timestamp_ms: 1000,
             expire_timestamp_ms: None,
         };
-        let v = offset_commit_value(&o);
+        let v = offset_commit_value(&o).unwrap();
         // version 3: i16 + i64 + i32 + (i16 + 1) + i64
         assert_eq!(v.len(), 2 + 8 + 4 + 3 + 8);
         assert_eq!(parse_offset_commit_value(&v).unwrap(), o);
         o.expire_timestamp_ms = Some(5000);
         o.leader_epoch = -1;
-        let v = offset_commit_value(&o);
+        let v = offset_commit_value(&o).unwrap();
         assert_eq!(&v[..2], &[0, 1]);
         assert_eq!(parse_offset_commit_value(&v).unwrap(), o);
     }
 
     #[test]
     fn group_metadata_round_trips() {
-        let key = group_metadata_key("grp");
+        let key = group_metadata_key("grp").unwrap();
         assert_eq!(
             parse_key(&key).unwrap(),
             RecordKey::GroupMetadata {
@@ -416,7 +446,7 @@ mod tests {
                 last_heartbeat_ms: 0,
             }],
         };
-        let bytes = group_metadata_value(&v);
+        let bytes = group_metadata_value(&v).unwrap();
         assert_eq!(parse_group_metadata_value(&bytes).unwrap(), v);
         let text = describe(Some(&key), Some(&bytes));
         assert!(text.contains("\"generation\":4") && text.contains("\"memberId\":\"m1\""));
@@ -425,11 +455,39 @@ mod tests {
 
     #[test]
     fn truncated_records_are_errors_not_panics() {
-        let key = offset_commit_key("g", "t", 3);
+        let key = offset_commit_key("g", "t", 3).unwrap();
         for n in 0..key.len() {
             assert!(parse_key(&key[..n]).is_err());
         }
         assert!(parse_offset_commit_value(&[0, 3, 1]).is_err());
         assert!(parse_group_metadata_value(&[0, 3]).is_err());
+    }
+
+    #[test]
+    fn strings_longer_than_an_i16_length_are_refused_not_wrapped() {
+        let fits_exactly = "g".repeat(RECORD_STRING_BYTES_MAX);
+        let too_long = "g".repeat(RECORD_STRING_BYTES_MAX + 1);
+        assert!(fits(&fits_exactly) && !fits(&too_long));
+        let key = group_metadata_key(&fits_exactly).unwrap();
+        assert_eq!(
+            parse_key(&key).unwrap(),
+            RecordKey::GroupMetadata {
+                group: fits_exactly.clone()
+            }
+        );
+        assert!(group_metadata_key(&too_long).is_err());
+        assert!(offset_commit_key(&too_long, "t", 0).is_err());
+        let mut v = GroupMetadataValue {
+            protocol_type: "consumer".into(),
+            generation_id: 1,
+            protocol_name: Some("range".into()),
+            leader: Some(too_long.clone()),
+            current_state_timestamp_ms: 0,
+            members: Vec::new(),
+        };
+        assert!(group_metadata_value(&v).is_err());
+        v.leader = None;
+        v.protocol_type = too_long;
+        assert!(group_metadata_value(&v).is_err());
     }
 }

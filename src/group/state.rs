@@ -20,8 +20,20 @@
 //!
 //! Requests that must wait (JoinGroup, a follower's SyncGroup) return
 //! `Pending`; their answers come out of a later call as completions.
+//!
+//! Size limit (`group.max.size`, [`GroupConfig::max_size`]), as Kafka 4.x's
+//! `GroupMetadataManager.acceptJoiningMember`: an Empty group accepts every
+//! JoinGroup; during PreparingRebalance a member already awaiting its join
+//! answer is accepted, anyone else only while fewer than `max_size` members
+//! await one; in CompletingRebalance and Stable a member of the group is
+//! accepted, a new one only while the group has fewer than `max_size`
+//! members. A refused JoinGroup gets GROUP_MAX_SIZE_REACHED and its member,
+//! if it was one, is removed: over capacity (the limit was lowered), the
+//! members that rejoin last are shed. A group found over capacity when its
+//! partition is loaded rebalances ([`Group::rebalance_if_over_capacity`]).
 
 use super::error::GroupError;
+use crate::config::GROUP_MAX_SIZE_DEFAULT;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 
@@ -43,6 +55,8 @@ pub struct GroupConfig {
     pub max_session_timeout_ms: i32,
     /// `offsets.retention.minutes` in milliseconds.
     pub offsets_retention_ms: i64,
+    /// `group.max.size`: members a group may have (at least 1).
+    pub max_size: usize,
 }
 
 impl Default for GroupConfig {
@@ -52,6 +66,7 @@ impl Default for GroupConfig {
             min_session_timeout_ms: GROUP_MIN_SESSION_TIMEOUT_MS,
             max_session_timeout_ms: GROUP_MAX_SESSION_TIMEOUT_MS,
             offsets_retention_ms: 7 * 24 * 60 * 60 * 1000,
+            max_size: GROUP_MAX_SIZE_DEFAULT,
         }
     }
 }
@@ -366,6 +381,12 @@ impl Group {
         {
             return Err(GroupError::InvalidSessionTimeout);
         }
+        if !self.accepts_joining_member(&req.member_id, cfg.max_size) {
+            // Kafka removes the member it refuses: one that had not rejoined
+            // a join phase that is already full.
+            self.remove_member(&req.member_id, out);
+            return Err(GroupError::GroupMaxSizeReached);
+        }
         if self.is(GroupState::Dead) {
             return Err(if req.member_id.is_empty() {
                 GroupError::CoordinatorNotAvailable
@@ -381,6 +402,43 @@ impl Group {
         } else {
             self.join_known_member(req, cfg, now_ms, out)
         }
+    }
+
+    /// Members awaiting their JoinGroup answer.
+    fn awaiting_join_count(&self) -> usize {
+        self.members.values().filter(|m| m.awaiting_join).count()
+    }
+
+    /// Kafka's `acceptJoiningMember` (see the module doc).
+    fn accepts_joining_member(&self, member_id: &str, max_size: usize) -> bool {
+        match self.state {
+            GroupState::Empty | GroupState::Dead => true,
+            GroupState::PreparingRebalance => {
+                self.members.get(member_id).is_some_and(|m| m.awaiting_join)
+                    || self.awaiting_join_count() < max_size
+            }
+            GroupState::CompletingRebalance | GroupState::Stable => {
+                self.members.contains_key(member_id) || self.members.len() < max_size
+            }
+        }
+    }
+
+    /// A group loaded with more members than `max_size` (the limit was
+    /// lowered since) rebalances, so that its members can commit before
+    /// the ones over the limit are refused when they rejoin (Kafka's
+    /// "freshly-loaded group is over capacity").
+    pub fn rebalance_if_over_capacity(
+        &mut self,
+        cfg: &GroupConfig,
+        now_ms: i64,
+        out: &mut Vec<Completion>,
+    ) -> bool {
+        let over = self.members.len() > cfg.max_size
+            && (self.is(GroupState::Stable) || self.is(GroupState::Empty));
+        if over {
+            self.prepare_rebalance(cfg, now_ms, out);
+        }
+        over
     }
 
     fn join_unknown_member(
@@ -1342,6 +1400,109 @@ mod tests {
             g.join(req("", "m3"), &c, 1, &mut out),
             Err(GroupError::CoordinatorNotAvailable)
         );
+    }
+
+    fn capped(max_size: usize, delay_ms: i64) -> GroupConfig {
+        GroupConfig {
+            max_size,
+            ..cfg(delay_ms)
+        }
+    }
+
+    #[test]
+    fn a_full_join_phase_refuses_new_members_but_not_awaiting_ones() {
+        let c = capped(2, 1_000);
+        let mut g = Group::new("g", 0);
+        let mut out = Vec::new();
+        g.join(req("", "m1"), &c, 0, &mut out).unwrap();
+        g.join(req("", "m2"), &c, 0, &mut out).unwrap();
+        assert_eq!(
+            g.join(req("", "m3"), &c, 0, &mut out),
+            Err(GroupError::GroupMaxSizeReached)
+        );
+        assert_eq!(g.members.len(), 2);
+        // A member already awaiting its answer may send JoinGroup again.
+        assert_eq!(
+            g.join(req("m1", ""), &c, 1, &mut out),
+            Ok(JoinReply::Pending)
+        );
+        // JoinGroup v4+: refused before MEMBER_ID_REQUIRED hands out an id.
+        let v4 = JoinRequest {
+            require_known_member_id: true,
+            ..req("", "m4")
+        };
+        assert_eq!(
+            g.join(v4, &c, 1, &mut out),
+            Err(GroupError::GroupMaxSizeReached)
+        );
+        assert!(g.pending_members.is_empty());
+        g.poll(&c, 1_000, &mut out);
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        assert_eq!(joins(&out).len(), 2);
+        // CompletingRebalance: members are accepted, new members are not.
+        assert_eq!(
+            g.join(req("", "m5"), &c, 1_001, &mut out),
+            Err(GroupError::GroupMaxSizeReached)
+        );
+        match g.join(req("m2", ""), &c, 1_001, &mut out) {
+            Ok(JoinReply::Now(r)) => assert_eq!(r.generation_id, 1),
+            other => panic!("a member rejoining is accepted, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_full_stable_group_refuses_new_members_and_lets_members_rejoin() {
+        let c = capped(2, 0);
+        let mut g = stable_pair(&c);
+        let mut out = Vec::new();
+        assert_eq!(
+            g.join(req("", "m3"), &c, 5, &mut out),
+            Err(GroupError::GroupMaxSizeReached)
+        );
+        assert_eq!(
+            g.join(static_req("", "s1", "inst"), &c, 5, &mut out),
+            Err(GroupError::GroupMaxSizeReached)
+        );
+        assert_eq!(g.state, GroupState::Stable, "a refusal starts no rebalance");
+        assert_eq!(g.members.len(), 2);
+        assert_eq!(
+            g.join(req("m1", ""), &c, 6, &mut out),
+            Ok(JoinReply::Pending),
+            "the leader rejoining starts a rebalance"
+        );
+        // A member leaving makes room again.
+        g.leave(&[("m2".into(), None)], &c, 7, &mut out).unwrap();
+        assert_eq!(
+            g.join(req("", "m3"), &c, 7, &mut out),
+            Ok(JoinReply::Pending)
+        );
+    }
+
+    #[test]
+    fn members_over_a_lowered_limit_are_shed_when_they_rejoin() {
+        // A Stable pair, loaded by a broker whose group.max.size is now 1.
+        let mut g = stable_pair(&cfg(0));
+        let c = capped(1, 0);
+        let mut out = Vec::new();
+        assert!(g.rebalance_if_over_capacity(&c, 10, &mut out));
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        // The first member to rejoin takes the one place; the next one is
+        // refused and removed from the group.
+        assert_eq!(
+            g.join(req("m2", ""), &c, 11, &mut out),
+            Ok(JoinReply::Pending)
+        );
+        assert_eq!(
+            g.join(req("m1", ""), &c, 12, &mut out),
+            Err(GroupError::GroupMaxSizeReached)
+        );
+        assert!(!g.members.contains_key("m1"));
+        assert_eq!(g.leader.as_deref(), Some("m2"));
+        g.poll(&c, 12, &mut out);
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        assert_eq!(g.generation_id, 2);
+        assert_eq!(g.members.len(), 1);
+        assert!(!g.rebalance_if_over_capacity(&c, 13, &mut out));
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub fn group(e: &crate::group::error::GroupError) -> i16 {
         G::FencedInstanceId => ResponseError::FencedInstanceId,
         G::InconsistentGroupProtocol => ResponseError::InconsistentGroupProtocol,
         G::InvalidSessionTimeout => ResponseError::InvalidSessionTimeout,
+        G::GroupMaxSizeReached => ResponseError::GroupMaxSizeReached,
+        G::InvalidRequest(_) => ResponseError::InvalidRequest,
         G::GroupIdNotFound => ResponseError::GroupIdNotFound,
         G::NonEmptyGroup => ResponseError::NonEmptyGroup,
         G::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,

@@ -8,11 +8,14 @@
 //! retry, as with Kafka.
 //!
 //! With a transactional id the request goes to the transaction coordinator
-//! (`txn::coordinator`): epoch bump, fencing of an open transaction.
+//! (`txn::coordinator`): epoch bump, fencing of an open transaction. An
+//! empty id, or one longer than the transaction log's key can hold
+//! ([`TRANSACTIONAL_ID_BYTES_MAX`]), gets INVALID_REQUEST.
 
 use super::{decode, errors, respond, Outcome};
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
+use crate::txn::log::TRANSACTIONAL_ID_BYTES_MAX;
 use bytes::BytesMut;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use kafka_protocol::ResponseError;
@@ -27,8 +30,9 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         .with_producer_epoch(-1);
     if let Some(id) = &req.transactional_id {
         // Empty ids are Kafka's INVALID_REQUEST; ids too long for the
-        // transaction log's key (an i16 length) are refused the same way.
-        if id.0.is_empty() || id.0.len() > i16::MAX as usize {
+        // transaction log's key (an i16 length) are refused the same way,
+        // before anything is written.
+        if id.0.is_empty() || id.0.len() > TRANSACTIONAL_ID_BYTES_MAX {
             return respond(
                 header,
                 &resp.with_error_code(ResponseError::InvalidRequest.code()),

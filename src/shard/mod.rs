@@ -219,6 +219,7 @@ impl ShardCtx {
         let group_config = GroupConfig {
             initial_rebalance_delay_ms: config.group_initial_rebalance_delay_ms,
             offsets_retention_ms: config.offsets_retention_minutes * 60_000,
+            max_size: config.group_max_size,
             ..GroupConfig::default()
         };
         let groups = GroupCoordinator::new(group_config, config.fsync_acks);
@@ -362,8 +363,14 @@ impl ShardCtx {
                         .await
                     {
                         Ok(log) => {
-                            let (producers, snapshot_offset, aborted) =
-                                self.rebuild_producers(&log).await;
+                            // A producer state that cannot be rebuilt is not
+                            // served (see `rebuild_producers`); the next image
+                            // applied tries again.
+                            let Ok((producers, snapshot_offset, aborted)) =
+                                self.rebuild_producers(&log).await
+                            else {
+                                continue;
+                            };
                             let state = Rc::new(PartitionState {
                                 tp: tp.clone(),
                                 topic_id: topic.id,
@@ -402,11 +409,16 @@ impl ShardCtx {
     }
 
     /// Producer state of a freshly opened log: the newest snapshot at or
-    /// below the log end, then every batch written after it.
+    /// below the log end, then every batch written after it. A damaged
+    /// snapshot is skipped for an older one or the log start. A replay that
+    /// fails (the log cannot be read) is an error: a partial table would
+    /// forget producers (their retried batches appended twice) and open
+    /// transactions (read_committed readers shown uncommitted data), so the
+    /// partition is not served, as Kafka takes a log it cannot load offline.
     async fn rebuild_producers(
         &self,
         log: &Rc<PartitionLog>,
-    ) -> (ProducerStateTable, i64, AbortedTxns) {
+    ) -> Result<(ProducerStateTable, i64, AbortedTxns), LogError> {
         let mut table = ProducerStateTable::new(self.config.producers_per_partition_max);
         let dir = log.dir().to_path_buf();
         let log_end = log.log_end_offset().0;
@@ -460,7 +472,8 @@ impl ShardCtx {
         }
         aborted.truncate_before(log.log_start_offset().0);
         if let Err(e) = scan {
-            tracing::error!(tp = %log.topic_partition(), error = %e, "replaying producer state failed");
+            tracing::error!(tp = %log.topic_partition(), error = %e, "replaying producer state failed; the partition is not served");
+            return Err(e);
         }
         if replayed > 0 || snapshot_offset >= 0 {
             tracing::info!(
@@ -471,7 +484,7 @@ impl ShardCtx {
                 "producer state rebuilt"
             );
         }
-        (table, snapshot_offset, aborted)
+        Ok((table, snapshot_offset, aborted))
     }
 
     /// Appends COMMIT/ABORT markers to partitions this shard leads and

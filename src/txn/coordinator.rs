@@ -21,16 +21,32 @@
 //! [`SETTLE_WAIT_MS_MAX`], for the id to settle and is then checked against
 //! the settled state — the answer a retry at that moment would get. Only
 //! when the id is still busy after that is CONCURRENT_TRANSACTIONS sent.
+//!
+//! Loading: a partition's ids are installed only from a replay that read
+//! the whole log. A replay that fails (the log cannot be read, or a
+//! transaction record does not decode) installs nothing: the partition's
+//! ids answer COORDINATOR_LOAD_IN_PROGRESS, and the load is tried again in
+//! the background after [`LOAD_RETRY_BACKOFF_MS_MIN`], doubling up to
+//! [`LOAD_RETRY_BACKOFF_MS_MAX`]. Serving a partial replay would hand out
+//! stale epochs (a fenced producer let back in) or forget open
+//! transactions, and the next write would make that permanent. Records
+//! whose key has an unknown version are skipped, as Kafka skips them.
+//!
+//! Expiration ([`TxnCoordinator::remove_expired_ids`], see [`super`]): a
+//! timer started with the first load looks for expired ids, marks them
+//! pending, writes their tombstones and then drops them.
 
-use super::log::{decode_key, decode_value, encode_key, encode_value};
-use super::{TxnMarker, TxnMetadata, TxnState, TRANSACTION_MAX_TIMEOUT_MS};
+use super::log::{decode_key, decode_value, encode_value, is_known_key_version, try_encode_key};
+use super::{
+    id_expiration_check_interval_ms, TxnMarker, TxnMetadata, TxnState, TRANSACTION_MAX_TIMEOUT_MS,
+};
 use crate::metadata::internal::{coordinator_partition, TRANSACTION_STATE};
 use crate::record::{BatchBuilder, Compression};
 use crate::shard::messages::ShardMessage;
 use crate::shard::{now_ms, PartitionState, ShardCtx};
 use crate::types::TopicPartition;
 use futures::channel::oneshot;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 use std::time::Duration;
@@ -46,6 +62,13 @@ const MARKER_RETRY_BACKOFF_MS: u64 = 100;
 /// settle before answering CONCURRENT_TRANSACTIONS: a few marker and
 /// state writes on a slow disk; past that the client's own retry takes over.
 pub const SETTLE_WAIT_MS_MAX: u64 = 50;
+/// First pause before a failed load of a `__transaction_state` partition is
+/// tried again (an I/O error may pass; a corrupt record is logged again).
+pub const LOAD_RETRY_BACKOFF_MS_MIN: u64 = 1_000;
+/// Longest pause between two load attempts of one partition.
+pub const LOAD_RETRY_BACKOFF_MS_MAX: u64 = 60_000;
+/// Tombstones per batch when expired ids are removed.
+pub const TOMBSTONES_PER_BATCH_MAX: usize = 500;
 
 /// Why a transactional request was refused; mapped to Kafka's error codes
 /// in `handlers::errors`.
@@ -81,6 +104,8 @@ pub struct TxnCoordinator {
     /// Requests waiting for an id to settle ([`Self::settle`]), woken when
     /// its pending write ends.
     settle_waiters: RefCell<HashMap<String, Vec<oneshot::Sender<()>>>>,
+    /// Whether the expiration timer runs.
+    expiration_started: Cell<bool>,
 }
 
 impl TxnCoordinator {
@@ -149,34 +174,73 @@ impl TxnCoordinator {
     }
 
     /// Replays a `__transaction_state` partition this shard just opened,
-    /// then finishes the transactions it left half-ended.
+    /// then finishes the transactions it left half-ended. A failed replay
+    /// leaves the partition loading and is retried in the background.
     pub async fn load_partition(&self, ctx: &Rc<ShardCtx>, state: &Rc<PartitionState>) {
+        self.start_id_expiration(ctx);
+        let Err(e) = self.try_load(ctx, state).await else {
+            return;
+        };
+        tracing::error!(
+            tp = %state.tp,
+            error = %e,
+            retry_in_ms = LOAD_RETRY_BACKOFF_MS_MIN,
+            "loading transaction state failed; its transactional ids stay loading"
+        );
+        let (weak, state) = (Rc::downgrade(ctx), state.clone());
+        glommio::spawn_local(async move {
+            let mut backoff_ms = LOAD_RETRY_BACKOFF_MS_MIN;
+            loop {
+                glommio::timer::sleep(Duration::from_millis(backoff_ms)).await;
+                let Some(ctx) = weak.upgrade() else {
+                    return;
+                };
+                // Only while this shard still leads the partition, on the
+                // same log, and nothing loaded it meanwhile.
+                let same_log = ctx
+                    .partition(&state.tp)
+                    .is_some_and(|p| Rc::ptr_eq(&p.log, &state.log));
+                if !same_log || ctx.txn.loaded.borrow().contains(&state.tp.partition.0) {
+                    return;
+                }
+                backoff_ms = (backoff_ms * 2).min(LOAD_RETRY_BACKOFF_MS_MAX);
+                match ctx.txn.try_load(&ctx, &state).await {
+                    Ok(()) => return,
+                    Err(e) => tracing::error!(
+                        tp = %state.tp,
+                        error = %e,
+                        retry_in_ms = backoff_ms,
+                        "loading transaction state failed; its transactional ids stay loading"
+                    ),
+                }
+            }
+        })
+        .detach();
+    }
+
+    /// One load attempt: replays the whole partition, and only if every
+    /// record replayed installs its ids and marks the partition loaded.
+    async fn try_load(&self, ctx: &Rc<ShardCtx>, state: &Rc<PartitionState>) -> Result<(), String> {
         let p = state.tp.partition.0;
         let mut found: BTreeMap<String, Option<TxnMetadata>> = BTreeMap::new();
+        let mut failed: Option<String> = None;
         let scan = state
             .log
             .scan(
                 crate::types::Offset(state.log.log_start_offset().0),
                 &mut |h, bytes| {
-                    if h.is_control() {
+                    if failed.is_some() || h.is_control() {
                         return;
                     }
-                    let Ok((_, records)) = crate::record::decode_batch(bytes) else {
-                        return;
-                    };
-                    for r in records {
-                        let Some(id) = r.key.as_deref().and_then(|k| decode_key(k).ok()) else {
-                            continue;
-                        };
-                        let meta = r.value.as_deref().and_then(|v| decode_value(&id, v).ok());
-                        found.insert(id, meta);
+                    if let Err(reason) = replay_batch(bytes, &mut found) {
+                        failed = Some(format!("batch at offset {}: {reason}", h.base_offset));
                     }
                 },
             )
             .await;
-        if let Err(e) = scan {
-            tracing::error!(tp = %state.tp, error = %e, "replaying transaction state failed");
-            return;
+        scan.map_err(|e| format!("reading the log failed: {e}"))?;
+        if let Some(reason) = failed {
+            return Err(reason);
         }
         let mut unfinished = Vec::new();
         {
@@ -200,6 +264,112 @@ impl TxnCoordinator {
         for id in unfinished {
             spawn_complete(ctx, id);
         }
+        Ok(())
+    }
+
+    /// Starts, once, the timer that removes expired transactional ids.
+    fn start_id_expiration(&self, ctx: &Rc<ShardCtx>) {
+        if self.expiration_started.replace(true) {
+            return;
+        }
+        let interval_ms =
+            id_expiration_check_interval_ms(ctx.config.transactional_id_expiration_ms);
+        let weak = Rc::downgrade(ctx);
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(Duration::from_millis(interval_ms)).await;
+                let Some(ctx) = weak.upgrade() else {
+                    return;
+                };
+                ctx.txn.remove_expired_ids(&ctx).await;
+            }
+        })
+        .detach();
+    }
+
+    /// Removes the transactional ids idle for `transactional.id.expiration.ms`
+    /// (Kafka's `removeExpiredTransactionalIds`): each is marked pending (a
+    /// request for it waits or gets CONCURRENT_TRANSACTIONS), a tombstone
+    /// for its key is written to its partition, and once that is written
+    /// the id is dropped; if the write fails the id stays as it was.
+    pub async fn remove_expired_ids(&self, ctx: &Rc<ShardCtx>) {
+        let image = ctx.image();
+        let Some(topic) = image.topic(TRANSACTION_STATE) else {
+            return;
+        };
+        let partitions = topic.partition_count();
+        let now = now_ms();
+        let expiration_ms = ctx.config.transactional_id_expiration_ms;
+        let mut by_partition: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+        for m in self.txns.borrow_mut().values_mut() {
+            if m.id_expired(now, expiration_ms) {
+                m.pending = true;
+                let p = coordinator_partition(&m.transactional_id, partitions);
+                by_partition
+                    .entry(p)
+                    .or_default()
+                    .push(m.transactional_id.clone());
+            }
+        }
+        for (p, ids) in by_partition {
+            let state = ctx.partition(&TopicPartition::new(TRANSACTION_STATE, p));
+            for chunk in ids.chunks(TOMBSTONES_PER_BATCH_MAX) {
+                let written = match &state {
+                    Some(state) => self.write_tombstones(ctx, state, chunk).await,
+                    None => Err(TxnError::NotCoordinator),
+                };
+                {
+                    let mut txns = self.txns.borrow_mut();
+                    for id in chunk {
+                        if written.is_ok() {
+                            txns.remove(id);
+                        } else if let Some(m) = txns.get_mut(id) {
+                            m.pending = false;
+                        }
+                    }
+                }
+                for id in chunk {
+                    self.wake_settled(id);
+                }
+                match written {
+                    Ok(()) => tracing::info!(
+                        partition = p,
+                        ids = chunk.len(),
+                        "removed expired transactional ids"
+                    ),
+                    Err(e) => tracing::warn!(
+                        partition = p,
+                        error = %e,
+                        "expired transactional ids not removed; retried at the next check"
+                    ),
+                }
+            }
+        }
+    }
+
+    /// Writes one batch of tombstones (null values) for `ids` and waits
+    /// until it is written (durable under `--fsync-acks`).
+    async fn write_tombstones(
+        &self,
+        ctx: &ShardCtx,
+        state: &PartitionState,
+        ids: &[String],
+    ) -> Result<(), TxnError> {
+        let now = now_ms();
+        let mut builder = BatchBuilder::new(Compression::None);
+        for id in ids {
+            let key = try_encode_key(id).map_err(|_| TxnError::Storage)?;
+            builder = builder.record(Some(&key), None, &[], now);
+        }
+        let written = match state.log.append(builder.build()) {
+            Ok(info) if ctx.config.fsync_acks => state.log.wait_durable(info.last_offset).await,
+            Ok(info) => state.log.wait_written(info.last_offset).await,
+            Err(e) => Err(e),
+        };
+        written.map_err(|e| {
+            tracing::error!(tp = %state.tp, error = %e, "writing transactional id tombstones failed");
+            TxnError::Storage
+        })
     }
 
     /// Writes `next` as the id's new state, then applies it. The id must
@@ -210,18 +380,22 @@ impl TxnCoordinator {
         state: &PartitionState,
         next: TxnMetadata,
     ) -> Result<(), TxnError> {
-        let batch = BatchBuilder::new(Compression::None)
-            .record(
-                Some(&encode_key(&next.transactional_id)),
-                Some(&encode_value(&next)),
-                &[],
-                now_ms(),
-            )
-            .build();
-        let written = match state.log.append(batch) {
-            Ok(info) if ctx.config.fsync_acks => state.log.wait_durable(info.last_offset).await,
-            Ok(info) => state.log.wait_written(info.last_offset).await,
-            Err(e) => Err(e),
+        // InitProducerId refuses ids too long for the key; one that got
+        // past it is not written.
+        let written = match try_encode_key(&next.transactional_id) {
+            Err(e) => Err(crate::log::LogError::Corrupt(e.to_string())),
+            Ok(key) => {
+                let batch = BatchBuilder::new(Compression::None)
+                    .record(Some(&key), Some(&encode_value(&next)), &[], now_ms())
+                    .build();
+                match state.log.append(batch) {
+                    Ok(info) if ctx.config.fsync_acks => {
+                        state.log.wait_durable(info.last_offset).await
+                    }
+                    Ok(info) => state.log.wait_written(info.last_offset).await,
+                    Err(e) => Err(e),
+                }
+            }
         };
         let id = next.transactional_id.clone();
         let result = {
@@ -646,6 +820,37 @@ impl TxnCoordinator {
             spawn_complete(ctx, id);
         }
     }
+}
+
+/// Replays one (data) batch of `__transaction_state` into `found`: the
+/// newest state of each id, `None` after a tombstone. A record without a
+/// key, a transaction record that does not decode or a batch that does not
+/// decode is an error; a key of an unknown version is skipped with a
+/// warning, as Kafka does.
+fn replay_batch(
+    bytes: &[u8],
+    found: &mut BTreeMap<String, Option<TxnMetadata>>,
+) -> Result<(), String> {
+    let (_, records) =
+        crate::record::decode_batch(bytes).map_err(|e| format!("undecodable batch: {e}"))?;
+    for r in records {
+        let key = r.key.as_deref().ok_or("a record without a key")?;
+        let version = key
+            .get(..2)
+            .map(|v| i16::from_be_bytes([v[0], v[1]]))
+            .ok_or("a key shorter than its version")?;
+        if !is_known_key_version(version) {
+            tracing::warn!(version, "unknown __transaction_state record type skipped");
+            continue;
+        }
+        let id = decode_key(key).map_err(|e| e.to_string())?;
+        let meta = match r.value.as_deref() {
+            None => None,
+            Some(v) => Some(decode_value(&id, v).map_err(|e| e.to_string())?),
+        };
+        found.insert(id, meta);
+    }
+    Ok(())
 }
 
 /// Starts writing a transaction's markers unless a task already is.

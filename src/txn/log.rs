@@ -10,6 +10,10 @@
 //! last_update_ms i64, start_ms i64, tags (0: previous producer id,
 //! 1: next producer id, 2: client transaction version) }. A null value (a
 //! tombstone) removes the transactional id.
+//!
+//! The key's id has an i16 length: an id longer than
+//! [`TRANSACTIONAL_ID_BYTES_MAX`] cannot be written ([`try_encode_key`]
+//! refuses it; InitProducerId refuses it before that).
 
 use super::{TxnMetadata, TxnState};
 use crate::protocol::wire::{put_empty_tagged_fields, put_string, put_uvarint, Reader};
@@ -18,16 +22,42 @@ use bytes::{BufMut, BytesMut};
 use std::collections::{BTreeMap, BTreeSet};
 
 const KEY_VERSION: i16 = 0;
+/// Longest transactional id (in bytes) a key can hold: its length is i16.
+pub const TRANSACTIONAL_ID_BYTES_MAX: usize = i16::MAX as usize;
 const VALUE_VERSION: i16 = 1;
 const TAG_NEXT_PRODUCER_ID: u32 = 1;
 const TAG_CLIENT_TRANSACTION_VERSION: u32 = 2;
 
+/// The key of `transactional_id`, which must fit (at most
+/// [`TRANSACTIONAL_ID_BYTES_MAX`] bytes): a longer one is a programmer
+/// error. Ids from the network go through [`try_encode_key`].
 pub fn encode_key(transactional_id: &str) -> BytesMut {
+    match try_encode_key(transactional_id) {
+        Ok(key) => key,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The key of `transactional_id`, or an error if the id is too long for it.
+pub fn try_encode_key(transactional_id: &str) -> Result<BytesMut, TxnLogError> {
+    let len = i16::try_from(transactional_id.len()).map_err(|_| {
+        TxnLogError(format!(
+            "transactional id of {} bytes is longer than {TRANSACTIONAL_ID_BYTES_MAX}",
+            transactional_id.len()
+        ))
+    })?;
     let mut out = BytesMut::with_capacity(4 + transactional_id.len());
     out.put_i16(KEY_VERSION);
-    out.put_i16(transactional_id.len() as i16);
+    out.put_i16(len);
     out.put_slice(transactional_id.as_bytes());
-    out
+    Ok(out)
+}
+
+/// Whether a key of `version` is a transaction record. Kafka skips other
+/// keys when it loads the log (a left-over of an aborted upgrade) and fails
+/// the load on a transaction record that does not decode.
+pub fn is_known_key_version(version: i16) -> bool {
+    version == KEY_VERSION
 }
 
 pub fn encode_value(m: &TxnMetadata) -> BytesMut {
@@ -226,5 +256,13 @@ mod tests {
         m.client_txn_version = 0;
         m.next_producer_id = None;
         assert_eq!(decode_value("tx-1", &encode_value(&m)).unwrap(), m);
+    }
+
+    #[test]
+    fn ids_longer_than_an_i16_length_are_refused() {
+        let fits = "t".repeat(TRANSACTIONAL_ID_BYTES_MAX);
+        assert_eq!(decode_key(&try_encode_key(&fits).unwrap()).unwrap(), fits);
+        assert!(try_encode_key(&"t".repeat(TRANSACTIONAL_ID_BYTES_MAX + 1)).is_err());
+        assert!(is_known_key_version(0) && !is_known_key_version(1));
     }
 }

@@ -17,6 +17,19 @@
 //! its next transaction while the last one's markers are being written is
 //! not sent into its retry backoff ([`coordinator`]).
 //!
+//! Expiration (Kafka's `transactional.id.expiration.ms`, default 7 days): an
+//! id in Empty, CompleteCommit or CompleteAbort whose last update is at
+//! least that old is removed, as Kafka's
+//! `TransactionStateManager.removeExpiredTransactionalIds` does: a tombstone
+//! for its key is written to its partition, then the id leaves the
+//! coordinator's map (a replay drops it at the tombstone), so the map holds
+//! only ids in use. Kafka looks every
+//! `transaction.remove.expired.transaction.cleanup.interval.ms` (1 hour);
+//! fjord looks every tenth of the expiration, within
+//! [`ID_EXPIRATION_CHECK_INTERVAL_MS_MIN`]..=[`ID_EXPIRATION_CHECK_INTERVAL_MS_MAX`]
+//! (1 hour for the default), so a short expiration is honoured closely. A
+//! later InitProducerId for the id starts afresh: a new producer id, epoch 0.
+//!
 //! Transaction versions: a client that ends transactions with EndTxn v5+
 //! follows transaction version 2 (KIP-890): each EndTxn bumps the epoch, the
 //! markers carry the bumped epoch, and the response returns it. Older clients
@@ -33,6 +46,20 @@ use std::collections::BTreeSet;
 pub const TRANSACTION_MAX_TIMEOUT_MS: i32 = 15 * 60 * 1000;
 /// Kafka's `transaction.abort.timed.out.transaction.cleanup.interval.ms`.
 pub const ABORT_TIMED_OUT_CHECK_INTERVAL_MS: u64 = 10_000;
+/// Kafka's `transaction.remove.expired.transaction.cleanup.interval.ms`
+/// default: the longest fjord waits between two looks for expired ids.
+pub const ID_EXPIRATION_CHECK_INTERVAL_MS_MAX: u64 = 60 * 60 * 1000;
+/// The shortest wait between two looks for expired ids.
+pub const ID_EXPIRATION_CHECK_INTERVAL_MS_MIN: u64 = 100;
+
+/// How often to look for transactional ids expired after `expiration_ms`:
+/// a tenth of it, within the bounds above.
+pub fn id_expiration_check_interval_ms(expiration_ms: i64) -> u64 {
+    (expiration_ms.max(0) as u64 / 10).clamp(
+        ID_EXPIRATION_CHECK_INTERVAL_MS_MIN,
+        ID_EXPIRATION_CHECK_INTERVAL_MS_MAX,
+    )
+}
 
 /// Kafka's `TransactionState`, with its on-disk ids.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -157,6 +184,19 @@ impl TxnMetadata {
         }
     }
 
+    /// Whether the id may be removed at `now_ms` under
+    /// `transactional.id.expiration.ms` = `expiration_ms`: no transaction
+    /// open or ending, nothing being written, and no update for that long
+    /// (Kafka's `shouldExpire`).
+    pub fn id_expired(&self, now_ms: i64, expiration_ms: i64) -> bool {
+        !self.pending
+            && matches!(
+                self.state,
+                TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+            )
+            && self.last_update_ms <= now_ms.saturating_sub(expiration_ms)
+    }
+
     /// Whether the open transaction has outlived its timeout at `now_ms`.
     pub fn expired(&self, now_ms: i64) -> bool {
         self.state == TxnState::Ongoing
@@ -212,6 +252,39 @@ mod tests {
         for s in all {
             assert_eq!(TxnState::from_id(s as i8), Some(s));
         }
+    }
+
+    #[test]
+    fn ids_expire_only_when_idle_and_settled() {
+        let mut m = TxnMetadata::new("t", 1, 60_000, 1_000);
+        assert!(!m.id_expired(2_999, 2_000));
+        assert!(m.id_expired(3_000, 2_000), "Empty, idle for the expiration");
+        for state in [CompleteCommit, CompleteAbort] {
+            m.state = state;
+            assert!(m.id_expired(3_000, 2_000));
+        }
+        for state in [
+            Ongoing,
+            PrepareCommit,
+            PrepareAbort,
+            PrepareEpochFence,
+            Dead,
+        ] {
+            m.state = state;
+            assert!(!m.id_expired(1_000_000, 2_000), "{state:?} never expires");
+        }
+        m.state = CompleteCommit;
+        m.pending = true;
+        assert!(!m.id_expired(1_000_000, 2_000), "a write in flight");
+        assert_eq!(id_expiration_check_interval_ms(2_000), 200);
+        assert_eq!(
+            id_expiration_check_interval_ms(1),
+            ID_EXPIRATION_CHECK_INTERVAL_MS_MIN
+        );
+        assert_eq!(
+            id_expiration_check_interval_ms(7 * 24 * 60 * 60 * 1000),
+            ID_EXPIRATION_CHECK_INTERVAL_MS_MAX
+        );
     }
 
     #[test]

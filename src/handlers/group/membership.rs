@@ -80,6 +80,8 @@ pub async fn join_group(
         Err(e) => {
             let member_id = match &e {
                 GroupError::MemberIdRequired(id) => id.clone(),
+                // Kafka answers a refused member with the unknown member id.
+                GroupError::GroupMaxSizeReached => String::new(),
                 _ => req.member_id.to_string(),
             };
             JoinGroupResponse::default()
