@@ -32,4 +32,5 @@ pub mod net;
 pub mod server;
 
 pub mod bench;
+pub mod fuzzing;
 pub mod report;

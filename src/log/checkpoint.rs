@@ -25,6 +25,9 @@ use std::path::{Path, PathBuf};
 pub const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
 pub const LOG_START_CHECKPOINT: &str = "log-start-offset-checkpoint";
 const CHECKPOINT_VERSION: u32 = 0;
+/// The shortest entry line: an empty topic, one-digit partition and offset
+/// (` 0 0`). Bounds the entries a text can hold, whatever count it declares.
+const ENTRY_LINE_MIN_BYTES: usize = 4;
 
 /// `<dir>/<name>.shard-<shard>`.
 pub fn shard_file(dir: &Path, name: &str, shard: usize) -> PathBuf {
@@ -46,7 +49,8 @@ pub fn decode(text: &str) -> Option<Vec<(TopicPartition, i64)>> {
         return None;
     }
     let n: usize = lines.next()?.trim().parse().ok()?;
-    let mut out = Vec::with_capacity(n);
+    // The count comes from the file: reserve no more than its text can hold.
+    let mut out = Vec::with_capacity(n.min(text.len() / ENTRY_LINE_MIN_BYTES));
     for _ in 0..n {
         let line = lines.next()?;
         let mut parts = line.rsplitn(3, ' ');
@@ -129,6 +133,14 @@ mod tests {
         assert_eq!(decode(&s).unwrap(), e);
         assert!(decode("1\n0\n").is_none());
         assert!(decode("0\n2\na 0 1\n").is_none());
+    }
+
+    #[test]
+    fn a_huge_declared_count_allocates_nothing_and_fails() {
+        // Found by the `checkpoint` fuzz target (minimised): 222,333,033
+        // declared entries once reserved ~9 GB before the first line.
+        assert!(decode("0\n222333033").is_none());
+        assert!(decode(&format!("0\n{}\n", usize::MAX)).is_none());
     }
 
     #[test]

@@ -280,7 +280,9 @@ fn dump_index(path: &Path, verify_only: bool, out: &mut dyn Write) -> anyhow::Re
         Vec::new()
     };
     for e in &idx.entries {
-        let offset = base + e.relative_offset as i64;
+        // Long arithmetic as Kafka's tool does: a file name near i64::MAX
+        // wraps instead of aborting the dump.
+        let offset = base.wrapping_add(e.relative_offset as i64);
         if verify_only {
             match batches.iter().find(|(p, _)| *p as u32 == e.position) {
                 Some((_, h)) if h.last_offset() == offset => {}
@@ -310,7 +312,9 @@ fn dump_time_index(path: &Path, verify_only: bool, out: &mut dyn Write) -> anyho
         Vec::new()
     };
     for e in &idx.entries {
-        let offset = base + e.relative_offset as i64;
+        // Long arithmetic as Kafka's tool does: a file name near i64::MAX
+        // wraps instead of aborting the dump.
+        let offset = base.wrapping_add(e.relative_offset as i64);
         if verify_only {
             match batches.iter().find(|(_, h)| h.last_offset() >= offset) {
                 Some((_, h)) if h.last_offset() == offset => {
@@ -368,4 +372,40 @@ fn dump_txn_index(path: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_of_a_segment_named_near_i64_max_dumps() {
+        // Found by the `index_files` fuzz target: the base offset of the
+        // file name plus an entry's relative offset overflowed.
+        let d = tempfile::tempdir().unwrap();
+        let stem = d.path().join(format!("{:020}", i64::MAX));
+        let entry = [0u8, 0, 0, 15, 0, 0, 0, 0];
+        let time_entry = [0u8, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 15];
+        std::fs::write(stem.with_extension("index"), entry).unwrap();
+        std::fs::write(stem.with_extension("timeindex"), time_entry).unwrap();
+        let args = DumpLogArgs {
+            files: vec![
+                stem.with_extension("index"),
+                stem.with_extension("timeindex"),
+            ],
+            ..DumpLogArgs::default()
+        };
+        let mut out = Vec::new();
+        dump(&args, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let wrapped = i64::MAX.wrapping_add(15);
+        assert!(
+            text.contains(&format!("offset: {wrapped} position: 0")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("timestamp: 16 offset: {wrapped}")),
+            "{text}"
+        );
+    }
 }

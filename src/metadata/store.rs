@@ -23,12 +23,12 @@ pub fn metadata_path(data_dir: &Path) -> PathBuf {
     data_dir.join(METADATA_DIR).join(METADATA_FILE)
 }
 
-fn encode_line(record: &MetadataRecord) -> io::Result<String> {
+pub(crate) fn encode_line(record: &MetadataRecord) -> io::Result<String> {
     let json = serde_json::to_string(record).map_err(io::Error::other)?;
     Ok(format!("{:08x} {json}\n", crc32c::crc32c(json.as_bytes())))
 }
 
-fn decode_line(line: &str) -> Option<MetadataRecord> {
+pub(crate) fn decode_line(line: &str) -> Option<MetadataRecord> {
     let (crc, json) = line.split_once(' ')?;
     let crc = u32::from_str_radix(crc, 16).ok()?;
     if crc32c::crc32c(json.as_bytes()) != crc {
