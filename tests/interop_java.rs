@@ -20,26 +20,19 @@
 
 mod common;
 
-use common::{Broker, BrokerOpts};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::CommandExt;
+use common::child::{run_bounded, ChildRun, Streams};
+use common::target::Target;
+use common::BrokerOpts;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
 
-/// Environment variable naming an external broker (`kafka:HOST:PORT`).
-const TARGET_ENV: &str = "FJORD_TEST_BROKER";
 /// Longest one Maven invocation may take (an online one downloads Kafka's jars).
 const MAVEN_TIMEOUT_MS: u64 = 900_000;
 /// Longest a scenario may run; the Java side's own watchdog fires at 420 s.
 const SCENARIO_TIMEOUT_MS: u64 = 480_000;
-/// Time between SIGTERM and SIGKILL of a child that timed out.
-const KILL_GRACE_MS: u64 = 5_000;
-/// Longest the output readers may take to drain after the child exited.
-const DRAIN_TIMEOUT_MS: u64 = 10_000;
-/// Poll period while waiting for a child.
-const WAIT_POLL_MS: u64 = 50;
 /// Heap of a scenario JVM: enough for 100,000 records' bookkeeping, and bounded
 /// because tests run in parallel on small machines.
 const SCENARIO_HEAP: &str = "-Xmx1g";
@@ -57,115 +50,6 @@ fn java_build_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("target/interop-java")
 }
 
-/// A finished (or killed) child: its exit status (None when it was killed
-/// for running too long) and its stdout and stderr, interleaved by line.
-struct Output {
-    status: Option<ExitStatus>,
-    text: String,
-    elapsed: Duration,
-}
-
-impl Output {
-    fn success(&self) -> bool {
-        self.status.is_some_and(|s| s.success())
-    }
-
-    fn describe_status(&self) -> String {
-        match self.status {
-            Some(s) => format!("{s}"),
-            None => format!("killed after running longer than {:?}", self.elapsed),
-        }
-    }
-}
-
-/// Sends `sig` to every process of the group led by `pid`.
-fn signal_group(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill(2) on the process group of our own child; no memory is touched.
-    unsafe { libc::kill(-(pid as libc::pid_t), sig) };
-}
-
-/// Runs `cmd` in a process group of its own, collecting its output, and
-/// kills the whole group if it runs longer than `timeout`.
-fn run_bounded(cmd: &mut Command, timeout: Duration) -> Output {
-    let started = Instant::now();
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            return Output {
-                status: None,
-                text: format!("could not start {cmd:?}: {e}"),
-                elapsed: started.elapsed(),
-            }
-        }
-    };
-    let text = Arc::new(Mutex::new(String::new()));
-    let readers: Vec<_> = [
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|pipe| {
-        let text = Arc::clone(&text);
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines() {
-                let Ok(line) = line else { break };
-                let mut t = text.lock().expect("output lock");
-                t.push_str(&line);
-                t.push('\n');
-            }
-        })
-    })
-    .collect();
-    let deadline = started + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(WAIT_POLL_MS))
-            }
-            Ok(None) | Err(_) => {
-                signal_group(child.id(), libc::SIGTERM);
-                let grace = Instant::now() + Duration::from_millis(KILL_GRACE_MS);
-                while Instant::now() < grace && matches!(child.try_wait(), Ok(None)) {
-                    std::thread::sleep(Duration::from_millis(WAIT_POLL_MS));
-                }
-                signal_group(child.id(), libc::SIGKILL);
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
-    // Whatever is left of the group (a grandchild that ignored its parent's
-    // end) goes too, so that the pipes close and no process outlives the test.
-    signal_group(child.id(), libc::SIGKILL);
-    let drain_deadline = Instant::now() + Duration::from_millis(DRAIN_TIMEOUT_MS);
-    for r in readers {
-        while !r.is_finished() && Instant::now() < drain_deadline {
-            std::thread::sleep(Duration::from_millis(WAIT_POLL_MS));
-        }
-        if r.is_finished() {
-            let _ = r.join();
-        }
-    }
-    let text = text.lock().expect("output lock").clone();
-    Output {
-        status,
-        text,
-        elapsed: started.elapsed(),
-    }
-}
-
 /// Builds the Maven module once per test binary: `mvn -o` (offline, from the
 /// local repository), then, if that fails, online, which downloads what is
 /// missing. Panics with Maven's output when both fail.
@@ -181,7 +65,13 @@ fn java_build() {
                 cmd.arg("-o");
             }
             cmd.arg("-f").arg(&pom).arg("package");
-            let out = run_bounded(&mut cmd, Duration::from_millis(MAVEN_TIMEOUT_MS));
+            let out = run_bounded(
+                &mut cmd,
+                format!("mvn package (offline: {offline})"),
+                None,
+                Streams::Merged,
+                Duration::from_millis(MAVEN_TIMEOUT_MS),
+            );
             if out.success() {
                 return Ok(());
             }
@@ -189,7 +79,7 @@ fn java_build() {
                 "--- mvn {} package: {} ---\n{}\n",
                 if offline { "-o" } else { "(online)" },
                 out.describe_status(),
-                out.text
+                out.stdout
             ));
         }
         Err(report)
@@ -199,47 +89,8 @@ fn java_build() {
     }
 }
 
-/// Where a scenario runs: a fjord broker of this test, or an external broker.
-enum Target {
-    Fjord(Broker),
-    External(String),
-}
-
-impl Target {
-    /// The broker named by `FJORD_TEST_BROKER`, or a fresh fjord broker.
-    fn start() -> Target {
-        match std::env::var(TARGET_ENV) {
-            Ok(v) if !v.trim().is_empty() => {
-                let addr = v.trim().strip_prefix("kafka:").unwrap_or_else(|| {
-                    panic!("{TARGET_ENV} must look like kafka:HOST:PORT, not {v:?}")
-                });
-                Target::External(addr.to_string())
-            }
-            _ => Target::Fjord(Broker::start(BrokerOpts::default())),
-        }
-    }
-
-    fn bootstrap(&self) -> String {
-        match self {
-            Target::Fjord(b) => b.bootstrap(),
-            Target::External(addr) => addr.clone(),
-        }
-    }
-
-    fn is_fjord(&self) -> bool {
-        matches!(self, Target::Fjord(_))
-    }
-
-    fn name(&self) -> String {
-        match self {
-            Target::Fjord(b) => format!("fjord at {}", b.bootstrap()),
-            Target::External(addr) => format!("external broker at {addr}"),
-        }
-    }
-}
-
 /// Runs scenario `name` against `target` and prints its output.
-fn run_scenario(target: &Target, name: &str) -> Output {
+fn run_scenario(target: &Target, name: &str) -> ChildRun {
     java_build();
     let dir = java_build_dir();
     let classpath = format!(
@@ -256,25 +107,31 @@ fn run_scenario(target: &Target, name: &str) -> Output {
         .arg(name)
         .arg("--bootstrap")
         .arg(target.bootstrap());
-    let out = run_bounded(&mut cmd, Duration::from_millis(SCENARIO_TIMEOUT_MS));
+    let out = run_bounded(
+        &mut cmd,
+        format!("scenario {name}"),
+        None,
+        Streams::Merged,
+        Duration::from_millis(SCENARIO_TIMEOUT_MS),
+    );
     println!(
         "=== {name} against {}: {} in {:.1} s ===\n{}",
-        target.name(),
+        target.label(),
         out.describe_status(),
         out.elapsed.as_secs_f64(),
-        out.text
+        out.stdout
     );
     out
 }
 
 /// The line the scenario printed for its failure, if any.
-fn failure_line(out: &Output) -> Option<&str> {
-    out.text.lines().find(|l| l.starts_with("FAILED: "))
+fn failure_line(out: &ChildRun) -> Option<&str> {
+    out.stdout.lines().find(|l| l.starts_with("FAILED: "))
 }
 
 /// Runs `name` and asserts that every check passed.
 fn assert_scenario_passes(name: &str) {
-    let mut target = Target::start();
+    let mut target = Target::start(BrokerOpts::default());
     let out = run_scenario(&target, name);
     if let Target::Fjord(b) = &mut target {
         b.assert_alive();
@@ -282,7 +139,7 @@ fn assert_scenario_passes(name: &str) {
     assert!(
         out.success(),
         "scenario {name} against {}: {}\n{}",
-        target.name(),
+        target.label(),
         out.describe_status(),
         failure_line(&out).unwrap_or("(no FAILED line; see the output above)")
     );
@@ -328,13 +185,13 @@ fn admin() {
 #[test]
 fn streams_eos() {
     const NAME: &str = "streams-eos";
-    let mut target = Target::start();
+    let mut target = Target::start(BrokerOpts::default());
     let out = run_scenario(&target, NAME);
     if !target.is_fjord() {
         assert!(
             out.success(),
             "scenario {NAME} against {}: {}\n{}",
-            target.name(),
+            target.label(),
             out.describe_status(),
             failure_line(&out).unwrap_or("(no FAILED line; see the output above)")
         );

@@ -15,9 +15,11 @@
 
 #![allow(dead_code)]
 
+pub mod child;
 pub mod client;
 pub mod disk;
 pub mod raw;
+pub mod target;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
