@@ -9,9 +9,12 @@
 //! On disk the entries go to the `.txnindex` of the segment holding the
 //! marker, 34 bytes each, big-endian: version i16 (0), producerId i64,
 //! firstOffset i64, lastOffset i64, lastStableOffset i64 — Kafka's layout, so
-//! Kafka's tools read them. The file is only an index: on start, the entries
-//! are loaded from every `.txnindex`, and the replay of the log tail re-derives
-//! any entry a crash left unwritten.
+//! Kafka's tools read them. The entry of a live ABORT is appended after the
+//! marker, off the reactor, so a crash can leave it unwritten. On start the
+//! entries are loaded from every `.txnindex`, and the replay of the log tail
+//! (from the producer snapshot) re-derives any entry that is missing; such an
+//! entry is written back ([`rewrite`]) before the partition is served, since
+//! the next snapshot, taken past the marker, ends the replay's reach.
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -102,6 +105,11 @@ impl AbortedTxns {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+
+    /// Every entry, oldest marker first.
+    pub fn entries(&self) -> &[AbortedTxn] {
+        &self.entries
+    }
 }
 
 /// `<base offset:020>.txnindex` for the segment with `base_offset`.
@@ -142,9 +150,71 @@ pub fn append(dir: &Path, base_offset: i64, e: &AbortedTxn) -> io::Result<()> {
     f.sync_data()
 }
 
+/// Replaces the `.txnindex` of the segment `base_offset` with `entries`
+/// (ordered by last offset, as Kafka's reader expects): a new file is
+/// written and synced, then renamed over the old one and the directory
+/// synced (blocking).
+pub fn rewrite(dir: &Path, base_offset: i64, entries: &[AbortedTxn]) -> io::Result<()> {
+    let mut sorted = entries.to_vec();
+    sorted.sort_by_key(|e| e.last_offset);
+    let path = dir.join(file_name(base_offset));
+    let tmp = dir.join(format!("{}.tmp", file_name(base_offset)));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        for e in &sorted {
+            f.write_all(&e.encode())?;
+        }
+        f.sync_data()?;
+    }
+    std::fs::rename(&tmp, &path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Entries of `all` whose marker lies in the segment `base` (the segment
+/// bases being `bases`).
+pub fn of_segment(all: &[AbortedTxn], bases: &[i64], base: i64) -> Vec<AbortedTxn> {
+    all.iter()
+        .filter(|e| segment_of(bases, e.last_offset) == base)
+        .copied()
+        .collect()
+}
+
+/// The base offset of the segment holding `offset`: the greatest base not
+/// above it (the first segment's when none is).
+pub fn segment_of(bases: &[i64], offset: i64) -> i64 {
+    bases
+        .iter()
+        .copied()
+        .filter(|&b| b <= offset)
+        .max()
+        .or_else(|| bases.iter().copied().min())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rewrite_replaces_a_segment_index_in_marker_order() {
+        let e = |first, last| AbortedTxn {
+            producer_id: 1,
+            first_offset: first,
+            last_offset: last,
+            last_stable_offset: last + 1,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        append(dir.path(), 10, &e(10, 12)).unwrap();
+        rewrite(dir.path(), 10, &[e(20, 25), e(10, 12), e(14, 16)]).unwrap();
+        assert_eq!(load_dir(dir.path()), vec![e(10, 12), e(14, 16), e(20, 25)]);
+        let bases = [0, 10, 30];
+        assert_eq!(segment_of(&bases, 29), 10);
+        assert_eq!(segment_of(&bases, 30), 30);
+        assert_eq!(
+            of_segment(&[e(1, 2), e(10, 12), e(31, 33)], &bases, 10),
+            vec![e(10, 12)]
+        );
+    }
 
     #[test]
     fn entries_round_trip_and_overlap() {

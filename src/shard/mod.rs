@@ -467,14 +467,38 @@ impl ShardCtx {
                 replayed += 1;
             })
             .await;
-        for e in derived {
-            aborted.add(e);
-        }
-        aborted.truncate_before(log.log_start_offset().0);
         if let Err(e) = scan {
             tracing::error!(tp = %log.topic_partition(), error = %e, "replaying producer state failed; the partition is not served");
             return Err(e);
         }
+        // Entries the replay found missing from the files are written back
+        // now: the next snapshot (at a roll or a clean stop) starts past
+        // their markers, and a replay from there would not find them again.
+        let bases = log.segment_base_offsets();
+        let mut unindexed = std::collections::BTreeSet::new();
+        for e in derived {
+            if aborted.add(e) {
+                unindexed.insert(txn_index::segment_of(&bases, e.last_offset));
+            }
+        }
+        if !unindexed.is_empty() {
+            let dir = log.dir().to_path_buf();
+            let all = aborted.entries().to_vec();
+            let segments = unindexed.len();
+            glommio::executor()
+                .spawn_blocking(move || {
+                    unindexed.into_iter().try_for_each(|base| {
+                        txn_index::rewrite(&dir, base, &txn_index::of_segment(&all, &bases, base))
+                    })
+                })
+                .await
+                .map_err(|e| {
+                    tracing::error!(tp = %log.topic_partition(), error = %e, "writing re-derived .txnindex entries failed; the partition is not served");
+                    LogError::Io(e)
+                })?;
+            tracing::info!(tp = %log.topic_partition(), segments, "re-derived aborted transactions written to .txnindex");
+        }
+        aborted.truncate_before(log.log_start_offset().0);
         if replayed > 0 || snapshot_offset >= 0 {
             tracing::info!(
                 tp = %log.topic_partition(),
@@ -598,13 +622,8 @@ impl ShardCtx {
             };
             if state.aborted.borrow_mut().add(entry) {
                 let dir = state.log.dir().to_path_buf();
-                let segment = state
-                    .log
-                    .segment_base_offsets()
-                    .into_iter()
-                    .filter(|&b| b <= info.base_offset.0)
-                    .max()
-                    .unwrap_or(0);
+                let segment =
+                    txn_index::segment_of(&state.log.segment_base_offsets(), info.base_offset.0);
                 let tp = m.tp.clone();
                 let (pending, failed) = (
                     state.txn_index_pending.clone(),
