@@ -32,5 +32,6 @@ pub mod net;
 pub mod server;
 
 pub mod bench;
+pub mod chaos;
 pub mod fuzzing;
 pub mod report;

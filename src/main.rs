@@ -25,6 +25,8 @@ enum Command {
     DumpLog(fjord::log::dump::DumpLogArgs),
     /// Drive any Kafka-compatible broker with an open-loop workload and record latencies.
     Bench(Box<fjord::bench::BenchArgs>),
+    /// Kill -9 a broker at random moments under load and check what survived (Jepsen-style).
+    Chaos(Box<fjord::chaos::ChaosArgs>),
     /// Turn bench results (JSON) into an HTML + Markdown report with SVG charts.
     Report(fjord::report::ReportArgs),
 }
@@ -35,6 +37,7 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => fjord::server::run(*args),
         Command::DumpLog(args) => ignore_broken_pipe(dump_log(args)),
         Command::Bench(args) => fjord::bench::run(*args).map(|_| ()).map_err(Into::into),
+        Command::Chaos(args) => fjord::chaos::run(*args).map_err(Into::into),
         Command::Report(args) => fjord::report::run(args).map_err(Into::into),
     }
 }
