@@ -51,6 +51,10 @@ pub const PARTITIONS_MAX_DEFAULT: i64 = 100_000;
 pub const GROUP_MAX_SIZE_DEFAULT: usize = 10_000;
 /// Kafka's `transactional.id.expiration.ms` default (7 days).
 pub const TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: i64 = 7 * 24 * 60 * 60 * 1000;
+/// Longest a shard waits for another shard's answer (Kafka's
+/// `request.timeout.ms` default, which bounds a broker's wait for its
+/// controller too).
+pub const CROSS_SHARD_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 /// Flags of `fjord serve`. The TOML file named by `--config` takes the same
 /// keys, spelled as the long flags (`data-dir = "./data"`).
 #[derive(clap::Args, Deserialize, Debug, Clone, Default)]
@@ -87,7 +91,7 @@ pub struct ServeArgs {
     /// the page cache, as Kafka's do).
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub direct_writes: Option<bool>,
-    /// Per-shard memory for recently appended batches [default: 64 MiB].
+    /// Per-shard memory for recently appended batches: what the cached batches keep alive, a zero-copy batch being charged for the request frame it holds [default: 64 MiB].
     #[arg(long)]
     pub tail_cache_bytes: Option<usize>,
     /// Do not pin shards to cores (tests, shared machines).
@@ -158,6 +162,9 @@ pub struct ServeArgs {
     /// Kafka `transactional.id.expiration.ms`: a transactional id with no transaction for this long is forgotten [default: 7 days].
     #[arg(long)]
     pub transactional_id_expiration_ms: Option<i64>,
+    /// Longest a shard waits for another shard's answer (a metadata change applied by every shard, a producer-id block, transaction markers, a partition added to a transaction); the request then gets Kafka's timeout answer (REQUEST_TIMED_OUT, COORDINATOR_NOT_AVAILABLE, ...) [default: 30000].
+    #[arg(long)]
+    pub cross_shard_timeout_ms: Option<u64>,
     /// TESTING ONLY: after appending every Nth produce request on a shard, close
     /// the connection instead of answering, as if the response were lost.
     #[arg(long, hide = true)]
@@ -170,6 +177,14 @@ pub struct ServeArgs {
     /// listening, to test that a panic in a shard ends the process.
     #[arg(long, hide = true)]
     pub debug_panic_shard: Option<usize>,
+    /// TESTING ONLY: once it listens, shard K stops handling messages from
+    /// other shards (it still serves its own clients), for
+    /// `--debug-stall-shard-ms` or for good, to test the cross-shard timeouts.
+    #[arg(long, hide = true)]
+    pub debug_stall_shard: Option<usize>,
+    /// TESTING ONLY: how long `--debug-stall-shard` stalls [default: for good].
+    #[arg(long, hide = true)]
+    pub debug_stall_shard_ms: Option<u64>,
 }
 
 /// The resolved broker configuration, identical on every shard.
@@ -208,12 +223,17 @@ pub struct BrokerConfig {
     pub partitions_max: i64,
     pub group_max_size: usize,
     pub transactional_id_expiration_ms: i64,
+    pub cross_shard_timeout_ms: u64,
     /// 0 = off. See `ServeArgs::debug_drop_produce_response_every`.
     pub debug_drop_produce_response_every: u64,
     /// 0 = off. See `ServeArgs::debug_delay_txn_markers_ms`.
     pub debug_delay_txn_markers_ms: u64,
     /// See `ServeArgs::debug_panic_shard`.
     pub debug_panic_shard: Option<usize>,
+    /// See `ServeArgs::debug_stall_shard`.
+    pub debug_stall_shard: Option<usize>,
+    /// None = for good. See `ServeArgs::debug_stall_shard_ms`.
+    pub debug_stall_shard_ms: Option<u64>,
 }
 
 impl ServeArgs {
@@ -276,6 +296,7 @@ impl ServeArgs {
             transactional_id_expiration_ms: self
                 .transactional_id_expiration_ms
                 .or(file.transactional_id_expiration_ms),
+            cross_shard_timeout_ms: self.cross_shard_timeout_ms.or(file.cross_shard_timeout_ms),
             debug_drop_produce_response_every: self
                 .debug_drop_produce_response_every
                 .or(file.debug_drop_produce_response_every),
@@ -283,6 +304,8 @@ impl ServeArgs {
                 .debug_delay_txn_markers_ms
                 .or(file.debug_delay_txn_markers_ms),
             debug_panic_shard: self.debug_panic_shard.or(file.debug_panic_shard),
+            debug_stall_shard: self.debug_stall_shard.or(file.debug_stall_shard),
+            debug_stall_shard_ms: self.debug_stall_shard_ms.or(file.debug_stall_shard_ms),
         }
     }
 
@@ -392,9 +415,15 @@ impl ServeArgs {
                 .transactional_id_expiration_ms
                 .unwrap_or(TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT)
                 .max(1),
+            cross_shard_timeout_ms: a
+                .cross_shard_timeout_ms
+                .unwrap_or(CROSS_SHARD_TIMEOUT_MS_DEFAULT)
+                .max(1),
             debug_drop_produce_response_every: a.debug_drop_produce_response_every.unwrap_or(0),
             debug_delay_txn_markers_ms: a.debug_delay_txn_markers_ms.unwrap_or(0),
             debug_panic_shard: a.debug_panic_shard,
+            debug_stall_shard: a.debug_stall_shard,
+            debug_stall_shard_ms: a.debug_stall_shard_ms,
         })
     }
 }

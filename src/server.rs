@@ -25,9 +25,11 @@ use crate::shard::ShardCtx;
 use futures::StreamExt;
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::{Latency, Shares};
+use std::cell::Cell;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,6 +53,10 @@ const PRODUCER_MAINTENANCE_MS: u64 = crate::txn::ABORT_TIMED_OUT_CHECK_INTERVAL_
 
 /// How long after it listens a shard named by `--debug-panic-shard` panics.
 pub const DEBUG_PANIC_DELAY_MS: u64 = 2_000;
+
+/// How long `--debug-stall-shard` stalls without `--debug-stall-shard-ms`:
+/// a year, for good as far as a test can tell.
+const DEBUG_STALL_FOR_GOOD_MS: u64 = 365 * 24 * 3600 * 1000;
 
 /// Makes every panic, on any thread, end the process (after the default
 /// hook has printed it), as `panic = "abort"` would. A shard is a thread:
@@ -178,13 +184,26 @@ async fn shard_main(
     );
     logs.start_background(background);
     let (first_tx, first_rx) = futures::channel::oneshot::channel();
-    let router = Router::new(shard, config.cores, senders);
+    let router = Router::new(
+        shard,
+        config.cores,
+        senders,
+        Duration::from_millis(config.cross_shard_timeout_ms),
+    );
     let ctx = ShardCtx::new(shard, config.clone(), logs.clone(), router, first_tx);
 
+    // TESTING ONLY (--debug-stall-shard): until when this shard leaves
+    // messages from other shards unhandled; set once it listens.
+    let stalled_until: Rc<Cell<Option<Instant>>> = Rc::new(Cell::new(None));
     for (_peer, mut stream) in receivers.streams() {
         let ctx = ctx.clone();
+        let stalled_until = stalled_until.clone();
         glommio::spawn_local(async move {
             while let Some(message) = stream.next().await {
+                if let Some(until) = stalled_until.get() {
+                    let left = until.saturating_duration_since(Instant::now());
+                    glommio::timer::sleep(left).await;
+                }
                 ctx.on_message(message).await;
             }
         })
@@ -223,6 +242,17 @@ async fn shard_main(
     let bound = listener.local_addr().unwrap_or(addr);
     let accept = glommio::spawn_local(crate::net::accept_loop(ctx.clone(), listener));
     let _ = ready_tx.send((shard, Ok(bound)));
+    if config.debug_stall_shard == Some(shard) {
+        let ms = config
+            .debug_stall_shard_ms
+            .unwrap_or(DEBUG_STALL_FOR_GOOD_MS);
+        tracing::warn!(
+            shard,
+            ms,
+            "--debug-stall-shard: messages from other shards are left unhandled"
+        );
+        stalled_until.set(Some(Instant::now() + Duration::from_millis(ms)));
+    }
     if config.debug_panic_shard == Some(shard) {
         glommio::spawn_local(async move {
             glommio::timer::sleep(Duration::from_millis(DEBUG_PANIC_DELAY_MS)).await;

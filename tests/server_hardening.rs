@@ -368,3 +368,91 @@ fn recompression_is_bounded_and_large_batches_keep_their_records() {
     let mut produced = 0;
     assert_serving(&mut broker, check, 1, &mut produced);
 }
+
+/// Resident memory of process `pid` (VmRSS), in bytes.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc status");
+    kb * 1024
+}
+
+/// A tail-cached batch must not keep alive the request frame it arrived
+/// in. Each Produce here carries a tiny batch for a partition that takes it
+/// and 8 MiB of records for a partition that does not exist (refused): the
+/// tiny batches go into the tail cache and must not pin their frames, so
+/// the broker's resident memory stays flat instead of growing by 8 MiB a
+/// request (the cache copies a batch that is a small part of its frame).
+#[test]
+fn cached_batches_do_not_pin_the_frames_they_arrived_in() {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::ProduceRequest;
+    use kafka_protocol::ResponseError;
+    const PADDING_BYTES: usize = 8 << 20;
+    const WARM_UP_FRAMES: i64 = 4;
+    const FRAMES: i64 = 24;
+    /// Far below FRAMES x PADDING_BYTES (192 MiB), far above what the
+    /// broker needs to receive one frame at a time.
+    const RSS_GROWTH_MAX: u64 = 64 << 20;
+
+    let mut broker = Broker::start(
+        BrokerOpts::default()
+            .cores(1)
+            .arg("--tail-cache-bytes")
+            .arg((8 << 20).to_string()),
+    );
+    let topic = "hardening-pinned-frames";
+    create_topic(&broker.bootstrap(), topic, 1, &[]);
+    let padding = bytes::Bytes::from(vec![0u8; PADDING_BYTES]);
+    let mut c = RawClient::connect(broker.port);
+    let mut send = |i: i64| {
+        let tiny = BatchBuilder::new(Compression::None)
+            .record(None, Some(b"tiny"), &[], 1_700_000_000_000)
+            .build()
+            .freeze();
+        let partition = |index: i32, records: bytes::Bytes| {
+            PartitionProduceData::default()
+                .with_index(index)
+                .with_records(Some(records))
+        };
+        let req = ProduceRequest::default()
+            .with_acks(1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str(topic)))
+                .with_partition_data(vec![
+                    partition(0, tiny),
+                    partition(1, padding.clone()),
+                ])]);
+        let resp = c.request::<ProduceRequest>(9, &req);
+        let parts = &resp.responses[0].partition_responses;
+        let by_index = |i: i32| parts.iter().find(|p| p.index == i).expect("answered");
+        assert_eq!(by_index(0).error_code, 0, "the tiny batch is appended");
+        assert_eq!(by_index(0).base_offset, i);
+        assert_eq!(
+            by_index(1).error_code,
+            ResponseError::UnknownTopicOrPartition.code()
+        );
+    };
+    for i in 0..WARM_UP_FRAMES {
+        send(i);
+    }
+    let pid = broker.pid().expect("a running broker");
+    let before = rss_bytes(pid);
+    for i in WARM_UP_FRAMES..WARM_UP_FRAMES + FRAMES {
+        send(i);
+    }
+    let after = rss_bytes(pid);
+    let growth = after.saturating_sub(before);
+    assert!(
+        growth < RSS_GROWTH_MAX,
+        "{FRAMES} frames of {PADDING_BYTES} bytes grew the broker's resident memory by {growth} bytes ({before} -> {after}): cached batches pin their frames"
+    );
+    eprintln!("resident memory grew by {growth} bytes over {FRAMES} frames");
+    // The tiny batches are all there, and the broker serves.
+    let mut produced = (WARM_UP_FRAMES + FRAMES) as usize;
+    assert_serving(&mut broker, topic, 1, &mut produced);
+}

@@ -25,7 +25,9 @@ pub fn controller(e: &ControllerError) -> i16 {
         }
         ControllerError::InvalidConfig(_) => ResponseError::InvalidConfig.code(),
         ControllerError::Storage(_) => ResponseError::KafkaStorageError.code(),
-        ControllerError::Unavailable => ResponseError::RequestTimedOut.code(),
+        ControllerError::Unavailable | ControllerError::TimedOut(_) => {
+            ResponseError::RequestTimedOut.code()
+        }
     }
 }
 

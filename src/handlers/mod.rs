@@ -74,11 +74,18 @@ impl Dispatched {
     }
 }
 
-/// Routes one request to its handler.
-pub fn dispatch(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Dispatched {
+/// Routes one request to its handler. `buffer_bytes`: the size of the
+/// receive-buffer allocation `body` was cut from (what a zero-copy slice of
+/// it keeps alive; Produce uses it, see `log::cache`).
+pub fn dispatch(
+    ctx: &Rc<ShardCtx>,
+    header: RequestHeader,
+    body: BytesMut,
+    buffer_bytes: usize,
+) -> Dispatched {
     match header.api_key {
         k if k == ApiKey::Produce as i16 && supported(k, header.api_version) => {
-            produce::handle(ctx, header, body)
+            produce::handle(ctx, header, body, buffer_bytes)
         }
         _ => Dispatched::Ready(dispatch_other(ctx, header, body)),
     }

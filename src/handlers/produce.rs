@@ -15,7 +15,10 @@
 //!    (`protocol::produce::validate_for_append`);
 //! 6. recompression when the topic's `compression.type` names another codec,
 //!    broker timestamps for LogAppendTime topics, then the append, which
-//!    assigns offsets in place.
+//!    assigns offsets in place. The batch is a slice of the connection's
+//!    receive buffer; the append is told that buffer's size, and the tail
+//!    cache copies a batch that is a small part of it rather than keep the
+//!    whole buffer alive (`log::cache`).
 //!
 //! Transactions: a transactional batch needs the request's transactional id.
 //! On Produce v12+ (transaction version 2) the first batch of a transaction
@@ -110,7 +113,12 @@ impl PartitionResult {
 /// Validates and appends now; returns the future that waits and answers.
 // The ordered first stage yields the answering future by design.
 #[allow(clippy::async_yields_async)]
-pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Dispatched {
+pub fn handle(
+    ctx: &Rc<ShardCtx>,
+    header: RequestHeader,
+    body: BytesMut,
+    buffer_bytes: usize,
+) -> Dispatched {
     let version = header.api_version;
     let req = match decode_produce_request(body, version) {
         Ok(r) => r,
@@ -138,12 +146,14 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: RequestHeader, body: BytesMut) -> Disp
                         .await;
                     done.insert(key, result);
                 }
-                dispatch_staged(&ctx, header, req, done).into_answer().await
+                dispatch_staged(&ctx, header, req, buffer_bytes, done)
+                    .into_answer()
+                    .await
             }
             .boxed_local(),
         );
     }
-    dispatch_staged(ctx, header, req, HashMap::new())
+    dispatch_staged(ctx, header, req, buffer_bytes, HashMap::new())
 }
 
 /// Batches at least this large that the topic recompresses are recompressed
@@ -212,6 +222,7 @@ fn dispatch_staged(
     ctx: &Rc<ShardCtx>,
     header: RequestHeader,
     req: crate::protocol::produce::ProduceRequest,
+    buffer_bytes: usize,
     recompressed: Recompressed,
 ) -> Dispatched {
     let staged_max = ctx.config.staged_bytes_max as u64;
@@ -220,14 +231,14 @@ fn dispatch_staged(
         return Dispatched::Ordered(
             async move {
                 ctx.logs.wait_unwritten_below(staged_max).await;
-                dispatch_decoded(&ctx, header, req, recompressed)
+                dispatch_decoded(&ctx, header, req, buffer_bytes, recompressed)
                     .into_answer()
                     .await
             }
             .boxed_local(),
         );
     }
-    dispatch_decoded(ctx, header, req, recompressed)
+    dispatch_decoded(ctx, header, req, buffer_bytes, recompressed)
 }
 
 /// `handle` once the request is decoded and the shard has room to stage it.
@@ -236,6 +247,7 @@ fn dispatch_decoded(
     ctx: &Rc<ShardCtx>,
     header: RequestHeader,
     req: crate::protocol::produce::ProduceRequest,
+    buffer_bytes: usize,
     recompressed: Recompressed,
 ) -> Dispatched {
     let version = header.api_version;
@@ -245,6 +257,7 @@ fn dispatch_decoded(
             ctx,
             header,
             req,
+            buffer_bytes,
             HashMap::new(),
             recompressed,
         ));
@@ -276,7 +289,7 @@ fn dispatch_decoded(
                     }
                 }
             }
-            append_and_answer(&ctx, header, req, refused, recompressed)
+            append_and_answer(&ctx, header, req, buffer_bytes, refused, recompressed)
         }
         .boxed_local(),
     )
@@ -351,20 +364,25 @@ pub(crate) async fn add_partitions_to_txn(
             .add_or_verify(ctx, id, pid, epoch, &tps, verify_only)
             .await;
     }
-    let (tx, rx) = futures::channel::oneshot::channel();
-    let msg = ShardMessage::AddPartitionsToTxn {
-        transactional_id: id.to_owned(),
-        producer_id: pid,
-        producer_epoch: epoch,
-        partitions: tps,
-        verify_only,
-        reply: tx,
-    };
-    ctx.router
-        .send_to(shard, msg)
-        .await
-        .map_err(|_| TxnError::CoordinatorNotAvailable)?;
-    rx.await.map_err(|_| TxnError::CoordinatorNotAvailable)?
+    // Bounded (see `router`): a coordinator that does not answer in time
+    // is retriable coordinator trouble, NOT_ENOUGH_REPLICAS to the producer.
+    let call = ctx.router.call(shard, ctx.router.deadline(), |reply| {
+        ShardMessage::AddPartitionsToTxn {
+            transactional_id: id.to_owned(),
+            producer_id: pid,
+            producer_epoch: epoch,
+            partitions: tps,
+            verify_only,
+            reply,
+        }
+    });
+    match call.await {
+        Ok(answer) => answer,
+        Err(e) => {
+            tracing::warn!(transactional_id = id, error = %e, "adding partitions to the transaction failed");
+            Err(TxnError::CoordinatorNotAvailable)
+        }
+    }
 }
 
 /// What a produce partition answers when adding it to the transaction
@@ -385,6 +403,7 @@ fn append_and_answer(
     ctx: &Rc<ShardCtx>,
     header: RequestHeader,
     req: crate::protocol::produce::ProduceRequest,
+    buffer_bytes: usize,
     refused: HashMap<(String, i32), i16>,
     mut recompressed: Recompressed,
 ) -> LocalBoxFuture<'static, Outcome> {
@@ -518,6 +537,9 @@ fn append_and_answer(
                 }
                 Ok(Verdict::Append) => {}
             }
+            // The allocation the batch is a slice of: the request's receive
+            // buffer, or the recompression's own.
+            let mut allocation_bytes = buffer_bytes;
             if let Some(codec) = state.config.compression {
                 if header.compression_id() != codec as i16 {
                     let done = recompressed.remove(&(topic.name.clone(), index));
@@ -525,7 +547,10 @@ fn append_and_answer(
                     match done.unwrap_or_else(|| {
                         crate::record::recompress_bounded(&records, codec, limit)
                     }) {
-                        Ok(b) => records = b,
+                        Ok(b) => {
+                            records = b;
+                            allocation_bytes = records.capacity();
+                        }
                         Err(e) => {
                             results.push(PartitionResult::error(
                                 index,
@@ -542,7 +567,7 @@ fn append_and_answer(
                 log_append_time_ms = now_ms();
                 batch::set_log_append_time(&mut records, log_append_time_ms);
             }
-            match state.append(records) {
+            match state.append_from(records, allocation_bytes) {
                 Ok(info) => {
                     state
                         .producers

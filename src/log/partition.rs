@@ -3,8 +3,10 @@
 //!
 //! Append path (synchronous, no await): the batch's `baseOffset` and
 //! `partitionLeaderEpoch` are patched in place (outside the CRC), its bytes
-//! are staged (below), the indexes are updated, and the batch (as `Bytes`,
-//! no copy) goes into the shard's tail cache.
+//! are staged (below), the indexes are updated, and the batch goes into the
+//! shard's tail cache: as `Bytes`, no copy, unless it is a small part of the
+//! request frame it was cut from (`append_from`; see `cache`), which it
+//! would keep alive whole.
 //!
 //! Staging: `append` copies the batch straight into page-aligned chunks of
 //! `write_chunk_bytes`, one copy in all. Chunks come from the shard's
@@ -144,7 +146,7 @@
 //!
 //! Owned by one shard; handlers keep `Rc<PartitionLog>` across awaits.
 
-use super::cache::{CachedBatch, TailCache};
+use super::cache::TailCache;
 use super::copy::{self, STREAM_COPY_MIN_BYTES};
 use super::direct;
 use super::iobuf::{IoArena, IoBuf};
@@ -756,8 +758,22 @@ impl PartitionLog {
         self.sync_events.wake_all();
     }
 
-    /// Appends ONE already-validated v2 batch; see the module doc.
-    pub fn append(&self, mut batch: BytesMut) -> Result<AppendInfo, LogError> {
+    /// Appends ONE already-validated v2 batch held in an allocation of its
+    /// own; see the module doc.
+    pub fn append(&self, batch: BytesMut) -> Result<AppendInfo, LogError> {
+        let allocation_bytes = batch.capacity();
+        self.append_from(batch, allocation_bytes)
+    }
+
+    /// [`Self::append`] for a batch that is a slice of a larger allocation
+    /// of `allocation_bytes` (a request frame's receive buffer), which a
+    /// zero-copy cache entry would keep alive: the tail cache copies the
+    /// batch if it is a small part of it (`cache`).
+    pub fn append_from(
+        &self,
+        mut batch: BytesMut,
+        allocation_bytes: usize,
+    ) -> Result<AppendInfo, LogError> {
         self.check_usable()?;
         let h = BatchHeader::parse(&batch)?;
         if h.total_size() != batch.len() {
@@ -795,14 +811,8 @@ impl PartitionLog {
             Some((ts, _)) if ts >= h.max_timestamp => {}
             _ => self.max_ts.set(Some((h.max_timestamp, last))),
         }
-        self.cache.insert(
-            self.cache_id,
-            CachedBatch {
-                base_offset: base,
-                last_offset: last,
-                bytes: batch.freeze(),
-            },
-        );
+        self.cache
+            .insert(self.cache_id, base, last, batch, allocation_bytes);
         self.kick_writer();
         if cfg.fsync_acks || (last + 1 - self.durable.get()) >= cfg.flush_messages {
             self.request_sync(last);

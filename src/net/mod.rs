@@ -28,6 +28,13 @@
 //!   arriving is read whole, so the bytes holding the limit always belong
 //!   to requests that will be answered.
 //!
+//! What the tail cache keeps of a request is not counted here: a frame's
+//! bytes count until its answer is written, while a batch appended from it
+//! may stay in the cache, zero-copy, keeping the receive buffer's allocation
+//! alive. The cache charges itself for that allocation and copies a batch
+//! that is a small part of it (`log::cache`), so a shard holds at most
+//! `queued_max_request_bytes` of requests plus `tail_cache_bytes` of cache.
+//!
 //! Framing errors (negative length, a frame over `socket.request.max.bytes`),
 //! an unknown api key or an undecodable header close this connection only.
 
@@ -304,6 +311,10 @@ async fn read_requests(
     // front once whole, so a request body is never copied in user space
     // (the kernel's copy out of the socket is the only one).
     let mut buf = BytesMut::new();
+    // The size of `buf`'s allocation, which every frame cut from it shares:
+    // a batch the tail cache keeps zero-copy keeps all of it alive, so the
+    // produce handler is told (see `log::cache`).
+    let mut buf_alloc_bytes = 0usize;
     // The last read filled all it was offered: the socket likely holds more.
     let mut more_queued = false;
     loop {
@@ -322,7 +333,9 @@ async fn read_requests(
             frame.advance(FRAME_PREFIX_BYTES);
             let header = parse_request_header(&mut frame)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            let answer = handlers::dispatch(ctx, header, frame).into_answer().await;
+            let answer = handlers::dispatch(ctx, header, frame, buf_alloc_bytes)
+                .into_answer()
+                .await;
             let task = glommio::spawn_local(answer).detach();
             queued.set(queued.get() + 1);
             ctx.request_started();
@@ -353,6 +366,7 @@ async fn read_requests(
             let mut grown = BytesMut::with_capacity(grow_to);
             grown.extend_from_slice(&buf);
             buf = grown;
+            buf_alloc_bytes = buf.capacity();
         }
         // With no frame pending, read only a window's worth first: once its
         // length prefix is in, the frame gets room for all of it above

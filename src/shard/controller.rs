@@ -6,22 +6,48 @@
 //! image and broadcast it to every shard, waiting for all acks. Only then is
 //! the request answered, so a client that sees a topic created can produce to
 //! every partition of it at once, on whichever shard leads it.
+//!
+//! Timeouts (`--cross-shard-timeout-ms`, see `router`): every request comes
+//! with the deadline at which its requester stops waiting.
+//! - A request still waiting for the semaphore at its deadline, or that gets
+//!   it after the deadline, is answered TimedOut and changes nothing: its
+//!   requester has answered REQUEST_TIMED_OUT (or COORDINATOR_NOT_AVAILABLE)
+//!   already, and a retry must not find half of an old request applied.
+//! - A request that started is carried to its end (never cancelled between
+//!   persisting and broadcasting, which would leave the log and the images
+//!   apart); only the wait for the shards' acks stops at the deadline. The
+//!   items that were applied are then answered TimedOut (REQUEST_TIMED_OUT,
+//!   as Kafka answers a CreateTopics whose change is not yet everywhere):
+//!   the change is persisted, the shards that acked serve it, and a retry
+//!   sees it (TOPIC_ALREADY_EXISTS, say).
+//! - A shard that did not ack in time is "lagging": a background task sends
+//!   it the controller's newest image and waits for the ack, again and again
+//!   until the shard has acked the newest one. Images are whole and
+//!   versioned (a shard ignores an older one), so the lagging shard
+//!   converges to the controller's state once it resumes, even if the
+//!   broadcast's own message never reached it (the channel was full) and no
+//!   later change comes.
+//!
+//! The start-up broadcast ([`Controller::load`]) waits without a deadline:
+//! shards open and recover their logs for as long as that takes, and the
+//! broker is not ready before.
 
 use super::messages::{
     ConfigChange, ControllerError, ControllerReply, ControllerRequest, NewTopic, ShardMessage,
 };
+use super::router::within;
 use super::ShardCtx;
 use crate::config::BrokerConfig;
 use crate::metadata::{
     new_topic_id, store, topic_config, validate_topic_name, MetadataImage, MetadataRecord,
     PRODUCER_ID_BLOCK_SIZE,
 };
-use futures::channel::oneshot;
 use glommio::sync::Semaphore;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Largest partition count accepted for one topic, a guard against a request
 /// that would open millions of logs.
@@ -36,6 +62,9 @@ pub struct Controller {
     /// says. Shards (shard 0 included) serve from the copies broadcast to
     /// them; producer-id blocks change only this one.
     image: RefCell<Arc<MetadataImage>>,
+    /// Shards that did not ack an image in time and are being sent the
+    /// newest one in the background (see the module doc).
+    lagging: RefCell<BTreeSet<usize>>,
 }
 
 impl Controller {
@@ -44,6 +73,7 @@ impl Controller {
             config,
             lock: Semaphore::new(1),
             image: RefCell::new(Arc::new(MetadataImage::default())),
+            lagging: RefCell::new(BTreeSet::new()),
         }
     }
 
@@ -69,14 +99,33 @@ impl Controller {
         );
         let image = Arc::new(image);
         *self.image.borrow_mut() = image.clone();
-        self.broadcast(ctx, image).await;
+        self.broadcast(ctx, image, None).await;
         Ok(())
     }
 
-    pub async fn handle(&self, ctx: &Rc<ShardCtx>, request: ControllerRequest) -> ControllerReply {
-        let Ok(_permit) = self.lock.acquire_permit(1).await else {
-            return ControllerReply::Items(Vec::new());
+    /// Runs one request whose requester waits until `deadline` (see the
+    /// module doc). Err: the request was not started and changed nothing.
+    pub async fn handle(
+        &self,
+        ctx: &Rc<ShardCtx>,
+        request: ControllerRequest,
+        deadline: Instant,
+    ) -> Result<ControllerReply, ControllerError> {
+        let not_started = || {
+            ControllerError::TimedOut(format!(
+                "The controller did not start the request within {} ms (--cross-shard-timeout-ms); nothing was changed.",
+                ctx.router.timeout().as_millis()
+            ))
         };
+        let Some(permit) = within(deadline, self.lock.acquire_permit(1)).await else {
+            return Err(not_started());
+        };
+        let Ok(_permit) = permit else {
+            return Err(ControllerError::Unavailable);
+        };
+        if Instant::now() >= deadline {
+            return Err(not_started());
+        }
         let image = self.image.borrow().clone();
         let mut items = Vec::new();
         let mut records = Vec::new();
@@ -160,13 +209,13 @@ impl Controller {
                 let record = MetadataRecord::ProducerIdBlock { next: end };
                 if let Err(e) = self.persist(vec![record.clone()]).await {
                     tracing::error!(error = %e, "persisting a producer id block failed");
-                    return ControllerReply::ProducerIds(Err(ControllerError::Storage(
+                    return Ok(ControllerReply::ProducerIds(Err(ControllerError::Storage(
                         e.to_string(),
-                    )));
+                    ))));
                 }
                 // Only the controller's own image needs the new high-water mark.
                 *self.image.borrow_mut() = Arc::new(next.apply(&record));
-                return ControllerReply::ProducerIds(Ok(start..end));
+                return Ok(ControllerReply::ProducerIds(Ok(start..end)));
             }
             ControllerRequest::AlterConfigs {
                 changes,
@@ -187,7 +236,7 @@ impl Controller {
             }
         }
         if records.is_empty() {
-            return ControllerReply::Items(items);
+            return Ok(ControllerReply::Items(items));
         }
         if let Err(e) = self.persist(records).await {
             tracing::error!(error = %e, "metadata log append failed");
@@ -196,12 +245,23 @@ impl Controller {
                 .into_iter()
                 .map(|(n, r)| (n, r.and(Err(ControllerError::Storage(msg.clone())))))
                 .collect();
-            return ControllerReply::Items(items);
+            return Ok(ControllerReply::Items(items));
         }
         let next = Arc::new(next);
         *self.image.borrow_mut() = next.clone();
-        self.broadcast(ctx, next).await;
-        ControllerReply::Items(items)
+        let late = self.broadcast(ctx, next, Some(deadline)).await;
+        if late.is_empty() {
+            return Ok(ControllerReply::Items(items));
+        }
+        let msg = format!(
+            "The change is saved, but shard(s) {late:?} did not apply it within {} ms (--cross-shard-timeout-ms); they will.",
+            ctx.router.timeout().as_millis()
+        );
+        let items = items
+            .into_iter()
+            .map(|(n, r)| (n, r.and(Err(ControllerError::TimedOut(msg.clone())))))
+            .collect();
+        Ok(ControllerReply::Items(items))
     }
 
     async fn persist(&self, records: Vec<MetadataRecord>) -> std::io::Result<()> {
@@ -211,26 +271,81 @@ impl Controller {
             .await
     }
 
-    /// Sends `image` to every shard and waits until all have applied it.
-    async fn broadcast(&self, ctx: &Rc<ShardCtx>, image: Arc<MetadataImage>) {
-        let mut acks = Vec::new();
-        for shard in 0..ctx.cores() {
-            if shard == ctx.shard {
-                continue;
+    /// Sends `image` to every shard and waits until all have applied it, or
+    /// until `deadline`; returns the shards that had not acked by then (they
+    /// are caught up in the background, see [`Self::catch_up`]).
+    async fn broadcast(
+        &self,
+        ctx: &Rc<ShardCtx>,
+        image: Arc<MetadataImage>,
+        deadline: Option<Instant>,
+    ) -> Vec<usize> {
+        let deliveries = (0..ctx.cores())
+            .filter(|&shard| shard != ctx.shard)
+            .map(|shard| {
+                let image = image.clone();
+                async move {
+                    let make = |reply| ShardMessage::ApplyMetadata { image, reply };
+                    let acked = match deadline {
+                        Some(d) => ctx.router.call(shard, d, make).await,
+                        None => ctx.router.call(shard, far_future(), make).await,
+                    };
+                    (shard, acked)
+                }
+            });
+        let remote = futures::future::join_all(deliveries);
+        let ((), acks) = futures::future::join(ctx.apply_image(image), remote).await;
+        let mut late = Vec::new();
+        for (shard, acked) in acks {
+            match acked {
+                Ok(()) => {}
+                Err(super::router::CallError::TimedOut(_)) => {
+                    tracing::warn!(
+                        shard,
+                        timeout_ms = ctx.router.timeout().as_millis() as u64,
+                        "a shard did not apply a metadata change in time; it is sent the newest image until it does"
+                    );
+                    self.catch_up(ctx, shard);
+                    late.push(shard);
+                }
+                // Shutting down: its receive loop is gone.
+                Err(super::router::CallError::Unreachable(_)) => {}
             }
-            let (tx, rx) = oneshot::channel();
-            let msg = ShardMessage::ApplyMetadata {
-                image: image.clone(),
-                reply: tx,
+        }
+        late
+    }
+
+    /// Sends `shard` the controller's newest image, in the background, until
+    /// it has acked the newest one (one task per lagging shard). Not bounded
+    /// by a deadline: no request waits on it.
+    fn catch_up(&self, ctx: &Rc<ShardCtx>, shard: usize) {
+        if !self.lagging.borrow_mut().insert(shard) {
+            return; // a task is at it already
+        }
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move {
+            let Some(controller) = ctx.controller.as_ref() else {
+                return;
             };
-            if ctx.router.send_to(shard, msg).await.is_ok() {
-                acks.push(rx);
+            loop {
+                let image = controller.image.borrow().clone();
+                let version = image.version;
+                let make = |reply| ShardMessage::ApplyMetadata { image, reply };
+                if ctx.router.call(shard, far_future(), make).await.is_err() {
+                    break; // shutting down
+                }
+                if controller.image.borrow().version <= version {
+                    tracing::info!(
+                        shard,
+                        version,
+                        "a lagging shard applied the newest metadata"
+                    );
+                    break;
+                }
             }
-        }
-        ctx.apply_image(image).await;
-        for ack in acks {
-            let _ = ack.await;
-        }
+            controller.lagging.borrow_mut().remove(&shard);
+        })
+        .detach();
     }
 
     fn plan_create(
@@ -342,6 +457,12 @@ impl Controller {
             shards: image.assign_shards((count - current) as usize, self.config.cores),
         })
     }
+}
+
+/// A deadline that does not come (waits that are deliberately unbounded).
+fn far_future() -> Instant {
+    const YEAR: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+    Instant::now() + YEAR
 }
 
 fn plan_configs(

@@ -72,6 +72,11 @@ pub enum ControllerError {
     Storage(String),
     #[error("the controller is unreachable")]
     Unavailable,
+    /// A cross-shard wait passed its deadline (`--cross-shard-timeout-ms`):
+    /// the controller did not answer, or not every shard applied the change
+    /// in time (it is persisted and converges; see `router`).
+    #[error("{0}")]
+    TimedOut(String),
 }
 
 /// Per-item outcomes, in the order of the request's items.
@@ -85,10 +90,12 @@ pub enum ControllerReply {
 
 /// Everything that travels over the channel mesh.
 pub enum ShardMessage {
-    /// For shard 0's controller.
+    /// For shard 0's controller. A request still queued at `deadline`
+    /// (when its requester stops waiting) is dropped unapplied.
     Controller {
         request: ControllerRequest,
-        reply: oneshot::Sender<ControllerReply>,
+        deadline: std::time::Instant,
+        reply: oneshot::Sender<Result<ControllerReply, ControllerError>>,
     },
     /// A new metadata image from the controller; acked once this shard has
     /// opened or dropped the partition logs the change concerns.

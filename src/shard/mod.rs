@@ -18,7 +18,12 @@
 //! image and sends it to every shard; each shard opens the logs of partitions
 //! it newly owns, deletes those of deleted topics, pushes new configs to its
 //! logs, then swaps the image and acks. A controller request therefore
-//! completes only when every shard can serve the change.
+//! completes only when every shard can serve the change, or answers a
+//! timeout after `--cross-shard-timeout-ms` when one shard is too slow (the
+//! change then reaches that shard later; see `controller`).
+//!
+//! Every wait for another shard is bounded; [`router`] lists them and what
+//! each answers on a timeout.
 
 pub mod controller;
 pub mod messages;
@@ -84,8 +89,20 @@ impl PartitionState {
     /// segment, the producer state as of its first offset is snapshotted,
     /// as Kafka does at every roll, so recovery replays at most one segment.
     pub fn append(&self, batch: BytesMut) -> Result<AppendInfo, LogError> {
+        let allocation_bytes = batch.capacity();
+        self.append_from(batch, allocation_bytes)
+    }
+
+    /// [`Self::append`] for a batch that is a slice of an allocation of
+    /// `allocation_bytes` (a request frame's receive buffer; see
+    /// `PartitionLog::append_from`).
+    pub fn append_from(
+        &self,
+        batch: BytesMut,
+        allocation_bytes: usize,
+    ) -> Result<AppendInfo, LogError> {
         let segments_before = self.log.segment_count();
-        let info = self.log.append(batch)?;
+        let info = self.log.append_from(batch, allocation_bytes)?;
         if self.log.segment_count() > segments_before {
             self.snapshot_at_roll(info.base_offset.0);
         }
@@ -727,50 +744,80 @@ impl ShardCtx {
             }],
             validate_only: false,
         };
-        match self.invoke_controller(request).await? {
-            ControllerReply::Items(items) => {
-                // A concurrent creation answers TOPIC_ALREADY_EXISTS: fine.
-                if let Some(t) = self.image().topic(name) {
-                    return Ok(t.clone());
-                }
-                match items.into_iter().next() {
-                    Some((_, Err(e))) => Err(e),
-                    _ => Err(ControllerError::Unavailable),
-                }
-            }
+        let outcome = self.invoke_controller(request).await;
+        // A concurrent creation answers TOPIC_ALREADY_EXISTS, and one whose
+        // broadcast timed out after this shard applied it TimedOut: either
+        // way this shard serves the topic.
+        if let Some(t) = self.image().topic(name) {
+            return Ok(t.clone());
+        }
+        match outcome? {
+            ControllerReply::Items(items) => match items.into_iter().next() {
+                Some((_, Err(e))) => Err(e),
+                _ => Err(ControllerError::Unavailable),
+            },
             ControllerReply::ProducerIds(_) => Err(ControllerError::Unavailable),
         }
     }
 
-    /// Runs a controller request on shard 0, from any shard.
+    /// Runs a controller request on shard 0, from any shard, waiting at
+    /// most `--cross-shard-timeout-ms` for the answer (see `router`): a
+    /// request the controller had not started by then is never applied.
     pub async fn invoke_controller(
         self: &Rc<Self>,
         request: ControllerRequest,
     ) -> Result<ControllerReply, ControllerError> {
+        let deadline = self.router.deadline();
         if let Some(controller) = &self.controller {
-            return Ok(controller.handle(self, request).await);
+            // Not cut short from here: the controller bounds its own waits
+            // by the deadline and must not be cancelled half-way.
+            return controller.handle(self, request, deadline).await;
         }
-        let (tx, rx) = oneshot::channel();
-        self.router
-            .send_to(0, ShardMessage::Controller { request, reply: tx })
-            .await
-            .map_err(|_| ControllerError::Unavailable)?;
-        rx.await.map_err(|_| ControllerError::Unavailable)
+        let call = self
+            .router
+            .call(0, deadline, |reply| ShardMessage::Controller {
+                request,
+                deadline,
+                reply,
+            });
+        match call.await {
+            Ok(outcome) => outcome,
+            Err(router::CallError::TimedOut(_)) => Err(ControllerError::TimedOut(format!(
+                "The controller did not answer within {} ms (--cross-shard-timeout-ms).",
+                self.router.timeout().as_millis()
+            ))),
+            Err(router::CallError::Unreachable(_)) => Err(ControllerError::Unavailable),
+        }
     }
 
-    /// Handles one message from another shard.
+    /// Handles one message from another shard. Metadata images are applied
+    /// in arrival order before the next message is taken; everything else
+    /// runs in its own task, so a slow request (a controller request
+    /// waiting for the acks of a slow shard) does not hold up the messages
+    /// behind it.
     pub async fn on_message(self: &Rc<Self>, message: ShardMessage) {
         match message {
-            ShardMessage::Controller { request, reply } => match &self.controller {
-                Some(controller) => {
-                    let outcome = controller.handle(self, request).await;
-                    let _ = reply.send(outcome);
+            ShardMessage::Controller {
+                request,
+                deadline,
+                reply,
+            } => {
+                if self.controller.is_none() {
+                    tracing::error!(
+                        shard = self.shard,
+                        "controller request at a non-controller shard"
+                    );
+                    return;
                 }
-                None => tracing::error!(
-                    shard = self.shard,
-                    "controller request at a non-controller shard"
-                ),
-            },
+                let ctx = self.clone();
+                glommio::spawn_local(async move {
+                    if let Some(controller) = &ctx.controller {
+                        let outcome = controller.handle(&ctx, request, deadline).await;
+                        let _ = reply.send(outcome);
+                    }
+                })
+                .detach();
+            }
             ShardMessage::ApplyMetadata { image, reply } => {
                 self.apply_image(image).await;
                 let _ = reply.send(());

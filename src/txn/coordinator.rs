@@ -43,6 +43,7 @@ use super::{
 use crate::metadata::internal::{coordinator_partition, TRANSACTION_STATE};
 use crate::record::{BatchBuilder, Compression};
 use crate::shard::messages::ShardMessage;
+use crate::shard::router::CallError;
 use crate::shard::{now_ms, PartitionState, ShardCtx};
 use crate::types::TopicPartition;
 use futures::channel::oneshot;
@@ -881,43 +882,51 @@ async fn send_markers(ctx: &Rc<ShardCtx>, markers: Vec<TxnMarker>) -> Vec<(TxnMa
             )),
         }
     }
+    // Remote shards concurrently, all until one deadline (see `router`): a
+    // marker that timed out gets REQUEST_TIMED_OUT, and `complete` retries
+    // it; one the slow shard writes after all is then refused as stale or
+    // written twice, both harmless.
+    let deadline = ctx.router.deadline();
+    let local = by_shard.remove(&ctx.shard);
     let mut remote = Vec::new();
     for (shard, batch) in by_shard {
-        if shard == ctx.shard {
-            out.extend(ctx.write_txn_markers(batch).await);
-            continue;
-        }
-        let (tx, rx) = oneshot::channel();
-        let sent = ctx
-            .router
-            .send_to(
-                shard,
-                ShardMessage::WriteTxnMarkers {
+        remote.push(async move {
+            let call = ctx
+                .router
+                .call(shard, deadline, |reply| ShardMessage::WriteTxnMarkers {
                     markers: batch.clone(),
-                    reply: tx,
-                },
-            )
-            .await;
-        match sent {
-            Ok(()) => remote.push((batch, rx)),
-            Err(_) => out.extend(batch.into_iter().map(|m| {
-                (
-                    m,
-                    kafka_protocol::ResponseError::CoordinatorNotAvailable.code(),
-                )
-            })),
-        }
+                    reply,
+                });
+            match call.await {
+                Ok(results) => results,
+                Err(e) => {
+                    let code = match e {
+                        CallError::TimedOut(_) => {
+                            tracing::warn!(
+                                shard,
+                                "transaction markers timed out at another shard; retrying"
+                            );
+                            kafka_protocol::ResponseError::RequestTimedOut.code()
+                        }
+                        CallError::Unreachable(_) => {
+                            kafka_protocol::ResponseError::CoordinatorNotAvailable.code()
+                        }
+                    };
+                    batch.into_iter().map(|m| (m, code)).collect()
+                }
+            }
+        });
     }
-    for (batch, rx) in remote {
-        match rx.await {
-            Ok(results) => out.extend(results),
-            Err(_) => out.extend(batch.into_iter().map(|m| {
-                (
-                    m,
-                    kafka_protocol::ResponseError::CoordinatorNotAvailable.code(),
-                )
-            })),
+    let local = async {
+        match local {
+            Some(batch) => ctx.write_txn_markers(batch).await,
+            None => Vec::new(),
         }
+    };
+    let (local, remote) = futures::future::join(local, futures::future::join_all(remote)).await;
+    out.extend(local);
+    for results in remote {
+        out.extend(results);
     }
     out
 }
