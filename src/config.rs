@@ -185,6 +185,10 @@ pub struct ServeArgs {
     /// TESTING ONLY: how long `--debug-stall-shard` stalls [default: for good].
     #[arg(long, hide = true)]
     pub debug_stall_shard_ms: Option<u64>,
+    /// TESTING ONLY: every segment write waits this long first (a slow
+    /// disk), to test that producers faster than the disk are held back.
+    #[arg(long, hide = true)]
+    pub debug_write_delay_ms: Option<u64>,
 }
 
 /// The resolved broker configuration, identical on every shard.
@@ -234,6 +238,8 @@ pub struct BrokerConfig {
     pub debug_stall_shard: Option<usize>,
     /// None = for good. See `ServeArgs::debug_stall_shard_ms`.
     pub debug_stall_shard_ms: Option<u64>,
+    /// 0 = off. See `ServeArgs::debug_write_delay_ms`.
+    pub debug_write_delay_ms: u64,
 }
 
 impl ServeArgs {
@@ -306,6 +312,7 @@ impl ServeArgs {
             debug_panic_shard: self.debug_panic_shard.or(file.debug_panic_shard),
             debug_stall_shard: self.debug_stall_shard.or(file.debug_stall_shard),
             debug_stall_shard_ms: self.debug_stall_shard_ms.or(file.debug_stall_shard_ms),
+            debug_write_delay_ms: self.debug_write_delay_ms.or(file.debug_write_delay_ms),
         }
     }
 
@@ -424,6 +431,7 @@ impl ServeArgs {
             debug_panic_shard: a.debug_panic_shard,
             debug_stall_shard: a.debug_stall_shard,
             debug_stall_shard_ms: a.debug_stall_shard_ms,
+            debug_write_delay_ms: a.debug_write_delay_ms.unwrap_or(0),
         })
     }
 }

@@ -253,6 +253,7 @@ async fn shard_main(
         );
         stalled_until.set(Some(Instant::now() + Duration::from_millis(ms)));
     }
+    crate::log::set_debug_write_delay_ms(config.debug_write_delay_ms);
     if config.debug_panic_shard == Some(shard) {
         glommio::spawn_local(async move {
             glommio::timer::sleep(Duration::from_millis(DEBUG_PANIC_DELAY_MS)).await;

@@ -456,3 +456,69 @@ fn cached_batches_do_not_pin_the_frames_they_arrived_in() {
     let mut produced = (WARM_UP_FRAMES + FRAMES) as usize;
     assert_serving(&mut broker, topic, 1, &mut produced);
 }
+
+/// The port of a target's (single) broker.
+fn target_port(target: &common::target::Target) -> u16 {
+    let b = target.bootstrap();
+    b.rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {b}"))
+}
+
+/// A Produce whose records end in a partial second batch: Kafka's batch
+/// iterator stops before an incomplete batch (`ByteBufferLogInputStream`),
+/// so the request holds exactly one batch, and the log trims the trailing
+/// bytes (`trimInvalidBytes`): the first batch is appended, the rest is
+/// dropped, and nothing waits for the missing bytes. Runs against stock
+/// Kafka with `FJORD_TEST_BROKER=kafka:HOST:PORT`.
+#[test]
+fn a_produce_with_a_trailing_partial_batch_appends_the_whole_batch_only() {
+    let target = common::target::Target::start(BrokerOpts::default().cores(1));
+    let topic = target.name("hardening-partial-tail");
+    create_topic(&target.bootstrap(), &topic, 1, &[]);
+    let batch = |first: usize| {
+        let mut b = BatchBuilder::new(Compression::None);
+        for i in first..first + 3 {
+            b = b.record(
+                None,
+                Some(format!("v{i}").as_bytes()),
+                &[],
+                1_700_000_000_000,
+            );
+        }
+        b.build().freeze()
+    };
+    let mut c = RawClient::connect(target_port(&target));
+    let tails: [(&str, usize); 2] = [
+        ("part of a batch header", 30),
+        ("a whole header, part of the records", 70),
+    ];
+    let mut expected_offset = 0i64;
+    for (i, (what, tail_len)) in tails.iter().enumerate() {
+        let whole = batch(i * 3);
+        let next = batch(100 + i * 3);
+        let mut records = whole.to_vec();
+        records.extend_from_slice(&next[..*tail_len]);
+        let resp = c.request::<kafka_protocol::messages::ProduceRequest>(
+            9,
+            &produce_request(&topic, 0, -1, bytes::Bytes::from(records)),
+        );
+        let p = only_partition(&resp);
+        assert_eq!(p.error_code, 0, "{what}: {:?}", p.error_message);
+        assert_eq!(p.base_offset, expected_offset, "{what}");
+        expected_offset += 3;
+    }
+    let got: Vec<String> = client::consume(
+        &target.bootstrap(),
+        &topic,
+        1,
+        6,
+        Duration::from_millis(500),
+        CLIENT_TIMEOUT,
+    )
+    .into_iter()
+    .map(|m| String::from_utf8_lossy(&m.value.unwrap_or_default()).into_owned())
+    .collect();
+    assert_eq!(got, ["v0", "v1", "v2", "v3", "v4", "v5"]);
+}

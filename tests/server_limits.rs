@@ -2,7 +2,9 @@
 //! connections per shard (closed at accept over the limit), the idle
 //! timeout (a silent connection is closed, a busy one is not), and the
 //! bytes of requests read but unanswered per connection (the broker stops
-//! reading instead of buffering).
+//! reading instead of buffering), the partitions one request and the broker
+//! may create, and the bytes staged for a slow disk (acks=0 producers are
+//! held back, the broker's memory stays flat).
 
 mod common;
 
@@ -207,4 +209,95 @@ fn topic_creation_is_bounded_per_request_and_in_total() {
         grown[0].as_ref().map_err(|(_, c)| *c),
         Err(RDKafkaErrorCode::InvalidPartitions)
     );
+}
+
+/// Resident memory of process `pid` (VmRSS), in bytes.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS in /proc status")
+        * 1024
+}
+
+/// acks=0 producers faster than the disk are held back at
+/// `--staged-bytes-max`: with every segment write delayed (a slow disk), a
+/// client pushing 128 MiB of acks=0 Produce as fast as its socket takes
+/// them leaves the broker's resident memory bounded by the limits it was
+/// given (staged, queued and cached bytes), not by what the client sent.
+/// With the staged limit out of the way (`--staged-bytes-max` 1 GiB) the
+/// broker reads everything and stages it, and this test fails.
+#[test]
+fn acks0_producers_faster_than_a_slow_disk_are_held_back() {
+    const BATCH_BYTES: usize = 256 << 10;
+    const TOTAL_BYTES: usize = 128 << 20;
+    const LIMIT_BYTES: usize = 4 << 20;
+    /// Staged + queued + cached limits (16 MiB) plus allocator slack.
+    const RSS_GROWTH_MAX: u64 = 48 << 20;
+    const SEND_FOR: Duration = Duration::from_secs(20);
+    let limit = LIMIT_BYTES.to_string();
+    let mut broker = Broker::start(
+        BrokerOpts::default()
+            .cores(1)
+            .arg("--debug-write-delay-ms")
+            .arg("100")
+            .arg("--staged-bytes-max")
+            .arg(limit.clone())
+            .arg("--queued-max-request-bytes")
+            .arg(limit.clone())
+            .arg("--connection-queued-max-request-bytes")
+            .arg(limit.clone())
+            .arg("--tail-cache-bytes")
+            .arg(limit),
+    );
+    let topic = "limits-acks0-slow-disk";
+    create_topic(&broker.bootstrap(), topic, 1, &[]);
+    let pid = broker.pid().expect("broker pid");
+    let mut value = vec![0u8; BATCH_BYTES - 100];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for b in value.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let batch = fjord::record::BatchBuilder::new(fjord::record::Compression::None)
+        .record(None, Some(&value), &[], 1_700_000_000_000)
+        .build()
+        .freeze();
+    // One acknowledged write first: the partition is open and warm.
+    let mut c = RawClient::connect(broker.port);
+    let resp = c.request::<ProduceRequest>(9, &produce_request(topic, 0, 1, batch.clone()));
+    assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+    let baseline = rss_bytes(pid);
+    let (frame, _) = c.encode_frame(9, &produce_request(topic, 0, 0, batch));
+    let sender = std::thread::spawn(move || {
+        let deadline = Instant::now() + SEND_FOR;
+        let mut sent = 0usize;
+        while sent < TOTAL_BYTES && Instant::now() < deadline {
+            let n = c.send_bytes_within(&frame, deadline.saturating_duration_since(Instant::now()));
+            sent += n;
+            if n < frame.len() {
+                break;
+            }
+        }
+        sent
+    });
+    let mut peak = baseline;
+    while !sender.is_finished() {
+        peak = peak.max(rss_bytes(pid));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sent = sender.join().expect("sender");
+    let growth = peak.saturating_sub(baseline);
+    eprintln!(
+        "sent {sent} bytes of acks=0 Produce; broker RSS {baseline} -> peak {peak} (+{growth})"
+    );
+    assert!(
+        growth < RSS_GROWTH_MAX,
+        "the broker's memory grew by {growth} bytes while a client sent {sent} bytes of acks=0 Produce to a slow disk"
+    );
+    broker.assert_alive();
 }

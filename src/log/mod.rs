@@ -187,3 +187,15 @@ pub(crate) fn now_ms() -> i64 {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
+
+/// `--debug-write-delay-ms` (testing only; 0 = off): every segment write
+/// waits this long first. Process-wide, set by each shard at start.
+static DEBUG_WRITE_DELAY_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub fn set_debug_write_delay_ms(ms: u64) {
+    DEBUG_WRITE_DELAY_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub(crate) fn debug_write_delay_ms() -> u64 {
+    DEBUG_WRITE_DELAY_MS.load(std::sync::atomic::Ordering::Relaxed)
+}

@@ -1151,7 +1151,11 @@ impl PartitionLog {
                     pos,
                     bufs,
                 } => {
+                    let delay_ms = super::debug_write_delay_ms();
                     in_flight.push(Box::pin(async move {
+                        if delay_ms > 0 {
+                            glommio::timer::sleep(std::time::Duration::from_millis(delay_ms)).await;
+                        }
                         (seq, direct::write(file, bufs, pos).await)
                     }));
                     continue;
