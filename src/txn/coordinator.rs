@@ -738,8 +738,14 @@ impl TxnCoordinator {
             attempts += 1;
             let results = send_markers(ctx, std::mem::take(&mut todo)).await;
             for (marker, code) in results {
+                // A partition is skipped only when this shard's own image no
+                // longer has it (its topic was deleted), as Kafka's marker
+                // channel does; a leader that does not know it yet (it is
+                // still applying the image, at start-up) is asked again.
+                let deleted = code == kafka_protocol::ResponseError::UnknownTopicOrPartition.code()
+                    && !partition_exists(ctx, &marker.tp);
                 let retriable = code != 0
-                    && code != kafka_protocol::ResponseError::UnknownTopicOrPartition.code()
+                    && !deleted
                     && code != kafka_protocol::ResponseError::InvalidProducerEpoch.code();
                 if retriable {
                     todo.push(marker);
@@ -852,6 +858,13 @@ fn replay_batch(
         found.insert(id, meta);
     }
     Ok(())
+}
+
+/// Whether this shard's metadata image has `tp`.
+fn partition_exists(ctx: &ShardCtx, tp: &TopicPartition) -> bool {
+    ctx.image()
+        .topic(&tp.topic)
+        .is_some_and(|t| tp.partition.0 >= 0 && tp.partition.0 < t.partition_count())
 }
 
 /// Starts writing a transaction's markers unless a task already is.
