@@ -837,7 +837,9 @@ pub fn snapshot_round_trip(offset: i64, entries: &[(i64, ProducerEntry)]) {
 
 /// The metadata log. `data[0]` holds the flags: bit 0 rewrites every line
 /// of `data[1..]` as `<crc32c> <line>` so that the JSON is reached. Checks:
-/// loading keeps the intact lines and cuts the file after them, a second
+/// a corrupt line before others is refused (InvalidData) and the file left
+/// alone; otherwise loading keeps the intact lines and cuts a torn last
+/// line, a second
 /// load finds the same records and cuts nothing, each record re-encodes to
 /// a line that decodes to it, and replaying them builds an image.
 pub fn metadata_log(data: &[u8]) {
@@ -863,7 +865,16 @@ pub fn metadata_log(data: &[u8]) {
     let path = metadata_store::metadata_path(dir);
     std::fs::create_dir_all(path.parent().expect("a parent")).expect("metadata dir");
     write_file(&path, &bytes);
-    let records = metadata_store::load(dir).expect("load of a readable file");
+    let records = match metadata_store::load(dir) {
+        Ok(records) => records,
+        Err(e) => {
+            // A corrupt line before others: refused, the file left as it was.
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+            assert_eq!(std::fs::read(&path).expect("still there"), bytes);
+            clear_scratch();
+            return;
+        }
+    };
     let kept = std::fs::metadata(&path).expect("still there").len() as usize;
     assert!(kept <= bytes.len());
     assert!(
@@ -895,7 +906,10 @@ pub fn metadata_record_round_trip(record: &MetadataRecord) {
     let line = metadata_store::encode_line(record).expect("encode");
     let text = line.strip_suffix('\n').expect("a line ends with a newline");
     assert!(!text.contains('\n'), "one line");
-    assert_eq!(metadata_store::decode_line(text).as_ref(), Some(record));
+    assert_eq!(
+        metadata_store::decode_line(text.as_bytes()).as_ref(),
+        Ok(record)
+    );
 }
 
 // ---------------------------------------------------------------------------

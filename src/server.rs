@@ -22,6 +22,7 @@ use crate::runtime;
 use crate::shard::messages::ShardMessage;
 use crate::shard::router::Router;
 use crate::shard::ShardCtx;
+use crate::types::base64url;
 use futures::StreamExt;
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::{Latency, Shares};
@@ -349,35 +350,4 @@ fn cluster_id(data_dir: &Path, node_id: i32) -> anyhow::Result<String> {
     std::fs::File::open(&tmp)?.sync_all()?;
     std::fs::rename(&tmp, &path)?;
     Ok(id)
-}
-
-/// Base64 (URL alphabet, no padding), as Kafka prints cluster ids.
-fn base64url(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::with_capacity(bytes.len() * 4 / 3 + 2);
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
-        let chars = chunk.len() + 1;
-        for i in 0..chars {
-            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::base64url;
-
-    #[test]
-    fn base64url_matches_rfc4648() {
-        assert_eq!(base64url(b"f"), "Zg");
-        assert_eq!(base64url(b"fo"), "Zm8");
-        assert_eq!(base64url(b"foo"), "Zm9v");
-        assert_eq!(base64url(&[0xfb, 0xff]), "-_8");
-        assert_eq!(base64url(&[0u8; 16]).len(), 22);
-    }
 }

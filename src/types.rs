@@ -102,3 +102,75 @@ impl fmt::Display for TopicPartition {
         write!(f, "{}-{}", self.topic, self.partition.0)
     }
 }
+
+/// Base64 (URL alphabet, no padding), as Kafka prints cluster ids and
+/// topic ids.
+pub fn base64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len() * 4 / 3 + 2);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
+        let chars = chunk.len() + 1;
+        for i in 0..chars {
+            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// The bytes of a [`base64url`] string; `None` if it is not one.
+pub fn base64url_decode(text: &str) -> Option<Vec<u8>> {
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' => 62,
+            b'_' => 63,
+            _ => return None,
+        } as u32)
+    };
+    if text.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    for chunk in text.as_bytes().chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= value(c)? << (18 - 6 * i);
+        }
+        for i in 0..chunk.len() - 1 {
+            out.push((n >> (16 - 8 * i)) as u8);
+        }
+    }
+    // Canonical only: the unused low bits of the last character are zero.
+    (base64url(&out) == text).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{base64url, base64url_decode};
+
+    #[test]
+    fn base64url_matches_rfc4648() {
+        assert_eq!(base64url(b"f"), "Zg");
+        assert_eq!(base64url(b"fo"), "Zm8");
+        assert_eq!(base64url(b"foo"), "Zm9v");
+        assert_eq!(base64url(&[0xfb, 0xff]), "-_8");
+        assert_eq!(base64url(&[0u8; 16]).len(), 22);
+    }
+
+    #[test]
+    fn base64url_decodes_what_it_encodes_and_nothing_else() {
+        for len in 0..20 {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            assert_eq!(base64url_decode(&base64url(&bytes)), Some(bytes));
+        }
+        assert_eq!(base64url_decode("Zg=="), None);
+        assert_eq!(base64url_decode("Zh"), None); // non-canonical last character
+        assert_eq!(base64url_decode("Z"), None);
+    }
+}

@@ -555,3 +555,75 @@ fn a_partition_deleted_and_created_again_starts_at_zero() {
         mgr.shutdown().await.unwrap();
     });
 }
+
+/// Under `--fsync-acks` a new segment's directory entry is made durable
+/// before anything of that segment can be acknowledged: an fdatasync of the
+/// file does not cover its name, and without the directory fsync a power
+/// loss could take back a whole acknowledged segment. Observed through the
+/// log's directory-sync seam (`dir_sync_count`, `last_dir_sync`): the
+/// count rises by one at the roll, and `durable` had not reached into the
+/// new segment when that fsync completed.
+#[test]
+fn a_roll_under_fsync_acks_syncs_the_directory_before_the_ack() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    run(data.clone(), move || async move {
+        let mgr = LogManager::new_for_shard(data.clone(), TailCache::new(1 << 20), 0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let config = LogConfig {
+            segment_bytes: 5000,
+            fsync_acks: true,
+            ..LogConfig::default()
+        };
+        // A new partition: its directory (and the data dir's entry for it)
+        // and its first segment file are synced before `open` returns.
+        let log = mgr
+            .open(&TopicPartition::new("dirsync", 0), config.clone())
+            .await
+            .unwrap();
+        assert_eq!(log.dir_sync_count(), 2, "the new directory and its parent");
+        let first = log.append(sized_batch(1, 3000, now)).unwrap().last_offset;
+        log.wait_durable(first).await.unwrap();
+        assert_eq!(log.dir_sync_count(), 2, "no roll, no directory fsync");
+
+        for round in 1..=3 {
+            // This append rolls: a new segment starts at its base offset.
+            let base = log.log_end_offset().0;
+            let info = log.append(sized_batch(1, 3000, now)).unwrap();
+            assert_eq!(info.base_offset.0, base);
+            assert_eq!(log.segment_count(), round + 1);
+            log.wait_durable(info.last_offset).await.unwrap();
+            assert_eq!(log.dir_sync_count(), 2 + round as u64, "round {round}");
+            let sync = log.last_dir_sync().expect("a directory fsync at the roll");
+            assert_eq!(sync.segment_base, base, "round {round}");
+            assert!(
+                sync.durable_at <= base,
+                "round {round}: the directory was synced only after offset {} of the \
+                 new segment (base {base}) was durable: {sync:?}",
+                sync.durable_at - 1
+            );
+        }
+
+        // A log that never fdatasyncs (Kafka's default durability) skips it.
+        let plain = mgr
+            .open(
+                &TopicPartition::new("dirsync-plain", 0),
+                LogConfig {
+                    segment_bytes: 5000,
+                    ..LogConfig::default()
+                },
+            )
+            .await
+            .unwrap();
+        for _ in 0..3 {
+            let last = plain.append(sized_batch(1, 3000, now)).unwrap().last_offset;
+            plain.wait_written(last).await.unwrap();
+        }
+        assert_eq!(plain.segment_count(), 3);
+        assert_eq!(plain.dir_sync_count(), 0);
+        mgr.shutdown().await.unwrap();
+    });
+}

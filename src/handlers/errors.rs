@@ -31,10 +31,17 @@ pub fn controller(e: &ControllerError) -> i16 {
     }
 }
 
-/// Partition log failures.
+/// Partition log failures. A log whose writer is out of file descriptors
+/// (`Unavailable`, it retries) answers KAFKA_STORAGE_ERROR as a failed one
+/// does: Kafka's error for a log file it cannot access, and retriable for
+/// clients (the Java client's `KafkaStorageException` is an
+/// `InvalidMetadataException`; librdkafka refreshes metadata and retries),
+/// so a producer retries it until the log works again or its delivery
+/// timeout ends. REQUEST_TIMED_OUT would claim a wait that did not happen.
 pub fn log(e: &LogError) -> i16 {
     match e {
         LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange.code(),
+        LogError::Unavailable(_) => ResponseError::KafkaStorageError.code(),
         _ => ResponseError::KafkaStorageError.code(),
     }
 }

@@ -584,7 +584,12 @@ fn append_and_answer(
                     });
                 }
                 Err(e) => {
-                    tracing::error!(%tp, error = %e, "append failed");
+                    // A writer out of file descriptors said so once already.
+                    if e.is_temporary() {
+                        tracing::debug!(%tp, error = %e, "append refused");
+                    } else {
+                        tracing::error!(%tp, error = %e, "append failed");
+                    }
                     results.push(PartitionResult::error(
                         index,
                         errors::log(&e),

@@ -15,7 +15,9 @@
 //! too early a point only costs a longer scan, too late a point would trust
 //! unverified data.
 //!
-//! Files are replaced atomically: written to `<name>.tmp`, fsynced, renamed.
+//! Files are replaced atomically: written to `<name>.tmp`, fsynced, renamed,
+//! and the directory fsynced (an error if that fails: a checkpoint is done
+//! only once the rename survives a power loss).
 
 use crate::types::TopicPartition;
 use std::collections::HashMap;
@@ -75,10 +77,10 @@ pub fn write(path: &Path, entries: &[(TopicPartition, i64)]) -> std::io::Result<
         f.sync_all()?;
     }
     std::fs::rename(&tmp, path)?;
+    // The rename is durable only with the directory: DeleteRecords answers
+    // once its log start is checkpointed, so a failure here is an error.
     if let Some(dir) = path.parent() {
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
+        super::sync_dir(dir)?;
     }
     Ok(())
 }

@@ -14,6 +14,12 @@
 //! a log being closed, and no checkpoint of the loop's can be written after
 //! the final one.
 //!
+//! Partition directories belong to topic ids, not names
+//! (`partition_meta`): [`LogManager::open_topic`] claims the directory for
+//! the topic's id, replacing one a deleted topic of the same name left
+//! behind, and dropping that topic's checkpointed offsets; a deletion
+//! renames the directory to a `-delete` name before it removes it.
+//!
 //! Checkpoint files are written on glommio's blocking thread (creating,
 //! fdatasyncing and renaming them takes milliseconds, which the shard would
 //! otherwise spend serving no request), one checkpoint at a time
@@ -23,11 +29,12 @@
 
 use super::checkpoint::{self, LOG_START_CHECKPOINT, RECOVERY_POINT_CHECKPOINT};
 use super::iobuf::IoArena;
+use super::partition_meta;
 use super::{now_ms, LogConfig, LogError, PartitionLog, TailCache};
 use crate::types::TopicPartition;
 use glommio::sync::Semaphore;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -51,6 +58,10 @@ pub struct LogManager {
     /// name starts empty.
     recovery_points: RefCell<HashMap<TopicPartition, i64>>,
     log_starts: RefCell<HashMap<TopicPartition, i64>>,
+    /// Partitions whose entries in the checkpoint files on disk belong to a
+    /// deleted topic of the same name (`open_topic`), until a checkpoint of
+    /// this shard holds their open log's offsets.
+    stale_checkpoints: RefCell<HashSet<TopicPartition>>,
     retention_check_interval_ms: Cell<u64>,
     stopped: Cell<bool>,
     /// Closed by `shutdown`: cuts the background loop's wait for its next
@@ -84,6 +95,7 @@ impl LogManager {
             logs: RefCell::new(HashMap::new()),
             recovery_points: RefCell::new(recovery_points),
             log_starts: RefCell::new(log_starts),
+            stale_checkpoints: RefCell::new(HashSet::new()),
             retention_check_interval_ms: Cell::new(RETENTION_CHECK_INTERVAL_DEFAULT_MS),
             checkpoint_lock: Semaphore::new(1),
             stopped: Cell::new(false),
@@ -117,17 +129,54 @@ impl LogManager {
         self.retention_check_interval_ms.set(ms);
     }
 
-    /// Opens (creating if missing) and recovers `<data_dir>/<topic>-<partition>/`.
+    /// Opens (creating if missing) and recovers `<data_dir>/<topic>-<partition>/`,
+    /// whatever topic the directory belongs to (tools and tests; the broker
+    /// opens its partitions with [`LogManager::open_topic`]).
     pub async fn open(
         &self,
         tp: &TopicPartition,
         config: LogConfig,
     ) -> Result<Rc<PartitionLog>, LogError> {
+        self.open_topic(tp, None, config).await
+    }
+
+    /// Opens (creating if missing) and recovers `<data_dir>/<topic>-<partition>/`
+    /// as a partition of the topic with id `topic_id` (`partition_meta`): a
+    /// directory left by a deleted topic of the same name is removed and the
+    /// log starts empty, its checkpointed offsets dropped. When such stale
+    /// checkpoint entries existed, this shard's checkpoint files are
+    /// rewritten with the new log's offsets before the log is returned (an
+    /// error if that fails; the next open tries again): `checkpoint::read_all`
+    /// keeps the smallest offset of all shards' files, so after a crash no
+    /// old log start can apply to the new topic.
+    pub async fn open_topic(
+        &self,
+        tp: &TopicPartition,
+        topic_id: Option<[u8; 16]>,
+        config: LogConfig,
+    ) -> Result<Rc<PartitionLog>, LogError> {
         if let Some(l) = self.get(tp) {
             l.set_config(config);
+            self.checkpoint_if_stale(tp).await?;
             return Ok(l);
         }
         let dir = self.data_dir.join(tp.dir_name());
+        if let Some(id) = topic_id {
+            let (data_dir, d, sync) = (self.data_dir.clone(), dir.clone(), config.syncs());
+            let fresh = glommio::executor()
+                .spawn_blocking(move || partition_meta::claim(&data_dir, &d, &id, sync))
+                .await
+                .map_err(LogError::from_io)?;
+            if fresh {
+                let rp = self.recovery_points.borrow_mut().remove(tp).is_some();
+                let ls = self.log_starts.borrow_mut().remove(tp).is_some();
+                if rp || ls {
+                    tracing::info!(partition = %tp,
+                        "dropping checkpointed offsets of a deleted topic of the same name");
+                    self.stale_checkpoints.borrow_mut().insert(tp.clone());
+                }
+            }
+        }
         let recovery_point = self.recovery_points.borrow().get(tp).copied();
         let log_start = self.log_starts.borrow().get(tp).copied();
         let log = PartitionLog::open(
@@ -141,7 +190,17 @@ impl LogManager {
         )
         .await?;
         self.logs.borrow_mut().insert(tp.clone(), log.clone());
+        self.checkpoint_if_stale(tp).await?;
         Ok(log)
+    }
+
+    /// Writes the checkpoints if this shard's files on disk may still hold
+    /// offsets of a deleted topic named like open log `tp`'s.
+    async fn checkpoint_if_stale(&self, tp: &TopicPartition) -> Result<(), LogError> {
+        if self.stale_checkpoints.borrow().contains(tp) {
+            self.checkpoint().await?;
+        }
+        Ok(())
     }
 
     pub fn get(&self, tp: &TopicPartition) -> Option<Rc<PartitionLog>> {
@@ -163,12 +222,12 @@ impl LogManager {
             // blocking thread): let it finish before the directory goes.
             l.wait_idle().await;
         }
-        let dir = self.data_dir.join(tp.dir_name());
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e.into()),
-        }
+        // Renamed to a `-delete` name first, then removed: a crash never
+        // leaves part of it under the live name (`partition_meta`).
+        let (data_dir, dir) = (self.data_dir.clone(), self.data_dir.join(tp.dir_name()));
+        glommio::executor()
+            .spawn_blocking(move || partition_meta::delete_dir(&data_dir, &dir))
+            .await?;
         self.checkpoint().await?;
         Ok(())
     }
@@ -201,12 +260,24 @@ impl LogManager {
         ls.sort_by(|a, b| a.0.cmp(&b.0));
         let rp_file = checkpoint::shard_file(&self.data_dir, RECOVERY_POINT_CHECKPOINT, self.shard);
         let ls_file = checkpoint::shard_file(&self.data_dir, LOG_START_CHECKPOINT, self.shard);
+        // Stale entries these files replace with their open log's offsets.
+        let covered: Vec<TopicPartition> = self
+            .stale_checkpoints
+            .borrow()
+            .iter()
+            .filter(|tp| rp.iter().any(|(t, _)| t == *tp))
+            .cloned()
+            .collect();
         glommio::executor()
             .spawn_blocking(move || {
                 checkpoint::write(&rp_file, &rp)?;
                 checkpoint::write(&ls_file, &ls)
             })
             .await?;
+        let mut stale = self.stale_checkpoints.borrow_mut();
+        for tp in &covered {
+            stale.remove(tp);
+        }
         Ok(())
     }
 

@@ -13,6 +13,16 @@
 //! `durable` under `--fsync-acks`, so consumers never see data a crash could
 //! take back. The last stable offset equals the HW until transactions land.
 //!
+//! Durability corners (details in `partition`, `partition_meta` and
+//! `checkpoint`): a log that fdatasyncs fsyncs the partition directory
+//! after creating or renaming a segment file, before anything in it can be
+//! acknowledged; a writer out of file descriptors at a roll retries instead
+//! of failing the log (appends answer a retriable error meanwhile); every
+//! partition directory names its topic id in `partition.metadata`, so a
+//! deleted topic's directory left by a crash is never read as the data of
+//! a new topic of the same name; checkpoint files are renamed into place
+//! and their directory fsynced, an error if that fails.
+//!
 //! Threading: a log lives on exactly one shard; all state is `Cell`/
 //! `RefCell` behind `Rc` (!Send). Writes are staged synchronously by
 //! `append` and issued by a per-log writer task; fsyncs by a per-log syncer
@@ -29,13 +39,14 @@ pub mod index;
 mod iobuf;
 mod manager;
 mod partition;
+pub mod partition_meta;
 pub mod records;
 pub(crate) mod segment;
 pub(crate) mod watch;
 
 pub use cache::{TailCache, TAIL_CACHE_DEFAULT_BYTES};
 pub use manager::{LogManager, RETENTION_CHECK_INTERVAL_DEFAULT_MS};
-pub use partition::PartitionLog;
+pub use partition::{DirSync, PartitionLog};
 
 use crate::record::RecordsChunk;
 use crate::types::{LogEndOffset, LogStartOffset, Offset};
@@ -84,6 +95,11 @@ pub const PREZERO_WRITE_BYTES: u64 = 1 << 20;
 pub const SPARE_SEGMENT_FILES_MAX: usize = 2;
 /// Direct-I/O write granularity; a multiple of every device's logical block.
 pub const PAGE_BYTES: u64 = 4096;
+/// First pause of a log writer that ran out of file descriptors before it
+/// retries (`partition`'s module doc); each retry that fails doubles it...
+pub const FD_RETRY_FIRST_MS: u64 = 10;
+/// ...up to this.
+pub const FD_RETRY_MAX_MS: u64 = 500;
 
 /// Per-topic log configuration; defaults are Kafka's.
 #[derive(Clone, Debug, PartialEq)]
@@ -176,8 +192,42 @@ pub enum LogError {
     /// (Kafka marks the log directory offline: KAFKA_STORAGE_ERROR).
     #[error("log failed after an earlier i/o error: {0}")]
     Failed(String),
+    /// The log's writer is out of file descriptors (EMFILE, ENFILE) and
+    /// retries (`partition`'s module doc): nothing is lost and the log
+    /// works again once descriptors are free, so unlike `Failed` this
+    /// lasts only as long as the shortage.
+    #[error("log temporarily unavailable: {0}")]
+    Unavailable(String),
     #[error("log is closed")]
     Closed,
+}
+
+impl LogError {
+    /// `e`, as `Unavailable` when it says the process or the system is out
+    /// of file descriptors (a shortage that passes), else as `Io`.
+    pub(crate) fn from_io(e: std::io::Error) -> LogError {
+        if out_of_fds(e.raw_os_error()) {
+            LogError::Unavailable(format!("out of file descriptors: {e}"))
+        } else {
+            LogError::Io(e)
+        }
+    }
+
+    /// The error is a shortage of file descriptors (see `Unavailable`).
+    pub fn is_temporary(&self) -> bool {
+        matches!(self, LogError::Unavailable(_))
+    }
+}
+
+/// EMFILE (the process's RLIMIT_NOFILE) or ENFILE (the system's file table).
+pub(crate) fn out_of_fds(errno: Option<i32>) -> bool {
+    matches!(errno, Some(libc::EMFILE) | Some(libc::ENFILE))
+}
+
+/// fsyncs directory `dir`, so that the entries created, renamed or removed
+/// in it survive a power loss (blocking: run it off the reactor).
+pub(crate) fn sync_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Wall-clock milliseconds since the epoch.

@@ -144,6 +144,38 @@
 //! Once one has reported it, the log has failed and `durable` stays where
 //! it is.
 //!
+//! Directory fsyncs: an fdatasync of a file does not make its name durable.
+//! A log that fdatasyncs (`LogConfig::syncs`: `--fsync-acks`,
+//! `flush.messages`, `flush.ms`) therefore fsyncs the partition directory
+//! after creating a file that acknowledged data will live in, before any of
+//! that data can count as durable: a new partition's directory (and the
+//! data dir's entry for it) and first segment file in `open`, and each
+//! segment file a roll creates or renames into place from a spare in
+//! `open_segment_file`, before the writer is given the file (so before
+//! anything is written to it, and `durable`, the HW under `--fsync-acks`,
+//! cannot pass the segment's base offset until it is done). Index files,
+//! `.txnindex` entries and spare renames are not covered: recovery rebuilds
+//! or ignores them. `dir_sync_count` and `last_dir_sync` show it.
+//!
+//! Out of file descriptors: opening a new segment's files at a roll, writing
+//! a sealed segment's index files and opening the buffered write descriptor
+//! need descriptors. When one of them fails with EMFILE or ENFILE (a
+//! shortage that passes: connections close, other files are closed) the log
+//! is not failed for good, as an I/O error fails it (Kafka takes the log
+//! dir offline on any IOException). The writer *stalls*: it retries the
+//! step after a pause (`FD_RETRY_FIRST_MS`, doubling up to
+//! `FD_RETRY_MAX_MS`), nothing staged is dropped, and while it lasts
+//! appends are refused before anything is staged and waits for writes end
+//! at once, both with `LogError::Unavailable`, answered KAFKA_STORAGE_ERROR:
+//! retriable for Kafka clients (`handlers::errors::log` says why not
+//! REQUEST_TIMED_OUT). A batch staged before the stall (the one whose
+//! append rolled) is still written once the retry succeeds, so like a
+//! timed-out produce its outcome is unknown to its producer: a retry is
+//! deduplicated for idempotent producers, and may duplicate for others,
+//! exactly as after REQUEST_TIMED_OUT. The first retry that succeeds ends
+//! the stall. Opening a partition's log (`open`) out of descriptors fails
+//! that open with `Unavailable`; the caller may try again.
+//!
 //! Owned by one shard; handlers keep `Rc<PartitionLog>` across awaits.
 
 use super::cache::TailCache;
@@ -545,6 +577,12 @@ pub struct PartitionLog {
     seals_started: Cell<i64>,
     seals_synced: OffsetWatch,
     failed: RefCell<Option<String>>,
+    /// The writer is out of file descriptors and retries (see the module
+    /// doc); why, while it lasts.
+    stalled: RefCell<Option<String>>,
+    /// Directory fsyncs done for this log's files, and the last one.
+    dir_syncs: Cell<u64>,
+    last_dir_sync: Cell<Option<DirSync>>,
     closed: Cell<bool>,
     max_ts: Cell<Option<(i64, i64)>>,
     last_flush_ms: Cell<i64>,
@@ -552,8 +590,25 @@ pub struct PartitionLog {
     self_weak: Weak<PartitionLog>,
 }
 
+/// A glommio I/O error as a `LogError`; out of file descriptors it is
+/// `Unavailable` (the writer retries, see the module doc).
 fn io_err(e: glommio::GlommioError<()>) -> LogError {
+    if super::out_of_fds(e.raw_os_error()) {
+        return LogError::Unavailable(format!("out of file descriptors: {e}"));
+    }
     LogError::Io(e.into())
+}
+
+/// One directory fsync of a log ([`PartitionLog::last_dir_sync`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirSync {
+    /// The segment whose file the directory fsync made durable.
+    pub segment_base: i64,
+    /// The log's `durable` offset when the fsync had completed. At or below
+    /// `segment_base` means it came before any offset of that segment was
+    /// durable, so before any of them was acknowledged under
+    /// `--fsync-acks`.
+    pub durable_at: i64,
 }
 
 impl PartitionLog {
@@ -570,13 +625,36 @@ impl PartitionLog {
         recovery_point: Option<i64>,
         log_start_checkpoint: Option<i64>,
     ) -> Result<Rc<PartitionLog>, LogError> {
+        let dir_created = !dir.exists();
         std::fs::create_dir_all(&dir)?;
         let now = now_ms();
         let (mut bases, spare_files) = list_segments(&dir)?;
+        let mut dir_syncs = 0;
+        let mut last_dir_sync = None;
         if bases.is_empty() {
             let base = log_start_checkpoint.unwrap_or(0).max(0);
             std::fs::File::create(dir.join(log_file_name(base)))?;
             bases.push(base);
+            // A log that fdatasyncs acknowledges its first batches only
+            // once the new file (and a new directory) survive a power loss.
+            if config.syncs() {
+                let (d, parent) = (dir.clone(), dir.parent().map(Path::to_path_buf));
+                glommio::executor()
+                    .spawn_blocking(move || {
+                        super::sync_dir(&d)?;
+                        match parent {
+                            Some(p) if dir_created => super::sync_dir(&p),
+                            _ => Ok(()),
+                        }
+                    })
+                    .await
+                    .map_err(LogError::from_io)?;
+                dir_syncs = 1 + u64::from(dir_created);
+                last_dir_sync = Some(DirSync {
+                    segment_base: base,
+                    durable_at: base,
+                });
+            }
         }
         let rp = recovery_point.unwrap_or(0);
         // First segment to scan: the one containing the recovery point.
@@ -719,6 +797,9 @@ impl PartitionLog {
             seals_started: Cell::new(0),
             seals_synced: OffsetWatch::new(0),
             failed: RefCell::new(None),
+            stalled: RefCell::new(None),
+            dir_syncs: Cell::new(dir_syncs),
+            last_dir_sync: Cell::new(last_dir_sync),
             closed: Cell::new(false),
             max_ts: Cell::new(max_ts),
             last_flush_ms: Cell::new(now),
@@ -743,6 +824,58 @@ impl PartitionLog {
             return Err(LogError::Closed);
         }
         Ok(())
+    }
+
+    /// `check_usable`, and the writer is not out of file descriptors (then
+    /// `Unavailable`: appends are refused and waits for writes end, with a
+    /// retriable error, until its retry succeeds).
+    fn check_writable(&self) -> Result<(), LogError> {
+        self.check_usable()?;
+        if let Some(e) = &*self.stalled.borrow() {
+            return Err(LogError::Unavailable(e.clone()));
+        }
+        Ok(())
+    }
+
+    /// The log failed, or its writer is out of file descriptors: a waiter
+    /// for a write stops waiting.
+    fn write_blocked(&self) -> bool {
+        self.failed.borrow().is_some() || self.stalled.borrow().is_some()
+    }
+
+    /// The writer ran out of file descriptors (`e`, an `Unavailable`) and
+    /// will retry what it was doing after a pause: `attempt` of them failed
+    /// before this one. Returns false when the log was closed or failed
+    /// meanwhile (the writer then stops; nothing staged was acknowledged).
+    async fn stall(&self, e: &LogError, attempt: &mut u32) -> bool {
+        if self.stalled.borrow().is_none() {
+            tracing::warn!(partition = %self.tp, error = %e,
+                "log writer is out of file descriptors; refusing appends and retrying");
+            let why = match e {
+                LogError::Unavailable(why) => why.clone(),
+                other => other.to_string(),
+            };
+            *self.stalled.borrow_mut() = Some(why);
+            // Waiters for writes answer now (a retriable error) instead of
+            // at their timeout.
+            self.written.wake_all();
+            self.durable.wake_all();
+        }
+        let pause = super::FD_RETRY_FIRST_MS
+            .saturating_mul(1 << (*attempt).min(16))
+            .min(super::FD_RETRY_MAX_MS);
+        *attempt += 1;
+        glommio::timer::sleep(std::time::Duration::from_millis(pause)).await;
+        self.failed.borrow().is_none() && !self.closed.get()
+    }
+
+    /// What the stalled writer retried succeeded: the log works again.
+    fn unstall(&self, attempt: &mut u32) {
+        if self.stalled.borrow_mut().take().is_some() {
+            tracing::info!(partition = %self.tp, retries = *attempt,
+                "log writer has file descriptors again; appends accepted");
+        }
+        *attempt = 0;
     }
 
     fn fail(&self, e: &dyn std::fmt::Display) {
@@ -774,7 +907,9 @@ impl PartitionLog {
         mut batch: BytesMut,
         allocation_bytes: usize,
     ) -> Result<AppendInfo, LogError> {
-        self.check_usable()?;
+        // Refused, not staged, while the writer is out of file descriptors:
+        // the producer retries, nothing of this batch is written.
+        self.check_writable()?;
         let h = BatchHeader::parse(&batch)?;
         if h.total_size() != batch.len() {
             return Err(LogError::InvalidBatch(batch::BatchError::Truncated {
@@ -852,7 +987,7 @@ impl PartitionLog {
     /// Rolls the active segment now if it is not empty (segment.ms checks,
     /// tests). The new segment starts at the log end.
     pub fn roll(&self) {
-        if self.check_usable().is_err() {
+        if self.check_writable().is_err() {
             return;
         }
         let cfg = LogConfig {
@@ -1139,6 +1274,8 @@ impl PartitionLog {
     /// completion or new appends; exits when nothing is staged or in flight.
     async fn writer_loop(self: Rc<Self>) {
         let mut in_flight: FuturesUnordered<WriteFuture> = FuturesUnordered::new();
+        // Retries since the writer ran out of file descriptors.
+        let mut fd_retries = 0u32;
         loop {
             if self.failed.borrow().is_some() {
                 break;
@@ -1161,9 +1298,17 @@ impl PartitionLog {
                     continue;
                 }
                 WriterStep::Open(seg) => {
-                    if let Err(e) = self.open_segment_file(&seg).await {
-                        self.fail(&e);
-                        break;
+                    match self.open_segment_file(&seg).await {
+                        Ok(()) => self.unstall(&mut fd_retries),
+                        Err(e) if e.is_temporary() => {
+                            if !self.stall(&e, &mut fd_retries).await {
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            self.fail(&e);
+                            break;
+                        }
                     }
                     continue;
                 }
@@ -1187,9 +1332,20 @@ impl PartitionLog {
                         Ok::<(), LogError>(())
                     }
                     .await;
-                    if let Err(e) = r {
-                        self.fail(&e);
-                        break;
+                    match r {
+                        Ok(()) => self.unstall(&mut fd_retries),
+                        // Retried whole: truncating, syncing and writing
+                        // the indexes again changes nothing already done.
+                        Err(e) if e.is_temporary() => {
+                            if !self.stall(&e, &mut fd_retries).await {
+                                break;
+                            }
+                            continue;
+                        }
+                        Err(e) => {
+                            self.fail(&e);
+                            break;
+                        }
                     }
                     seg.sealed.set(true);
                     self.writers.borrow_mut().pop_front();
@@ -1206,10 +1362,20 @@ impl PartitionLog {
                     continue;
                 }
                 WriterStep::Wrote(seq) => {
+                    self.unstall(&mut fd_retries);
                     self.on_write_done(seq);
                     continue;
                 }
                 WriterStep::Failed(e) => {
+                    // Opening the buffered descriptor can run out of them:
+                    // nothing was taken from the chunks, retry later.
+                    let e = LogError::from_io(e);
+                    if e.is_temporary() {
+                        if !self.stall(&e, &mut fd_retries).await {
+                            break;
+                        }
+                        continue;
+                    }
                     self.fail(&e);
                     break;
                 }
@@ -1291,6 +1457,23 @@ impl PartitionLog {
             .map_err(io_err)?;
         let size = f.file_size().await.map_err(io_err)?;
         let sync_files = SyncFiles::open(&seg.log_path).await?;
+        // A log that fdatasyncs makes the new file's directory entry (created
+        // or renamed from a spare) durable before anything is written to it,
+        // so before any of its batches can count as durable: an fdatasync of
+        // the file does not cover its name, and a power loss could otherwise
+        // take back the whole acknowledged segment.
+        if self.config.borrow().syncs() {
+            let dir = self.dir.clone();
+            glommio::executor()
+                .spawn_blocking(move || super::sync_dir(&dir))
+                .await
+                .map_err(LogError::from_io)?;
+            self.dir_syncs.set(self.dir_syncs.get() + 1);
+            self.last_dir_sync.set(Some(DirSync {
+                segment_base: seg.base_offset,
+                durable_at: self.durable.get(),
+            }));
+        }
         let f = Rc::new(f);
         *seg.dma.borrow_mut() = Some(f.clone());
         if let Some(w) = self.writers.borrow_mut().front_mut() {
@@ -1507,28 +1690,30 @@ impl PartitionLog {
     }
 
     /// Resolves when the file write covering `offset` has completed.
+    /// Ends with `Unavailable` while the writer is out of file descriptors.
     pub async fn wait_written(&self, offset: Offset) -> Result<(), LogError> {
         loop {
             if self.written.get() > offset.0 {
                 return Ok(());
             }
-            self.check_usable()?;
+            self.check_writable()?;
             self.written
-                .wait_above(offset.0, || self.failed.borrow().is_some())
+                .wait_above(offset.0, || self.write_blocked())
                 .await;
         }
     }
 
-    /// Resolves after an fdatasync covering `offset` (group commit).
+    /// Resolves after an fdatasync covering `offset` (group commit). Ends
+    /// with `Unavailable` while the writer is out of file descriptors.
     pub async fn wait_durable(&self, offset: Offset) -> Result<(), LogError> {
         loop {
             if self.durable.get() > offset.0 {
                 return Ok(());
             }
-            self.check_usable()?;
+            self.check_writable()?;
             self.request_sync(offset.0);
             self.durable
-                .wait_above(offset.0, || self.failed.borrow().is_some())
+                .wait_above(offset.0, || self.write_blocked())
                 .await;
         }
     }
@@ -1997,10 +2182,12 @@ impl PartitionLog {
     async fn close_inner(&self) -> Result<(), LogError> {
         self.check_usable()?;
         self.flush().await?;
-        // Wait for the writer to drain sealed segments too.
+        // Wait for the writer to drain sealed segments too (a writer out of
+        // file descriptors would not: the close fails, and recovery at the
+        // next start scans what it did not seal).
         while self.writers.borrow().len() > 1 || self.io_running() {
             glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
-            self.check_usable()?;
+            self.check_writable()?;
         }
         let active = self
             .writers
@@ -2039,6 +2226,23 @@ impl PartitionLog {
         self.seals_synced.close();
         self.sync_events.close();
         self.cache.remove_log(self.cache_id);
+    }
+
+    /// Directory fsyncs done for this log's files since open (a new
+    /// partition's directory and first file, each segment file a roll
+    /// creates or renames into place), by logs that fdatasync only.
+    pub fn dir_sync_count(&self) -> u64 {
+        self.dir_syncs.get()
+    }
+
+    /// The last directory fsync, if any (see [`DirSync`]).
+    pub fn last_dir_sync(&self) -> Option<DirSync> {
+        self.last_dir_sync.get()
+    }
+
+    /// The writer is out of file descriptors and retries; why.
+    pub fn stalled(&self) -> Option<String> {
+        self.stalled.borrow().clone()
     }
 
     /// fdatasyncs issued by the group-commit syncer since open.
@@ -2146,8 +2350,8 @@ async fn write_indexes_off_shard(seg: &Segment) -> Result<(), LogError> {
     let files = seg.encoded_indexes();
     glommio::executor()
         .spawn_blocking(move || write_index_files(&files))
-        .await?;
-    Ok(())
+        .await
+        .map_err(LogError::from_io)
 }
 
 /// Starts the kernel's write-back of file range `[from, to)` without waiting

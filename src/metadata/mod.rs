@@ -13,6 +13,14 @@
 //! so that many 1-partition topics still spread over all shards. The
 //! assignment is persisted: restarting with a different `--cores` keeps each
 //! partition on `shard % cores`.
+//!
+//! Topics are known by id as well as by name: a partition directory records
+//! its topic's id (`log::partition_meta`), and at start-up the controller
+//! removes every directory whose id the replayed image no longer has (a
+//! DeleteTopic durable in the log whose directory removal a crash cut
+//! short), so a topic created again under the same name starts empty. A
+//! corrupt record in the middle of the metadata log stops the start-up
+//! ([`store`]).
 
 pub mod internal;
 pub mod store;

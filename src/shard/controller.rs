@@ -38,6 +38,7 @@ use super::messages::{
 use super::router::within;
 use super::ShardCtx;
 use crate::config::BrokerConfig;
+use crate::log::partition_meta;
 use crate::metadata::{
     new_topic_id, store, topic_config, validate_topic_name, MetadataImage, MetadataRecord,
     PRODUCER_ID_BLOCK_SIZE,
@@ -77,7 +78,9 @@ impl Controller {
         }
     }
 
-    /// Replays the metadata log and sends the resulting image to every shard.
+    /// Replays the metadata log, removes the partition directories of
+    /// deleted topics (`log::partition_meta::sweep`) and sends the
+    /// resulting image to every shard.
     pub async fn load(&self, ctx: &Rc<ShardCtx>) -> std::io::Result<()> {
         let _permit = self
             .lock
@@ -97,6 +100,19 @@ impl Controller {
             topics = image.topics.len(),
             "metadata log replayed"
         );
+        // Before any shard opens a log: directories of topics deleted while
+        // the broker could not remove them (a crash) go (`log::partition_meta`).
+        let live: HashSet<[u8; 16]> = image.topic_ids.keys().copied().collect();
+        let dir = self.config.data_dir.clone();
+        let removed = glommio::executor()
+            .spawn_blocking(move || partition_meta::sweep(&dir, &live))
+            .await;
+        if !removed.is_empty() {
+            tracing::info!(
+                directories = removed.len(),
+                "removed partition directories of deleted topics"
+            );
+        }
         let image = Arc::new(image);
         *self.image.borrow_mut() = image.clone();
         self.broadcast(ctx, image, None).await;

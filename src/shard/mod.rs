@@ -376,7 +376,11 @@ impl ShardCtx {
                     }
                     None => match self
                         .logs
-                        .open(&tp, self.log_config(&tc, topic.is_internal()))
+                        .open_topic(
+                            &tp,
+                            Some(topic.id),
+                            self.log_config(&tc, topic.is_internal()),
+                        )
                         .await
                     {
                         Ok(log) => {

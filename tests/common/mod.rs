@@ -49,6 +49,9 @@ pub struct BrokerOpts {
     pub cores: usize,
     /// More `fjord serve` flags, e.g. `["--fsync-acks"]`.
     pub extra_args: Vec<String>,
+    /// RLIMIT_NOFILE of the broker process, soft and hard (the broker
+    /// raises its soft limit to the hard one at start, so both are set).
+    pub nofile: Option<u64>,
 }
 
 impl Default for BrokerOpts {
@@ -56,6 +59,7 @@ impl Default for BrokerOpts {
         BrokerOpts {
             cores: 2,
             extra_args: Vec::new(),
+            nofile: None,
         }
     }
 }
@@ -68,6 +72,11 @@ impl BrokerOpts {
 
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.extra_args.push(arg.into());
+        self
+    }
+
+    pub fn nofile(mut self, files: u64) -> Self {
+        self.nofile = Some(files);
         self
     }
 }
@@ -232,13 +241,9 @@ impl Broker {
         );
     }
 
-    fn try_launch(&mut self, port: u16) -> Result<(), String> {
-        std::fs::create_dir_all(self.data_dir()).map_err(|e| e.to_string())?;
-        let stderr = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.stderr_path())
-            .map_err(|e| e.to_string())?;
+    /// `fjord serve` on this broker's data dir and ports, with its output
+    /// going to `stderr` (stdout piped).
+    fn command(&self, port: u16, stderr: File) -> Command {
         // FJORD_TEST_BIN runs the tests against another build of fjord,
         // e.g. the commit before a fix, to see its regression test fail.
         let bin = std::env::var_os("FJORD_TEST_BIN")
@@ -262,7 +267,37 @@ impl Broker {
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
-        let mut child = cmd.spawn().map_err(|e| format!("spawn failed: {e}"))?;
+        if let Some(files) = self.opts.nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: only setrlimit(2), async-signal-safe, runs between
+            // fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let limit = libc::rlimit {
+                        rlim_cur: files as libc::rlim_t,
+                        rlim_max: files as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        cmd
+    }
+
+    fn try_launch(&mut self, port: u16) -> Result<(), String> {
+        std::fs::create_dir_all(self.data_dir()).map_err(|e| e.to_string())?;
+        let stderr = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.stderr_path())
+            .map_err(|e| e.to_string())?;
+        let mut child = self
+            .command(port, stderr)
+            .spawn()
+            .map_err(|e| format!("spawn failed: {e}"))?;
         let out = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -301,6 +336,74 @@ impl Broker {
                 }
             }
         }
+    }
+
+    /// Starts the (stopped) broker once on its data dir and ports, expecting
+    /// it to refuse to start: waits up to `timeout` for it to exit and
+    /// returns its status and everything it printed on stdout and stderr
+    /// in that run. Panics if it prints `fjord: ready` instead (the broker
+    /// is then killed) or does not exit in time.
+    pub fn start_expecting_exit(&mut self, timeout: Duration) -> (ExitStatus, String) {
+        assert!(!self.is_running(), "stop the broker first");
+        let run_log = self.root.path().join("failed-start.log");
+        let stderr = File::create(&run_log).expect("create the start-up log");
+        let mut child = self
+            .command(self.port, stderr)
+            .spawn()
+            .expect("spawn the broker");
+        let out = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let output = |stdout: &[String]| {
+            let stderr = std::fs::read_to_string(&run_log).unwrap_or_default();
+            format!("{}\n{stderr}", stdout.join("\n"))
+        };
+        let deadline = Instant::now() + timeout;
+        let mut stdout = Vec::new();
+        loop {
+            while let Ok(line) = rx.try_recv() {
+                if line.trim() == "fjord: ready" {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("the broker started:\n{}", output(&stdout));
+                }
+                stdout.push(line);
+            }
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    // What it printed last is in the pipe until EOF.
+                    stdout.extend(rx.iter());
+                    return (status, output(&stdout));
+                }
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "the broker did not exit within {timeout:?}:\n{}",
+                        output(&stdout)
+                    );
+                }
+                Err(e) => panic!("waiting for the broker failed: {e}"),
+            }
+        }
+    }
+
+    /// File descriptors the broker process holds now (`/proc/<pid>/fd`).
+    pub fn open_fds(&self) -> usize {
+        let pid = self.pid().expect("a running broker");
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| d.count())
+            .unwrap_or_else(|e| panic!("list /proc/{pid}/fd: {e}"))
     }
 
     fn stderr_path(&self) -> PathBuf {
