@@ -4,11 +4,13 @@
 # 127.0.0.1, from jars Maven resolved into target/kafka-peer/lib.
 #
 # usage: scripts/kafka-peer.sh start  [OPTIONS]
+#        scripts/kafka-peer.sh run    [OPTIONS]   (in the foreground)
 #        scripts/kafka-peer.sh stop   [--data-dir DIR]
 #        scripts/kafka-peer.sh status [--data-dir DIR]
 #        scripts/kafka-peer.sh resolve   (only fetch the jars: what CI runs once)
+#        scripts/kafka-peer.sh version   (e.g. "4.4.0 (commit 1156b2752aaa28ea)")
 #
-# start options:
+# start and run options:
 #   --port P              PLAINTEXT listener (default 19092; not 9092, which is
 #                         fjord's default, so both can run side by side)
 #   --controller-port P   CONTROLLER listener (default: port + 1)
@@ -28,7 +30,16 @@
 # ApiVersions + Metadata round trip (kafka-broker-api-versions), printing
 # `kafka-peer: ready`. A running peer on the same data directory, or a busy
 # port, makes `start` fail with exit status 1. `status` exits 0 when the peer
-# runs and 1 when it does not. Environment: KAFKA_PEER_JVM_OPTS (extra JVM
+# runs and 1 when it does not.
+#
+# `run` does what `start` does up to the JVM (checks, --fresh, the KRaft
+# format step, server.properties) and then execs the JVM in the foreground,
+# under `taskset -c LIST` with --cpus: the script's process becomes the
+# broker (same pid), its output goes to the caller's stdout and stderr, and
+# it ends when the broker does (SIGTERM: controlled shutdown). This is the
+# form `fjord bench --broker-cmd` needs to measure the broker's CPU seconds
+# and peak RSS (scripts/compare.sh). It does not wait for readiness; the
+# caller polls the port. Environment: KAFKA_PEER_JVM_OPTS (extra JVM
 # options), JAVA, MVN.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
@@ -63,7 +74,7 @@ usage() {
 cmd=$1
 shift
 case $cmd in
-  start | stop | status | resolve) ;;
+  start | run | stop | status | resolve | version) ;;
   -h | --help | help) usage ;;
   *) echo "kafka-peer: unknown command '$cmd'" >&2; usage ;;
 esac
@@ -248,7 +259,10 @@ write_server_properties() {
   } >"$props_file"
 }
 
-do_start() {
+# Everything `start` and `run` share: checks, --fresh, the format step,
+# server.properties and peer.env. Leaves the broker's command line in
+# `broker_command` and the version in `version`.
+prepare_node() {
   local pid
   if pid=$(running_pid); then
     die "already running: pid $pid port $(env_value port) (data-dir $data_dir); stop it first"
@@ -275,7 +289,7 @@ do_start() {
   mkdir -p "$log_dir" "$kraft_dir"
 
   kafka_resolve
-  local version classpath
+  local classpath
   version=$(kafka_version)
   classpath=$(cat "$KAFKA_CLASSPATH_FILE")
   echo "kafka-peer: Apache Kafka $version"
@@ -314,10 +328,10 @@ do_start() {
   # KAFKA_PEER_JVM_OPTS is split on purpose: it holds several JVM options.
   # shellcheck disable=SC2206
   jvm+=(${KAFKA_PEER_JVM_OPTS:-})
-  local -a command=()
-  [ -z "$cpus" ] || command+=(taskset -c "$cpus")
-  command+=("$JAVA" "${jvm[@]}" -cp "$classpath" kafka.Kafka "$props_file")
-  echo "kafka-peer: command: ${command[*]}"
+  broker_command=()
+  [ -z "$cpus" ] || broker_command+=(taskset -c "$cpus")
+  broker_command+=("$JAVA" "${jvm[@]}" -cp "$classpath" kafka.Kafka "$props_file")
+  echo "kafka-peer: command: ${broker_command[*]}"
 
   {
     echo "port=$port"
@@ -328,14 +342,30 @@ do_start() {
     echo "flush=$flush"
     echo "heap=$heap"
   } >"$env_file"
+}
 
+version=
+broker_command=()
+
+# `run`: the JVM replaces this script, in the foreground. The pid file
+# names this process, which stays the broker's pid across the exec, so
+# `status` and `stop` work on it as on a started peer.
+do_run() {
+  prepare_node
+  echo "$$" >"$pid_file"
+  exec "${broker_command[@]}"
+}
+
+do_start() {
+  prepare_node
+  local pid
   if [ -f "$log_dir/server.log" ]; then
     server_log_lines_before=$(wc -l <"$log_dir/server.log")
   fi
   local started_ms
   started_ms=$(date +%s%3N)
   # nohup and taskset both exec, so $! is the java process itself.
-  nohup "${command[@]}" >"$log_dir/stdout.log" 2>&1 </dev/null &
+  nohup "${broker_command[@]}" >"$log_dir/stdout.log" 2>&1 </dev/null &
   pid=$!
   echo "$pid" >"$pid_file"
 
@@ -384,10 +414,12 @@ do_start() {
 
 case $cmd in
   start) do_start ;;
+  run) do_run ;;
   stop) do_stop ;;
   status) do_status ;;
   resolve)
     kafka_resolve
     echo "kafka-peer: Apache Kafka $(kafka_version) in $KAFKA_PEER_HOME/lib"
     ;;
+  version) kafka_version ;;
 esac

@@ -6,6 +6,7 @@
 //! (Kafka's default where Kafka has the setting). The resolved, immutable
 //! [`BrokerConfig`] is copied to every shard at start-up.
 
+use crate::log::CatchUpReads;
 use serde::Deserialize;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -55,6 +56,18 @@ pub const TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: i64 = 7 * 24 * 60 * 60 * 1000;
 /// `request.timeout.ms` default, which bounds a broker's wait for its
 /// controller too).
 pub const CROSS_SHARD_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// How fetches read data older than the tail cache: direct reads. Why not
+/// sendfile (`tuning/results/catch-up-reads.md`, 2-vCPU VM, 1 KiB backlog
+/// drained by one librdkafka consumer): the pages a sendfile fills from the
+/// disk are fresh pages, and the first CPU touch of such a page (the
+/// consumer's receive copy) cost 1.7–2 s/GB there, against 0.30–0.34 s/GB
+/// for the broker's copy out of reused O_DIRECT buffers; raw fetches ran at
+/// 364–382 MB/s against 240–279, and the drain at 406–449 k msg/s against
+/// 188–274 k (before the read-ahead, which only the direct path has, took
+/// it to 639–730 k). `sendfile` stays selectable to re-measure that on
+/// other machines (bare metal, no free-page reporting) and against Kafka,
+/// which serves catch-up reads with sendfile.
+pub const CATCH_UP_READS_DEFAULT: CatchUpReads = CatchUpReads::Direct;
 /// Flags of `fjord serve`. The TOML file named by `--config` takes the same
 /// keys, spelled as the long flags (`data-dir = "./data"`).
 #[derive(clap::Args, Deserialize, Debug, Clone, Default)]
@@ -94,6 +107,11 @@ pub struct ServeArgs {
     /// Per-shard memory for recently appended batches: what the cached batches keep alive, a zero-copy batch being charged for the request frame it holds [default: 64 MiB].
     #[arg(long)]
     pub tail_cache_bytes: Option<usize>,
+    /// How fetches read data older than the tail cache: `direct` (O_DIRECT
+    /// reads into the shard's memory, with read-ahead) or `sendfile` (from
+    /// the page cache, as Kafka does) [default: direct].
+    #[arg(long, value_enum)]
+    pub catch_up_reads: Option<CatchUpReads>,
     /// Do not pin shards to cores (tests, shared machines).
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub no_pin: Option<bool>,
@@ -205,6 +223,7 @@ pub struct BrokerConfig {
     pub fsync_acks: bool,
     pub direct_writes: bool,
     pub tail_cache_bytes: usize,
+    pub catch_up_reads: CatchUpReads,
     pub pin: bool,
     pub io_memory_bytes: Option<usize>,
     pub inflight_requests_max: usize,
@@ -256,6 +275,7 @@ impl ServeArgs {
             fsync_acks: self.fsync_acks.or(file.fsync_acks),
             direct_writes: self.direct_writes.or(file.direct_writes),
             tail_cache_bytes: self.tail_cache_bytes.or(file.tail_cache_bytes),
+            catch_up_reads: self.catch_up_reads.or(file.catch_up_reads),
             no_pin: self.no_pin.or(file.no_pin),
             io_memory_bytes: self.io_memory_bytes.or(file.io_memory_bytes),
             inflight_requests_max: self.inflight_requests_max.or(file.inflight_requests_max),
@@ -362,6 +382,7 @@ impl ServeArgs {
             fsync_acks: a.fsync_acks.unwrap_or(false),
             direct_writes: a.direct_writes.unwrap_or(false),
             tail_cache_bytes: a.tail_cache_bytes.unwrap_or(TAIL_CACHE_BYTES_DEFAULT),
+            catch_up_reads: a.catch_up_reads.unwrap_or(CATCH_UP_READS_DEFAULT),
             pin: !a.no_pin.unwrap_or(false),
             io_memory_bytes: a.io_memory_bytes,
             inflight_requests_max: a
@@ -526,6 +547,26 @@ mod tests {
             "direct-writes = true\n",
         );
         assert!(!c.direct_writes, "the flag wins over the file");
+    }
+
+    #[test]
+    fn catch_up_reads_default_to_direct_and_take_sendfile() {
+        let resolve = |cli: ServeArgs, file: &str| {
+            let file: ServeArgs = toml::from_str(file).unwrap();
+            cli.overlay(file).resolve().unwrap()
+        };
+        let c = resolve(serve_args(&[]), "");
+        assert_eq!(c.catch_up_reads, CatchUpReads::Direct);
+        let c = resolve(serve_args(&["--catch-up-reads", "sendfile"]), "");
+        assert_eq!(c.catch_up_reads, CatchUpReads::Sendfile);
+        let c = resolve(serve_args(&[]), "catch-up-reads = \"sendfile\"\n");
+        assert_eq!(c.catch_up_reads, CatchUpReads::Sendfile, "from the file");
+        let c = resolve(
+            serve_args(&["--catch-up-reads", "direct"]),
+            "catch-up-reads = \"sendfile\"\n",
+        );
+        assert_eq!(c.catch_up_reads, CatchUpReads::Direct, "the flag wins");
+        assert!(toml::from_str::<ServeArgs>("catch-up-reads = \"mmap\"\n").is_err());
     }
 
     #[test]

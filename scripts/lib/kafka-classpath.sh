@@ -98,7 +98,8 @@ kafka_version() {
   kafka_resolve
   local entry jar='' props version commit
   local -a jars
-  IFS=: read -r -a jars <"$KAFKA_CLASSPATH_FILE"
+  # classpath.txt has no final newline, so read reports end of file (1).
+  IFS=: read -r -a jars <"$KAFKA_CLASSPATH_FILE" || true
   for entry in "${jars[@]}"; do
     [[ $entry == */kafka-clients-*.jar ]] && { jar=$entry; break; }
   done

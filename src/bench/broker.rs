@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use super::BenchError;
 
-/// How long a started broker may take to accept connections.
+/// How long a started broker may take to accept connections, unless
+/// `--broker-start-timeout` says otherwise.
 pub const BROKER_START_TIMEOUT_MS: u64 = 30_000;
 /// How long a broker may take to exit after SIGTERM before it is killed.
 pub const BROKER_STOP_TIMEOUT_MS: u64 = 10_000;
@@ -65,8 +66,14 @@ pub struct BrokerProcess {
 
 impl BrokerProcess {
     /// Starts `cmd` under `sh -c 'exec …'` in its own process group, with its
-    /// output appended to `log`, and waits until `bootstrap` accepts TCP connections.
-    pub fn start(cmd: &str, bootstrap: &str, log: &Path) -> Result<Self, BenchError> {
+    /// output appended to `log`, and waits up to `timeout` until `bootstrap`
+    /// accepts TCP connections.
+    pub fn start(
+        cmd: &str,
+        bootstrap: &str,
+        log: &Path,
+        timeout: Duration,
+    ) -> Result<Self, BenchError> {
         use std::os::unix::process::CommandExt;
         if accepts(bootstrap) {
             // Another broker already answers there: measuring it instead of
@@ -95,7 +102,7 @@ impl BrokerProcess {
             .spawn()
             .map_err(|e| io("starting broker", e))?;
         let mut b = BrokerProcess { child };
-        let deadline = Instant::now() + Duration::from_millis(BROKER_START_TIMEOUT_MS);
+        let deadline = Instant::now() + timeout;
         loop {
             if let Ok(Some(status)) = b.child.try_wait() {
                 return Err(BenchError::Broker(format!(
@@ -109,7 +116,8 @@ impl BrokerProcess {
             if Instant::now() > deadline {
                 b.stop();
                 return Err(BenchError::Broker(format!(
-                    "broker did not accept connections on {bootstrap} within {BROKER_START_TIMEOUT_MS} ms"
+                    "broker did not accept connections on {bootstrap} within {} ms (--broker-start-timeout)",
+                    timeout.as_millis()
                 )));
             }
             std::thread::sleep(Duration::from_millis(100));

@@ -101,6 +101,10 @@ pub struct BenchArgs {
     /// Its CPU seconds and peak RSS go into the result.
     #[arg(long)]
     pub broker_cmd: Option<String>,
+    /// How long the `--broker-cmd` broker may take to accept connections
+    /// (e.g. `120s` for a JVM broker on a busy machine) [default: 30s].
+    #[arg(long)]
+    pub broker_start_timeout: Option<String>,
     /// Pid of an already running broker whose CPU seconds and peak RSS are recorded.
     #[arg(long)]
     pub broker_pid: Option<u32>,
@@ -211,6 +215,8 @@ pub struct BenchConfig {
     #[serde(skip)]
     pub broker_cmd: Option<String>,
     #[serde(skip)]
+    pub broker_start_timeout: Duration,
+    #[serde(skip)]
     pub broker_pid: Option<u32>,
     pub client_cores: Vec<usize>,
     #[serde(serialize_with = "ser_duration_s")]
@@ -289,6 +295,10 @@ impl BenchConfig {
             consumer_config,
             output: args.output.clone(),
             broker_cmd: args.broker_cmd.clone(),
+            broker_start_timeout: match &args.broker_start_timeout {
+                Some(t) => parse_duration(t)?,
+                None => Duration::from_millis(super::broker::BROKER_START_TIMEOUT_MS),
+            },
             broker_pid: args.broker_pid,
             client_cores: match &args.client_cores {
                 Some(s) => parse_cpu_list(s)?,
@@ -415,6 +425,13 @@ mod tests {
         assert_eq!(c.partitions, 4);
         assert_eq!(c.rate, 5.0);
         assert_eq!(c.name, "w");
+        assert_eq!(c.broker_start_timeout, Duration::from_secs(30));
+        let args = BenchArgs {
+            broker_start_timeout: Some("2m".into()),
+            ..args
+        };
+        let c = BenchConfig::resolve(&args).unwrap();
+        assert_eq!(c.broker_start_timeout, Duration::from_secs(120));
     }
 
     #[test]

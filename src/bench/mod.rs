@@ -138,7 +138,8 @@ pub fn run(args: BenchArgs) -> Result<serde_json::Value, BenchError> {
                 "fjord bench: starting broker: {cmd} (log: {})",
                 log.display()
             );
-            let b = broker::BrokerProcess::start(cmd, &cfg.bootstrap, &log)?;
+            let b =
+                broker::BrokerProcess::start(cmd, &cfg.bootstrap, &log, cfg.broker_start_timeout)?;
             let pid = b.pid();
             started = Some(b);
             Some(pid)

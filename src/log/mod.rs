@@ -101,6 +101,24 @@ pub const FD_RETRY_FIRST_MS: u64 = 10;
 /// ...up to this.
 pub const FD_RETRY_MAX_MS: u64 = 500;
 
+/// How a fetch reads data that is no longer in the tail cache
+/// (`fjord serve --catch-up-reads`; the default and why are in
+/// `config::CATCH_UP_READS_DEFAULT`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum CatchUpReads {
+    /// Direct (O_DIRECT) reads into the shard's I/O memory, with read-ahead,
+    /// written to the socket by the connection (`net::file_range`,
+    /// `log::ahead`).
+    #[default]
+    Direct,
+    /// `sendfile(2)` from the page cache through a buffered descriptor of
+    /// the segment, on the shard's blocking thread (`net::sendfile`); no
+    /// read-ahead of fjord's own (the kernel's page-cache read-ahead
+    /// applies). Batch headers are still found with direct reads.
+    Sendfile,
+}
+
 /// Per-topic log configuration; defaults are Kafka's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LogConfig {
@@ -123,6 +141,8 @@ pub struct LogConfig {
     pub direct_writes: bool,
     pub write_chunk_bytes: usize,
     pub preallocate_bytes: u64,
+    /// `--catch-up-reads`: how reads past the tail cache reach the socket.
+    pub catch_up_reads: CatchUpReads,
 }
 
 impl Default for LogConfig {
@@ -140,6 +160,7 @@ impl Default for LogConfig {
             direct_writes: false,
             write_chunk_bytes: WRITE_CHUNK_DEFAULT_BYTES,
             preallocate_bytes: PREALLOCATE_DEFAULT_BYTES,
+            catch_up_reads: CatchUpReads::Direct,
         }
     }
 }

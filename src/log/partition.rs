@@ -184,7 +184,7 @@ use super::direct;
 use super::iobuf::{IoArena, IoBuf};
 use super::segment::{log_file_name, write_index_files, Segment};
 use super::watch::OffsetWatch;
-use super::{now_ms, AppendInfo, LogConfig, LogError, ReadResult, PAGE_BYTES};
+use super::{now_ms, AppendInfo, CatchUpReads, LogConfig, LogError, ReadResult, PAGE_BYTES};
 use super::{
     DIRECT_WRITE_MAX_BYTES, DIRECT_WRITE_MAX_CHUNKS, PREZERO_AHEAD_BYTES, PREZERO_WRITE_BYTES,
     SPARE_SEGMENT_FILES_MAX, STAGING_CHUNK_MAX_BYTES, SYNCS_IN_FLIGHT_MAX, WRITEBACK_KICK_BYTES,
@@ -1817,6 +1817,7 @@ impl PartitionLog {
             });
         }
         let upper = upper.0.min(self.written.get());
+        let sendfile = self.config.borrow().catch_up_reads == CatchUpReads::Sendfile;
         for seg in self.segments_from(from.0) {
             if seg.base_offset >= upper {
                 break;
@@ -1883,6 +1884,20 @@ impl PartitionLog {
             }
             let end = position + len;
             seg.read_cursor.set(Some((next_offset, end)));
+            let file = seg.dma().await?;
+            if sendfile {
+                // `--catch-up-reads sendfile`: the whole range from the page
+                // cache, and no read-ahead of the log's own.
+                return Ok(ReadResult {
+                    chunks: vec![RecordsChunk::File(FileRange {
+                        file,
+                        buffered: Some(seg.read_file()?),
+                        position,
+                        len: len as usize,
+                    })],
+                    bytes: len as usize,
+                });
+            }
             // What the read-ahead already holds of the range goes from
             // memory, the rest is read as the connection sends it.
             let mut chunks = Vec::new();
@@ -1897,10 +1912,10 @@ impl PartitionLog {
                     chunks.push(RecordsChunk::Loaded(r));
                 }
             }
-            let file = seg.dma().await?;
             if from_pos < end {
                 chunks.push(RecordsChunk::File(FileRange {
                     file: file.clone(),
+                    buffered: None,
                     position: from_pos,
                     len: (end - from_pos) as usize,
                 }));
@@ -2111,14 +2126,20 @@ impl PartitionLog {
 
     /// Deletes the files of a segment already removed from the map, keeping
     /// its `.log` as a spare for the next roll when nothing else can still
-    /// read it (no fetch holds its descriptor: a read of the old bytes
-    /// must never see new ones) and fewer than `SPARE_SEGMENT_FILES_MAX`
-    /// spares are kept. A spare's blocks are written, so a segment that
-    /// reuses it is written without allocating or converting extents.
+    /// read it (no fetch holds one of its descriptors: a read or sendfile
+    /// of the old bytes must never see new ones) and fewer than
+    /// `SPARE_SEGMENT_FILES_MAX` spares are kept. A spare's blocks are
+    /// written, so a segment that reuses it is written without allocating
+    /// or converting extents.
     fn recycle_or_remove(&self, seg: Rc<Segment>) {
         let unshared = Rc::strong_count(&seg) == 1
             && seg
                 .dma
+                .borrow()
+                .as_ref()
+                .is_none_or(|f| Rc::strong_count(f) == 1)
+            && seg
+                .read_file
                 .borrow()
                 .as_ref()
                 .is_none_or(|f| Rc::strong_count(f) == 1);
@@ -2126,6 +2147,7 @@ impl PartitionLog {
         if unshared && spares.len() < SPARE_SEGMENT_FILES_MAX {
             let spare = self.dir.join(spare_file_name(seg.base_offset));
             seg.dma.borrow_mut().take();
+            seg.read_file.borrow_mut().take();
             match std::fs::rename(&seg.log_path, &spare) {
                 Ok(()) => spares.push(spare),
                 Err(e) => tracing::warn!(partition = %self.tp, file = %seg.log_path.display(),

@@ -5,7 +5,8 @@
 //! file size while space is preallocated), the next offset after its last
 //! batch, its in-memory `.index`/`.timeindex`, and lazily opened handles: a
 //! `DmaFile` for direct reads, also handed out in `FileRange`s for fetches
-//! (`net::file_range`). Writing is done by the partition's writer (see
+//! (`net::file_range`), and, under `--catch-up-reads sendfile`, a buffered
+//! `std::fs::File` handed out with them for sendfile (`net::sendfile`). Writing is done by the partition's writer (see
 //! `partition.rs`); this file only has the synchronous recovery scan and the
 //! asynchronous batch walker used by reads.
 //!
@@ -59,6 +60,8 @@ pub(crate) struct Segment {
     /// True once the segment is no longer written (truncated, synced, indexes on disk).
     pub sealed: Cell<bool>,
     pub dma: RefCell<Option<Rc<DmaFile>>>,
+    /// The buffered descriptor of `--catch-up-reads sendfile` ranges.
+    pub read_file: RefCell<Option<Rc<std::fs::File>>>,
     /// Where the last read of whole batches from the file ended: the offset
     /// after them and its position (`log::ahead`).
     pub read_cursor: Cell<Option<(i64, u64)>>,
@@ -100,6 +103,7 @@ impl Segment {
             created_ms: now_ms,
             sealed: Cell::new(false),
             dma: RefCell::new(None),
+            read_file: RefCell::new(None),
             read_cursor: Cell::new(None),
             ahead: RefCell::new(None),
         }
@@ -304,6 +308,18 @@ impl Segment {
                 self.time_index.borrow().encode(),
             ),
         ]
+    }
+
+    /// The buffered descriptor handed out with sendfile ranges, opened on
+    /// first use and shared by every reader (so its count of holders tells
+    /// whether a fetch still sends from the file, as with `dma`).
+    pub fn read_file(&self) -> Result<Rc<std::fs::File>, LogError> {
+        if let Some(f) = &*self.read_file.borrow() {
+            return Ok(f.clone());
+        }
+        let f = Rc::new(std::fs::File::open(&self.log_path)?);
+        *self.read_file.borrow_mut() = Some(f.clone());
+        Ok(f)
     }
 
     pub async fn dma(&self) -> Result<Rc<DmaFile>, LogError> {

@@ -2,7 +2,8 @@
 //! into glommio's pinned I/O memory, each written to the socket as it
 //! arrives, with a few reads in flight ahead of the writes.
 //!
-//! Why not `sendfile` from the page cache, as DESIGN.md §4 first had it:
+//! Why not `sendfile` from the page cache, as DESIGN.md §4 first had it
+//! (still selectable as `--catch-up-reads sendfile`, `net::sendfile`):
 //! fjord writes large batches with O_DIRECT (small appends go through the
 //! page cache, which may drop them once written back), so the data a
 //! catch-up fetch wants is mostly not in the page cache. Reading it through
@@ -102,6 +103,7 @@ mod tests {
                 let mut out = Vec::new();
                 let range = FileRange {
                     file: file.clone(),
+                    buffered: None,
                     position,
                     len,
                 };
@@ -110,6 +112,7 @@ mod tests {
             }
             let past_end = FileRange {
                 file: file.clone(),
+                buffered: None,
                 position: data.len() as u64 - 10,
                 len: 20,
             };

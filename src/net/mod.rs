@@ -39,6 +39,7 @@
 //! an unknown api key or an undecodable header close this connection only.
 
 mod file_range;
+mod sendfile;
 
 use crate::handlers::{self, Outcome};
 use crate::log::watch::OffsetWatch;
@@ -447,7 +448,7 @@ async fn write_responses(
     queued: Rc<Cell<usize>>,
     held: Rc<HeldBytes>,
 ) -> io::Result<()> {
-    let result = write_loop(&ctx, &mut stream, &rx, &queued, &held).await;
+    let result = write_loop(&ctx, &mut stream, fd, &rx, &queued, &held).await;
     // Requests dispatched but never answered (the connection broke) are done too.
     for _ in 0..queued.get() {
         ctx.request_finished();
@@ -462,6 +463,7 @@ async fn write_responses(
 async fn write_loop(
     ctx: &ShardCtx,
     stream: &mut SharedStream,
+    fd: i32,
     rx: &local_channel::LocalReceiver<Dispatch>,
     queued: &Cell<usize>,
     held: &HeldBytes,
@@ -507,7 +509,20 @@ async fn write_loop(
                         RecordsChunk::Loaded(r) => write_bytes(stream, &mut out, &r).await?,
                         RecordsChunk::File(range) => {
                             flush(stream, &mut out).await?;
-                            file_range::send_range(stream, &range).await?;
+                            match &range.buffered {
+                                // `--catch-up-reads sendfile`
+                                Some(file) => {
+                                    sendfile::send_range(
+                                        fd,
+                                        file,
+                                        range.position,
+                                        range.len,
+                                        SOCKET_WRITE_STALL_MAX,
+                                    )
+                                    .await?
+                                }
+                                None => file_range::send_range(stream, &range).await?,
+                            }
                         }
                     }
                 }

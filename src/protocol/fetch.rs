@@ -246,6 +246,7 @@ mod tests {
                             records: vec![
                                 RecordsChunk::File(FileRange {
                                     file: file.clone(),
+                                    buffered: None,
                                     position: 4,
                                     len: 6,
                                 }),

@@ -26,12 +26,17 @@ pub use records::{decode_batch, ControlType, Record, RecordHeader};
 use bytes::Bytes;
 use std::rc::Rc;
 
-/// A byte range of an open segment file, read with direct reads as the
-/// connection sends it (`net::file_range`). The file is the segment's
-/// O_DIRECT descriptor, shared by every reader of that segment.
+/// A byte range of an open segment file, read as the connection sends it.
+/// `file` is the segment's O_DIRECT descriptor, shared by every reader of
+/// that segment: the connection reads the range with direct reads
+/// (`net::file_range`). Under `--catch-up-reads sendfile` the log also
+/// hands out the segment's buffered descriptor in `buffered`, and the
+/// connection sends the range from the page cache with `sendfile(2)`
+/// instead (`net::sendfile`).
 #[derive(Clone, Debug)]
 pub struct FileRange {
     pub file: Rc<glommio::io::DmaFile>,
+    pub buffered: Option<Rc<std::fs::File>>,
     pub position: u64,
     pub len: usize,
 }

@@ -315,6 +315,7 @@ impl ShardCtx {
             flush_ms: tc.flush_ms,
             fsync_acks: self.config.fsync_acks,
             direct_writes: self.config.direct_writes,
+            catch_up_reads: self.config.catch_up_reads,
             ..LogConfig::default()
         }
     }
