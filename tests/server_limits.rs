@@ -301,3 +301,40 @@ fn acks0_producers_faster_than_a_slow_disk_are_held_back() {
     );
     broker.assert_alive();
 }
+
+/// Many idle connections cost the broker a bounded amount of memory each
+/// and the limit answers past them: 300 connections that each sent one
+/// ApiVersions and then stay silent grow the broker's resident memory by
+/// less than 64 KiB apiece, and the 301st is closed at accept.
+#[test]
+fn many_idle_connections_hold_bounded_memory_and_the_limit_answers() {
+    const CONNECTIONS: usize = 300;
+    const PER_CONNECTION_BYTES_MAX: u64 = 64 << 10;
+    let mut broker = Broker::start(
+        BrokerOpts::default()
+            .cores(1)
+            .arg("--max-connections-per-shard")
+            .arg(CONNECTIONS.to_string()),
+    );
+    let pid = broker.pid().expect("broker pid");
+    let mut first = RawClient::connect(broker.port);
+    api_versions_ok(&mut first);
+    let baseline = rss_bytes(pid);
+    let mut open = vec![first];
+    while open.len() < CONNECTIONS {
+        let mut c = RawClient::connect(broker.port);
+        api_versions_ok(&mut c);
+        open.push(c);
+    }
+    let grown = rss_bytes(pid).saturating_sub(baseline);
+    eprintln!("{CONNECTIONS} idle connections: broker RSS +{grown} bytes");
+    assert!(
+        grown < PER_CONNECTION_BYTES_MAX * CONNECTIONS as u64,
+        "{CONNECTIONS} idle connections grew the broker's memory by {grown} bytes"
+    );
+    let mut over = RawClient::connect(broker.port);
+    over.send(0, &ApiVersionsRequest::default());
+    over.assert_closed(CLOSE_TIMEOUT, "a connection over the limit");
+    api_versions_ok(&mut open[0]);
+    broker.assert_alive();
+}

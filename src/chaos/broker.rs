@@ -22,6 +22,8 @@ use super::ChaosError;
 pub const READY_TIMEOUT_MS: u64 = 120_000;
 /// Longest a broker may take to exit after SIGTERM or SIGKILL.
 pub const EXIT_TIMEOUT_MS: u64 = 30_000;
+/// How long a clean stop waits for the broker's last stdout lines after it exited.
+pub const STDOUT_DRAIN_MS: u64 = 5_000;
 /// First and one-past-last port a broker may be given.
 pub const PORT_RANGE_FIRST: u16 = 20_000;
 pub const PORT_RANGE_END: u16 = 60_000;
@@ -114,7 +116,18 @@ impl ChaosBroker {
         signal(pid, libc::SIGTERM);
         let rx = self.stdout.take();
         let status = self.wait_exit()?;
-        let stopped = rx.is_some_and(|rx| rx.try_iter().any(|l| l.trim() == "fjord: stopped"));
+        // The reader thread may forward the last lines after the exit is
+        // seen: read until it ends (EOF) or a bounded wait passes.
+        let stopped = rx.is_some_and(|rx| {
+            let deadline = Instant::now() + Duration::from_millis(STDOUT_DRAIN_MS);
+            loop {
+                match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                    Ok(l) if l.trim() == "fjord: stopped" => break true,
+                    Ok(_) => {}
+                    Err(_) => break false,
+                }
+            }
+        });
         if !status.success() || !stopped {
             return Err(ChaosError::Broker(format!(
                 "clean stop failed: exit {status}, `fjord: stopped` printed: {stopped}; see {}",
