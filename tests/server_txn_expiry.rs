@@ -16,11 +16,10 @@ use common::{Broker, BrokerOpts};
 use fjord::metadata::internal::{coordinator_partition, TRANSACTION_STATE};
 use fjord::record::{BatchBuilder, Compression};
 use fjord::txn::log::encode_key;
-use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest, InitProducerIdRequest,
-    ListOffsetsRequest, ListTransactionsRequest, ProducerId, TopicName, TransactionalId,
+    DescribeTransactionsRequest, EndTxnRequest, InitProducerIdRequest, ListOffsetsRequest,
+    ListTransactionsRequest, ProducerId, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -75,17 +74,9 @@ fn init(raw: &mut RawClient, id: &str) -> (i64, i16) {
     }
 }
 
-/// One AddPartitionsToTxn v3 of partition 0 of [`TOPIC`]: its error code.
+/// AddPartitionsToTxn v3 of partition 0 of [`TOPIC`]: its error code.
 fn add_partition_once(raw: &mut RawClient, id: &str, pid: i64, epoch: i16) -> i16 {
-    let req = AddPartitionsToTxnRequest::default()
-        .with_v3_and_below_transactional_id(TransactionalId(s(id)))
-        .with_v3_and_below_producer_id(ProducerId(pid))
-        .with_v3_and_below_producer_epoch(epoch)
-        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
-            .with_name(TopicName(s(TOPIC)))
-            .with_partitions(vec![0])]);
-    let r = raw.request(3, &req);
-    r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+    common::raw::add_partition_to_txn_v3(raw, id, pid, epoch, TOPIC, 0)
 }
 
 /// A transactional batch of one record at sequence 0.

@@ -230,3 +230,30 @@ pub fn only_partition(
     );
     &resp.responses[0].partition_responses[0]
 }
+
+/// One AddPartitionsToTxn v3 (a version-1 client's) of `partition` of
+/// `topic` for transactional id `id` at `producer_id`/`epoch`: the
+/// partition's error code.
+pub fn add_partition_to_txn_v3(
+    raw: &mut RawClient,
+    id: &str,
+    producer_id: i64,
+    epoch: i16,
+    topic: &str,
+    partition: i32,
+) -> i16 {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::{
+        AddPartitionsToTxnRequest, ProducerId, TopicName, TransactionalId,
+    };
+    let s = |v: &str| StrBytes::from_string(v.to_string());
+    let req = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(TransactionalId(s(id)))
+        .with_v3_and_below_producer_id(ProducerId(producer_id))
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+            .with_name(TopicName(s(topic)))
+            .with_partitions(vec![partition])]);
+    let r = raw.request(3, &req);
+    r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+}
