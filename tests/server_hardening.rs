@@ -369,17 +369,6 @@ fn recompression_is_bounded_and_large_batches_keep_their_records() {
     assert_serving(&mut broker, check, 1, &mut produced);
 }
 
-/// Resident memory of process `pid` (VmRSS), in bytes.
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc status");
-    kb * 1024
-}
-
 /// A tail-cached batch must not keep alive the request frame it arrived
 /// in. Each Produce here carries a tiny batch for a partition that takes it
 /// and 8 MiB of records for a partition that does not exist (refused): the
@@ -441,11 +430,11 @@ fn cached_batches_do_not_pin_the_frames_they_arrived_in() {
         send(i);
     }
     let pid = broker.pid().expect("a running broker");
-    let before = rss_bytes(pid);
+    let before = common::rss_bytes(pid);
     for i in WARM_UP_FRAMES..WARM_UP_FRAMES + FRAMES {
         send(i);
     }
-    let after = rss_bytes(pid);
+    let after = common::rss_bytes(pid);
     let growth = after.saturating_sub(before);
     assert!(
         growth < RSS_GROWTH_MAX,

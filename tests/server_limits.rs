@@ -211,17 +211,6 @@ fn topic_creation_is_bounded_per_request_and_in_total() {
     );
 }
 
-/// Resident memory of process `pid` (VmRSS), in bytes.
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmRSS in /proc status")
-        * 1024
-}
-
 /// acks=0 producers faster than the disk are held back at
 /// `--staged-bytes-max`: with every segment write delayed (a slow disk), a
 /// client pushing 128 MiB of acks=0 Produce as fast as its socket takes
@@ -271,7 +260,7 @@ fn acks0_producers_faster_than_a_slow_disk_are_held_back() {
     let mut c = RawClient::connect(broker.port);
     let resp = c.request::<ProduceRequest>(9, &produce_request(topic, 0, 1, batch.clone()));
     assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
-    let baseline = rss_bytes(pid);
+    let baseline = common::rss_bytes(pid);
     let (frame, _) = c.encode_frame(9, &produce_request(topic, 0, 0, batch));
     let sender = std::thread::spawn(move || {
         let deadline = Instant::now() + SEND_FOR;
@@ -287,7 +276,7 @@ fn acks0_producers_faster_than_a_slow_disk_are_held_back() {
     });
     let mut peak = baseline;
     while !sender.is_finished() {
-        peak = peak.max(rss_bytes(pid));
+        peak = peak.max(common::rss_bytes(pid));
         std::thread::sleep(Duration::from_millis(50));
     }
     let sent = sender.join().expect("sender");
@@ -319,14 +308,14 @@ fn many_idle_connections_hold_bounded_memory_and_the_limit_answers() {
     let pid = broker.pid().expect("broker pid");
     let mut first = RawClient::connect(broker.port);
     api_versions_ok(&mut first);
-    let baseline = rss_bytes(pid);
+    let baseline = common::rss_bytes(pid);
     let mut open = vec![first];
     while open.len() < CONNECTIONS {
         let mut c = RawClient::connect(broker.port);
         api_versions_ok(&mut c);
         open.push(c);
     }
-    let grown = rss_bytes(pid).saturating_sub(baseline);
+    let grown = common::rss_bytes(pid).saturating_sub(baseline);
     eprintln!("{CONNECTIONS} idle connections: broker RSS +{grown} bytes");
     assert!(
         grown < PER_CONNECTION_BYTES_MAX * CONNECTIONS as u64,

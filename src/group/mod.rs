@@ -460,12 +460,9 @@ impl GroupCoordinator {
     /// Waits until an appended batch is written (or durable with
     /// `--fsync-acks`).
     async fn wait(&self, log: Rc<PartitionLog>, last: Offset) -> Result<(), GroupError> {
-        let r = if self.fsync_acks {
-            log.wait_durable(last).await
-        } else {
-            log.wait_written(last).await
-        };
-        r.map_err(|e| GroupError::Storage(e.to_string()))
+        log.wait_acked(last, self.fsync_acks)
+            .await
+            .map_err(|e| GroupError::Storage(e.to_string()))
     }
 
     async fn write(

@@ -636,13 +636,7 @@ fn append_and_answer(
                     continue;
                 };
                 let last: Offset = info.last_offset;
-                let mut wait = Box::pin(async move {
-                    if durable {
-                        log.wait_durable(last).await
-                    } else {
-                        log.wait_written(last).await
-                    }
-                });
+                let mut wait = Box::pin(log.wait_acked(last, durable));
                 // Often written already (page-cache writes): then no timer
                 // is armed, which costs the reactor a timeout and a cancel.
                 let outcome = match ((&mut wait).now_or_never(), deadline) {

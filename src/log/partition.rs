@@ -1689,6 +1689,16 @@ impl PartitionLog {
         )
     }
 
+    /// What an acknowledgement of `offset` waits for: its fdatasync when
+    /// `durable` (`--fsync-acks`), else its file write.
+    pub async fn wait_acked(&self, offset: Offset, durable: bool) -> Result<(), LogError> {
+        if durable {
+            self.wait_durable(offset).await
+        } else {
+            self.wait_written(offset).await
+        }
+    }
+
     /// Resolves when the file write covering `offset` has completed.
     /// Ends with `Unavailable` while the writer is out of file descriptors.
     pub async fn wait_written(&self, offset: Offset) -> Result<(), LogError> {

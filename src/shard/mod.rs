@@ -549,11 +549,7 @@ impl ShardCtx {
             }
         }
         for (m, log, offset) in waits {
-            let written = if self.config.fsync_acks {
-                log.wait_durable(offset).await
-            } else {
-                log.wait_written(offset).await
-            };
+            let written = log.wait_acked(offset, self.config.fsync_acks).await;
             let code = match written {
                 Ok(()) => 0,
                 Err(e) => {

@@ -362,12 +362,7 @@ impl TxnCoordinator {
             let key = try_encode_key(id).map_err(|_| TxnError::Storage)?;
             builder = builder.record(Some(&key), None, &[], now);
         }
-        let written = match state.log.append(builder.build()) {
-            Ok(info) if ctx.config.fsync_acks => state.log.wait_durable(info.last_offset).await,
-            Ok(info) => state.log.wait_written(info.last_offset).await,
-            Err(e) => Err(e),
-        };
-        written.map_err(|e| {
+        append_acked(ctx, state, builder.build()).await.map_err(|e| {
             tracing::error!(tp = %state.tp, error = %e, "writing transactional id tombstones failed");
             TxnError::Storage
         })
@@ -389,13 +384,7 @@ impl TxnCoordinator {
                 let batch = BatchBuilder::new(Compression::None)
                     .record(Some(&key), Some(&encode_value(&next)), &[], now_ms())
                     .build();
-                match state.log.append(batch) {
-                    Ok(info) if ctx.config.fsync_acks => {
-                        state.log.wait_durable(info.last_offset).await
-                    }
-                    Ok(info) => state.log.wait_written(info.last_offset).await,
-                    Err(e) => Err(e),
-                }
+                append_acked(ctx, state, batch).await
             }
         };
         let id = next.transactional_id.clone();
@@ -858,6 +847,20 @@ fn replay_batch(
         found.insert(id, meta);
     }
     Ok(())
+}
+
+/// Appends `batch` to the coordinator's partition and waits as an acks=-1
+/// write does (durable under `--fsync-acks`).
+async fn append_acked(
+    ctx: &ShardCtx,
+    state: &PartitionState,
+    batch: bytes::BytesMut,
+) -> Result<(), crate::log::LogError> {
+    let info = state.log.append(batch)?;
+    state
+        .log
+        .wait_acked(info.last_offset, ctx.config.fsync_acks)
+        .await
 }
 
 /// Whether this shard's metadata image has `tp`.
