@@ -1,16 +1,35 @@
 //! fjord: a Kafka-compatible message broker, thread-per-core on io_uring.
 //!
-//! Modules follow DESIGN.md §8's layering; a module uses only those listed
-//! before it here:
-//! `alloc`, `config`, `types` → `record`, `protocol` → `runtime`, `log` → `producer`,
-//! `metadata`, `group` → `shard` → `txn` → `handlers` → `net` → `server`.
-//! (`ShardCtx` holds its shard's transaction coordinator, so that handlers
-//! reach all per-shard state through one context: the one reference from a
-//! layer to one above it.)
+//! Modules follow DESIGN.md §8's layering. The layers, lowest first; a
+//! module uses only modules of lower layers (`tests/layering.rs` reads this
+//! list and checks every `crate::` path in `src/` against it, tests and
+//! comments aside):
+//!
+//! - layer: `alloc`, `clock`, `types`
+//! - layer: `record`
+//! - layer: `protocol`, `runtime`
+//! - layer: `log`
+//! - layer: `config`
+//! - layer: `producer`, `metadata`
+//! - layer: `partition`
+//! - layer: `group`, `txn`
+//! - layer: `shard`
+//! - layer: `handlers`
+//! - layer: `net`
+//! - layer: `server`
+//! - layer: `bench`
+//! - layer: `chaos`, `fuzzing`, `report`
+//!
+//! The coordinators are handed what they need instead of reaching up: the
+//! group coordinator its `__consumer_offsets` partitions, the transaction
+//! coordinator an environment (`txn::env::TxnEnv`) that the shard
+//! implements.
 
 pub mod alloc;
-pub mod config;
+pub mod clock;
 pub mod types;
+
+pub mod config;
 
 pub mod protocol;
 pub mod record;
@@ -21,11 +40,12 @@ pub mod runtime;
 pub mod metadata;
 pub mod producer;
 
+pub mod partition;
+
 pub mod group;
+pub mod txn;
 
 pub mod shard;
-
-pub mod txn;
 
 pub mod handlers;
 pub mod net;

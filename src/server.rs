@@ -202,7 +202,7 @@ async fn shard_main(
         glommio::spawn_local(async move {
             while let Some(message) = stream.next().await {
                 if let Some(until) = stalled_until.get() {
-                    let left = until.saturating_duration_since(Instant::now());
+                    let left = until.saturating_duration_since(crate::clock::monotonic());
                     glommio::timer::sleep(left).await;
                 }
                 ctx.on_message(message).await;
@@ -252,7 +252,7 @@ async fn shard_main(
             ms,
             "--debug-stall-shard: messages from other shards are left unhandled"
         );
-        stalled_until.set(Some(Instant::now() + Duration::from_millis(ms)));
+        stalled_until.set(Some(crate::clock::monotonic() + Duration::from_millis(ms)));
     }
     crate::log::set_debug_write_delay_ms(config.debug_write_delay_ms);
     if config.debug_panic_shard == Some(shard) {
@@ -267,8 +267,8 @@ async fn shard_main(
         glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
     }
     drop(accept); // stops accepting
-    let deadline = Instant::now() + Duration::from_millis(SHUTDOWN_DRAIN_MS_MAX);
-    while ctx.inflight_requests() > 0 && Instant::now() < deadline {
+    let deadline = crate::clock::monotonic() + Duration::from_millis(SHUTDOWN_DRAIN_MS_MAX);
+    while ctx.inflight_requests() > 0 && crate::clock::monotonic() < deadline {
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
     drop(maintenance);
@@ -287,11 +287,14 @@ async fn shard_main(
 /// about 15 ms on an idle machine, longer on a busy one. A port still in use
 /// after the wait is a real conflict, reported as the error.
 async fn bind_when_free(addr: SocketAddr) -> std::io::Result<glommio::net::TcpListener> {
-    let deadline = Instant::now() + Duration::from_millis(BIND_BUSY_WAIT_MS_MAX);
+    let deadline = crate::clock::monotonic() + Duration::from_millis(BIND_BUSY_WAIT_MS_MAX);
     let mut warned = false;
     loop {
         match crate::net::bind(addr) {
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && crate::clock::monotonic() < deadline =>
+            {
                 if !warned {
                     tracing::warn!(%addr, "address in use; waiting for it to be released");
                     warned = true;

@@ -5,13 +5,18 @@
 
 mod log_util;
 
+use fjord::config::ServeArgs;
 use fjord::group::error::GroupError;
 use fjord::group::state::{CommittedOffset, GroupConfig};
 use fjord::group::GroupCoordinator;
 use fjord::log::{LogConfig, LogManager, TailCache};
+use fjord::metadata::internal::INTERNAL_TOPIC_PARTITIONS;
+use fjord::metadata::TopicConfig;
+use fjord::partition::Partition;
 use fjord::record::builder::control_batch;
 use fjord::record::records::ControlType;
 use fjord::types::TopicPartition;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -27,9 +32,27 @@ fn offset(o: i64) -> CommittedOffset {
     }
 }
 
+/// The partition of `GROUP` over `log`, its producer state recovered.
+async fn partition(log: Rc<fjord::log::PartitionLog>) -> Rc<Partition> {
+    let tp = log.topic_partition().clone();
+    let config = TopicConfig::resolve(
+        &BTreeMap::new(),
+        &ServeArgs::default().resolve().expect("default settings"),
+    );
+    Partition::open(tp, [0; 16], log, config, 1_000)
+        .await
+        .expect("recovered")
+}
+
+/// The offsets partition of `GROUP` (of 50).
+fn group_partition() -> i32 {
+    fjord::metadata::internal::coordinator_partition(GROUP, INTERNAL_TOPIC_PARTITIONS)
+}
+
 async fn loaded(log: Rc<fjord::log::PartitionLog>) -> Rc<GroupCoordinator> {
     let coord = GroupCoordinator::new(GroupConfig::default(), false);
-    coord.load_partition(GroupCoordinator::partition_for(GROUP), log);
+    let state = partition(log).await;
+    coord.load_partition(group_partition(), INTERNAL_TOPIC_PARTITIONS, state);
     for _ in 0..500 {
         match coord.check(GROUP) {
             Err(GroupError::LoadInProgress) => {
@@ -61,7 +84,7 @@ fn replay_rebuilds_offsets_and_honours_transaction_markers() {
     let data = dir.path().to_path_buf();
     log_util::run(data.clone(), move || async move {
         let mgr = LogManager::new_for_shard(data, TailCache::new(1 << 20), 0);
-        let p = GroupCoordinator::partition_for(GROUP);
+        let p = group_partition();
         let tp = TopicPartition::new("__consumer_offsets", p);
         let log = mgr.open(&tp, LogConfig::default()).await.expect("open");
         let coord = loaded(log.clone()).await;
@@ -135,7 +158,7 @@ fn compaction_drops_old_segments_and_keeps_the_live_state() {
     let data = dir.path().to_path_buf();
     log_util::run(data.clone(), move || async move {
         let mgr = LogManager::new_for_shard(data, TailCache::new(1 << 20), 0);
-        let p = GroupCoordinator::partition_for(GROUP);
+        let p = group_partition();
         let tp = TopicPartition::new("__consumer_offsets", p);
         let config = LogConfig {
             segment_bytes: 4096,

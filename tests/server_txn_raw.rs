@@ -17,10 +17,13 @@ use fjord::record::{BatchBuilder, Compression, ControlType};
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
 use kafka_protocol::messages::{
-    DescribeProducersRequest, DescribeTransactionsRequest, EndTxnRequest, FetchRequest,
-    FetchResponse, InitProducerIdRequest, ListOffsetsRequest, ListTransactionsRequest, ProducerId,
-    TopicName, TransactionalId,
+    AddOffsetsToTxnRequest, DescribeProducersRequest, DescribeTransactionsRequest, EndTxnRequest,
+    FetchRequest, FetchResponse, GroupId, InitProducerIdRequest, ListOffsetsRequest,
+    ListTransactionsRequest, ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -481,4 +484,133 @@ fn a_request_meeting_slow_markers_still_gets_concurrent_transactions() {
     assert_eq!(add_partition(&mut raw, id, pid, epoch + 1), 0);
     assert_eq!(latest(&mut raw, true), 2, "the COMMIT marker is written");
     assert_eq!(produce(&mut raw, id, pid, epoch + 1, 0, &["w"]), (0, 2));
+}
+
+const OFFSETS_GROUP: &str = "txn-offsets-group";
+
+/// AddOffsetsToTxn v3 for [`OFFSETS_GROUP`], retried while the coordinator
+/// answers CONCURRENT_TRANSACTIONS.
+fn add_offsets(raw: &mut RawClient, id: &str, pid: i64, epoch: i16) -> i16 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let req = AddOffsetsToTxnRequest::default()
+            .with_transactional_id(TransactionalId(s(id)))
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_group_id(GroupId(s(OFFSETS_GROUP)));
+        let code = raw.request(3, &req).error_code;
+        if code != ResponseError::ConcurrentTransactions.code() || Instant::now() >= deadline {
+            return code;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// TxnOffsetCommit v3 (transaction version 1: nothing verified at the
+/// transaction coordinator) of `offset` for partition 0 of [`TOPIC`], as a
+/// simple consumer of [`OFFSETS_GROUP`]; its error code.
+fn txn_offset_commit(raw: &mut RawClient, id: &str, pid: i64, epoch: i16, offset: i64) -> i16 {
+    let req = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(s(id)))
+        .with_group_id(GroupId(s(OFFSETS_GROUP)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_generation_id(-1)
+        .with_member_id(s(""))
+        .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+            .with_name(TopicName(s(TOPIC)))
+            .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(offset)
+                .with_committed_leader_epoch(-1)])]);
+    raw.request(3, &req).topics[0].partitions[0].error_code
+}
+
+/// DescribeProducers of the group's `__consumer_offsets` partition:
+/// (producer id, epoch, current transaction start offset) of each, or the
+/// partition's error code.
+fn offsets_producers(raw: &mut RawClient) -> Result<Vec<(i64, i32, i64)>, i16> {
+    let p = fjord::metadata::internal::coordinator_partition(
+        OFFSETS_GROUP,
+        fjord::metadata::internal::INTERNAL_TOPIC_PARTITIONS,
+    );
+    let resp = raw.request(
+        0,
+        &DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+            .with_name(TopicName(s("__consumer_offsets")))
+            .with_partition_indexes(vec![p])]),
+    );
+    let partition = &resp.topics[0].partitions[0];
+    if partition.error_code != 0 {
+        return Err(partition.error_code);
+    }
+    Ok(partition
+        .active_producers
+        .iter()
+        .map(|a| {
+            (
+                a.producer_id.0,
+                a.producer_epoch,
+                a.current_txn_start_offset,
+            )
+        })
+        .collect())
+}
+
+/// A transactional offset commit is appended to `__consumer_offsets` as any
+/// transactional batch is: the partition's producer state records it (its
+/// transaction open) while the broker runs, exactly as the replay after a
+/// restart rebuilds it; and a zombie's commit under an older epoch than the
+/// partition has seen is refused with INVALID_PRODUCER_EPOCH, as a Produce
+/// would be. (Both were not so while the group coordinator appended to the
+/// log directly: the live table missed the batch, and nothing fenced it.)
+#[test]
+fn transactional_offset_commits_are_recorded_and_fenced_by_the_offsets_partition() {
+    let mut broker = Broker::start(BrokerOpts::default().cores(1));
+    common::client::create_topic(&broker.bootstrap(), TOPIC, 1, &[]);
+    let mut raw = RawClient::connect(broker.port);
+    let id = "txn-offsets";
+    let (pid, e0) = init(&mut raw, id).expect("InitProducerId");
+    assert_eq!(add_offsets(&mut raw, id, pid, e0), 0);
+    assert_eq!(txn_offset_commit(&mut raw, id, pid, e0, 5), 0);
+    let live = offsets_producers(&mut raw).expect("DescribeProducers");
+    assert_eq!(live.len(), 1, "the live table holds the producer: {live:?}");
+    assert_eq!((live[0].0, live[0].1), (pid, e0 as i32));
+    assert!(live[0].2 >= 0, "its transaction is open: {live:?}");
+
+    broker.restart();
+    let mut raw = RawClient::connect(broker.port);
+    let mut replayed = offsets_producers(&mut raw);
+    wait_until("the offsets partition to load", || {
+        replayed = offsets_producers(&mut raw);
+        replayed.is_ok()
+    });
+    assert_eq!(replayed, Ok(live), "the replay rebuilds the same table");
+
+    // A new instance fences the first: its InitProducerId aborts the open
+    // transaction under a bumped epoch, whose ABORT marker reaches the
+    // offsets partition.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (pid1, e1) = loop {
+        match init(&mut raw, id) {
+            Err(code)
+                if code == ResponseError::ConcurrentTransactions.code()
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            other => break other.expect("InitProducerId of the second instance"),
+        }
+    };
+    assert_eq!(pid1, pid);
+    assert!(e1 > e0);
+    wait_until("the ABORT marker on the offsets partition", || {
+        offsets_producers(&mut raw)
+            .is_ok_and(|p| p.len() == 1 && p[0].1 > e0 as i32 && p[0].2 == -1)
+    });
+    assert_eq!(
+        txn_offset_commit(&mut raw, id, pid, e0, 6),
+        ResponseError::InvalidProducerEpoch.code(),
+        "the zombie's commit is fenced"
+    );
 }

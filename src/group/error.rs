@@ -43,6 +43,8 @@ pub enum GroupError {
     OffsetMetadataTooLarge,
     #[error("an unstable (transactional) offset commit is pending")]
     UnstableOffsetCommit,
+    #[error("the transactional producer was fenced by a newer epoch")]
+    InvalidProducerEpoch,
     #[error("writing to the offsets partition failed: {0}")]
     Storage(String),
 }

@@ -45,8 +45,10 @@ pub mod error;
 pub mod records;
 pub mod state;
 
+use crate::clock::now_ms;
 use crate::log::{LogError, PartitionLog};
 use crate::metadata::internal;
+use crate::partition::{AppendError, Partition};
 use crate::record::batch::{BatchHeader, Compression};
 use crate::record::builder::{BatchBuilder, NewRecord};
 use crate::record::records::{decode_batch, parse_control_key, ControlType};
@@ -105,14 +107,6 @@ impl From<RecordFormatError> for GroupError {
 const ID_TOO_LONG: GroupError =
     GroupError::InvalidRequest("an id or name is longer than a group record can hold");
 
-/// Milliseconds since the Unix epoch.
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 /// A SyncGroup answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncAnswer {
@@ -136,7 +130,7 @@ pub type OffsetToCommit = (String, i32, CommittedOffset);
 
 /// The groups of one `__consumer_offsets` partition.
 struct OffsetsPartition {
-    log: Rc<PartitionLog>,
+    partition: Rc<Partition>,
     loaded: bool,
     groups: HashMap<String, Group>,
     /// Log size right after the last compaction.
@@ -156,6 +150,8 @@ pub struct GroupCoordinator {
     sync_waiters: RefCell<HashMap<(String, String), SyncWaiter>>,
     ticking: Cell<bool>,
     last_retention_check_ms: Cell<i64>,
+    /// Partitions of `__consumer_offsets` (as of the last partition loaded).
+    offsets_partitions: Cell<i32>,
 }
 
 impl GroupCoordinator {
@@ -168,6 +164,7 @@ impl GroupCoordinator {
             sync_waiters: RefCell::new(HashMap::new()),
             ticking: Cell::new(false),
             last_retention_check_ms: Cell::new(0),
+            offsets_partitions: Cell::new(internal::INTERNAL_TOPIC_PARTITIONS),
         })
     }
 
@@ -175,14 +172,16 @@ impl GroupCoordinator {
         &self.config
     }
 
-    /// The offsets partition of `group_id`.
-    pub fn partition_for(group_id: &str) -> i32 {
-        internal::coordinator_partition(group_id, internal::INTERNAL_TOPIC_PARTITIONS)
+    /// The offsets partition of `group_id`: the same function of the
+    /// topic's partition count as FindCoordinator's
+    /// (`metadata::TopicMeta::coordinator`).
+    pub fn partition_for(&self, group_id: &str) -> i32 {
+        internal::coordinator_partition(group_id, self.offsets_partitions.get())
     }
 
     /// Whether this shard coordinates `group_id` right now.
     pub fn check(&self, group_id: &str) -> Result<i32, GroupError> {
-        let p = Self::partition_for(group_id);
+        let p = self.partition_for(group_id);
         match self.partitions.borrow().get(&p) {
             None => Err(GroupError::NotCoordinator),
             Some(op) if !op.loaded => Err(GroupError::LoadInProgress),
@@ -195,15 +194,23 @@ impl GroupCoordinator {
         self.partitions.borrow().values().any(|p| !p.loaded)
     }
 
-    /// Takes over an offsets partition this shard now leads: its groups
+    /// Takes over an offsets partition this shard now leads, of
+    /// `__consumer_offsets` with `partition_count` partitions: its groups
     /// answer COORDINATOR_LOAD_IN_PROGRESS until the replay (run in the
     /// background) has rebuilt them.
-    pub fn load_partition(self: &Rc<Self>, partition: i32, log: Rc<PartitionLog>) {
+    pub fn load_partition(
+        self: &Rc<Self>,
+        partition: i32,
+        partition_count: i32,
+        state: Rc<Partition>,
+    ) {
+        self.offsets_partitions.set(partition_count);
+        let log = state.log.clone();
         let size = log.size_bytes();
         self.partitions.borrow_mut().insert(
             partition,
             OffsetsPartition {
-                log: log.clone(),
+                partition: state,
                 loaded: false,
                 groups: HashMap::new(),
                 compacted_size_bytes: size,
@@ -243,7 +250,7 @@ impl GroupCoordinator {
         self.partitions
             .borrow()
             .get(&partition)
-            .is_some_and(|op| !op.loaded && Rc::ptr_eq(&op.log, log))
+            .is_some_and(|op| !op.loaded && Rc::ptr_eq(&op.partition.log, log))
     }
 
     /// Serves the groups a replay of `log` rebuilt, if the partition still
@@ -432,11 +439,11 @@ impl GroupCoordinator {
         recs: Vec<(Bytes, Option<Bytes>)>,
         txn: Option<(i64, i16)>,
     ) -> Result<(Rc<PartitionLog>, Offset), GroupError> {
-        let log = self
+        let state = self
             .partitions
             .borrow()
             .get(&partition)
-            .map(|p| p.log.clone())
+            .map(|p| p.partition.clone())
             .ok_or(GroupError::NotCoordinator)?;
         let now = now_ms();
         let mut builder = BatchBuilder::new(Compression::None);
@@ -451,10 +458,13 @@ impl GroupCoordinator {
                 timestamp_ms: now,
             });
         }
-        let info = log
-            .append(builder.build())
-            .map_err(|e| GroupError::Storage(e.to_string()))?;
-        Ok((log, info.last_offset))
+        let info = state
+            .append_internal(builder.build())
+            .map_err(|e| match e {
+                AppendError::Producer(_) => GroupError::InvalidProducerEpoch,
+                e => GroupError::Storage(e.to_string()),
+            })?;
+        Ok((state.log.clone(), info.last_offset))
     }
 
     /// Waits until an appended batch is written (or durable with
@@ -942,7 +952,8 @@ impl GroupCoordinator {
             .filter(|(_, op)| {
                 op.loaded
                     && !op.compacting
-                    && op.log.size_bytes() > op.compacted_size_bytes + OFFSETS_COMPACT_TRIGGER_BYTES
+                    && op.partition.log.size_bytes()
+                        > op.compacted_size_bytes + OFFSETS_COMPACT_TRIGGER_BYTES
                     && op.groups.values().all(|g| g.pending_txn_offsets.is_empty())
             })
             .map(|(p, _)| *p)
@@ -981,7 +992,7 @@ impl GroupCoordinator {
             // is re-written.
             let recs = live()?;
             op.compacting = true;
-            (op.log.clone(), recs)
+            (op.partition.log.clone(), recs)
         };
         // Start the rewrite in a fresh segment so that every older segment
         // can go once it is written.
@@ -1001,7 +1012,7 @@ impl GroupCoordinator {
         .await;
         if let Some(op) = self.partitions.borrow_mut().get_mut(&p) {
             op.compacting = false;
-            op.compacted_size_bytes = op.log.size_bytes();
+            op.compacted_size_bytes = op.partition.log.size_bytes();
         }
         let deleted = result?;
         tracing::info!(

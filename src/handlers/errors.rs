@@ -1,6 +1,9 @@
 //! The one place where fjord's domain errors become Kafka error codes.
 
 use crate::log::LogError;
+use crate::partition::AppendError;
+use crate::producer::ProducerError;
+use crate::record::RecordsError;
 use crate::shard::messages::ControllerError;
 use kafka_protocol::ResponseError;
 
@@ -46,6 +49,34 @@ pub fn log(e: &LogError) -> i16 {
     }
 }
 
+/// Kafka's error code for a records check.
+pub fn records(e: &RecordsError) -> i16 {
+    use RecordsError as E;
+    match e {
+        E::CorruptSize(_) | E::InvalidMagic(_) | E::CrcMismatch { .. } => {
+            ResponseError::CorruptMessage.code()
+        }
+        E::ZstdBeforeV7 { .. } => ResponseError::UnsupportedCompressionType.code(),
+        E::TooLarge { .. } => ResponseError::MessageTooLarge.code(),
+        E::UnknownCompression(_) => ResponseError::UnknownServerError.code(),
+        _ => ResponseError::InvalidRecord.code(),
+    }
+}
+
+/// A refused or failed append to a partition.
+pub fn append(e: &AppendError) -> i16 {
+    match e {
+        AppendError::Producer(ProducerError::InvalidProducerEpoch { .. }) => {
+            ResponseError::InvalidProducerEpoch.code()
+        }
+        AppendError::Producer(ProducerError::OutOfOrderSequence { .. }) => {
+            ResponseError::OutOfOrderSequenceNumber.code()
+        }
+        AppendError::Records(e) => records(e),
+        AppendError::Log(e) => log(e),
+    }
+}
+
 /// Transaction coordinator refusals. `ProducerFenced` is PRODUCER_FENCED
 /// for request versions that know it (`fenced_known`), INVALID_PRODUCER_EPOCH
 /// before, as Kafka answers older clients.
@@ -61,6 +92,31 @@ pub fn txn(e: crate::txn::coordinator::TxnError, fenced_known: bool) -> i16 {
         T::ProducerFenced => ResponseError::InvalidProducerEpoch.code(),
         T::InvalidTxnState => ResponseError::InvalidTxnState.code(),
         T::InvalidTransactionTimeout => ResponseError::InvalidTransactionTimeout.code(),
+    }
+}
+
+/// What a produce partition answers when adding it to the transaction
+/// failed: retriable coordinator trouble is NOT_ENOUGH_REPLICAS, which every
+/// client retries (KIP-890), a fenced producer INVALID_PRODUCER_EPOCH.
+pub fn txn_on_produce(e: crate::txn::TxnError) -> i16 {
+    use crate::txn::TxnError as T;
+    match e {
+        T::ProducerFenced => ResponseError::InvalidProducerEpoch.code(),
+        T::InvalidProducerIdMapping | T::InvalidTxnState => ResponseError::InvalidTxnState.code(),
+        _ => ResponseError::NotEnoughReplicas.code(),
+    }
+}
+
+/// What a TxnOffsetCommit (v5+) answers when adding the group's offsets
+/// partition to the transaction failed: trouble at the transaction
+/// coordinator is COORDINATOR_LOAD_IN_PROGRESS, which the client retries.
+pub fn txn_on_offset_commit(e: crate::txn::TxnError) -> i16 {
+    use crate::txn::TxnError as T;
+    match e {
+        T::NotCoordinator | T::CoordinatorNotAvailable | T::Storage => {
+            ResponseError::CoordinatorLoadInProgress.code()
+        }
+        e => txn(e, true),
     }
 }
 
@@ -87,6 +143,7 @@ pub fn group(e: &crate::group::error::GroupError) -> i16 {
         G::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
         G::OffsetMetadataTooLarge => ResponseError::OffsetMetadataTooLarge,
         G::UnstableOffsetCommit => ResponseError::UnstableOffsetCommit,
+        G::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
         // Kafka maps a failed coordinator write to a retriable error.
         G::Storage(_) => ResponseError::CoordinatorNotAvailable,
     };

@@ -27,6 +27,7 @@
 
 use super::list_offsets::{check_leader_epoch, LEADER_EPOCH, READ_COMMITTED};
 use super::{decode, errors, led_partition, Outcome};
+use crate::partition::Partition;
 use crate::protocol::fetch::{
     encode_fetch_response, FetchPartitionResponse, FetchResponse, FetchTopicResponse, NodeEndpoint,
 };
@@ -34,7 +35,7 @@ use crate::protocol::header::write_response_header;
 use crate::protocol::RequestHeader;
 use crate::record::RecordsChunk;
 use crate::runtime::OneWaker;
-use crate::shard::{PartitionState, ShardCtx};
+use crate::shard::ShardCtx;
 use crate::types::Offset;
 use bytes::BytesMut;
 use futures::future::{self, LocalBoxFuture};
@@ -43,7 +44,7 @@ use kafka_protocol::messages::FetchRequest;
 use kafka_protocol::ResponseError;
 use std::collections::hash_map::{Entry, HashMap};
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Longest a fetch may park, whatever the client asks (Kafka has no cap;
 /// this bounds how long a shutting-down broker waits for parked fetches).
@@ -63,7 +64,7 @@ struct Wanted {
     fetch_offset: i64,
     partition_max_bytes: i32,
     /// The partition if this shard leads it, else the error to answer.
-    target: Result<Rc<PartitionState>, (ResponseError, Option<i32>)>,
+    target: Result<Rc<Partition>, (ResponseError, Option<i32>)>,
 }
 
 pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
@@ -148,7 +149,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
 
     let session_error = req.session_id != 0;
     let max_wait = Duration::from_millis(req.max_wait_ms.clamp(0, MAX_WAIT_MS_CAP) as u64);
-    let deadline = Instant::now() + max_wait;
+    let deadline = crate::clock::monotonic() + max_wait;
     let max_bytes = if version >= 3 {
         req.max_bytes.max(0) as usize
     } else {
@@ -158,7 +159,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
 
     let partitions = loop {
         let (partitions, bytes, any_error) = read_all(&wanted, read_committed, max_bytes).await;
-        let now = Instant::now();
+        let now = crate::clock::monotonic();
         if session_error || any_error || bytes >= min_bytes || now >= deadline {
             break partitions;
         }
@@ -187,7 +188,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         // Every partition's watch holds a waker: through `OneWaker` they are
         // clones of one, not of the task's (see `runtime::OneWaker`).
         let _ = OneWaker::new(future::select_all(waits)).await;
-        if Instant::now() >= deadline {
+        if crate::clock::monotonic() >= deadline {
             // One last read below catches data that arrived with the deadline.
             let (partitions, _, _) = read_all(&wanted, read_committed, max_bytes).await;
             break partitions;
@@ -282,8 +283,7 @@ async fn read_all(
             Offset(p.high_watermark)
         };
         if read_committed {
-            p.aborted_transactions =
-                Some(state.aborted.borrow().overlapping(w.fetch_offset, upper.0));
+            p.aborted_transactions = Some(state.aborted_overlapping(w.fetch_offset, upper.0));
         }
         let limit = (w.partition_max_bytes.max(0) as usize).min(max_bytes.saturating_sub(total));
         if limit == 0 && total > 0 {

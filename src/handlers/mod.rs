@@ -26,10 +26,11 @@ pub mod txn;
 pub mod txn_admin;
 
 use crate::metadata::MetadataImage;
+use crate::partition::Partition;
 use crate::protocol::header::write_response_header;
 use crate::protocol::{supported, RequestHeader};
 use crate::record::RecordsChunk;
-use crate::shard::{PartitionState, ShardCtx};
+use crate::shard::ShardCtx;
 use crate::types::TopicPartition;
 use bytes::BytesMut;
 use futures::future::LocalBoxFuture;
@@ -265,7 +266,7 @@ pub fn led_partition(
     image: &MetadataImage,
     topic: &str,
     index: i32,
-) -> Result<Rc<PartitionState>, (ResponseError, Option<usize>)> {
+) -> Result<Rc<Partition>, (ResponseError, Option<usize>)> {
     match image.leader_shard(topic, index, ctx.cores()) {
         None => Err((ResponseError::UnknownTopicOrPartition, None)),
         Some(leader) if leader != ctx.shard => {

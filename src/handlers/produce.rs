@@ -44,15 +44,15 @@
 
 use super::{errors, respond, Dispatched, Outcome};
 use crate::log::{AppendInfo, PartitionLog};
-use crate::metadata::internal::{coordinator_partition, is_internal, TRANSACTION_STATE};
-use crate::producer::{ProducerError, Verdict};
+use crate::metadata::internal::{is_internal, TRANSACTION_STATE};
+use crate::partition::{AppendError, DataAppend};
 use crate::protocol::produce::{
     decode_produce_request, single_batch_for_version, validate_for_append,
 };
 use crate::protocol::RequestHeader;
-use crate::record::{batch, RecordsError};
+use crate::record::RecordsError;
 use crate::shard::messages::ShardMessage;
-use crate::shard::{now_ms, ShardCtx};
+use crate::shard::ShardCtx;
 use crate::txn::coordinator::TxnError;
 use crate::types::{Offset, TopicPartition};
 use bytes::BytesMut;
@@ -69,20 +69,6 @@ use std::time::Duration;
 
 /// First Produce version with `current_leader` / `node_endpoints`.
 const FIRST_LEADER_HINT_VERSION: i16 = 10;
-
-/// Kafka's error code for a records check.
-pub fn records_error_code(e: &RecordsError) -> i16 {
-    use RecordsError as E;
-    match e {
-        E::CorruptSize(_) | E::InvalidMagic(_) | E::CrcMismatch { .. } => {
-            ResponseError::CorruptMessage.code()
-        }
-        E::ZstdBeforeV7 { .. } => ResponseError::UnsupportedCompressionType.code(),
-        E::TooLarge { .. } => ResponseError::MessageTooLarge.code(),
-        E::UnknownCompression(_) => ResponseError::UnknownServerError.code(),
-        _ => ResponseError::InvalidRecord.code(),
-    }
-}
 
 struct PartitionResult {
     index: i32,
@@ -196,7 +182,8 @@ fn heavy_recompressions(
             let Some(state) = ctx.partition(&tp) else {
                 continue;
             };
-            match state.config.compression {
+            let compression = state.config().compression;
+            match compression {
                 Some(codec) if h.compression_id() != codec as i16 && !h.is_control() => {
                     let batch = &records[..h.total_size().min(records.len())];
                     out.push((
@@ -284,7 +271,7 @@ fn dispatch_decoded(
                             .await;
                     if let Err(e) = outcome {
                         for tp in tps {
-                            refused.insert((tp.topic, tp.partition.0), produce_txn_error(e));
+                            refused.insert((tp.topic, tp.partition.0), errors::txn_on_produce(e));
                         }
                     }
                 }
@@ -321,7 +308,7 @@ fn partitions_to_add(
             }
             let tp = TopicPartition::new(t.name.clone(), p.index);
             if let Some(state) = ctx.partition(&tp) {
-                let producers = state.producers.borrow();
+                let producers = state.producers();
                 // A new transaction on this partition: none open, or the open
                 // one belongs to an older epoch (transaction version 2 bumps
                 // the epoch at EndTxn; until its marker is written the
@@ -350,51 +337,35 @@ pub(crate) async fn add_partitions_to_txn(
     tps: Vec<TopicPartition>,
     verify_only: bool,
 ) -> Result<(), TxnError> {
-    let image = ctx.image();
-    let Some(topic) = image.topic(TRANSACTION_STATE) else {
+    let Some(coordinator) = ctx.image().coordinator(TRANSACTION_STATE, id, ctx.cores()) else {
         return Err(TxnError::CoordinatorNotAvailable);
     };
-    let p = coordinator_partition(id, topic.partition_count());
-    let Some(shard) = image.leader_shard(TRANSACTION_STATE, p, ctx.cores()) else {
-        return Err(TxnError::CoordinatorNotAvailable);
-    };
-    if shard == ctx.shard {
-        return ctx
-            .txn
-            .add_or_verify(ctx, id, pid, epoch, &tps, verify_only)
-            .await;
-    }
     // Bounded (see `router`): a coordinator that does not answer in time
     // is retriable coordinator trouble, NOT_ENOUGH_REPLICAS to the producer.
-    let call = ctx.router.call(shard, ctx.router.deadline(), |reply| {
-        ShardMessage::AddPartitionsToTxn {
+    let call = ctx.router.invoke(
+        coordinator.shard,
+        ctx.router.deadline(),
+        tps,
+        |tps| async move {
+            ctx.txn
+                .add_or_verify(ctx, id, pid, epoch, &tps, verify_only)
+                .await
+        },
+        |partitions, reply| ShardMessage::AddPartitionsToTxn {
             transactional_id: id.to_owned(),
             producer_id: pid,
             producer_epoch: epoch,
-            partitions: tps,
+            partitions,
             verify_only,
             reply,
-        }
-    });
+        },
+    );
     match call.await {
         Ok(answer) => answer,
         Err(e) => {
             tracing::warn!(transactional_id = id, error = %e, "adding partitions to the transaction failed");
             Err(TxnError::CoordinatorNotAvailable)
         }
-    }
-}
-
-/// What a produce partition answers when adding it to the transaction
-/// failed: retriable coordinator trouble is NOT_ENOUGH_REPLICAS, which every
-/// client retries (KIP-890), a fenced producer INVALID_PRODUCER_EPOCH.
-fn produce_txn_error(e: TxnError) -> i16 {
-    match e {
-        TxnError::ProducerFenced => ResponseError::InvalidProducerEpoch.code(),
-        TxnError::InvalidProducerIdMapping | TxnError::InvalidTxnState => {
-            ResponseError::InvalidTxnState.code()
-        }
-        _ => ResponseError::NotEnoughReplicas.code(),
     }
 }
 
@@ -434,7 +405,7 @@ fn append_and_answer(
                 Err(e) => {
                     results.push(PartitionResult::error(
                         index,
-                        records_error_code(&e),
+                        errors::records(&e),
                         Some(e.to_string()),
                     ));
                     continue;
@@ -481,11 +452,11 @@ fn append_and_answer(
             }
             // 5. baseOffset, size, CRC.
             records.truncate(header.total_size());
-            let max_bytes = state.config.max_message_bytes.max(0) as usize;
+            let max_bytes = state.config().max_message_bytes.max(0) as usize;
             if let Err(e) = validate_for_append(&records, &header, max_bytes) {
                 results.push(PartitionResult::error(
                     index,
-                    records_error_code(&e),
+                    errors::records(&e),
                     Some(e.to_string()),
                 ));
                 continue;
@@ -499,104 +470,48 @@ fn append_and_answer(
                 continue;
             }
             // 6. Producer state, then recompress, stamp and append — one
-            //    synchronous step, so check and update cannot interleave.
-            let verdict = state.producers.borrow().check(&header);
-            match verdict {
+            //    synchronous step in the partition, so check and update
+            //    cannot interleave.
+            let appended = state.append_data(
+                &header,
+                records,
+                buffer_bytes,
+                recompressed.remove(&(topic.name.clone(), index)),
+                ctx.config.batch_decompressed_bytes_max,
+            );
+            let (info, log_append_time_ms) = match appended {
+                Ok(DataAppend::Appended {
+                    info,
+                    log_append_time_ms,
+                }) => (info, log_append_time_ms),
+                // Answered as the original was, once its write is done.
+                Ok(DataAppend::Duplicate(info)) => (info, -1),
                 Err(e) => {
-                    let code = match e {
-                        ProducerError::InvalidProducerEpoch { .. } => {
-                            ResponseError::InvalidProducerEpoch
+                    if let AppendError::Log(e) = &e {
+                        // A writer out of file descriptors said so once already.
+                        if e.is_temporary() {
+                            tracing::debug!(%tp, error = %e, "append refused");
+                        } else {
+                            tracing::error!(%tp, error = %e, "append failed");
                         }
-                        ProducerError::OutOfOrderSequence { .. } => {
-                            ResponseError::OutOfOrderSequenceNumber
-                        }
-                    };
+                    }
                     results.push(PartitionResult::error(
                         index,
-                        code.code(),
+                        errors::append(&e),
                         Some(e.to_string()),
                     ));
                     continue;
                 }
-                Ok(Verdict::Duplicate(original)) => {
-                    // Answer as the original was answered; wait for its write.
-                    results.push(PartitionResult {
-                        index,
-                        error: errors::NONE,
-                        message: None,
-                        leader: None,
-                        appended: Some(AppendInfo {
-                            base_offset: Offset(original.first_offset),
-                            last_offset: Offset(original.last_offset),
-                            log_start_offset: state.log.log_start_offset(),
-                        }),
-                        log_append_time_ms: -1,
-                        log: Some(state.log.clone()),
-                    });
-                    continue;
-                }
-                Ok(Verdict::Append) => {}
-            }
-            // The allocation the batch is a slice of: the request's receive
-            // buffer, or the recompression's own.
-            let mut allocation_bytes = buffer_bytes;
-            if let Some(codec) = state.config.compression {
-                if header.compression_id() != codec as i16 {
-                    let done = recompressed.remove(&(topic.name.clone(), index));
-                    let limit = ctx.config.batch_decompressed_bytes_max;
-                    match done.unwrap_or_else(|| {
-                        crate::record::recompress_bounded(&records, codec, limit)
-                    }) {
-                        Ok(b) => {
-                            records = b;
-                            allocation_bytes = records.capacity();
-                        }
-                        Err(e) => {
-                            results.push(PartitionResult::error(
-                                index,
-                                records_error_code(&e),
-                                Some(e.to_string()),
-                            ));
-                            continue;
-                        }
-                    }
-                }
-            }
-            let mut log_append_time_ms = -1;
-            if state.config.log_append_time {
-                log_append_time_ms = now_ms();
-                batch::set_log_append_time(&mut records, log_append_time_ms);
-            }
-            match state.append_from(records, allocation_bytes) {
-                Ok(info) => {
-                    state
-                        .producers
-                        .borrow_mut()
-                        .record(&header, info.base_offset.0, now_ms());
-                    results.push(PartitionResult {
-                        index,
-                        error: errors::NONE,
-                        message: None,
-                        leader: None,
-                        appended: Some(info),
-                        log_append_time_ms,
-                        log: Some(state.log.clone()),
-                    });
-                }
-                Err(e) => {
-                    // A writer out of file descriptors said so once already.
-                    if e.is_temporary() {
-                        tracing::debug!(%tp, error = %e, "append refused");
-                    } else {
-                        tracing::error!(%tp, error = %e, "append failed");
-                    }
-                    results.push(PartitionResult::error(
-                        index,
-                        errors::log(&e),
-                        Some(e.to_string()),
-                    ));
-                }
-            }
+            };
+            results.push(PartitionResult {
+                index,
+                error: errors::NONE,
+                message: None,
+                leader: None,
+                appended: Some(info),
+                log_append_time_ms,
+                log: Some(state.log.clone()),
+            });
         }
         topics.push((topic.name, results));
     }
@@ -629,7 +544,7 @@ fn append_and_answer(
         // timeout bounds the wait for replication; an acks=1 append that was
         // made is answered as made).
         let deadline = (acks == -1)
-            .then(|| std::time::Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64));
+            .then(|| crate::clock::monotonic() + Duration::from_millis(timeout_ms.max(0) as u64));
         for (_, results) in topics.iter_mut() {
             for r in results.iter_mut() {
                 let (Some(log), Some(info)) = (&r.log, &r.appended) else {
@@ -643,7 +558,7 @@ fn append_and_answer(
                     (Some(written), _) => Some(written),
                     (None, None) => Some(wait.await),
                     (None, Some(d)) => {
-                        let left = d.saturating_duration_since(std::time::Instant::now());
+                        let left = d.saturating_duration_since(crate::clock::monotonic());
                         let timer = glommio::timer::sleep(left);
                         match future::select(wait, Box::pin(timer)).await {
                             Either::Left((written, _)) => Some(written),

@@ -3,7 +3,7 @@
 //! `__transaction_state` partition; see `txn::coordinator`).
 
 use super::{decode, errors, respond, Outcome};
-use crate::metadata::internal::{coordinator_partition, CONSUMER_OFFSETS};
+use crate::metadata::internal::CONSUMER_OFFSETS;
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
 use crate::types::TopicPartition;
@@ -159,24 +159,26 @@ pub async fn add_offsets(
             tracing::warn!(error = %e, "creating __consumer_offsets failed");
             ResponseError::CoordinatorNotAvailable.code()
         }
-        Ok(topic) => {
-            let p = coordinator_partition(req.group_id.0.as_str(), topic.partition_count());
-            let tp = TopicPartition::new(CONSUMER_OFFSETS, p);
-            match ctx
-                .txn
-                .add_partitions(
-                    ctx,
-                    req.transactional_id.0.as_str(),
-                    req.producer_id.0,
-                    req.producer_epoch,
-                    &[tp],
-                )
-                .await
-            {
-                Ok(()) => errors::NONE,
-                Err(e) => errors::txn(e, fenced_known),
+        Ok(topic) => match topic.coordinator(req.group_id.0.as_str(), ctx.cores()) {
+            None => ResponseError::CoordinatorNotAvailable.code(),
+            Some(coordinator) => {
+                let tp = TopicPartition::new(CONSUMER_OFFSETS, coordinator.partition);
+                match ctx
+                    .txn
+                    .add_partitions(
+                        ctx,
+                        req.transactional_id.0.as_str(),
+                        req.producer_id.0,
+                        req.producer_epoch,
+                        &[tp],
+                    )
+                    .await
+                {
+                    Ok(()) => errors::NONE,
+                    Err(e) => errors::txn(e, fenced_known),
+                }
             }
-        }
+        },
     };
     respond(
         header,

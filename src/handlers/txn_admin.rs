@@ -10,7 +10,7 @@
 //! brokers can authenticate each other.
 
 use super::{decode, led_partition, respond, str_bytes, Outcome};
-use crate::metadata::internal::{coordinator_partition, TRANSACTION_STATE};
+use crate::metadata::internal::TRANSACTION_STATE;
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
 use bytes::BytesMut;
@@ -60,11 +60,8 @@ pub fn describe_transactions(
                 .with_transaction_state(str_bytes(""))
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1);
-            let owner = image.topic(TRANSACTION_STATE).and_then(|t| {
-                let p = coordinator_partition(id.0.as_str(), t.partition_count());
-                image.leader_shard(TRANSACTION_STATE, p, ctx.cores())
-            });
-            if owner != Some(ctx.shard) {
+            let owner = image.coordinator(TRANSACTION_STATE, id.0.as_str(), ctx.cores());
+            if owner.map(|c| c.shard) != Some(ctx.shard) {
                 return base.with_error_code(ResponseError::NotCoordinator.code());
             }
             match ctx.txn.get(id.0.as_str()) {
@@ -113,7 +110,7 @@ pub fn list_transactions(
         .filter(|f| !TXN_STATE_NAMES.contains(&f.as_str()))
         .cloned()
         .collect();
-    let now = crate::shard::now_ms();
+    let now = crate::clock::now_ms();
     let mut states: Vec<_> = ctx
         .txn
         .all()
@@ -169,7 +166,7 @@ pub fn describe_producers(
                     match led_partition(ctx, &image, t.name.0.as_str(), p) {
                         Err((e, _)) => r.with_error_code(e.code()),
                         Ok(state) => {
-                            let producers = state.producers.borrow();
+                            let producers = state.producers();
                             let mut active: Vec<ProducerState> = producers
                                 .entries()
                                 .map(|(&pid, e)| {

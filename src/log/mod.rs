@@ -251,13 +251,7 @@ pub(crate) fn sync_dir(dir: &std::path::Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// Wall-clock milliseconds since the epoch.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub(crate) use crate::clock::now_ms;
 
 /// `--debug-write-delay-ms` (testing only; 0 = off): every segment write
 /// waits this long first. Process-wide, set by each shard at start.

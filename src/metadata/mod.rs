@@ -86,6 +86,27 @@ impl TopicMeta {
     pub fn is_internal(&self) -> bool {
         internal::is_internal(&self.name)
     }
+
+    /// The partition of this (internal) topic that coordinates `key`, a
+    /// group id or transactional id (Kafka's `abs(hash(key)) % partitions`),
+    /// and the shard that leads it on a server with `cores` shards.
+    pub fn coordinator(&self, key: &str, cores: usize) -> Option<Coordinator> {
+        let partition = internal::coordinator_partition(key, self.partition_count());
+        let shard = *self.shards.get(usize::try_from(partition).ok()?)?;
+        Some(Coordinator {
+            partition,
+            shard: shard % cores,
+        })
+    }
+}
+
+/// Where a group or transactional id is coordinated ([`TopicMeta::coordinator`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Coordinator {
+    /// The partition of `__consumer_offsets` or `__transaction_state`.
+    pub partition: i32,
+    /// The shard that leads it.
+    pub shard: usize,
 }
 
 /// An immutable snapshot of the cluster metadata. Shared read-only by all
@@ -109,6 +130,12 @@ impl MetadataImage {
 
     pub fn topic_by_id(&self, id: &[u8; 16]) -> Option<&Arc<TopicMeta>> {
         self.topic_ids.get(id).and_then(|n| self.topics.get(n))
+    }
+
+    /// Where `key` is coordinated by internal topic `topic`; None while the
+    /// topic does not exist (see [`TopicMeta::coordinator`]).
+    pub fn coordinator(&self, topic: &str, key: &str, cores: usize) -> Option<Coordinator> {
+        self.topics.get(topic)?.coordinator(key, cores)
     }
 
     /// The shard that leads `topic`/`partition` on a server with `cores` shards.

@@ -100,7 +100,7 @@ pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
             Ok(stream) => {
                 if net.connections.get() >= ctx.config.max_connections_per_shard {
                     net.refused.set(net.refused.get() + 1);
-                    let now = std::time::Instant::now();
+                    let now = crate::clock::monotonic();
                     if refused_logged_at.is_none_or(|t| now - t >= REFUSED_LOG_INTERVAL) {
                         refused_logged_at = Some(now);
                         tracing::warn!(

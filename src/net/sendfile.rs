@@ -26,7 +26,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Bytes one blocking job sends at most.
 pub const SENDFILE_PIECE_BYTES: u64 = 1 << 20;
@@ -70,14 +70,14 @@ fn send_blocking(
     set_send_timeout(sock, stall)?;
     let mut offset = position as libc::off_t;
     let mut left = len;
-    let mut progress = Instant::now();
+    let mut progress = crate::clock::monotonic();
     while left > 0 {
         // SAFETY: both descriptors are owned by the caller for the duration
         // of the call; offset is a valid pointer to a local.
         let n = unsafe { libc::sendfile(sock, file.as_raw_fd(), &mut offset, left) };
         if n > 0 {
             left -= n as usize;
-            progress = Instant::now();
+            progress = crate::clock::monotonic();
             continue;
         }
         if n == 0 {

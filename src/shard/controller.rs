@@ -139,7 +139,7 @@ impl Controller {
         let Ok(_permit) = permit else {
             return Err(ControllerError::Unavailable);
         };
-        if Instant::now() >= deadline {
+        if crate::clock::monotonic() >= deadline {
             return Err(not_started());
         }
         let image = self.image.borrow().clone();
@@ -478,7 +478,7 @@ impl Controller {
 /// A deadline that does not come (waits that are deliberately unbounded).
 fn far_future() -> Instant {
     const YEAR: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
-    Instant::now() + YEAR
+    crate::clock::monotonic() + YEAR
 }
 
 fn plan_configs(

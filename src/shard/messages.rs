@@ -1,6 +1,7 @@
 //! Messages that cross shards. Everything here is `Send` and owns its data.
 
 use crate::metadata::MetadataImage;
+use crate::partition::{MarkerError, TxnMarker};
 use futures::channel::oneshot;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -104,10 +105,10 @@ pub enum ShardMessage {
         reply: oneshot::Sender<()>,
     },
     /// Transaction markers for partitions the receiving shard leads; the
-    /// reply carries an error code per marker once all are written.
+    /// reply carries the outcome of each once all are written.
     WriteTxnMarkers {
-        markers: Vec<crate::txn::TxnMarker>,
-        reply: oneshot::Sender<Vec<(crate::txn::TxnMarker, i16)>>,
+        markers: Vec<TxnMarker>,
+        reply: oneshot::Sender<Vec<(TxnMarker, Result<(), MarkerError>)>>,
     },
     /// For the transaction coordinator of `transactional_id`: a partition
     /// leader adds partitions to the transaction (transaction version 2).

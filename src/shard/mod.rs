@@ -3,16 +3,15 @@
 //!
 //! [`ShardCtx`] is the shard's state, owned by that shard alone (`Rc`,
 //! `RefCell`; nothing here is shared with other threads): the current
-//! metadata image, the partitions this shard leads ([`PartitionState`]: log,
+//! metadata image, the partitions this shard leads ([`Partition`]: log,
 //! producer state, aborted transactions), its producer-id block, its group
 //! and transaction coordinators, and the router to the other shards. Shard 0
 //! also runs the controller ([`controller`]).
 //!
-//! The partition side of transactions lives here too: markers are appended
-//! by [`ShardCtx::write_txn_markers`] (called locally or through the router by
-//! a coordinator), which ends the producer's open transaction, records an
-//! aborted one in `.txnindex`, and so moves the last stable offset
-//! ([`PartitionState::last_stable_offset`]).
+//! Markers reach a partition through [`ShardCtx::write_txn_markers`]
+//! (called locally or through the router by a coordinator), which appends
+//! them with `Partition::append_control` and hands those on
+//! `__consumer_offsets` to the group coordinator.
 //!
 //! Metadata flows one way: the controller persists a change, builds a new
 //! image and sends it to every shard; each shard opens the logs of partitions
@@ -28,22 +27,17 @@
 pub mod controller;
 pub mod messages;
 pub mod router;
+mod txn_env;
 
 use crate::config::BrokerConfig;
 use crate::group::state::GroupConfig;
 use crate::group::GroupCoordinator;
-use crate::log::{AppendInfo, LogConfig, LogError, LogManager, PartitionLog};
+use crate::log::{LogConfig, LogManager};
 use crate::metadata::{internal, MetadataImage, TopicConfig};
+use crate::partition::{MarkerError, Partition, TxnMarker};
 use crate::producer::ids::ProducerIdBlocks;
-use crate::producer::txn_index::{self, AbortedTxn, AbortedTxns};
-use crate::producer::{snapshot, ProducerStateTable};
-use crate::record::records::{parse_control_key, ControlType};
-use crate::record::{control_batch, BatchHeader};
 use crate::txn::coordinator::TxnCoordinator;
-use crate::txn::TxnMarker;
-use crate::types::Offset;
 use crate::types::TopicPartition;
-use bytes::BytesMut;
 use futures::channel::oneshot;
 use messages::{ControllerError, ControllerReply, ControllerRequest, ShardMessage};
 use router::Router;
@@ -52,148 +46,8 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-/// A partition this shard leads: its log, its producer state and the configs
-/// it runs with.
-pub struct PartitionState {
-    pub tp: TopicPartition,
-    pub topic_id: [u8; 16],
-    pub log: Rc<PartitionLog>,
-    pub config: TopicConfig,
-    /// Checked and updated in the same synchronous step as the append.
-    pub producers: Rc<RefCell<ProducerStateTable>>,
-    /// The log end offset of the last producer snapshot written (-1 = none).
-    pub snapshot_offset: Rc<Cell<i64>>,
-    /// Aborted transactions (for read_committed fetches).
-    pub aborted: Rc<RefCell<AbortedTxns>>,
-    /// `.txnindex` appends in flight. No producer snapshot is taken while
-    /// any is, nor after one failed (`txn_index_failed`): a snapshot past an
-    /// ABORT marker whose entry is not on disk would stop the replay that
-    /// re-derives it, and read_committed readers would see aborted data.
-    pub txn_index_pending: Rc<Cell<usize>>,
-    pub txn_index_failed: Rc<Cell<bool>>,
-}
-
-impl PartitionState {
-    /// The last stable offset: the first offset of the oldest open
-    /// transaction, or the high watermark if that is lower or none is open.
-    pub fn last_stable_offset(&self) -> i64 {
-        let hw = self.log.high_watermark().0;
-        match self.producers.borrow().first_unstable_offset() {
-            Some(first) => first.min(hw),
-            None => hw,
-        }
-    }
-
-    /// Appends one validated batch (data or marker) to the log, before the
-    /// caller records it in the producer state. If the batch opens a new
-    /// segment, the producer state as of its first offset is snapshotted,
-    /// as Kafka does at every roll, so recovery replays at most one segment.
-    pub fn append(&self, batch: BytesMut) -> Result<AppendInfo, LogError> {
-        let allocation_bytes = batch.capacity();
-        self.append_from(batch, allocation_bytes)
-    }
-
-    /// [`Self::append`] for a batch that is a slice of an allocation of
-    /// `allocation_bytes` (a request frame's receive buffer; see
-    /// `PartitionLog::append_from`).
-    pub fn append_from(
-        &self,
-        batch: BytesMut,
-        allocation_bytes: usize,
-    ) -> Result<AppendInfo, LogError> {
-        let segments_before = self.log.segment_count();
-        let info = self.log.append_from(batch, allocation_bytes)?;
-        if self.log.segment_count() > segments_before {
-            self.snapshot_at_roll(info.base_offset.0);
-        }
-        Ok(info)
-    }
-
-    /// No producer snapshot while a `.txnindex` append is in flight or after
-    /// one failed (see `txn_index_pending`), nor of an empty table.
-    fn snapshot_skipped(&self) -> bool {
-        self.producers.borrow().is_empty()
-            || self.txn_index_pending.get() > 0
-            || self.txn_index_failed.get()
-    }
-
-    /// The producer state encoded as a snapshot at `offset`.
-    fn encode_snapshot(&self, offset: i64) -> Option<Vec<u8>> {
-        match snapshot::encode(offset, self.producers.borrow().entries()) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                tracing::error!(tp = %self.tp, error = %e, "encoding producer snapshot failed");
-                None
-            }
-        }
-    }
-
-    /// Snapshot at a roll to `base`: the state is captured now (the batch
-    /// at `base` is not recorded yet); the file is written once every batch
-    /// below `base` is written, so a snapshot never describes batches the
-    /// log could lose. Skipped when [`Self::snapshot_skipped`] (the periodic
-    /// snapshot catches up).
-    fn snapshot_at_roll(&self, base: i64) {
-        if self.snapshot_skipped() || base <= self.snapshot_offset.get() {
-            return;
-        }
-        let Some(bytes) = self.encode_snapshot(base) else {
-            return;
-        };
-        let log = self.log.clone();
-        let snapshot_offset = self.snapshot_offset.clone();
-        let tp = self.tp.clone();
-        glommio::spawn_local(async move {
-            if base > 0 && log.wait_written(Offset(base - 1)).await.is_err() {
-                return; // the log failed: no snapshot past what it holds
-            }
-            write_snapshot(&log, &tp, &snapshot_offset, base, bytes).await;
-        })
-        .detach();
-    }
-}
-
-/// Writes a producer snapshot file off the reactor and records its offset.
-async fn write_snapshot(
-    log: &PartitionLog,
-    tp: &TopicPartition,
-    snapshot_offset: &Cell<i64>,
-    offset: i64,
-    bytes: Vec<u8>,
-) {
-    let dir = log.dir().to_path_buf();
-    let written = glommio::executor()
-        .spawn_blocking(move || snapshot::write(&dir, offset, &bytes))
-        .await;
-    match written {
-        Ok(()) => snapshot_offset.set(snapshot_offset.get().max(offset)),
-        Err(e) => tracing::error!(%tp, error = %e, "writing producer snapshot failed"),
-    }
-}
-
-/// Whether a control batch's (single) record is an ABORT marker.
-fn is_abort_marker(batch: &[u8]) -> bool {
-    crate::record::decode_batch(batch)
-        .ok()
-        .and_then(|(_, records)| records.into_iter().next())
-        .and_then(|r| r.key)
-        .and_then(|k| parse_control_key(&k).ok())
-        .is_some_and(|(_, kind)| kind == ControlType::Abort)
-}
-
-/// Tries to append one `.txnindex` entry before giving up.
-const TXN_INDEX_WRITE_ATTEMPTS: u32 = 3;
-
 /// File growth step of internal-topic partitions (see [`ShardCtx::log_config`]).
 pub const INTERNAL_PREALLOCATE_BYTES: u64 = 1024 * 1024;
-
-/// Milliseconds since the Unix epoch, by the wall clock.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// The state of one shard. Lives on that shard only.
 pub struct ShardCtx {
@@ -204,7 +58,7 @@ pub struct ShardCtx {
     pub router: Router,
     /// Present on shard 0 only.
     pub controller: Option<controller::Controller>,
-    partitions: RefCell<HashMap<TopicPartition, Rc<PartitionState>>>,
+    partitions: RefCell<HashMap<TopicPartition, Rc<Partition>>>,
     first_image: RefCell<Option<oneshot::Sender<()>>>,
     /// Requests read but not yet answered, on all connections of this shard.
     inflight_requests: Cell<usize>,
@@ -285,12 +139,12 @@ impl ShardCtx {
     }
 
     /// The partition if this shard leads it.
-    pub fn partition(&self, tp: &TopicPartition) -> Option<Rc<PartitionState>> {
+    pub fn partition(&self, tp: &TopicPartition) -> Option<Rc<Partition>> {
         self.partitions.borrow().get(tp).cloned()
     }
 
     /// Every partition this shard leads.
-    pub fn partitions(&self) -> Vec<Rc<PartitionState>> {
+    pub fn partitions(&self) -> Vec<Rc<Partition>> {
         self.partitions.borrow().values().cloned().collect()
     }
 
@@ -359,22 +213,8 @@ impl ShardCtx {
                 let tp = TopicPartition::new(topic.name.clone(), index as i32);
                 let existing = self.partition(&tp);
                 match existing {
-                    Some(p) if p.config == tc => {}
-                    Some(p) => {
-                        p.log.set_config(self.log_config(&tc, topic.is_internal()));
-                        let updated = PartitionState {
-                            tp: tp.clone(),
-                            topic_id: p.topic_id,
-                            log: p.log.clone(),
-                            config: tc.clone(),
-                            producers: p.producers.clone(),
-                            snapshot_offset: p.snapshot_offset.clone(),
-                            aborted: p.aborted.clone(),
-                            txn_index_pending: p.txn_index_pending.clone(),
-                            txn_index_failed: p.txn_index_failed.clone(),
-                        };
-                        self.partitions.borrow_mut().insert(tp, Rc::new(updated));
-                    }
+                    Some(p) if *p.config() == tc => {}
+                    Some(p) => p.set_config(tc.clone(), self.log_config(&tc, topic.is_internal())),
                     None => match self
                         .logs
                         .open_topic(
@@ -385,33 +225,32 @@ impl ShardCtx {
                         .await
                     {
                         Ok(log) => {
-                            // A producer state that cannot be rebuilt is not
-                            // served (see `rebuild_producers`); the next image
-                            // applied tries again.
-                            let Ok((producers, snapshot_offset, aborted)) =
-                                self.rebuild_producers(&log).await
+                            // A producer state that cannot be recovered is
+                            // not served (see `partition::recovery`); the next
+                            // image applied tries again.
+                            let producers_max = self.config.producers_per_partition_max;
+                            let Ok(state) = Partition::open(
+                                tp.clone(),
+                                topic.id,
+                                log,
+                                tc.clone(),
+                                producers_max,
+                            )
+                            .await
                             else {
                                 continue;
                             };
-                            let state = Rc::new(PartitionState {
-                                tp: tp.clone(),
-                                topic_id: topic.id,
-                                log,
-                                config: tc.clone(),
-                                producers: Rc::new(RefCell::new(producers)),
-                                snapshot_offset: Rc::new(Cell::new(snapshot_offset)),
-                                aborted: Rc::new(RefCell::new(aborted)),
-                                txn_index_pending: Rc::new(Cell::new(0)),
-                                txn_index_failed: Rc::new(Cell::new(false)),
-                            });
                             self.partitions
                                 .borrow_mut()
                                 .insert(tp.clone(), state.clone());
                             if tp.topic == internal::TRANSACTION_STATE {
                                 opened_txn_partitions.push(state);
                             } else if tp.topic == internal::CONSUMER_OFFSETS {
-                                self.groups
-                                    .load_partition(tp.partition.0, state.log.clone());
+                                self.groups.load_partition(
+                                    tp.partition.0,
+                                    topic.partition_count(),
+                                    state,
+                                );
                             }
                         }
                         Err(e) => {
@@ -430,250 +269,56 @@ impl ShardCtx {
         }
     }
 
-    /// Producer state of a freshly opened log: the newest snapshot at or
-    /// below the log end, then every batch written after it. A damaged
-    /// snapshot is skipped for an older one or the log start. A replay that
-    /// fails (the log cannot be read) is an error: a partial table would
-    /// forget producers (their retried batches appended twice) and open
-    /// transactions (read_committed readers shown uncommitted data), so the
-    /// partition is not served, as Kafka takes a log it cannot load offline.
-    async fn rebuild_producers(
-        &self,
-        log: &Rc<PartitionLog>,
-    ) -> Result<(ProducerStateTable, i64, AbortedTxns), LogError> {
-        let mut table = ProducerStateTable::new(self.config.producers_per_partition_max);
-        let dir = log.dir().to_path_buf();
-        let log_end = log.log_end_offset().0;
-        let (loaded, indexed) = glommio::executor()
-            .spawn_blocking(move || {
-                (
-                    snapshot::load_newest(&dir, log_end),
-                    txn_index::load_dir(&dir),
-                )
-            })
-            .await;
-        let mut aborted = AbortedTxns::default();
-        for e in indexed {
-            aborted.add(e);
-        }
-        let mut derived = Vec::new();
-        let (from, snapshot_offset) = match loaded {
-            Some((offset, entries)) => {
-                for (pid, e) in entries {
-                    table.insert(pid, e);
-                }
-                (offset, offset)
-            }
-            None => (log.log_start_offset().0, -1),
-        };
-        let now = now_ms();
-        let mut replayed = 0u64;
-        let scan = log
-            .scan(Offset(from), &mut |h, bytes| {
-                // An ABORT marker: re-derive its index entry in case a crash
-                // left it unwritten (the index is only an index).
-                let aborted_first = (h.is_control() && is_abort_marker(bytes))
-                    .then(|| table.open_transaction(h.producer_id))
-                    .flatten();
-                table.record(h, h.base_offset, now);
-                if let Some(first) = aborted_first {
-                    derived.push(AbortedTxn {
-                        producer_id: h.producer_id,
-                        first_offset: first,
-                        last_offset: h.base_offset,
-                        last_stable_offset: table
-                            .first_unstable_offset()
-                            .unwrap_or(h.base_offset + 1),
-                    });
-                }
-                replayed += 1;
-            })
-            .await;
-        if let Err(e) = scan {
-            tracing::error!(tp = %log.topic_partition(), error = %e, "replaying producer state failed; the partition is not served");
-            return Err(e);
-        }
-        // Entries the replay found missing from the files are written back
-        // now: the next snapshot (at a roll or a clean stop) starts past
-        // their markers, and a replay from there would not find them again.
-        let bases = log.segment_base_offsets();
-        let mut unindexed = std::collections::BTreeSet::new();
-        for e in derived {
-            if aborted.add(e) {
-                unindexed.insert(txn_index::segment_of(&bases, e.last_offset));
-            }
-        }
-        if !unindexed.is_empty() {
-            let dir = log.dir().to_path_buf();
-            let all = aborted.entries().to_vec();
-            let segments = unindexed.len();
-            glommio::executor()
-                .spawn_blocking(move || {
-                    unindexed.into_iter().try_for_each(|base| {
-                        txn_index::rewrite(&dir, base, &txn_index::of_segment(&all, &bases, base))
-                    })
-                })
-                .await
-                .map_err(|e| {
-                    tracing::error!(tp = %log.topic_partition(), error = %e, "writing re-derived .txnindex entries failed; the partition is not served");
-                    LogError::Io(e)
-                })?;
-            tracing::info!(tp = %log.topic_partition(), segments, "re-derived aborted transactions written to .txnindex");
-        }
-        aborted.truncate_before(log.log_start_offset().0);
-        if replayed > 0 || snapshot_offset >= 0 {
-            tracing::info!(
-                tp = %log.topic_partition(),
-                snapshot_offset,
-                replayed_batches = replayed,
-                producers = table.len(),
-                "producer state rebuilt"
-            );
-        }
-        Ok((table, snapshot_offset, aborted))
-    }
-
     /// Appends COMMIT/ABORT markers to partitions this shard leads and
     /// waits until they are written (durable under `--fsync-acks`), as the
-    /// coordinator's acks=-1 write. Returns an error code per marker.
+    /// coordinator's acks=-1 write. Returns the outcome of each marker.
     pub async fn write_txn_markers(
         self: &Rc<Self>,
         markers: Vec<TxnMarker>,
-    ) -> Vec<(TxnMarker, i16)> {
+    ) -> Vec<(TxnMarker, Result<(), MarkerError>)> {
         let mut waits = Vec::with_capacity(markers.len());
         let mut out = Vec::with_capacity(markers.len());
         for m in markers {
-            match self.append_marker(&m) {
+            // Appended now, synchronously, so it orders with produce appends.
+            let appended = match self.partition(&m.tp) {
+                Some(p) => p.append_control(&m).map(|offset| (p.log.clone(), offset)),
+                None => Err(self.missing_partition(&m.tp)),
+            };
+            match appended {
                 Ok((log, offset)) => waits.push((m, log, offset)),
-                Err(code) => out.push((m, code)),
+                Err(e) => out.push((m, Err(e))),
             }
         }
         for (m, log, offset) in waits {
             let written = log.wait_acked(offset, self.config.fsync_acks).await;
-            let code = match written {
-                Ok(()) => 0,
-                Err(e) => {
-                    tracing::error!(tp = %m.tp, error = %e, "writing a transaction marker failed");
-                    kafka_protocol::ResponseError::KafkaStorageError.code()
-                }
-            };
-            if code == 0 && m.tp.topic == internal::CONSUMER_OFFSETS {
-                self.on_offsets_marker(&m);
+            let outcome = written.map_err(|e| {
+                tracing::error!(tp = %m.tp, error = %e, "writing a transaction marker failed");
+                MarkerError::Storage
+            });
+            if outcome.is_ok() && m.tp.topic == internal::CONSUMER_OFFSETS {
+                // The producer's pending transactional offset commits
+                // become visible (COMMIT) or are dropped.
+                self.groups
+                    .complete_transaction(m.tp.partition.0, m.producer_id, m.commit);
             }
-            out.push((m, code));
+            out.push((m, outcome));
         }
         out
     }
 
-    /// Hook for the group coordinator: a marker landed on a
-    /// `__consumer_offsets` partition, so the producer's pending
-    /// transactional offset commits become visible (COMMIT) or are dropped.
-    fn on_offsets_marker(&self, m: &TxnMarker) {
-        self.groups
-            .complete_transaction(m.tp.partition.0, m.producer_id, m.commit);
-    }
-
-    /// Appends one marker now (synchronously, so it orders with produce
-    /// appends); returns the log and the marker's offset to wait on.
-    fn append_marker(&self, m: &TxnMarker) -> Result<(Rc<PartitionLog>, Offset), i16> {
-        use kafka_protocol::ResponseError as E;
-        let Some(state) = self.partition(&m.tp) else {
-            let known = self
-                .image()
-                .leader_shard(&m.tp.topic, m.tp.partition.0, self.cores())
-                .is_some();
-            return Err(if known {
-                E::NotLeaderOrFollower
-            } else {
-                E::UnknownTopicOrPartition
-            }
-            .code());
-        };
-        // Version 1 markers carry the producer's epoch; version 2 markers a
-        // bumped one, so there an epoch not above the current is stale.
-        let current_epoch = state.producers.borrow().get(m.producer_id).map(|e| e.epoch);
-        let stale = current_epoch.is_some_and(|e| {
-            if m.tv2 {
-                m.producer_epoch <= e
-            } else {
-                m.producer_epoch < e
-            }
-        });
-        if stale {
-            return Err(E::InvalidProducerEpoch.code());
-        }
-        let kind = if m.commit {
-            ControlType::Commit
+    /// Why a marker for `tp`, which this shard does not hold, is not
+    /// written: another shard leads it (or this one has not opened it yet),
+    /// or the image has no such partition.
+    fn missing_partition(&self, tp: &TopicPartition) -> MarkerError {
+        let known = self
+            .image()
+            .leader_shard(&tp.topic, tp.partition.0, self.cores())
+            .is_some();
+        if known {
+            MarkerError::NotLeader
         } else {
-            ControlType::Abort
-        };
-        let batch = control_batch(
-            kind,
-            m.producer_id,
-            m.producer_epoch,
-            m.coordinator_epoch,
-            now_ms(),
-        );
-        let header = BatchHeader::parse(&batch).map_err(|_| E::UnknownServerError.code())?;
-        let first = state.producers.borrow().open_transaction(m.producer_id);
-        let info = state.append(batch).map_err(|e| {
-            tracing::error!(tp = %m.tp, error = %e, "appending a transaction marker failed");
-            E::KafkaStorageError.code()
-        })?;
-        state
-            .producers
-            .borrow_mut()
-            .record(&header, info.base_offset.0, now_ms());
-        // Kafka's lastStableOffset of an aborted transaction: the first
-        // unstable offset once it is complete.
-        let lso = state
-            .producers
-            .borrow()
-            .first_unstable_offset()
-            .unwrap_or(info.last_offset.0 + 1);
-        if let (false, Some(first)) = (m.commit, first) {
-            let entry = AbortedTxn {
-                producer_id: m.producer_id,
-                first_offset: first,
-                last_offset: info.base_offset.0,
-                last_stable_offset: lso,
-            };
-            if state.aborted.borrow_mut().add(entry) {
-                let dir = state.log.dir().to_path_buf();
-                let segment =
-                    txn_index::segment_of(&state.log.segment_base_offsets(), info.base_offset.0);
-                let tp = m.tp.clone();
-                let (pending, failed) = (
-                    state.txn_index_pending.clone(),
-                    state.txn_index_failed.clone(),
-                );
-                pending.set(pending.get() + 1);
-                glommio::spawn_local(async move {
-                    let mut result = Ok(());
-                    for attempt in 0..TXN_INDEX_WRITE_ATTEMPTS {
-                        if attempt > 0 {
-                            glommio::timer::sleep(std::time::Duration::from_millis(100)).await;
-                        }
-                        let dir = dir.clone();
-                        result = glommio::executor()
-                            .spawn_blocking(move || txn_index::append(&dir, segment, &entry))
-                            .await;
-                        if result.is_ok() {
-                            break;
-                        }
-                    }
-                    if let Err(e) = result {
-                        // The replay from the last snapshot still re-derives
-                        // the entry; no snapshot is taken from now on.
-                        tracing::error!(%tp, error = %e, "writing the .txnindex failed; producer snapshots stop for this partition");
-                        failed.set(true);
-                    }
-                    pending.set(pending.get() - 1);
-                })
-                .detach();
-            }
+            MarkerError::UnknownPartition
         }
-        Ok((state.log.clone(), info.last_offset))
     }
 
     /// Asks the controller for a new producer-id block when this shard runs
@@ -703,26 +348,13 @@ impl ShardCtx {
         .detach();
     }
 
-    /// Writes a producer snapshot for every partition whose state changed,
-    /// if the partition is quiescent (every appended batch written), and
-    /// expires idle producers. Run periodically and at shutdown.
+    /// Expires idle producers and writes a producer snapshot for every
+    /// partition whose state changed, if it is quiescent. Run periodically
+    /// and at shutdown.
     pub async fn maintain_producer_state(&self) {
-        let now = now_ms();
         for p in self.partitions() {
-            p.producers
-                .borrow_mut()
-                .expire(now, self.config.producer_id_expiration_ms);
-            let log_end = p.log.log_end_offset().0;
-            if log_end == p.snapshot_offset.get() || p.snapshot_skipped() {
-                continue;
-            }
-            if p.log.written_offset().0 != log_end {
-                continue; // appends in flight: try again next time
-            }
-            let Some(bytes) = p.encode_snapshot(log_end) else {
-                continue;
-            };
-            write_snapshot(&p.log, &p.tp, &p.snapshot_offset, log_end, bytes).await;
+            p.maintain_producer_state(self.config.producer_id_expiration_ms)
+                .await;
         }
     }
 
@@ -769,18 +401,24 @@ impl ShardCtx {
         request: ControllerRequest,
     ) -> Result<ControllerReply, ControllerError> {
         let deadline = self.router.deadline();
-        if let Some(controller) = &self.controller {
-            // Not cut short from here: the controller bounds its own waits
-            // by the deadline and must not be cancelled half-way.
-            return controller.handle(self, request, deadline).await;
-        }
-        let call = self
-            .router
-            .call(0, deadline, |reply| ShardMessage::Controller {
+        // On shard 0 not cut short from here: the controller bounds its own
+        // waits by the deadline and must not be cancelled half-way.
+        let call = self.router.invoke(
+            0,
+            deadline,
+            request,
+            |request| async move {
+                match &self.controller {
+                    Some(controller) => controller.handle(self, request, deadline).await,
+                    None => Err(ControllerError::Unavailable),
+                }
+            },
+            |request, reply| ShardMessage::Controller {
                 request,
                 deadline,
                 reply,
-            });
+            },
+        );
         match call.await {
             Ok(outcome) => outcome,
             Err(router::CallError::TimedOut(_)) => Err(ControllerError::TimedOut(format!(

@@ -69,7 +69,7 @@ pub async fn within<F: Future>(deadline: Instant, fut: F) -> Option<F::Output> {
     if let Some(out) = (&mut fut).now_or_never() {
         return Some(out);
     }
-    let left = deadline.saturating_duration_since(Instant::now());
+    let left = deadline.saturating_duration_since(crate::clock::monotonic());
     match future::select(fut, Box::pin(glommio::timer::sleep(left))).await {
         Either::Left((out, _)) => Some(out),
         Either::Right(_) => None,
@@ -106,7 +106,7 @@ impl Router {
 
     /// The deadline of a cross-shard wait that starts now.
     pub fn deadline(&self) -> Instant {
-        Instant::now() + self.timeout
+        crate::clock::monotonic() + self.timeout
     }
 
     /// Delivers `message` to `shard`'s receive loop. Must not be called with
@@ -145,6 +145,25 @@ impl Router {
         within(deadline, exchange)
             .await
             .unwrap_or(Err(CallError::TimedOut(shard)))
+    }
+
+    /// Runs a request on `shard`: on this shard by `local(payload)`
+    /// directly, elsewhere as the message `make(payload, reply)` through
+    /// the mesh, waiting for the answer until `deadline` ([`Router::call`]).
+    /// The one way every caller picks between the local call and the mesh.
+    pub async fn invoke<P, T, F: Future<Output = T>>(
+        &self,
+        shard: usize,
+        deadline: Instant,
+        payload: P,
+        local: impl FnOnce(P) -> F,
+        make: impl FnOnce(P, oneshot::Sender<T>) -> ShardMessage,
+    ) -> Result<T, CallError> {
+        if shard == self.shard {
+            return Ok(local(payload).await);
+        }
+        self.call(shard, deadline, |reply| make(payload, reply))
+            .await
     }
 
     /// Stops sending: peers' receive loops end once drained.

@@ -1,12 +1,15 @@
 //! The transaction coordinator of one shard: the transactional ids whose
-//! `__transaction_state` partition this shard leads.
+//! `__transaction_state` partition this shard leads. It reaches its shard
+//! only through the environment it is handed ([`super::env::TxnEnv`]:
+//! partitions, producer ids, marker delivery), and decides every transition
+//! with the pure functions of [`super::state`].
 //!
 //! Each request follows the same steps: locate the id's partition (this
 //! shard must lead it and have loaded it: NOT_COORDINATOR /
-//! COORDINATOR_LOAD_IN_PROGRESS otherwise), check the request against the
-//! id's state, mark the id pending, write the new state to the partition,
-//! wait until it is written (durable under `--fsync-acks`), then apply it and
-//! answer. EndTxn answers once Prepare* is written; the markers are then
+//! COORDINATOR_LOAD_IN_PROGRESS otherwise), ask `state` for the transition
+//! the request makes from the id's state, mark the id pending, write the new
+//! state to the partition (`Partition::append_internal`), wait until it is
+//! written (durable under `--fsync-acks`), then apply it and answer. EndTxn answers once Prepare* is written; the markers are then
 //! written by [`TxnCoordinator::complete`] in the background — to local
 //! partitions directly, to other shards' partitions over the router — and
 //! Complete* is written last. A coordinator that loads a partition finishes
@@ -36,15 +39,15 @@
 //! timer started with the first load looks for expired ids, marks them
 //! pending, writes their tombstones and then drops them.
 
+use super::env::TxnEnv;
 use super::log::{decode_key, decode_value, encode_value, is_known_key_version, try_encode_key};
-use super::{
-    id_expiration_check_interval_ms, TxnMarker, TxnMetadata, TxnState, TRANSACTION_MAX_TIMEOUT_MS,
-};
+use super::state;
+use super::{id_expiration_check_interval_ms, TxnMarker, TxnMetadata, TxnState};
+use crate::clock::{monotonic, now_ms};
+use crate::log::LogError;
 use crate::metadata::internal::{coordinator_partition, TRANSACTION_STATE};
+use crate::partition::{AppendError, MarkerError, Partition};
 use crate::record::{BatchBuilder, Compression};
-use crate::shard::messages::ShardMessage;
-use crate::shard::router::CallError;
-use crate::shard::{now_ms, PartitionState, ShardCtx};
 use crate::types::TopicPartition;
 use futures::channel::oneshot;
 use std::cell::{Cell, RefCell};
@@ -71,29 +74,7 @@ pub const LOAD_RETRY_BACKOFF_MS_MAX: u64 = 60_000;
 /// Tombstones per batch when expired ids are removed.
 pub const TOMBSTONES_PER_BATCH_MAX: usize = 500;
 
-/// Why a transactional request was refused; mapped to Kafka's error codes
-/// in `handlers::errors`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum TxnError {
-    #[error("this shard is not the coordinator of the transactional id")]
-    NotCoordinator,
-    #[error("the transaction state topic does not exist yet")]
-    CoordinatorNotAvailable,
-    #[error("the coordinator is loading its state")]
-    CoordinatorLoadInProgress,
-    #[error("another operation on this transactional id is in progress")]
-    ConcurrentTransactions,
-    #[error("the producer id does not match the transactional id")]
-    InvalidProducerIdMapping,
-    #[error("the producer has been fenced by a newer epoch")]
-    ProducerFenced,
-    #[error("the request is not valid in the transaction's state")]
-    InvalidTxnState,
-    #[error("the transaction timeout is larger than transaction.max.timeout.ms")]
-    InvalidTransactionTimeout,
-    #[error("writing the transaction state failed")]
-    Storage,
-}
+pub use super::state::TxnError;
 
 #[derive(Default)]
 pub struct TxnCoordinator {
@@ -122,19 +103,19 @@ impl TxnCoordinator {
 
     /// The id's `__transaction_state` partition, if this shard leads it and
     /// has loaded it.
-    fn locate(&self, ctx: &ShardCtx, id: &str) -> Result<Rc<PartitionState>, TxnError> {
-        let image = ctx.image();
+    fn locate<E: TxnEnv>(&self, env: &Rc<E>, id: &str) -> Result<Rc<Partition>, TxnError> {
+        let image = env.image();
         let Some(topic) = image.topic(TRANSACTION_STATE) else {
             return Err(TxnError::CoordinatorNotAvailable);
         };
         let p = coordinator_partition(id, topic.partition_count());
-        let Some(state) = ctx.partition(&TopicPartition::new(TRANSACTION_STATE, p)) else {
+        let Some(partition) = env.partition(&TopicPartition::new(TRANSACTION_STATE, p)) else {
             return Err(TxnError::NotCoordinator);
         };
         if !self.loaded.borrow().contains(&p) {
             return Err(TxnError::CoordinatorLoadInProgress);
         }
-        Ok(state)
+        Ok(partition)
     }
 
     /// Whether a transition of the id is being written or its markers are.
@@ -145,9 +126,9 @@ impl TxnCoordinator {
     /// Waits, at most [`SETTLE_WAIT_MS_MAX`], until the id is not busy; the
     /// caller then checks the request against the state it finds.
     async fn settle(&self, id: &str) {
-        let deadline = std::time::Instant::now() + Duration::from_millis(SETTLE_WAIT_MS_MAX);
+        let deadline = monotonic() + Duration::from_millis(SETTLE_WAIT_MS_MAX);
         while self.busy(id) {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let left = deadline.saturating_duration_since(monotonic());
             if left.is_zero() {
                 return;
             }
@@ -177,38 +158,44 @@ impl TxnCoordinator {
     /// Replays a `__transaction_state` partition this shard just opened,
     /// then finishes the transactions it left half-ended. A failed replay
     /// leaves the partition loading and is retried in the background.
-    pub async fn load_partition(&self, ctx: &Rc<ShardCtx>, state: &Rc<PartitionState>) {
-        self.start_id_expiration(ctx);
-        let Err(e) = self.try_load(ctx, state).await else {
+    pub async fn load_partition<E: TxnEnv>(&self, env: &Rc<E>, partition: &Rc<Partition>) {
+        self.start_id_expiration(env);
+        let Err(e) = self.try_load(env, partition).await else {
             return;
         };
         tracing::error!(
-            tp = %state.tp,
+            tp = %partition.tp,
             error = %e,
             retry_in_ms = LOAD_RETRY_BACKOFF_MS_MIN,
             "loading transaction state failed; its transactional ids stay loading"
         );
-        let (weak, state) = (Rc::downgrade(ctx), state.clone());
+        let (weak, partition) = (Rc::downgrade(env), partition.clone());
         glommio::spawn_local(async move {
             let mut backoff_ms = LOAD_RETRY_BACKOFF_MS_MIN;
             loop {
                 glommio::timer::sleep(Duration::from_millis(backoff_ms)).await;
-                let Some(ctx) = weak.upgrade() else {
+                let Some(env) = weak.upgrade() else {
                     return;
                 };
                 // Only while this shard still leads the partition, on the
                 // same log, and nothing loaded it meanwhile.
-                let same_log = ctx
-                    .partition(&state.tp)
-                    .is_some_and(|p| Rc::ptr_eq(&p.log, &state.log));
-                if !same_log || ctx.txn.loaded.borrow().contains(&state.tp.partition.0) {
+                let same_log = env
+                    .partition(&partition.tp)
+                    .is_some_and(|p| Rc::ptr_eq(&p.log, &partition.log));
+                if !same_log
+                    || env
+                        .coordinator()
+                        .loaded
+                        .borrow()
+                        .contains(&partition.tp.partition.0)
+                {
                     return;
                 }
                 backoff_ms = (backoff_ms * 2).min(LOAD_RETRY_BACKOFF_MS_MAX);
-                match ctx.txn.try_load(&ctx, &state).await {
+                match env.coordinator().try_load(&env, &partition).await {
                     Ok(()) => return,
                     Err(e) => tracing::error!(
-                        tp = %state.tp,
+                        tp = %partition.tp,
                         error = %e,
                         retry_in_ms = backoff_ms,
                         "loading transaction state failed; its transactional ids stay loading"
@@ -221,14 +208,18 @@ impl TxnCoordinator {
 
     /// One load attempt: replays the whole partition, and only if every
     /// record replayed installs its ids and marks the partition loaded.
-    async fn try_load(&self, ctx: &Rc<ShardCtx>, state: &Rc<PartitionState>) -> Result<(), String> {
-        let p = state.tp.partition.0;
+    async fn try_load<E: TxnEnv>(
+        &self,
+        env: &Rc<E>,
+        partition: &Rc<Partition>,
+    ) -> Result<(), String> {
+        let p = partition.tp.partition.0;
         let mut found: BTreeMap<String, Option<TxnMetadata>> = BTreeMap::new();
         let mut failed: Option<String> = None;
-        let scan = state
+        let scan = partition
             .log
             .scan(
-                crate::types::Offset(state.log.log_start_offset().0),
+                crate::types::Offset(partition.log.log_start_offset().0),
                 &mut |h, bytes| {
                     if failed.is_some() || h.is_control() {
                         return;
@@ -261,28 +252,28 @@ impl TxnCoordinator {
             }
         }
         self.loaded.borrow_mut().insert(p);
-        tracing::info!(tp = %state.tp, unfinished = unfinished.len(), "transaction state loaded");
+        tracing::info!(tp = %partition.tp, unfinished = unfinished.len(), "transaction state loaded");
         for id in unfinished {
-            spawn_complete(ctx, id);
+            spawn_complete(env, id);
         }
         Ok(())
     }
 
     /// Starts, once, the timer that removes expired transactional ids.
-    fn start_id_expiration(&self, ctx: &Rc<ShardCtx>) {
+    fn start_id_expiration<E: TxnEnv>(&self, env: &Rc<E>) {
         if self.expiration_started.replace(true) {
             return;
         }
         let interval_ms =
-            id_expiration_check_interval_ms(ctx.config.transactional_id_expiration_ms);
-        let weak = Rc::downgrade(ctx);
+            id_expiration_check_interval_ms(env.config().transactional_id_expiration_ms);
+        let weak = Rc::downgrade(env);
         glommio::spawn_local(async move {
             loop {
                 glommio::timer::sleep(Duration::from_millis(interval_ms)).await;
-                let Some(ctx) = weak.upgrade() else {
+                let Some(env) = weak.upgrade() else {
                     return;
                 };
-                ctx.txn.remove_expired_ids(&ctx).await;
+                env.coordinator().remove_expired_ids(&env).await;
             }
         })
         .detach();
@@ -293,14 +284,14 @@ impl TxnCoordinator {
     /// request for it waits or gets CONCURRENT_TRANSACTIONS), a tombstone
     /// for its key is written to its partition, and once that is written
     /// the id is dropped; if the write fails the id stays as it was.
-    pub async fn remove_expired_ids(&self, ctx: &Rc<ShardCtx>) {
-        let image = ctx.image();
+    pub async fn remove_expired_ids<E: TxnEnv>(&self, env: &Rc<E>) {
+        let image = env.image();
         let Some(topic) = image.topic(TRANSACTION_STATE) else {
             return;
         };
         let partitions = topic.partition_count();
         let now = now_ms();
-        let expiration_ms = ctx.config.transactional_id_expiration_ms;
+        let expiration_ms = env.config().transactional_id_expiration_ms;
         let mut by_partition: BTreeMap<i32, Vec<String>> = BTreeMap::new();
         for m in self.txns.borrow_mut().values_mut() {
             if m.id_expired(now, expiration_ms) {
@@ -313,10 +304,10 @@ impl TxnCoordinator {
             }
         }
         for (p, ids) in by_partition {
-            let state = ctx.partition(&TopicPartition::new(TRANSACTION_STATE, p));
+            let partition = env.partition(&TopicPartition::new(TRANSACTION_STATE, p));
             for chunk in ids.chunks(TOMBSTONES_PER_BATCH_MAX) {
-                let written = match &state {
-                    Some(state) => self.write_tombstones(ctx, state, chunk).await,
+                let written = match &partition {
+                    Some(partition) => self.write_tombstones(env, partition, chunk).await,
                     None => Err(TxnError::NotCoordinator),
                 };
                 {
@@ -350,10 +341,10 @@ impl TxnCoordinator {
 
     /// Writes one batch of tombstones (null values) for `ids` and waits
     /// until it is written (durable under `--fsync-acks`).
-    async fn write_tombstones(
+    async fn write_tombstones<E: TxnEnv>(
         &self,
-        ctx: &ShardCtx,
-        state: &PartitionState,
+        env: &Rc<E>,
+        partition: &Partition,
         ids: &[String],
     ) -> Result<(), TxnError> {
         let now = now_ms();
@@ -362,29 +353,29 @@ impl TxnCoordinator {
             let key = try_encode_key(id).map_err(|_| TxnError::Storage)?;
             builder = builder.record(Some(&key), None, &[], now);
         }
-        append_acked(ctx, state, builder.build()).await.map_err(|e| {
-            tracing::error!(tp = %state.tp, error = %e, "writing transactional id tombstones failed");
+        append_acked(env, partition, builder.build()).await.map_err(|e| {
+            tracing::error!(tp = %partition.tp, error = %e, "writing transactional id tombstones failed");
             TxnError::Storage
         })
     }
 
     /// Writes `next` as the id's new state, then applies it. The id must
     /// have been marked pending by the caller.
-    async fn persist(
+    async fn persist<E: TxnEnv>(
         &self,
-        ctx: &ShardCtx,
-        state: &PartitionState,
+        env: &Rc<E>,
+        partition: &Partition,
         next: TxnMetadata,
     ) -> Result<(), TxnError> {
         // InitProducerId refuses ids too long for the key; one that got
         // past it is not written.
         let written = match try_encode_key(&next.transactional_id) {
-            Err(e) => Err(crate::log::LogError::Corrupt(e.to_string())),
+            Err(e) => Err(AppendError::Log(LogError::Corrupt(e.to_string()))),
             Ok(key) => {
                 let batch = BatchBuilder::new(Compression::None)
                     .record(Some(&key), Some(&encode_value(&next)), &[], now_ms())
                     .build();
-                append_acked(ctx, state, batch).await
+                append_acked(env, partition, batch).await
             }
         };
         let id = next.transactional_id.clone();
@@ -398,7 +389,7 @@ impl TxnCoordinator {
                     Ok(())
                 }
                 Err(e) => {
-                    tracing::error!(tp = %state.tp, error = %e, "writing transaction state failed");
+                    tracing::error!(tp = %partition.tp, error = %e, "writing transaction state failed");
                     if let Some(m) = txns.get_mut(&id) {
                         m.pending = false;
                     }
@@ -431,141 +422,91 @@ impl TxnCoordinator {
     }
 
     /// InitProducerId with a transactional id.
-    pub async fn init_producer_id(
+    pub async fn init_producer_id<E: TxnEnv>(
         &self,
-        ctx: &Rc<ShardCtx>,
+        env: &Rc<E>,
         id: &str,
         timeout_ms: i32,
         expected: Option<(i64, i16)>,
     ) -> Result<(i64, i16), TxnError> {
-        if timeout_ms <= 0 || timeout_ms > TRANSACTION_MAX_TIMEOUT_MS {
-            return Err(TxnError::InvalidTransactionTimeout);
-        }
-        if ctx.image().topic(TRANSACTION_STATE).is_none() {
+        state::check_timeout(timeout_ms)?;
+        if env.image().topic(TRANSACTION_STATE).is_none() {
             // Clients find their coordinator first, which creates the topic;
             // a client that did not is told to, once it exists.
-            ctx.ensure_internal_topic(TRANSACTION_STATE)
+            env.ensure_transaction_topic()
                 .await
                 .map_err(|_| TxnError::CoordinatorNotAvailable)?;
         }
-        let state = self.locate(ctx, id)?;
+        let partition = self.locate(env, id)?;
         self.settle(id).await;
         let now = now_ms();
         let existing = self.txns.borrow().get(id).cloned();
         let Some(current) = existing else {
-            ctx.maybe_request_producer_ids();
-            let Some(pid) = ctx.producer_ids.take() else {
+            let Some(pid) = env.allocate_producer_id() else {
                 return Err(TxnError::CoordinatorLoadInProgress);
             };
             let mut m = TxnMetadata::new(id, pid, timeout_ms, now);
             m.pending = true;
             self.txns.borrow_mut().insert(id.to_owned(), m.clone());
-            if let Err(e) = self.persist(ctx, &state, m).await {
+            if let Err(e) = self.persist(env, &partition, m).await {
                 self.txns.borrow_mut().remove(id);
                 return Err(e);
             }
             return Ok((pid, 0));
         };
-        if current.busy() {
-            return Err(TxnError::ConcurrentTransactions);
-        }
-        // KIP-360: a producer that names its (id, epoch) must be the current
-        // one; a stale instance must not abort the live producer's work.
-        if let Some((pid, epoch)) = expected {
-            if pid >= 0 && (pid != current.producer_id || epoch != current.producer_epoch) {
-                return Err(TxnError::ProducerFenced);
+        match state::init_producer_id(&current, expected, timeout_ms, now)? {
+            state::Init::FenceOngoing(next) => {
+                self.begin(id)?;
+                self.persist(env, &partition, next).await?;
+                spawn_complete(env, id.to_owned());
+                Err(TxnError::ConcurrentTransactions)
+            }
+            state::Init::Reset {
+                mut next,
+                new_producer_id,
+            } => {
+                self.begin(id)?;
+                if new_producer_id {
+                    let Some(pid) = env.allocate_producer_id() else {
+                        self.end_pending(id);
+                        return Err(TxnError::CoordinatorLoadInProgress);
+                    };
+                    next.producer_id = pid;
+                }
+                let answer = (next.producer_id, next.producer_epoch);
+                self.persist(env, &partition, next).await?;
+                Ok(answer)
             }
         }
-        if current.state == TxnState::Ongoing {
-            // Fence the open transaction: abort it under a bumped epoch; the
-            // client retries and then gets the epoch after that.
-            let m = self.begin(id)?;
-            let mut next = m;
-            next.state = TxnState::PrepareAbort;
-            next.producer_epoch = next.producer_epoch.saturating_add(1);
-            next.last_update_ms = now;
-            self.persist(ctx, &state, next).await?;
-            spawn_complete(ctx, id.to_owned());
-            return Err(TxnError::ConcurrentTransactions);
-        }
-        let m = self.begin(id)?;
-        let mut next = m;
-        if next.producer_epoch >= i16::MAX - 1 {
-            ctx.maybe_request_producer_ids();
-            let Some(pid) = ctx.producer_ids.take() else {
-                self.end_pending(id);
-                return Err(TxnError::CoordinatorLoadInProgress);
-            };
-            next.producer_id = pid;
-            next.producer_epoch = 0;
-        } else {
-            next.producer_epoch += 1;
-        }
-        next.state = TxnState::Empty;
-        next.partitions.clear();
-        next.timeout_ms = timeout_ms;
-        next.start_ms = -1;
-        next.last_update_ms = now;
-        let answer = (next.producer_id, next.producer_epoch);
-        self.persist(ctx, &state, next).await?;
-        Ok(answer)
-    }
-
-    /// Checks that `pid`/`epoch` are the id's current producer.
-    fn check_producer(m: &TxnMetadata, pid: i64, epoch: i16) -> Result<(), TxnError> {
-        if m.producer_id != pid {
-            return Err(TxnError::InvalidProducerIdMapping);
-        }
-        if m.producer_epoch != epoch {
-            return Err(TxnError::ProducerFenced);
-        }
-        Ok(())
     }
 
     /// AddPartitionsToTxn (and AddOffsetsToTxn, with the group's offsets
     /// partition): the partitions join the open transaction.
-    pub async fn add_partitions(
+    pub async fn add_partitions<E: TxnEnv>(
         &self,
-        ctx: &Rc<ShardCtx>,
+        env: &Rc<E>,
         id: &str,
         pid: i64,
         epoch: i16,
         partitions: &[TopicPartition],
     ) -> Result<(), TxnError> {
-        let state = self.locate(ctx, id)?;
+        let partition = self.locate(env, id)?;
         self.settle(id).await;
         let Some(current) = self.get(id) else {
             return Err(TxnError::InvalidProducerIdMapping);
         };
-        Self::check_producer(&current, pid, epoch)?;
-        if current.busy() {
-            return Err(TxnError::ConcurrentTransactions);
-        }
-        if !current.state.can_transition_to(TxnState::Ongoing) {
-            return Err(TxnError::InvalidTxnState);
-        }
-        if current.state == TxnState::Ongoing
-            && partitions.iter().all(|tp| current.partitions.contains(tp))
-        {
+        let Some(next) = state::add_partitions(&current, pid, epoch, partitions, now_ms())? else {
             return Ok(());
-        }
-        let mut next = self.begin(id)?;
-        let now = now_ms();
-        if next.state != TxnState::Ongoing {
-            next.start_ms = now;
-            next.partitions.clear();
-        }
-        next.state = TxnState::Ongoing;
-        next.partitions.extend(partitions.iter().cloned());
-        next.last_update_ms = now;
-        self.persist(ctx, &state, next).await
+        };
+        self.begin(id)?;
+        self.persist(env, &partition, next).await
     }
 
     /// A partition leader's request: add `partitions` (transaction version
     /// 2) or verify that they are in the open transaction (version 1).
-    pub async fn add_or_verify(
+    pub async fn add_or_verify<E: TxnEnv>(
         &self,
-        ctx: &Rc<ShardCtx>,
+        env: &Rc<E>,
         id: &str,
         pid: i64,
         epoch: i16,
@@ -575,134 +516,71 @@ impl TxnCoordinator {
         if verify_only {
             partitions
                 .iter()
-                .try_for_each(|tp| self.verify_partition(ctx, id, pid, epoch, tp))
+                .try_for_each(|tp| self.verify_partition(env, id, pid, epoch, tp))
         } else {
-            self.add_partitions(ctx, id, pid, epoch, partitions).await
+            self.add_partitions(env, id, pid, epoch, partitions).await
         }
     }
 
     /// Whether `tp` is part of the id's open transaction (the verify-only
     /// form of AddPartitionsToTxn).
-    pub fn verify_partition(
+    pub fn verify_partition<E: TxnEnv>(
         &self,
-        ctx: &ShardCtx,
+        env: &Rc<E>,
         id: &str,
         pid: i64,
         epoch: i16,
         tp: &TopicPartition,
     ) -> Result<(), TxnError> {
-        self.locate(ctx, id)?;
+        self.locate(env, id)?;
         let Some(m) = self.get(id) else {
             return Err(TxnError::InvalidProducerIdMapping);
         };
-        Self::check_producer(&m, pid, epoch)?;
-        if m.state == TxnState::Ongoing && m.partitions.contains(tp) {
-            Ok(())
-        } else {
-            Err(TxnError::InvalidTxnState)
-        }
+        state::verify_partition(&m, pid, epoch, tp)
     }
 
     /// EndTxn. `tv2` for clients on transaction version 2 (EndTxn v5+),
     /// whose epoch is bumped by every EndTxn. Returns the producer id and
     /// epoch the client continues with.
-    pub async fn end_txn(
+    pub async fn end_txn<E: TxnEnv>(
         &self,
-        ctx: &Rc<ShardCtx>,
+        env: &Rc<E>,
         id: &str,
         pid: i64,
         epoch: i16,
         commit: bool,
         tv2: bool,
     ) -> Result<(i64, i16), TxnError> {
-        let state = self.locate(ctx, id)?;
+        let partition = self.locate(env, id)?;
         self.settle(id).await;
         let Some(current) = self.get(id) else {
             return Err(TxnError::InvalidProducerIdMapping);
         };
-        if current.producer_id != pid {
-            return Err(TxnError::InvalidProducerIdMapping);
-        }
-        // A retry of an EndTxn that already completed: same answer.
-        let retried = match current.state {
-            TxnState::CompleteCommit => commit,
-            TxnState::CompleteAbort => !commit,
-            _ => false,
+        let (mut next, rotate) = match state::end_txn(&current, pid, epoch, commit, tv2, now_ms())?
+        {
+            state::End::AlreadyDone { producer_id, epoch } => return Ok((producer_id, epoch)),
+            state::End::Prepare { next, rotate } => (next, rotate),
         };
-        let epoch_ok = current.producer_epoch == epoch
-            || (tv2 && current.producer_epoch == epoch.saturating_add(1));
-        if retried && epoch_ok && !current.pending {
-            return Ok((current.producer_id, current.producer_epoch));
+        if rotate {
+            let Some(pid) = env.allocate_producer_id() else {
+                return Err(TxnError::CoordinatorLoadInProgress);
+            };
+            next.next_producer_id = Some(pid);
         }
-        // A version-2 retry while the markers are still being written: the
-        // epoch was bumped by the first attempt, so it is not a fenced
-        // producer but one that must wait.
-        let preparing_same = match current.state {
-            TxnState::PrepareCommit => commit,
-            TxnState::PrepareAbort => !commit,
-            _ => false,
-        };
-        if tv2 && preparing_same && current.producer_epoch == epoch.saturating_add(1) {
-            return Err(TxnError::ConcurrentTransactions);
-        }
-        if current.producer_epoch != epoch {
-            return Err(TxnError::ProducerFenced);
-        }
-        if current.busy() {
-            return Err(TxnError::ConcurrentTransactions);
-        }
-        let target = if commit {
-            TxnState::PrepareCommit
-        } else {
-            TxnState::PrepareAbort
-        };
-        let empty_allowed = tv2 && current.state != TxnState::Ongoing;
-        if current.state != TxnState::Ongoing && !empty_allowed {
-            return Err(TxnError::InvalidTxnState);
-        }
-        if !current.state.can_transition_to(target) {
-            return Err(TxnError::InvalidTxnState);
-        }
-        // Version 2 bumps the epoch per transaction. When it would run out,
-        // the markers still use the old id at the bumped epoch and the
-        // client continues with a new id at epoch 0 (Kafka's NextProducerId).
-        let rotate = tv2 && current.producer_epoch >= i16::MAX - 2;
-        let next_pid = if rotate {
-            ctx.maybe_request_producer_ids();
-            match ctx.producer_ids.take() {
-                Some(pid) => Some(pid),
-                None => return Err(TxnError::CoordinatorLoadInProgress),
-            }
-        } else {
-            None
-        };
-        let mut next = self.begin(id)?;
-        if tv2 {
-            next.producer_epoch = next.producer_epoch.saturating_add(1);
-            next.client_txn_version = 2;
-        }
-        next.next_producer_id = next_pid;
-        if next.state != TxnState::Ongoing {
-            next.partitions.clear();
-        }
-        next.state = target;
-        next.last_update_ms = now_ms();
-        let answer = match next.next_producer_id {
-            Some(pid) => (pid, 0),
-            None => (next.producer_id, next.producer_epoch),
-        };
-        self.persist(ctx, &state, next).await?;
-        spawn_complete(ctx, id.to_owned());
+        self.begin(id)?;
+        let answer = state::end_answer(&next);
+        self.persist(env, &partition, next).await?;
+        spawn_complete(env, id.to_owned());
         Ok(answer)
     }
 
     /// Writes the markers of a transaction in Prepare*, then Complete*.
-    pub async fn complete(&self, ctx: &Rc<ShardCtx>, id: &str) {
-        let delay_ms = ctx.config.debug_delay_txn_markers_ms;
+    pub async fn complete<E: TxnEnv>(&self, env: &Rc<E>, id: &str) {
+        let delay_ms = env.config().debug_delay_txn_markers_ms;
         if delay_ms > 0 {
             glommio::timer::sleep(Duration::from_millis(delay_ms)).await;
         }
-        let Ok(state) = self.locate(ctx, id) else {
+        let Ok(partition) = self.locate(env, id) else {
             return;
         };
         let Some(m) = self.get(id) else { return };
@@ -725,21 +603,19 @@ impl TxnCoordinator {
         let mut attempts = 0;
         while !todo.is_empty() {
             attempts += 1;
-            let results = send_markers(ctx, std::mem::take(&mut todo)).await;
-            for (marker, code) in results {
+            let results = env.send_markers(std::mem::take(&mut todo)).await;
+            for (marker, outcome) in results {
+                let Err(e) = outcome else { continue };
                 // A partition is skipped only when this shard's own image no
                 // longer has it (its topic was deleted), as Kafka's marker
                 // channel does; a leader that does not know it yet (it is
                 // still applying the image, at start-up) is asked again.
-                let deleted = code == kafka_protocol::ResponseError::UnknownTopicOrPartition.code()
-                    && !partition_exists(ctx, &marker.tp);
-                let retriable = code != 0
-                    && !deleted
-                    && code != kafka_protocol::ResponseError::InvalidProducerEpoch.code();
-                if retriable {
+                let deleted =
+                    e == MarkerError::UnknownPartition && !partition_exists(env, &marker.tp);
+                if e.retriable() && !deleted {
                     todo.push(marker);
-                } else if code != 0 {
-                    tracing::warn!(tp = %marker.tp, code, "transaction marker not written; skipping the partition");
+                } else {
+                    tracing::warn!(tp = %marker.tp, error = %e, "transaction marker not written; skipping the partition");
                 }
             }
             if !todo.is_empty() {
@@ -753,26 +629,19 @@ impl TxnCoordinator {
                 glommio::timer::sleep(Duration::from_millis(MARKER_RETRY_BACKOFF_MS)).await;
             }
         }
-        let Ok(mut next) = self.begin(id) else { return };
-        next.state = if commit {
-            TxnState::CompleteCommit
-        } else {
-            TxnState::CompleteAbort
+        let Ok(current) = self.begin(id) else { return };
+        let Some(next) = state::complete(&current, now_ms()) else {
+            self.end_pending(id);
+            return;
         };
-        next.partitions.clear();
-        next.last_update_ms = now_ms();
-        if let Some(pid) = next.next_producer_id.take() {
-            next.producer_id = pid;
-            next.producer_epoch = 0;
-        }
-        if let Err(e) = self.persist(ctx, &state, next).await {
+        if let Err(e) = self.persist(env, &partition, next).await {
             tracing::error!(transactional_id = id, error = %e, "writing Complete* failed; retried by the next sweep");
         }
     }
 
     /// Aborts open transactions that outlived their timeout, bumping the
     /// epoch so the late producer is fenced.
-    pub async fn abort_expired(&self, ctx: &Rc<ShardCtx>) {
+    pub async fn abort_expired<E: TxnEnv>(&self, env: &Rc<E>) {
         let now = now_ms();
         let expired: Vec<String> = self
             .txns
@@ -782,24 +651,21 @@ impl TxnCoordinator {
             .map(|m| m.transactional_id.clone())
             .collect();
         for id in expired {
-            let Ok(state) = self.locate(ctx, &id) else {
+            let Ok(partition) = self.locate(env, &id) else {
                 continue;
             };
-            let Ok(mut next) = self.begin(&id) else {
+            let Ok(current) = self.begin(&id) else {
                 continue;
             };
-            // Re-check after the awaits of earlier ids: the client may have
+            // Re-checked after the awaits of earlier ids: the client may have
             // ended this transaction meanwhile.
-            if !next.expired(now_ms()) {
+            let Some(next) = state::abort_timed_out(&current, now_ms()) else {
                 self.end_pending(&id);
                 continue;
-            }
+            };
             tracing::info!(transactional_id = %id, "aborting a timed-out transaction");
-            next.state = TxnState::PrepareAbort;
-            next.producer_epoch = next.producer_epoch.saturating_add(1);
-            next.last_update_ms = now;
-            if self.persist(ctx, &state, next).await.is_ok() {
-                spawn_complete(ctx, id);
+            if self.persist(env, &partition, next).await.is_ok() {
+                spawn_complete(env, id);
             }
         }
         // Transactions left in Prepare* (markers gave up, or Complete* could
@@ -813,7 +679,7 @@ impl TxnCoordinator {
             .filter(|id| !self.completing.borrow().contains(id))
             .collect();
         for id in stuck {
-            spawn_complete(ctx, id);
+            spawn_complete(env, id);
         }
     }
 }
@@ -851,98 +717,34 @@ fn replay_batch(
 
 /// Appends `batch` to the coordinator's partition and waits as an acks=-1
 /// write does (durable under `--fsync-acks`).
-async fn append_acked(
-    ctx: &ShardCtx,
-    state: &PartitionState,
+async fn append_acked<E: TxnEnv>(
+    env: &Rc<E>,
+    partition: &Partition,
     batch: bytes::BytesMut,
-) -> Result<(), crate::log::LogError> {
-    let info = state.log.append(batch)?;
-    state
+) -> Result<(), crate::partition::AppendError> {
+    let info = partition.append_internal(batch)?;
+    Ok(partition
         .log
-        .wait_acked(info.last_offset, ctx.config.fsync_acks)
-        .await
+        .wait_acked(info.last_offset, env.config().fsync_acks)
+        .await?)
 }
 
 /// Whether this shard's metadata image has `tp`.
-fn partition_exists(ctx: &ShardCtx, tp: &TopicPartition) -> bool {
-    ctx.image()
+fn partition_exists<E: TxnEnv>(env: &Rc<E>, tp: &TopicPartition) -> bool {
+    env.image()
         .topic(&tp.topic)
         .is_some_and(|t| tp.partition.0 >= 0 && tp.partition.0 < t.partition_count())
 }
 
 /// Starts writing a transaction's markers unless a task already is.
-fn spawn_complete(ctx: &Rc<ShardCtx>, id: String) {
-    if !ctx.txn.completing.borrow_mut().insert(id.clone()) {
+fn spawn_complete<E: TxnEnv>(env: &Rc<E>, id: String) {
+    if !env.coordinator().completing.borrow_mut().insert(id.clone()) {
         return;
     }
-    let ctx = ctx.clone();
+    let env = env.clone();
     glommio::spawn_local(async move {
-        ctx.txn.complete(&ctx, &id).await;
-        ctx.txn.completing.borrow_mut().remove(&id);
+        env.coordinator().complete(&env, &id).await;
+        env.coordinator().completing.borrow_mut().remove(&id);
     })
     .detach();
-}
-
-/// Delivers markers to the shards leading their partitions; returns an
-/// error code per marker (UNKNOWN_TOPIC_OR_PARTITION for deleted ones).
-async fn send_markers(ctx: &Rc<ShardCtx>, markers: Vec<TxnMarker>) -> Vec<(TxnMarker, i16)> {
-    let image = ctx.image();
-    let mut by_shard: BTreeMap<usize, Vec<TxnMarker>> = BTreeMap::new();
-    let mut out = Vec::new();
-    for m in markers {
-        match image.leader_shard(&m.tp.topic, m.tp.partition.0, ctx.cores()) {
-            Some(shard) => by_shard.entry(shard).or_default().push(m),
-            None => out.push((
-                m,
-                kafka_protocol::ResponseError::UnknownTopicOrPartition.code(),
-            )),
-        }
-    }
-    // Remote shards concurrently, all until one deadline (see `router`): a
-    // marker that timed out gets REQUEST_TIMED_OUT, and `complete` retries
-    // it; one the slow shard writes after all is then refused as stale or
-    // written twice, both harmless.
-    let deadline = ctx.router.deadline();
-    let local = by_shard.remove(&ctx.shard);
-    let mut remote = Vec::new();
-    for (shard, batch) in by_shard {
-        remote.push(async move {
-            let call = ctx
-                .router
-                .call(shard, deadline, |reply| ShardMessage::WriteTxnMarkers {
-                    markers: batch.clone(),
-                    reply,
-                });
-            match call.await {
-                Ok(results) => results,
-                Err(e) => {
-                    let code = match e {
-                        CallError::TimedOut(_) => {
-                            tracing::warn!(
-                                shard,
-                                "transaction markers timed out at another shard; retrying"
-                            );
-                            kafka_protocol::ResponseError::RequestTimedOut.code()
-                        }
-                        CallError::Unreachable(_) => {
-                            kafka_protocol::ResponseError::CoordinatorNotAvailable.code()
-                        }
-                    };
-                    batch.into_iter().map(|m| (m, code)).collect()
-                }
-            }
-        });
-    }
-    let local = async {
-        match local {
-            Some(batch) => ctx.write_txn_markers(batch).await,
-            None => Vec::new(),
-        }
-    };
-    let (local, remote) = futures::future::join(local, futures::future::join_all(remote)).await;
-    out.extend(local);
-    for results in remote {
-        out.extend(results);
-    }
-    out
 }

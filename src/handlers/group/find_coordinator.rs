@@ -56,11 +56,10 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
             if key.is_empty() {
                 return base.with_error_code(ResponseError::InvalidRequest.code());
             }
-            let p = internal::coordinator_partition(key, meta.partition_count());
-            let Some(&owner) = meta.shards.get(p as usize) else {
+            let Some(coordinator) = meta.coordinator(key, ctx.cores()) else {
                 return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
             };
-            let shard = owner % ctx.cores();
+            let shard = coordinator.shard;
             base.with_error_code(errors::NONE)
                 .with_node_id(BrokerId(ctx.config.node_id_of(shard)))
                 .with_host(str_bytes(ctx.config.advertised_host.clone()))

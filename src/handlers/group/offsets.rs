@@ -6,13 +6,14 @@
 //! OffsetFetch are not in kafka-protocol 0.18's schemas, so not served.)
 
 use super::partition_exists;
+use crate::clock::now_ms;
 use crate::group::error::GroupError;
 use crate::group::state::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
 use crate::group::OffsetToCommit;
 use crate::handlers::errors;
 use crate::handlers::{decode, respond, str_bytes, Outcome};
 use crate::protocol::RequestHeader;
-use crate::shard::{now_ms, ShardCtx};
+use crate::shard::ShardCtx;
 use bytes::BytesMut;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
@@ -262,16 +263,14 @@ async fn add_offsets_partition(
     req: &TxnOffsetCommitRequest,
     group_id: &str,
 ) -> Result<(), i16> {
-    use crate::metadata::internal::{coordinator_partition, CONSUMER_OFFSETS};
-    use crate::txn::coordinator::TxnError;
-    let image = ctx.image();
-    let Some(offsets) = image.topic(CONSUMER_OFFSETS) else {
+    use crate::metadata::internal::CONSUMER_OFFSETS;
+    let Some(coordinator) = ctx
+        .image()
+        .coordinator(CONSUMER_OFFSETS, group_id, ctx.cores())
+    else {
         return Err(kafka_protocol::ResponseError::CoordinatorNotAvailable.code());
     };
-    let tp = crate::types::TopicPartition::new(
-        CONSUMER_OFFSETS.to_string(),
-        coordinator_partition(group_id, offsets.partition_count()),
-    );
+    let tp = crate::types::TopicPartition::new(CONSUMER_OFFSETS, coordinator.partition);
     let outcome = crate::handlers::produce::add_partitions_to_txn(
         ctx,
         req.transactional_id.as_str(),
@@ -281,13 +280,7 @@ async fn add_offsets_partition(
         false,
     )
     .await;
-    outcome.map_err(|e| match e {
-        // Trouble at the transaction coordinator: the client retries.
-        TxnError::NotCoordinator | TxnError::CoordinatorNotAvailable | TxnError::Storage => {
-            kafka_protocol::ResponseError::CoordinatorLoadInProgress.code()
-        }
-        e => errors::txn(e, true),
-    })
+    outcome.map_err(errors::txn_on_offset_commit)
 }
 
 fn txn_offset_commit_response(header: &RequestHeader, rows: Vec<(String, i32, i16)>) -> Outcome {

@@ -1,0 +1,173 @@
+//! Recovery of a partition's producer state when its log is opened: the
+//! newest producer snapshot at or below the log end, then every batch
+//! written after it, replayed through the same table the appends use.
+//! Aborted transactions come from the `.txnindex` files, and every ABORT
+//! marker the replay meets re-derives its entry, in case a crash left it
+//! unwritten (the index is only an index); entries found missing are
+//! written back before the partition is served, because the next snapshot
+//! starts past their markers and a replay from there would not find them
+//! again.
+//!
+//! A damaged snapshot is skipped for an older one or the log start. A
+//! replay that fails (the log cannot be read) is an error: a partial table
+//! would forget producers (their retried batches appended twice) and open
+//! transactions (read_committed readers shown uncommitted data), so the
+//! partition is not served, as Kafka takes a log it cannot load offline.
+
+use super::Partition;
+use crate::clock::now_ms;
+use crate::log::{LogError, PartitionLog};
+use crate::metadata::TopicConfig;
+use crate::producer::txn_index::{self, AbortedTxn, AbortedTxns};
+use crate::producer::{snapshot, ProducerStateTable};
+use crate::record::records::{parse_control_key, ControlType};
+use crate::types::{Offset, TopicPartition};
+use std::rc::Rc;
+
+/// The producer state recovery rebuilt.
+pub(super) struct Recovered {
+    pub producers: ProducerStateTable,
+    /// Offset of the snapshot it started from (-1 = none).
+    pub snapshot_offset: i64,
+    pub aborted: AbortedTxns,
+}
+
+impl Partition {
+    /// The partition over a freshly opened `log`, its producer state
+    /// recovered (at most `producers_max` producers are tracked).
+    pub async fn open(
+        tp: TopicPartition,
+        topic_id: [u8; 16],
+        log: Rc<PartitionLog>,
+        config: TopicConfig,
+        producers_max: usize,
+    ) -> Result<Rc<Partition>, LogError> {
+        let recovered = recover(&log, producers_max).await?;
+        Ok(Rc::new(Partition::new(
+            tp, topic_id, log, config, recovered,
+        )))
+    }
+}
+
+/// Whether a control batch's (single) record is an ABORT marker.
+fn is_abort_marker(batch: &[u8]) -> bool {
+    crate::record::decode_batch(batch)
+        .ok()
+        .and_then(|(_, records)| records.into_iter().next())
+        .and_then(|r| r.key)
+        .and_then(|k| parse_control_key(&k).ok())
+        .is_some_and(|(_, kind)| kind == ControlType::Abort)
+}
+
+async fn recover(log: &Rc<PartitionLog>, producers_max: usize) -> Result<Recovered, LogError> {
+    let mut table = ProducerStateTable::new(producers_max);
+    let dir = log.dir().to_path_buf();
+    let log_end = log.log_end_offset().0;
+    let (loaded, indexed) = glommio::executor()
+        .spawn_blocking(move || {
+            (
+                snapshot::load_newest(&dir, log_end),
+                txn_index::load_dir(&dir),
+            )
+        })
+        .await;
+    let mut aborted = AbortedTxns::default();
+    for e in indexed {
+        aborted.add(e);
+    }
+    let (from, snapshot_offset) = match loaded {
+        Some((offset, entries)) => {
+            for (pid, e) in entries {
+                table.insert(pid, e);
+            }
+            (offset, offset)
+        }
+        None => (log.log_start_offset().0, -1),
+    };
+    let (derived, replayed) = replay(log, from, &mut table).await?;
+    write_back_derived(log, &mut aborted, derived).await?;
+    aborted.truncate_before(log.log_start_offset().0);
+    if replayed > 0 || snapshot_offset >= 0 {
+        tracing::info!(
+            tp = %log.topic_partition(),
+            snapshot_offset,
+            replayed_batches = replayed,
+            producers = table.len(),
+            "producer state rebuilt"
+        );
+    }
+    Ok(Recovered {
+        producers: table,
+        snapshot_offset,
+        aborted,
+    })
+}
+
+/// Replays every batch from `from` into `table`; returns the aborted
+/// transactions its ABORT markers end and the number of batches replayed.
+async fn replay(
+    log: &PartitionLog,
+    from: i64,
+    table: &mut ProducerStateTable,
+) -> Result<(Vec<AbortedTxn>, u64), LogError> {
+    let now = now_ms();
+    let mut derived = Vec::new();
+    let mut replayed = 0u64;
+    let scan = log
+        .scan(Offset(from), &mut |h, bytes| {
+            let aborted_first = (h.is_control() && is_abort_marker(bytes))
+                .then(|| table.open_transaction(h.producer_id))
+                .flatten();
+            table.record(h, h.base_offset, now);
+            if let Some(first) = aborted_first {
+                derived.push(AbortedTxn {
+                    producer_id: h.producer_id,
+                    first_offset: first,
+                    last_offset: h.base_offset,
+                    last_stable_offset: table.first_unstable_offset().unwrap_or(h.base_offset + 1),
+                });
+            }
+            replayed += 1;
+        })
+        .await;
+    if let Err(e) = scan {
+        tracing::error!(tp = %log.topic_partition(), error = %e, "replaying producer state failed; the partition is not served");
+        return Err(e);
+    }
+    Ok((derived, replayed))
+}
+
+/// Adds the re-derived aborted transactions to `aborted`, and writes the
+/// `.txnindex` of every segment that missed one.
+async fn write_back_derived(
+    log: &PartitionLog,
+    aborted: &mut AbortedTxns,
+    derived: Vec<AbortedTxn>,
+) -> Result<(), LogError> {
+    let bases = log.segment_base_offsets();
+    let mut unindexed = std::collections::BTreeSet::new();
+    for e in derived {
+        if aborted.add(e) {
+            unindexed.insert(txn_index::segment_of(&bases, e.last_offset));
+        }
+    }
+    if unindexed.is_empty() {
+        return Ok(());
+    }
+    let dir = log.dir().to_path_buf();
+    let all = aborted.entries().to_vec();
+    let segments = unindexed.len();
+    glommio::executor()
+        .spawn_blocking(move || {
+            unindexed.into_iter().try_for_each(|base| {
+                txn_index::rewrite(&dir, base, &txn_index::of_segment(&all, &bases, base))
+            })
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!(tp = %log.topic_partition(), error = %e, "writing re-derived .txnindex entries failed; the partition is not served");
+            LogError::Io(e)
+        })?;
+    tracing::info!(tp = %log.topic_partition(), segments, "re-derived aborted transactions written to .txnindex");
+    Ok(())
+}
