@@ -171,11 +171,18 @@ impl Broker {
             status.success(),
             "broker exited with {status} after SIGTERM"
         );
-        let stopped = self
-            .stdout
-            .take()
-            .map(|rx| rx.try_iter().any(|l| l.trim() == "fjord: stopped"))
-            .unwrap_or(false);
+        // The process has exited, but its last lines may still be on their
+        // way through the reader thread: read until it hits the end of the
+        // pipe (bounded, for a pipe some grandchild still holds open).
+        let drain_deadline = Instant::now() + Duration::from_secs(10);
+        let stopped = self.stdout.take().is_some_and(|rx| loop {
+            let left = drain_deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) if l.trim() == "fjord: stopped" => break true,
+                Ok(_) => {}
+                Err(_) => break false,
+            }
+        });
         assert!(
             stopped,
             "broker did not print `fjord: stopped` after SIGTERM"
