@@ -132,11 +132,23 @@ pub fn prepare_topic(cfg: &BenchConfig) -> Result<Vec<i64>, BenchError> {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
+    // A broker may name a leader in its metadata before that leader serves
+    // the partition (stock Kafka right after CreateTopics of 16
+    // partitions): retriable errors are retried until the set-up deadline.
     let mut starts = Vec::with_capacity(partitions);
     for p in 0..partitions as i32 {
-        let (_, high) = consumer
-            .fetch_watermarks(&cfg.topic, p, Duration::from_millis(SETUP_TIMEOUT_MS))
-            .map_err(kafka("ListOffsets"))?;
+        let high = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match consumer.fetch_watermarks(&cfg.topic, p, left.max(Duration::from_millis(100))) {
+                Ok((_, high)) => break high,
+                Err(KafkaError::MetadataFetch(
+                    RDKafkaErrorCode::NotLeaderForPartition
+                    | RDKafkaErrorCode::LeaderNotAvailable
+                    | RDKafkaErrorCode::UnknownTopicOrPartition,
+                )) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                Err(e) => return Err(kafka("ListOffsets")(e)),
+            }
+        };
         starts.push(high);
     }
     Ok(starts)
