@@ -1,7 +1,7 @@
 //! The staging copy of large batches, with stores that bypass the cache.
 //!
 //! A large batch is copied once, from the request frame into the staging
-//! chunks that go to the device (`partition`'s module doc). The chunks it
+//! chunks that go to the device (`appender`'s module doc). The chunks it
 //! fills whole are written directly and never read by the CPU again
 //! (fetches read the tail cache, which holds the frame), so there is no
 //! point in pulling their lines into the cache: a plain `memcpy` first reads

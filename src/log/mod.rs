@@ -13,7 +13,7 @@
 //! `durable` under `--fsync-acks`, so consumers never see data a crash could
 //! take back. The last stable offset equals the HW until transactions land.
 //!
-//! Durability corners (details in `partition`, `partition_meta` and
+//! Durability corners (details in `writer`, `syncer`, `partition_meta` and
 //! `checkpoint`): a log that fdatasyncs fsyncs the partition directory
 //! after creating or renaming a segment file, before anything in it can be
 //! acknowledged; a writer out of file descriptors at a roll retries instead
@@ -30,6 +30,7 @@
 //! runs in a separate task queue given to [`LogManager::start_background`].
 
 pub(crate) mod ahead;
+mod appender;
 pub mod cache;
 pub mod checkpoint;
 mod copy;
@@ -40,9 +41,15 @@ mod iobuf;
 mod manager;
 mod partition;
 pub mod partition_meta;
+mod reader;
 pub mod records;
+mod recovery;
+mod retention;
 pub(crate) mod segment;
+mod syncer;
 pub(crate) mod watch;
+mod write_step;
+mod writer;
 
 pub use cache::{TailCache, TAIL_CACHE_DEFAULT_BYTES};
 pub use manager::{LogManager, RETENTION_CHECK_INTERVAL_DEFAULT_MS};
@@ -79,10 +86,10 @@ pub const PREALLOCATE_DEFAULT_BYTES: u64 = 32 << 20;
 pub const WRITES_IN_FLIGHT_MAX: usize = 64;
 /// fdatasyncs of one log's group-commit syncer running at once, each on an
 /// open file description of its own: an append that arrives while one runs
-/// starts its own instead of waiting for that one to end (`partition`).
+/// starts its own instead of waiting for that one to end (`syncer`).
 pub const SYNCS_IN_FLIGHT_MAX: usize = 2;
 /// A log written through the page cache starts the kernel's write-back each
-/// time this much more has been written (see `partition`).
+/// time this much more has been written (see `writer`).
 pub const WRITEBACK_KICK_BYTES: u64 = 8 << 20;
 /// Staging and write buffers one shard maps at most (`iobuf`): 32 MiB.
 pub const IO_ARENA_BYTES_MAX: usize = 32 << 20;
@@ -96,7 +103,7 @@ pub const SPARE_SEGMENT_FILES_MAX: usize = 2;
 /// Direct-I/O write granularity; a multiple of every device's logical block.
 pub const PAGE_BYTES: u64 = 4096;
 /// First pause of a log writer that ran out of file descriptors before it
-/// retries (`partition`'s module doc); each retry that fails doubles it...
+/// retries (`writer`'s module doc); each retry that fails doubles it...
 pub const FD_RETRY_FIRST_MS: u64 = 10;
 /// ...up to this.
 pub const FD_RETRY_MAX_MS: u64 = 500;
@@ -173,7 +180,7 @@ impl LogConfig {
     }
 
     /// Small writes go through the page cache rather than O_DIRECT (see
-    /// `partition`'s module doc): every log unless `direct_writes`, also
+    /// `writer`'s module doc): every log unless `direct_writes`, also
     /// logs that fdatasync (their fdatasync covers the page cache).
     pub fn page_cache_writes(&self) -> bool {
         !self.direct_writes
@@ -214,7 +221,7 @@ pub enum LogError {
     #[error("log failed after an earlier i/o error: {0}")]
     Failed(String),
     /// The log's writer is out of file descriptors (EMFILE, ENFILE) and
-    /// retries (`partition`'s module doc): nothing is lost and the log
+    /// retries (`writer`'s module doc): nothing is lost and the log
     /// works again once descriptors are free, so unlike `Failed` this
     /// lasts only as long as the shortage.
     #[error("log temporarily unavailable: {0}")]

@@ -7,7 +7,7 @@
 //! `DmaFile` for direct reads, also handed out in `FileRange`s for fetches
 //! (`net::file_range`), and, under `--catch-up-reads sendfile`, a buffered
 //! `std::fs::File` handed out with them for sendfile (`net::sendfile`). Writing is done by the partition's writer (see
-//! `partition.rs`); this file only has the synchronous recovery scan and the
+//! `writer.rs`); this file only has the synchronous recovery scan and the
 //! asynchronous batch walker used by reads.
 //!
 //! Owned by the shard that owns the partition; !Send.
