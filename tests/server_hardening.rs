@@ -446,15 +446,6 @@ fn cached_batches_do_not_pin_the_frames_they_arrived_in() {
     assert_serving(&mut broker, topic, 1, &mut produced);
 }
 
-/// The port of a target's (single) broker.
-fn target_port(target: &common::target::Target) -> u16 {
-    let b = target.bootstrap();
-    b.rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no port in {b}"))
-}
-
 /// A Produce whose records end in a partial second batch: Kafka's batch
 /// iterator stops before an incomplete batch (`ByteBufferLogInputStream`),
 /// so the request holds exactly one batch, and the log trims the trailing
@@ -478,7 +469,7 @@ fn a_produce_with_a_trailing_partial_batch_appends_the_whole_batch_only() {
         }
         b.build().freeze()
     };
-    let mut c = RawClient::connect(target_port(&target));
+    let mut c = RawClient::connect(target.port());
     let tails: [(&str, usize); 2] = [
         ("part of a batch header", 30),
         ("a whole header, part of the records", 70),

@@ -11,6 +11,7 @@
 mod common;
 
 use common::raw::{only_partition, produce_request, RawClient};
+use common::target::Target;
 use common::{Broker, BrokerOpts};
 use fjord::producer::txn_index::{AbortedTxn, ENTRY_BYTES};
 use fjord::record::{BatchBuilder, Compression, ControlType};
@@ -22,8 +23,9 @@ use kafka_protocol::messages::txn_offset_commit_request::{
 };
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, DescribeProducersRequest, DescribeTransactionsRequest, EndTxnRequest,
-    FetchRequest, FetchResponse, GroupId, InitProducerIdRequest, ListOffsetsRequest,
-    ListTransactionsRequest, ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
+    FetchRequest, FetchResponse, FindCoordinatorRequest, GroupId, InitProducerIdRequest,
+    ListOffsetsRequest, ListTransactionsRequest, ProducerId, TopicName, TransactionalId,
+    TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -44,9 +46,16 @@ fn init(raw: &mut RawClient, id: &str) -> Result<(i64, i16), i16> {
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1);
         let r = raw.request(4, &req);
-        if r.error_code == ResponseError::CoordinatorLoadInProgress.code()
-            && Instant::now() < deadline
-        {
+        // Retriable while the coordinator loads (and, on stock Kafka, while
+        // `__transaction_state` is being created and its leaders elected).
+        let retriable = [
+            ResponseError::CoordinatorLoadInProgress,
+            ResponseError::NotCoordinator,
+            ResponseError::CoordinatorNotAvailable,
+        ]
+        .iter()
+        .any(|e| e.code() == r.error_code);
+        if retriable && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
             continue;
         }
@@ -486,18 +495,16 @@ fn a_request_meeting_slow_markers_still_gets_concurrent_transactions() {
     assert_eq!(produce(&mut raw, id, pid, epoch + 1, 0, &["w"]), (0, 2));
 }
 
-const OFFSETS_GROUP: &str = "txn-offsets-group";
-
-/// AddOffsetsToTxn v3 for [`OFFSETS_GROUP`], retried while the coordinator
-/// answers CONCURRENT_TRANSACTIONS.
-fn add_offsets(raw: &mut RawClient, id: &str, pid: i64, epoch: i16) -> i16 {
+/// AddOffsetsToTxn v3 for `group`, retried while the coordinator answers
+/// CONCURRENT_TRANSACTIONS.
+fn add_offsets(raw: &mut RawClient, id: &str, pid: i64, epoch: i16, group: &str) -> i16 {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let req = AddOffsetsToTxnRequest::default()
             .with_transactional_id(TransactionalId(s(id)))
             .with_producer_id(ProducerId(pid))
             .with_producer_epoch(epoch)
-            .with_group_id(GroupId(s(OFFSETS_GROUP)));
+            .with_group_id(GroupId(s(group)));
         let code = raw.request(3, &req).error_code;
         if code != ResponseError::ConcurrentTransactions.code() || Instant::now() >= deadline {
             return code;
@@ -506,19 +513,51 @@ fn add_offsets(raw: &mut RawClient, id: &str, pid: i64, epoch: i16) -> i16 {
     }
 }
 
+/// FindCoordinator v3 for `key` (`key_type` 0 = group, 1 = transaction),
+/// until the coordinator is known: stock Kafka creates its internal topic
+/// at the first one and answers COORDINATOR_NOT_AVAILABLE meanwhile.
+fn find_coordinator(raw: &mut RawClient, key: &str, key_type: i8) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let req = FindCoordinatorRequest::default()
+            .with_key(s(key))
+            .with_key_type(key_type);
+        let code = raw.request(3, &req).error_code;
+        if code == 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "FindCoordinator {key}: {code}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Where a transactional offset commit goes: the group, and the topic whose
+/// partition 0 it commits.
+struct OffsetsTarget<'a> {
+    group: &'a str,
+    topic: &'a str,
+}
+
 /// TxnOffsetCommit v3 (transaction version 1: nothing verified at the
-/// transaction coordinator) of `offset` for partition 0 of [`TOPIC`], as a
-/// simple consumer of [`OFFSETS_GROUP`]; its error code.
-fn txn_offset_commit(raw: &mut RawClient, id: &str, pid: i64, epoch: i16, offset: i64) -> i16 {
+/// transaction coordinator) of `offset` for partition 0 of the topic, as a
+/// simple consumer of the group; its error code.
+fn txn_offset_commit(
+    raw: &mut RawClient,
+    to: &OffsetsTarget,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    offset: i64,
+) -> i16 {
     let req = TxnOffsetCommitRequest::default()
         .with_transactional_id(TransactionalId(s(id)))
-        .with_group_id(GroupId(s(OFFSETS_GROUP)))
+        .with_group_id(GroupId(s(to.group)))
         .with_producer_id(ProducerId(pid))
         .with_producer_epoch(epoch)
         .with_generation_id(-1)
         .with_member_id(s(""))
         .with_topics(vec![TxnOffsetCommitRequestTopic::default()
-            .with_name(TopicName(s(TOPIC)))
+            .with_name(TopicName(s(to.topic)))
             .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
                 .with_partition_index(0)
                 .with_committed_offset(offset)
@@ -526,12 +565,12 @@ fn txn_offset_commit(raw: &mut RawClient, id: &str, pid: i64, epoch: i16, offset
     raw.request(3, &req).topics[0].partitions[0].error_code
 }
 
-/// DescribeProducers of the group's `__consumer_offsets` partition:
-/// (producer id, epoch, current transaction start offset) of each, or the
-/// partition's error code.
-fn offsets_producers(raw: &mut RawClient) -> Result<Vec<(i64, i32, i64)>, i16> {
+/// DescribeProducers of the group's `__consumer_offsets` partition (of 50,
+/// fjord's and Kafka's default): (producer id, epoch, current transaction
+/// start offset) of each, or the partition's error code.
+fn offsets_producers(raw: &mut RawClient, group: &str) -> Result<Vec<(i64, i32, i64)>, i16> {
     let p = fjord::metadata::internal::coordinator_partition(
-        OFFSETS_GROUP,
+        group,
         fjord::metadata::internal::INTERNAL_TOPIC_PARTITIONS,
     );
     let resp = raw.request(
@@ -564,35 +603,46 @@ fn offsets_producers(raw: &mut RawClient) -> Result<Vec<(i64, i32, i64)>, i16> {
 /// partition has seen is refused with INVALID_PRODUCER_EPOCH, as a Produce
 /// would be. (Both were not so while the group coordinator appended to the
 /// log directly: the live table missed the batch, and nothing fenced it.)
+/// Runs against stock Kafka with `FJORD_TEST_BROKER=kafka:HOST:PORT` (then
+/// without the restart).
 #[test]
 fn transactional_offset_commits_are_recorded_and_fenced_by_the_offsets_partition() {
-    let mut broker = Broker::start(BrokerOpts::default().cores(1));
-    common::client::create_topic(&broker.bootstrap(), TOPIC, 1, &[]);
-    let mut raw = RawClient::connect(broker.port);
-    let id = "txn-offsets";
-    let (pid, e0) = init(&mut raw, id).expect("InitProducerId");
-    assert_eq!(add_offsets(&mut raw, id, pid, e0), 0);
-    assert_eq!(txn_offset_commit(&mut raw, id, pid, e0, 5), 0);
-    let live = offsets_producers(&mut raw).expect("DescribeProducers");
+    let mut target = Target::start(BrokerOpts::default().cores(1));
+    let (topic, group) = (target.name("txn-offsets"), target.name("txn-offsets-group"));
+    let to = OffsetsTarget {
+        group: &group,
+        topic: &topic,
+    };
+    common::client::create_topic(&target.bootstrap(), &topic, 1, &[]);
+    let mut raw = RawClient::connect(target.port());
+    let id = target.name("txn-offsets");
+    find_coordinator(&mut raw, &id, 1);
+    find_coordinator(&mut raw, &group, 0);
+    let (pid, e0) = init(&mut raw, &id).expect("InitProducerId");
+    assert_eq!(add_offsets(&mut raw, &id, pid, e0, &group), 0);
+    assert_eq!(txn_offset_commit(&mut raw, &to, &id, pid, e0, 5), 0);
+    let live = offsets_producers(&mut raw, &group).expect("DescribeProducers");
     assert_eq!(live.len(), 1, "the live table holds the producer: {live:?}");
     assert_eq!((live[0].0, live[0].1), (pid, e0 as i32));
     assert!(live[0].2 >= 0, "its transaction is open: {live:?}");
 
-    broker.restart();
-    let mut raw = RawClient::connect(broker.port);
-    let mut replayed = offsets_producers(&mut raw);
-    wait_until("the offsets partition to load", || {
-        replayed = offsets_producers(&mut raw);
-        replayed.is_ok()
-    });
-    assert_eq!(replayed, Ok(live), "the replay rebuilds the same table");
+    if let Target::Fjord(broker) = &mut target {
+        broker.restart();
+        raw = RawClient::connect(broker.port);
+        let mut replayed = offsets_producers(&mut raw, &group);
+        wait_until("the offsets partition to load", || {
+            replayed = offsets_producers(&mut raw, &group);
+            replayed.is_ok()
+        });
+        assert_eq!(replayed, Ok(live), "the replay rebuilds the same table");
+    }
 
     // A new instance fences the first: its InitProducerId aborts the open
     // transaction under a bumped epoch, whose ABORT marker reaches the
     // offsets partition.
     let deadline = Instant::now() + Duration::from_secs(20);
     let (pid1, e1) = loop {
-        match init(&mut raw, id) {
+        match init(&mut raw, &id) {
             Err(code)
                 if code == ResponseError::ConcurrentTransactions.code()
                     && Instant::now() < deadline =>
@@ -605,11 +655,11 @@ fn transactional_offset_commits_are_recorded_and_fenced_by_the_offsets_partition
     assert_eq!(pid1, pid);
     assert!(e1 > e0);
     wait_until("the ABORT marker on the offsets partition", || {
-        offsets_producers(&mut raw)
+        offsets_producers(&mut raw, &group)
             .is_ok_and(|p| p.len() == 1 && p[0].1 > e0 as i32 && p[0].2 == -1)
     });
     assert_eq!(
-        txn_offset_commit(&mut raw, id, pid, e0, 6),
+        txn_offset_commit(&mut raw, &to, &id, pid, e0, 6),
         ResponseError::InvalidProducerEpoch.code(),
         "the zombie's commit is fenced"
     );

@@ -38,6 +38,15 @@ impl Target {
         }
     }
 
+    /// The port of the target's (first) broker.
+    pub fn port(&self) -> u16 {
+        let b = self.bootstrap();
+        b.rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {b}"))
+    }
+
     pub fn is_fjord(&self) -> bool {
         matches!(self, Target::Fjord(_))
     }
