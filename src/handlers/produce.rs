@@ -13,9 +13,12 @@
 //!    cross-core hop on this path;
 //! 5. baseOffset 0, size within `max.message.bytes`, CRC
 //!    (`protocol::produce::validate_for_append`);
-//! 6. recompression when the topic's `compression.type` names another codec,
-//!    broker timestamps for LogAppendTime topics, then the append, which
-//!    assigns offsets in place. The batch is a slice of the connection's
+//! 6. the producer-state check (duplicates answered with the original's
+//!    offsets, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER),
+//!    recompression when the topic's `compression.type` names another
+//!    codec, broker timestamps for LogAppendTime topics, then the append,
+//!    which assigns offsets in place: one synchronous step,
+//!    `partition::Partition::append_data`. The batch is a slice of the connection's
 //!    receive buffer; the append is told that buffer's size, and the tail
 //!    cache copies a batch that is a small part of it rather than keep the
 //!    whole buffer alive (`log::cache`).
