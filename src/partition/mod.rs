@@ -301,17 +301,7 @@ impl Partition {
     pub fn append_internal(&self, batch: BytesMut) -> Result<AppendInfo, AppendError> {
         let header = BatchHeader::parse(&batch)
             .map_err(|e| AppendError::Log(LogError::Corrupt(e.to_string())))?;
-        if header.producer_id >= 0 {
-            if let Some(entry) = self.producers.borrow().get(header.producer_id) {
-                if header.producer_epoch < entry.epoch {
-                    return Err(AppendError::Producer(ProducerError::InvalidProducerEpoch {
-                        producer_id: header.producer_id,
-                        current: entry.epoch,
-                        batch: header.producer_epoch,
-                    }));
-                }
-            }
-        }
+        self.producers.borrow().check_epoch(&header)?;
         let allocation_bytes = batch.capacity();
         Ok(self.append_recorded(&header, batch, allocation_bytes)?)
     }

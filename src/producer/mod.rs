@@ -102,6 +102,18 @@ fn in_sequence(last: i32, next: i32) -> bool {
     next == last.wrapping_add(1) || (last == i32::MAX && next == 0)
 }
 
+/// INVALID_PRODUCER_EPOCH for a batch under an older epoch than `entry`'s.
+fn epoch_fence(entry: &ProducerEntry, h: &BatchHeader) -> Result<(), ProducerError> {
+    if h.producer_epoch < entry.epoch {
+        return Err(ProducerError::InvalidProducerEpoch {
+            producer_id: h.producer_id,
+            current: entry.epoch,
+            batch: h.producer_epoch,
+        });
+    }
+    Ok(())
+}
+
 /// The producer state of one partition.
 #[derive(Debug, Default, Clone)]
 pub struct ProducerStateTable {
@@ -151,13 +163,7 @@ impl ProducerStateTable {
                 return Ok(Verdict::Duplicate(*dup));
             }
         }
-        if h.producer_epoch < entry.epoch {
-            return Err(ProducerError::InvalidProducerEpoch {
-                producer_id: h.producer_id,
-                current: entry.epoch,
-                batch: h.producer_epoch,
-            });
-        }
+        epoch_fence(entry, h)?;
         if h.producer_epoch > entry.epoch {
             if first != 0 {
                 return Err(ProducerError::OutOfOrderSequence {
@@ -179,6 +185,17 @@ impl ProducerStateTable {
                 expected: last_seq.wrapping_add(1),
                 got: first,
             }),
+        }
+    }
+
+    /// The epoch fence alone (Kafka's `checkProducerEpoch`), for batches
+    /// whose sequences are not checked (a coordinator's): a known producer's
+    /// batch under an older epoch is refused. Client batches get it as part
+    /// of [`Self::check`].
+    pub fn check_epoch(&self, h: &BatchHeader) -> Result<(), ProducerError> {
+        match self.producers.get(&h.producer_id) {
+            Some(entry) if h.producer_id >= 0 => epoch_fence(entry, h),
+            _ => Ok(()),
         }
     }
 
