@@ -149,7 +149,7 @@ pub(crate) async fn write(file: Rc<DmaFile>, bufs: Vec<IoBuf>, pos: u64) -> std:
 
 /// `pwritev` of every piece of `iov` to `fd` from `pos`, continuing after
 /// short writes.
-fn pwritev_all(fd: i32, iov: &[(usize, usize)], pos: u64) -> std::io::Result<()> {
+pub(super) fn pwritev_all(fd: i32, iov: &[(usize, usize)], pos: u64) -> std::io::Result<()> {
     let len: usize = iov.iter().map(|&(_, n)| n).sum();
     let mut done = 0usize;
     let mut rest: Vec<libc::iovec> = iov

@@ -46,6 +46,7 @@ pub mod records;
 mod recovery;
 mod retention;
 pub(crate) mod segment;
+pub mod storage;
 mod syncer;
 pub(crate) mod watch;
 mod write_step;

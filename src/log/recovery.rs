@@ -37,6 +37,7 @@ use super::partition::{io_err, DirSync, Health, PartitionLog};
 use super::reader::TailSlot;
 use super::retention::{remove_segment_files, Spares, SPARE_FILE_SUFFIX};
 use super::segment::{log_file_name, ScanOutcome, Segment};
+use super::storage;
 use super::syncer::{Seals, SyncFiles, Syncer};
 use super::watch::OffsetWatch;
 use super::writer::{write_indexes_off_shard, DirSyncs, WriterTask};
@@ -252,7 +253,7 @@ async fn open_active(
             .await
             .map_err(io_err)?,
     );
-    file.fdatasync().await.map_err(io_err)?;
+    storage::fdatasync(&file).await?;
     let size = last.size.get();
     let last_written = SyncFiles::open(&last.log_path).await?;
     let mut writer = SegWriter::new(last.clone(), Some(file.clone()), config, arena.clone());
@@ -342,7 +343,7 @@ impl PartitionLog {
             .map(|w| (w.seg.clone(), w.file.clone()));
         if let Some((seg, Some(file))) = active {
             file.truncate(seg.size.get()).await.map_err(io_err)?;
-            file.fdatasync().await.map_err(io_err)?;
+            storage::fdatasync(&file).await?;
             write_indexes_off_shard(&seg).await?;
         }
         Ok(())

@@ -42,6 +42,7 @@
 
 use super::partition::{io_err, PartitionLog};
 use super::segment::Segment;
+use super::storage;
 use super::watch::OffsetWatch;
 use super::{now_ms, LogError, SYNCS_IN_FLIGHT_MAX};
 use glommio::io::DmaFile;
@@ -355,7 +356,7 @@ impl PartitionLog {
             debug_assert!(false, "no idle sync description");
             return self.fail(&"no idle sync description");
         };
-        let r = file.fdatasync().await;
+        let r = storage::fdatasync(&file).await;
         files.give_back(file);
         if let Err(e) = r {
             return self.fail(&e);
@@ -379,7 +380,7 @@ impl PartitionLog {
             return;
         };
         glommio::spawn_local(async move {
-            if let Err(e) = file.fdatasync().await {
+            if let Err(e) = storage::fdatasync(&file).await {
                 me.fail(&e);
                 return;
             }

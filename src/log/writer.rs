@@ -93,10 +93,10 @@
 //! completion, never across an await.
 
 use super::appender::{whole_pages, Appender, Chunk, InFlight, SegWriter};
-use super::direct;
 use super::iobuf::IoBuf;
 use super::partition::{io_err, DirSync, PartitionLog};
 use super::segment::{write_index_files, Segment};
+use super::storage;
 use super::syncer::SyncFiles;
 use super::write_step::{self, BufferedWrite, WriteMode, WriterStep, PREZERO_SEQ};
 use super::{LogError, WRITEBACK_KICK_BYTES};
@@ -548,7 +548,7 @@ fn direct_write(file: Rc<DmaFile>, seq: u64, pos: u64, bufs: Vec<IoBuf>) -> Writ
         if delay_ms > 0 {
             glommio::timer::sleep(std::time::Duration::from_millis(delay_ms)).await;
         }
-        (seq, direct::write(file, bufs, pos).await)
+        (seq, storage::write_direct(file, bufs, pos).await)
     })
 }
 
@@ -578,11 +578,10 @@ fn buffered_file(w: &mut SegWriter) -> std::io::Result<Arc<std::fs::File>> {
 /// would first read the old page from the device. Returns the file
 /// position after the chunk's staged bytes.
 fn pwrite_pages(file: &std::fs::File, c: &mut Chunk, b: &BufferedWrite) -> std::io::Result<u64> {
-    use std::os::unix::fs::FileExt;
     // `write_step` chose these pages from this chunk, and nothing ran since.
     debug_assert_eq!(c.unwritten_range(), (b.from, b.to));
     c.buf.as_bytes_mut()[c.len..b.to].fill(0);
-    file.write_all_at(&c.buf.as_bytes()[b.from..b.to], c.pos + b.from as u64)?;
+    storage::write_buffered(file, &c.buf.as_bytes()[b.from..b.to], c.pos + b.from as u64)?;
     c.issued = c.len;
     c.cached = true;
     Ok(c.end())
@@ -593,7 +592,7 @@ fn pwrite_pages(file: &std::fs::File, c: &mut Chunk, b: &BufferedWrite) -> std::
 async fn seal_file(file: &DmaFile, seg: &Segment, background: bool) -> Result<(), LogError> {
     file.truncate(seg.size.get()).await.map_err(io_err)?;
     if !background {
-        file.fdatasync().await.map_err(io_err)?;
+        storage::fdatasync(file).await?;
     }
     seg.final_time_entry();
     write_indexes_off_shard(seg).await

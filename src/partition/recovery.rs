@@ -72,8 +72,12 @@ async fn recover(log: &Rc<PartitionLog>, producers_max: usize) -> Result<Recover
         })
         .await;
     let mut aborted = AbortedTxns::default();
-    for e in indexed {
+    let stale = indexed.iter().filter(|e| e.last_offset >= log_end).count();
+    for e in indexed.into_iter().filter(|e| e.last_offset < log_end) {
         aborted.add(e);
+    }
+    if stale > 0 {
+        drop_stale_entries(log, &aborted, stale).await?;
     }
     let (from, snapshot_offset) = match loaded {
         Some((offset, entries)) => {
@@ -135,6 +139,37 @@ async fn replay(
         return Err(e);
     }
     Ok((derived, replayed))
+}
+
+/// Rewrites the `.txnindex` files without the `stale` entries whose ABORT
+/// markers lie at or past the log end: the markers were lost with the tail
+/// recovery truncated (a crash or power loss before they were written), so
+/// those transactions are still open. Kept, such an entry would tell
+/// read_committed readers to drop the transaction's records even after it
+/// commits later at a new marker; and the log end may grow past it again,
+/// so it must go from the file too, not just from memory. Kafka truncates
+/// the transaction index with the log for the same reason. (Found by the
+/// simulation of `tests/sim_partition.rs`: an ABORT marker not yet
+/// acknowledged, its `.txnindex` entry written, the marker torn off by a
+/// power loss.)
+async fn drop_stale_entries(
+    log: &PartitionLog,
+    kept: &AbortedTxns,
+    stale: usize,
+) -> Result<(), LogError> {
+    let dir = log.dir().to_path_buf();
+    let bases = log.segment_base_offsets();
+    let all = kept.entries().to_vec();
+    glommio::executor()
+        .spawn_blocking(move || txn_index::rewrite_all(&dir, &bases, &all))
+        .await
+        .map_err(|e| {
+            tracing::error!(tp = %log.topic_partition(), error = %e, "removing .txnindex entries past the log end failed; the partition is not served");
+            LogError::Io(e)
+        })?;
+    tracing::warn!(tp = %log.topic_partition(), entries = stale,
+        "removed aborted-transaction entries whose markers are past the recovered log end");
+    Ok(())
 }
 
 /// Adds the re-derived aborted transactions to `aborted`, and writes the

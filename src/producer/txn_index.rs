@@ -170,6 +170,38 @@ pub fn rewrite(dir: &Path, base_offset: i64, entries: &[AbortedTxn]) -> io::Resu
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// Makes the `.txnindex` files of a partition directory hold exactly
+/// `entries`: every segment of `bases` whose file exists or that has
+/// entries gets its file rewritten ([`rewrite`]); files of segments not in
+/// `bases` are removed (blocking). For recovery, when an index holds
+/// entries whose markers the log no longer has.
+pub fn rewrite_all(dir: &Path, bases: &[i64], entries: &[AbortedTxn]) -> io::Result<()> {
+    let mut existing = Vec::new();
+    for ent in std::fs::read_dir(dir)?.flatten() {
+        let name = ent.file_name();
+        let Some(base) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".txnindex"))
+            .and_then(|b| b.parse::<i64>().ok())
+        else {
+            continue;
+        };
+        existing.push(base);
+    }
+    for &base in &existing {
+        if !bases.contains(&base) {
+            std::fs::remove_file(dir.join(file_name(base)))?;
+        }
+    }
+    for &base in bases {
+        let mine = of_segment(entries, bases, base);
+        if existing.contains(&base) || !mine.is_empty() {
+            rewrite(dir, base, &mine)?;
+        }
+    }
+    std::fs::File::open(dir)?.sync_all()
+}
+
 /// Entries of `all` whose marker lies in the segment `base` (the segment
 /// bases being `bases`).
 pub fn of_segment(all: &[AbortedTxn], bases: &[i64], base: i64) -> Vec<AbortedTxn> {

@@ -1,0 +1,481 @@
+//! The log's storage seam: every write of a segment file's data and every
+//! fdatasync of one goes through the three functions here ([`write_direct`],
+//! [`write_buffered`], [`fdatasync`]), at the point where the writer has
+//! already chosen its next I/O step (`write_step`) and the syncer its next
+//! group commit.
+//!
+//! Production: each function is the call it stands for (a `pwritev` on the
+//! shard's direct-write threads, a buffered `pwrite`, glommio's
+//! fdatasync), after one read of a thread-local flag that finds no
+//! simulated disk. Why a thread-local and not a type parameter: the clock
+//! (`crate::clock`) made the same choice; a storage type parameter would
+//! have to be carried by `PartitionLog`, `Partition`, `LogManager` and the
+//! shard that holds them, for a saving of about a nanosecond against the
+//! microseconds of the system call behind every one of these functions
+//! (`benches/log_append.rs` measures it: `tuning/results/storage-seam.md`).
+//! Shards are threads, so a simulated disk on one test thread changes no
+//! other.
+//!
+//! Tests: a thread may install a [`SimDisk`] ([`simulate`]); from then on
+//! the log's data writes and fdatasyncs on that thread go to it. The
+//! simulated disk sits on the real files, so recovery, reads and
+//! `dump-log` see what a real disk would show, and keeps for each file what
+//! a power loss would leave of it: its bytes as of its last fdatasync, and
+//! every write since. From one seed it
+//! - fails a write or an fdatasync (EIO), as a failing device does; the
+//!   writes a failed fdatasync should have covered never become durable,
+//!   even when a later fdatasync of the file succeeds (Linux marks pages
+//!   clean after a write-back error, and the next fdatasync has nothing to
+//!   write);
+//! - completes writes and fdatasyncs in another order than they were
+//!   issued: each completes after a seeded number of executor yields, so
+//!   writes in flight together land in any order, and a crash (the
+//!   executor dropped) leaves those not yet completed unwritten;
+//! - at a power loss ([`SimDisk::power_loss`]), keeps, drops or tears at
+//!   a random byte each write since its file's last fdatasync.
+//!
+//! What the simulation takes as durable at once: files the log writes with
+//! `std::fs` and fsyncs right away (indexes, checkpoints, producer
+//! snapshots, `.txnindex`, `partition.metadata`), file creation, renames and
+//! removals (the log fsyncs its directory after each; the simulated disk has
+//! no directory model), fallocate and ftruncate (space, not data: a
+//! truncation's new length becomes durable with the fdatasync after it).
+//!
+//! Determinism: the operations and every fault decision follow from the
+//! seed and the order of calls. The order of calls is glommio's
+//! scheduling of the log's tasks, which also waits on real io_uring
+//! completions (opening files, truncation, reads), so two runs of a seed
+//! can interleave differently; a failing seed reproduces in most runs, not
+//! in all.
+
+use super::direct;
+use super::iobuf::IoBuf;
+use super::partition::io_err;
+use super::LogError;
+use glommio::io::DmaFile;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::rc::Rc;
+
+thread_local! {
+    /// A simulated disk is installed on this thread (the one check the
+    /// production path makes).
+    static ACTIVE: Cell<bool> = const { Cell::new(false) };
+    static SIMULATED: RefCell<Option<SimDisk>> = const { RefCell::new(None) };
+}
+
+/// Writes `bufs`, one after another, at `pos` of the O_DIRECT segment file
+/// `file` (`direct::write`); returns the bytes written.
+pub(super) async fn write_direct(
+    file: Rc<DmaFile>,
+    bufs: Vec<IoBuf>,
+    pos: u64,
+) -> std::io::Result<usize> {
+    if !ACTIVE.get() {
+        return direct::write(file, bufs, pos).await;
+    }
+    let (fail, yields) = with_disk(|d| d.next_completion(d.faults.write_error_per_10k));
+    yield_times(yields).await;
+    if !ACTIVE.get() {
+        // The test took the disk back while this write was in flight: the
+        // life ended (a crash), and the write never completes.
+        return std::future::pending().await;
+    }
+    let fd = file.as_raw_fd();
+    if fail {
+        with_disk(|d| d.stats.failed_writes += 1);
+        return Err(eio("simulated write error"));
+    }
+    with_disk(|d| d.touch(fd))?;
+    let iov: Vec<(usize, usize)> = bufs
+        .iter()
+        .map(|b| (b.as_ptr() as usize, b.len()))
+        .collect();
+    // Completes here, synchronously: the simulated device's time is the
+    // yields above.
+    direct::pwritev_all(fd, &iov, pos)?;
+    let bytes: Vec<u8> = bufs
+        .iter()
+        .flat_map(|b| b.as_bytes().iter().copied())
+        .collect();
+    let len = bytes.len();
+    with_disk(|d| d.written(fd, pos, bytes));
+    Ok(len)
+}
+
+/// Writes `bytes` at `pos` of a segment file through the page cache.
+pub(super) fn write_buffered(file: &std::fs::File, bytes: &[u8], pos: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    if !ACTIVE.get() {
+        return file.write_all_at(bytes, pos);
+    }
+    let fd = file.as_raw_fd();
+    let (fail, _) = with_disk(|d| d.next_completion(d.faults.write_error_per_10k));
+    if fail {
+        with_disk(|d| d.stats.failed_writes += 1);
+        return Err(eio("simulated write error"));
+    }
+    with_disk(|d| d.touch(fd))?;
+    file.write_all_at(bytes, pos)?;
+    with_disk(|d| d.written(fd, pos, bytes.to_vec()));
+    Ok(())
+}
+
+/// fdatasyncs a segment file.
+pub(super) async fn fdatasync(file: &DmaFile) -> Result<(), LogError> {
+    if !ACTIVE.get() {
+        return file.fdatasync().await.map_err(io_err);
+    }
+    let fd = file.as_raw_fd();
+    // What the fdatasync covers is decided when it starts: the writes
+    // completed by then (a real one may cover more; never less).
+    let (fail, yields) = with_disk(|d| d.next_completion(d.faults.sync_error_per_10k));
+    let synced = with_disk(|d| d.sync(fd, fail));
+    yield_times(yields).await;
+    if !ACTIVE.get() {
+        // The life ended meanwhile (see `write_direct`).
+        return std::future::pending().await;
+    }
+    synced?;
+    if fail {
+        return Err(LogError::Io(eio("simulated fdatasync error")));
+    }
+    Ok(())
+}
+
+/// Installs `disk` as this thread's storage for the log's data writes and
+/// fdatasyncs, until [`take_simulated`].
+pub fn simulate(disk: SimDisk) {
+    SIMULATED.with(|s| *s.borrow_mut() = Some(disk));
+    ACTIVE.set(true);
+}
+
+/// Uninstalls this thread's simulated disk and hands it back.
+pub fn take_simulated() -> Option<SimDisk> {
+    ACTIVE.set(false);
+    SIMULATED.with(|s| s.borrow_mut().take())
+}
+
+/// What this thread's simulated disk has done so far (`None`: none is
+/// installed).
+pub fn simulated_stats() -> Option<SimStats> {
+    SIMULATED.with(|s| s.borrow().as_ref().map(|d| d.stats))
+}
+
+/// `f` on this thread's simulated disk, installed (the callers checked
+/// `ACTIVE`). Never held across an await.
+fn with_disk<T>(f: impl FnOnce(&mut SimDisk) -> T) -> T {
+    SIMULATED.with(|s| {
+        let mut s = s.borrow_mut();
+        let disk = s
+            .as_mut()
+            .expect("ACTIVE is set only with a simulated disk");
+        f(disk)
+    })
+}
+
+async fn yield_times(n: u32) {
+    for _ in 0..n {
+        futures_lite::future::yield_now().await;
+    }
+}
+
+fn eio(what: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::Error::from_raw_os_error(libc::EIO).kind(),
+        format!("{what} (EIO)"),
+    )
+}
+
+/// Faults a [`SimDisk`] injects, as chances per 10,000 operations.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Faults {
+    /// A data write fails with EIO (nothing of it is written).
+    pub write_error_per_10k: u32,
+    /// An fdatasync fails with EIO (the writes it covered are lost).
+    pub sync_error_per_10k: u32,
+    /// Each write and fdatasync completes after 0 to this many executor
+    /// yields (0: in the order issued).
+    pub completion_yields_max: u32,
+}
+
+/// What a [`SimDisk`] did, for a test to check that its faults happened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimStats {
+    pub writes: u64,
+    pub syncs: u64,
+    pub failed_writes: u64,
+    pub failed_syncs: u64,
+    pub power_losses: u64,
+    /// At power losses: writes since their file's last fdatasync that
+    /// survived whole, were lost, or were torn.
+    pub writes_kept: u64,
+    pub writes_dropped: u64,
+    pub writes_torn: u64,
+}
+
+/// A simulated disk over real files (module doc). `Send`: a test carries it
+/// from one executor thread (a life of the broker) to the next.
+pub struct SimDisk {
+    rng: u64,
+    faults: Faults,
+    /// By inode: what a power loss would leave of each file written since
+    /// the last power loss or [`SimDisk::settle`].
+    files: HashMap<u64, Shadow>,
+    stats: SimStats,
+}
+
+/// One file as a power loss would leave it.
+struct Shadow {
+    /// The file's bytes as of its last successful fdatasync (or when the
+    /// simulation first saw it: everything on disk then is durable).
+    durable: Vec<u8>,
+    /// Writes since then, in completion order: position and bytes.
+    pending: Vec<(u64, Vec<u8>)>,
+    /// Writes a failed fdatasync should have covered: never durable.
+    lost: Vec<(u64, usize)>,
+}
+
+impl SimDisk {
+    pub fn new(seed: u64, faults: Faults) -> SimDisk {
+        SimDisk {
+            rng: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            faults,
+            files: HashMap::new(),
+            stats: SimStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> SimStats {
+        self.stats
+    }
+
+    /// Changes the faults injected from now on.
+    pub fn set_faults(&mut self, faults: Faults) {
+        self.faults = faults;
+    }
+
+    /// xorshift64*: the same sequence everywhere.
+    fn next(&mut self) -> u64 {
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+
+    /// Whether the next operation fails (at `error_per_10k`), and after how
+    /// many yields it completes.
+    fn next_completion(&mut self, error_per_10k: u32) -> (bool, u32) {
+        let fail = self.below(10_000) < u64::from(error_per_10k);
+        let yields = self.below(u64::from(self.faults.completion_yields_max) + 1) as u32;
+        (fail, yields)
+    }
+
+    /// Starts shadowing the file of `fd` before its first write: its bytes
+    /// now are durable.
+    fn touch(&mut self, fd: i32) -> std::io::Result<()> {
+        let ino = inode(fd)?;
+        if let std::collections::hash_map::Entry::Vacant(e) = self.files.entry(ino) {
+            e.insert(Shadow {
+                durable: read_fd(fd)?,
+                pending: Vec::new(),
+                lost: Vec::new(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Records a completed write (after [`Self::touch`]).
+    fn written(&mut self, fd: i32, pos: u64, bytes: Vec<u8>) {
+        self.stats.writes += 1;
+        if let Ok(ino) = inode(fd) {
+            if let Some(s) = self.files.get_mut(&ino) {
+                s.pending.push((pos, bytes));
+            }
+        }
+    }
+
+    /// An fdatasync of the file of `fd` starts: it makes the writes
+    /// completed so far durable, or, failing, loses them for good.
+    fn sync(&mut self, fd: i32, fail: bool) -> Result<(), LogError> {
+        self.stats.syncs += 1;
+        if fail {
+            self.stats.failed_syncs += 1;
+        }
+        let ino = inode(fd).map_err(LogError::Io)?;
+        let Some(s) = self.files.get_mut(&ino) else {
+            // Nothing written through the seam since it was last durable.
+            return Ok(());
+        };
+        if fail {
+            let lost: Vec<(u64, usize)> = s.pending.drain(..).map(|(p, b)| (p, b.len())).collect();
+            s.lost.extend(lost);
+            return Ok(());
+        }
+        let mut now = read_fd(fd).map_err(LogError::Io)?;
+        // Pages whose write-back failed stay as they were on the device...
+        for &(pos, len) in &s.lost {
+            overlay_from(&mut now, &s.durable, pos as usize, len);
+        }
+        // ...unless written again since.
+        for (pos, bytes) in &s.pending {
+            overlay(&mut now, *pos as usize, bytes);
+        }
+        s.durable = now;
+        s.pending.clear();
+        Ok(())
+    }
+
+    /// Everything on disk now is durable (after a kill -9 the page cache
+    /// survives; the test treats it as written back before the next power
+    /// loss).
+    pub fn settle(&mut self) {
+        self.files.clear();
+    }
+
+    /// A power loss: every file under `root` written since it was last
+    /// durable is rewritten to what the device would hold: its durable
+    /// bytes, and of each write since (in completion order) all of it,
+    /// none of it, or a prefix torn at a random byte. Run with no log open
+    /// (between two lives).
+    pub fn power_loss(&mut self, root: &Path) -> std::io::Result<()> {
+        self.stats.power_losses += 1;
+        let mut paths = HashMap::new();
+        inodes_under(root, &mut paths)?;
+        let mut files: Vec<(u64, Shadow)> = self.files.drain().collect();
+        // HashMap order is not the seed's: go by inode.
+        files.sort_by_key(|(ino, _)| *ino);
+        for (ino, s) in files {
+            // A file removed since (retention) has nothing to restore.
+            let Some(path) = paths.get(&ino) else {
+                continue;
+            };
+            let mut image = s.durable;
+            for (pos, bytes) in &s.pending {
+                let keep = match self.below(3) {
+                    0 => {
+                        self.stats.writes_kept += 1;
+                        bytes.len()
+                    }
+                    1 => {
+                        self.stats.writes_dropped += 1;
+                        0
+                    }
+                    _ => {
+                        self.stats.writes_torn += 1;
+                        self.below(bytes.len() as u64) as usize
+                    }
+                };
+                overlay(&mut image, *pos as usize, &bytes[..keep]);
+            }
+            std::fs::write(path, &image)?;
+        }
+        Ok(())
+    }
+}
+
+/// Copies `bytes` into `image` at `pos`, growing it as needed.
+fn overlay(image: &mut Vec<u8>, pos: usize, bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    let end = pos + bytes.len();
+    if image.len() < end {
+        image.resize(end, 0);
+    }
+    image[pos..end].copy_from_slice(bytes);
+}
+
+/// Puts `[pos, pos + len)` of `image` back to what `old` held there (zeros
+/// past its end).
+fn overlay_from(image: &mut [u8], old: &[u8], pos: usize, len: usize) {
+    let end = (pos + len).min(image.len());
+    for (i, b) in image.iter_mut().enumerate().take(end).skip(pos) {
+        *b = old.get(i).copied().unwrap_or(0);
+    }
+}
+
+/// The inode of the file open as `fd`.
+fn inode(fd: i32) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata(format!("/proc/self/fd/{fd}"))?.ino())
+}
+
+/// Every byte of the file open as `fd` (a new buffered description, so an
+/// O_DIRECT one's alignment rules do not apply).
+fn read_fd(fd: i32) -> std::io::Result<Vec<u8>> {
+    std::fs::read(format!("/proc/self/fd/{fd}"))
+}
+
+/// Inode → path of every regular file under `dir`.
+fn inodes_under(dir: &Path, out: &mut HashMap<u64, std::path::PathBuf>) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    for ent in std::fs::read_dir(dir)? {
+        let ent = ent?;
+        let meta = std::fs::symlink_metadata(ent.path())?;
+        if meta.is_dir() {
+            inodes_under(&ent.path(), out)?;
+        } else if meta.is_file() {
+            out.insert(meta.ino(), ent.path());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_power_loss_keeps_the_durable_bytes_and_some_of_each_later_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.log");
+        std::fs::write(&path, b"").unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let fd = f.as_raw_fd();
+        let mut d = SimDisk::new(7, Faults::default());
+        use std::os::unix::fs::FileExt;
+        d.touch(fd).unwrap();
+        f.write_all_at(b"aaaa", 0).unwrap();
+        d.written(fd, 0, b"aaaa".to_vec());
+        d.sync(fd, false).unwrap();
+        f.write_all_at(b"bbbbbbbb", 4).unwrap();
+        d.written(fd, 4, b"bbbbbbbb".to_vec());
+        d.power_loss(dir.path()).unwrap();
+        let after = std::fs::read(&path).unwrap();
+        assert_eq!(&after[..4], b"aaaa", "synced bytes survive");
+        assert!(after[4..].iter().all(|&b| b == b'b'), "{after:?}");
+        let s = d.stats();
+        assert_eq!(s.writes_kept + s.writes_dropped + s.writes_torn, 1);
+    }
+
+    #[test]
+    fn writes_a_failed_fdatasync_covered_stay_lost_after_a_later_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.log");
+        std::fs::write(&path, b"old!").unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let fd = f.as_raw_fd();
+        let mut d = SimDisk::new(1, Faults::default());
+        use std::os::unix::fs::FileExt;
+        d.touch(fd).unwrap();
+        f.write_all_at(b"new!", 0).unwrap();
+        d.written(fd, 0, b"new!".to_vec());
+        d.sync(fd, true).unwrap();
+        f.write_all_at(b"more", 4).unwrap();
+        d.written(fd, 4, b"more".to_vec());
+        d.sync(fd, false).unwrap();
+        d.power_loss(dir.path()).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"old!more");
+    }
+}
