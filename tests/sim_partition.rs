@@ -30,7 +30,8 @@
 //! and at the end of every life that saw no fault, that the live partition
 //! already holds what its recovery will rebuild.
 //!
-//! The sequence of operations and every fault follow from the seed, which
+//! Time is simulated (`fjord::clock::simulate`). The sequence of operations
+//! and every fault follow from the seed, which
 //! every run prints: `FJORD_SIM_SEED=<seed> cargo test --test sim_partition`
 //! runs that one seed again; `FJORD_SIM_SEEDS=<n>` runs n seeds (default
 //! 24 here; `tuning/simulation.md` has the long runs). What the simulated
@@ -385,6 +386,7 @@ async fn step(
     rng: &mut Rng,
     ctx: &Ctx,
 ) -> Result<bool, String> {
+    fjord::clock::advance(std::time::Duration::from_millis(rng.below(50)));
     match rng.below(100) {
         0..=34 => {
             let pid = IDEMPOTENT[rng.below(3) as usize];
@@ -808,6 +810,9 @@ async fn check(p: &Partition, model: &Model) -> Result<(), String> {
     Ok(())
 }
 
+/// The simulated wall clock at the first life (2023-11-14).
+const SIM_START_MS: i64 = 1_700_000_000_000;
+
 /// Runs one seed: a few lives, each ending cleanly, in a crash or in a
 /// power loss. Returns what the simulated disk did.
 fn run_seed(seed: u64) -> Result<SimStats, String> {
@@ -834,6 +839,9 @@ fn run_seed(seed: u64) -> Result<SimStats, String> {
             let taken = state.lock().unwrap().take();
             let (mut model, mut rng, disk, _) = taken.expect("carried");
             storage::simulate(disk);
+            // Simulated time too: an hour between lives, a few milliseconds
+            // per operation (`step`).
+            fjord::clock::simulate(SIM_START_MS + n as i64 * 3_600_000);
             let (ops, end) = if n == lives {
                 (0, End::Clean)
             } else {
