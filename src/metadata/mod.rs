@@ -139,6 +139,12 @@ impl MetadataImage {
     }
 
     /// The shard that leads `topic`/`partition` on a server with `cores` shards.
+    /// The image has partition `partition` of `topic`.
+    pub fn has_partition(&self, topic: &str, partition: i32) -> bool {
+        self.topic(topic)
+            .is_some_and(|t| (0..t.partition_count()).contains(&partition))
+    }
+
     pub fn leader_shard(&self, topic: &str, partition: i32, cores: usize) -> Option<usize> {
         let t = self.topics.get(topic)?;
         let shard = *t.shards.get(usize::try_from(partition).ok()?)?;

@@ -310,11 +310,7 @@ impl ShardCtx {
     /// written: another shard leads it (or this one has not opened it yet),
     /// or the image has no such partition.
     fn missing_partition(&self, tp: &TopicPartition) -> MarkerError {
-        let known = self
-            .image()
-            .leader_shard(&tp.topic, tp.partition.0, self.cores())
-            .is_some();
-        if known {
+        if self.image().has_partition(&tp.topic, tp.partition.0) {
             MarkerError::NotLeader
         } else {
             MarkerError::UnknownPartition

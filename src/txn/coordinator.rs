@@ -610,8 +610,10 @@ impl TxnCoordinator {
                 // longer has it (its topic was deleted), as Kafka's marker
                 // channel does; a leader that does not know it yet (it is
                 // still applying the image, at start-up) is asked again.
-                let deleted =
-                    e == MarkerError::UnknownPartition && !partition_exists(env, &marker.tp);
+                let deleted = e == MarkerError::UnknownPartition
+                    && !env
+                        .image()
+                        .has_partition(&marker.tp.topic, marker.tp.partition.0);
                 if e.retriable() && !deleted {
                     todo.push(marker);
                 } else {
@@ -727,13 +729,6 @@ async fn append_acked<E: TxnEnv>(
         .log
         .wait_acked(info.last_offset, env.config().fsync_acks)
         .await?)
-}
-
-/// Whether this shard's metadata image has `tp`.
-fn partition_exists<E: TxnEnv>(env: &Rc<E>, tp: &TopicPartition) -> bool {
-    env.image()
-        .topic(&tp.topic)
-        .is_some_and(|t| tp.partition.0 >= 0 && tp.partition.0 < t.partition_count())
 }
 
 /// Starts writing a transaction's markers unless a task already is.

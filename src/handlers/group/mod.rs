@@ -11,12 +11,3 @@ pub mod admin;
 pub mod find_coordinator;
 pub mod membership;
 pub mod offsets;
-
-use crate::shard::ShardCtx;
-
-/// Whether `topic` exists with partition `partition`.
-pub(crate) fn partition_exists(ctx: &ShardCtx, topic: &str, partition: i32) -> bool {
-    ctx.image()
-        .topic(topic)
-        .is_some_and(|t| (0..t.partition_count()).contains(&partition))
-}

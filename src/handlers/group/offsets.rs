@@ -5,7 +5,6 @@
 //! partition of a commit, as Kafka does. (v0/v1 of OffsetCommit and v0 of
 //! OffsetFetch are not in kafka-protocol 0.18's schemas, so not served.)
 
-use super::partition_exists;
 use crate::clock::now_ms;
 use crate::group::error::GroupError;
 use crate::group::state::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
@@ -52,7 +51,7 @@ fn checked_row(
     partition: i32,
     offset: CommittedOffset,
 ) -> (String, i32, Result<CommittedOffset, GroupError>) {
-    let result = if !partition_exists(ctx, topic, partition) {
+    let result = if !ctx.image().has_partition(topic, partition) {
         Err(GroupError::UnknownTopicOrPartition)
     } else if offset.metadata.len() > OFFSET_METADATA_MAX_BYTES {
         Err(GroupError::OffsetMetadataTooLarge)
@@ -444,7 +443,7 @@ pub async fn offset_delete(
     let mut wanted = Vec::new();
     for t in &req.topics {
         for p in &t.partitions {
-            if partition_exists(ctx, &t.name, p.partition_index) {
+            if ctx.image().has_partition(&t.name, p.partition_index) {
                 wanted.push((t.name.to_string(), p.partition_index));
             } else {
                 rows.push((
