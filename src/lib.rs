@@ -5,7 +5,7 @@
 //! list and checks every `crate::` path in `src/` against it, tests and
 //! comments aside):
 //!
-//! - layer: `alloc`, `clock`, `types`
+//! - layer: `alloc`, `clock`, `metrics`, `types`
 //! - layer: `record`
 //! - layer: `protocol`, `runtime`
 //! - layer: `log`
@@ -27,6 +27,7 @@
 
 pub mod alloc;
 pub mod clock;
+pub mod metrics;
 pub mod types;
 
 pub mod config;

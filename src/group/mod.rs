@@ -848,6 +848,35 @@ impl GroupCoordinator {
         out
     }
 
+    /// For metrics: the number of loaded groups by state (Dead ones
+    /// left out), their members, and every committed offset as
+    /// (group, topic, partition, offset).
+    #[allow(clippy::type_complexity)]
+    pub fn metrics_view(&self) -> (Vec<(GroupState, u64)>, u64, Vec<(String, String, i32, i64)>) {
+        let parts = self.partitions.borrow();
+        let mut by_state: Vec<(GroupState, u64)> = Vec::new();
+        let mut members = 0u64;
+        let mut committed = Vec::new();
+        for g in parts
+            .values()
+            .filter(|op| op.loaded)
+            .flat_map(|op| op.groups.values())
+        {
+            if g.is(GroupState::Dead) {
+                continue;
+            }
+            match by_state.iter_mut().find(|(s, _)| *s == g.state) {
+                Some((_, n)) => *n += 1,
+                None => by_state.push((g.state, 1)),
+            }
+            members += g.members.len() as u64;
+            for ((topic, partition), o) in &g.offsets {
+                committed.push((g.group_id.clone(), topic.clone(), *partition, o.offset));
+            }
+        }
+        (by_state, members, committed)
+    }
+
     /// DescribeGroups for one group (None = no such group).
     pub fn describe(&self, group_id: &str) -> Result<Option<GroupDescription>, GroupError> {
         let p = self.check(group_id)?;

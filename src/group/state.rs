@@ -689,6 +689,7 @@ impl Group {
         }
         self.initial_join_cap_ms = None;
         self.generation_id += 1;
+        crate::metrics::record_rebalance();
         if self.members.is_empty() {
             self.protocol_name = None;
             self.leader = None;

@@ -271,6 +271,7 @@ impl PartitionLog {
             .borrow_mut()
             .stage_batch(&batch, &h, cfg.index_interval_bytes)?;
         self.log_end.set(last + 1);
+        crate::metrics::record_append(batch.len());
         match self.max_ts.get() {
             Some((ts, _)) if ts >= h.max_timestamp => {}
             _ => self.max_ts.set(Some((h.max_timestamp, last))),

@@ -95,8 +95,10 @@ impl PartitionLog {
             return Ok(ReadResult::default());
         }
         if let Some(r) = self.tail.read(from.0, max_bytes, upper.0) {
+            crate::metrics::record_cache_read(Some(r.bytes));
             return Ok(r);
         }
+        crate::metrics::record_cache_read(None);
         let upper = upper.0.min(self.written.get());
         let sendfile = self.config.borrow().catch_up_reads == CatchUpReads::Sendfile;
         for seg in self.segments_from(from.0) {
@@ -201,6 +203,7 @@ async fn read_segment(
     let (len, next_offset) =
         batches_within(seg, position, first_len, first_last, upper, max_bytes).await?;
     let end = position + len;
+    crate::metrics::record_catch_up_read(len as usize);
     seg.read_cursor.set(Some((next_offset, end)));
     let file = seg.dma().await?;
     if sendfile {

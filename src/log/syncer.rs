@@ -356,7 +356,9 @@ impl PartitionLog {
             debug_assert!(false, "no idle sync description");
             return self.fail(&"no idle sync description");
         };
+        let started = crate::clock::monotonic();
         let r = storage::fdatasync(&file).await;
+        let took = crate::clock::monotonic().saturating_duration_since(started);
         files.give_back(file);
         if let Err(e) = r {
             return self.fail(&e);
@@ -367,6 +369,7 @@ impl PartitionLog {
             return;
         }
         self.syncer.fsyncs.set(self.syncer.fsyncs.get() + 1);
+        crate::metrics::record_fsync(took, (w - self.durable.get()).max(0) as u64);
         self.syncer.last_flush_ms.set(now_ms());
         self.durable.advance(w);
     }

@@ -292,6 +292,7 @@ impl Partition {
                 last_stable_offset: lso,
             });
         }
+        crate::metrics::record_marker();
         Ok(info.last_offset)
     }
 

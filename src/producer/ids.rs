@@ -47,6 +47,13 @@ impl ProducerIdBlocks {
         false
     }
 
+    /// Ids left in the current and the next block (for metrics).
+    pub fn remaining(&self) -> i64 {
+        let (start, end) = self.current.get();
+        let next = self.next.get().map_or(0, |(s, e)| e - s);
+        (end - start).max(0) + next.max(0)
+    }
+
     /// A block arrived from the controller (or the request failed: `None`).
     pub fn add(&self, block: Option<Range<i64>>) {
         self.requested.set(false);

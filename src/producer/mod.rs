@@ -105,6 +105,7 @@ fn in_sequence(last: i32, next: i32) -> bool {
 /// INVALID_PRODUCER_EPOCH for a batch under an older epoch than `entry`'s.
 fn epoch_fence(entry: &ProducerEntry, h: &BatchHeader) -> Result<(), ProducerError> {
     if h.producer_epoch < entry.epoch {
+        crate::metrics::record_fenced_producer();
         return Err(ProducerError::InvalidProducerEpoch {
             producer_id: h.producer_id,
             current: entry.epoch,
