@@ -20,6 +20,9 @@ pub const LOG_RETENTION_MS_DEFAULT: i64 = 7 * 24 * 60 * 60 * 1000;
 /// Size of each shard's cache of recently appended batches.
 pub const TAIL_CACHE_BYTES_DEFAULT: usize = 64 * 1024 * 1024;
 /// glommio's registered I/O memory per shard when memlock allows it.
+/// Where the metrics endpoint listens by default: loopback only, since it
+/// has no authentication (Redpanda's admin port is 9644 too).
+pub const METRICS_LISTEN_DEFAULT: &str = "127.0.0.1:9644";
 pub const IO_MEMORY_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// Kafka's `producer.id.expiration.ms` default: one day.
 pub const PRODUCER_ID_EXPIRATION_MS_DEFAULT: i64 = 24 * 60 * 60 * 1000;
@@ -188,6 +191,19 @@ pub struct ServeArgs {
     /// Longest a shard waits for another shard's answer (a metadata change applied by every shard, a producer-id block, transaction markers, a partition added to a transaction); the request then gets Kafka's timeout answer (REQUEST_TIMED_OUT, COORDINATOR_NOT_AVAILABLE, ...) [default: 30000].
     #[arg(long)]
     pub cross_shard_timeout_ms: Option<u64>,
+    /// Address of the metrics endpoint (`/metrics`, `/healthz`, `/readyz`,
+    /// served by shard 0), or `none` to serve none [default: 127.0.0.1:9644].
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
+    /// Record request, log and coordinator counters (`false` leaves only
+    /// the gauges read at scrape time; for measuring what recording costs)
+    /// [default: true].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub metrics_recording: Option<bool>,
+    /// Export per-partition series (offsets, sizes, per-group-partition
+    /// lag); off by default, since a broker may lead 100000 partitions.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub metrics_partition_labels: Option<bool>,
     /// TESTING ONLY: after appending every Nth produce request on a shard, close
     /// the connection instead of answering, as if the response were lost.
     #[arg(long, hide = true)]
@@ -252,6 +268,10 @@ pub struct BrokerConfig {
     pub group_max_size: usize,
     pub transactional_id_expiration_ms: i64,
     pub cross_shard_timeout_ms: u64,
+    /// The metrics endpoint's address (None = `--metrics-listen none`).
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    pub metrics_recording: bool,
+    pub metrics_partition_labels: bool,
     /// 0 = off. See `ServeArgs::debug_drop_produce_response_every`.
     pub debug_drop_produce_response_every: u64,
     /// 0 = off. See `ServeArgs::debug_delay_txn_markers_ms`.
@@ -338,6 +358,11 @@ impl ServeArgs {
             debug_stall_shard: self.debug_stall_shard.or(file.debug_stall_shard),
             debug_stall_shard_ms: self.debug_stall_shard_ms.or(file.debug_stall_shard_ms),
             debug_write_delay_ms: self.debug_write_delay_ms.or(file.debug_write_delay_ms),
+            metrics_listen: self.metrics_listen.or(file.metrics_listen),
+            metrics_recording: self.metrics_recording.or(file.metrics_recording),
+            metrics_partition_labels: self
+                .metrics_partition_labels
+                .or(file.metrics_partition_labels),
         }
     }
 
@@ -376,7 +401,17 @@ impl ServeArgs {
         );
         let num_partitions = a.num_partitions.unwrap_or(1);
         anyhow::ensure!(num_partitions >= 1, "--num-partitions must be at least 1");
+        let metrics_listen = match a.metrics_listen.as_deref() {
+            Some("none") => None,
+            Some(addr) => Some(addr.parse().map_err(|e| {
+                anyhow::anyhow!("--metrics-listen {addr}: expected ADDR:PORT or none ({e})")
+            })?),
+            None => Some(METRICS_LISTEN_DEFAULT.parse().expect("valid default")),
+        };
         Ok(BrokerConfig {
+            metrics_listen,
+            metrics_recording: a.metrics_recording.unwrap_or(true),
+            metrics_partition_labels: a.metrics_partition_labels.unwrap_or(false),
             cluster_id: String::new(),
             data_dir: a.data_dir.unwrap_or_else(|| PathBuf::from("./data")),
             port,

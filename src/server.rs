@@ -176,6 +176,8 @@ async fn shard_main(
     runtime::probe_dma(&config.data_dir)
         .await
         .map_err(|e| anyhow::anyhow!("DMA probe in {} failed: {e}", config.data_dir.display()))?;
+    let started = crate::clock::monotonic();
+    crate::metrics::set_recording(config.metrics_recording);
     let cache = TailCache::new(config.tail_cache_bytes);
     let logs = LogManager::new_for_shard(config.data_dir.clone(), cache, shard);
     let background = glommio::executor().create_task_queue(
@@ -219,6 +221,11 @@ async fn shard_main(
     first_rx
         .await
         .map_err(|_| anyhow::anyhow!("no metadata from the controller"))?;
+    crate::shard::metrics::set_recovery_seconds(
+        crate::clock::monotonic()
+            .saturating_duration_since(started)
+            .as_secs_f64(),
+    );
 
     ctx.maybe_request_producer_ids();
     let maintenance = glommio::spawn_local_into(
@@ -241,6 +248,38 @@ async fn shard_main(
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr().unwrap_or(addr);
+    // Shard 0 serves the metrics endpoint, in a task queue that yields to
+    // requests (see `net::metrics_http`).
+    let metrics_endpoint = match config.metrics_listen.filter(|_| shard == 0) {
+        Some(maddr) => {
+            let mlistener = crate::net::metrics_http::bind(maddr).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot listen on {maddr} for metrics: {e} (choose another --metrics-listen, or none)"
+                )
+            })?;
+            let queue = glommio::executor().create_task_queue(
+                Shares::Static(crate::net::metrics_http::METRICS_SHARES),
+                Latency::NotImportant,
+                "metrics",
+            );
+            let start_time_seconds = crate::clock::now_ms() as f64 / 1000.0
+                - crate::clock::monotonic()
+                    .saturating_duration_since(started)
+                    .as_secs_f64();
+            println!(
+                "fjord: metrics on http://{}/metrics",
+                mlistener.local_addr().unwrap_or(maddr)
+            );
+            Some(
+                glommio::spawn_local_into(
+                    crate::net::metrics_http::serve(ctx.clone(), mlistener, start_time_seconds),
+                    queue,
+                )
+                .map_err(|e| anyhow::anyhow!("cannot spawn the metrics endpoint: {e}"))?,
+            )
+        }
+        None => None,
+    };
     let accept = glommio::spawn_local(crate::net::accept_loop(ctx.clone(), listener));
     let _ = ready_tx.send((shard, Ok(bound)));
     if config.debug_stall_shard == Some(shard) {
@@ -267,6 +306,7 @@ async fn shard_main(
         glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
     }
     drop(accept); // stops accepting
+    drop(metrics_endpoint);
     let deadline = crate::clock::monotonic() + Duration::from_millis(SHUTDOWN_DRAIN_MS_MAX);
     while ctx.inflight_requests() > 0 && crate::clock::monotonic() < deadline {
         glommio::timer::sleep(Duration::from_millis(10)).await;

@@ -206,6 +206,8 @@ impl ChaosBroker {
             .arg("--cores")
             .arg(self.spec.cores.to_string())
             .arg("--no-pin")
+            .arg("--metrics-listen")
+            .arg("none")
             .arg("--group-initial-rebalance-delay-ms")
             .arg(GROUP_INITIAL_REBALANCE_DELAY_MS.to_string());
         if self.spec.fsync_acks {

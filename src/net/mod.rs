@@ -39,10 +39,12 @@
 //! an unknown api key or an undecodable header close this connection only.
 
 mod file_range;
+pub mod metrics_http;
 mod sendfile;
 
 use crate::handlers::{self, Outcome};
 use crate::log::watch::OffsetWatch;
+use crate::metrics::{self, ConnectionEvent};
 use crate::protocol::frame::{declared_frame_len, FRAME_PREFIX_BYTES};
 use crate::protocol::{parse_request_header, SOCKET_REQUEST_MAX_BYTES};
 use crate::record::RecordsChunk;
@@ -59,6 +61,7 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 /// Bytes asked of the socket per read when no larger frame is pending.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -100,6 +103,7 @@ pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
             Ok(stream) => {
                 if net.connections.get() >= ctx.config.max_connections_per_shard {
                     net.refused.set(net.refused.get() + 1);
+                    metrics::record_connection(ConnectionEvent::Refused);
                     let now = crate::clock::monotonic();
                     if refused_logged_at.is_none_or(|t| now - t >= REFUSED_LOG_INTERVAL) {
                         refused_logged_at = Some(now);
@@ -113,6 +117,7 @@ pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
                     drop(stream);
                     continue;
                 }
+                metrics::record_connection(ConnectionEvent::Accepted);
                 let ctx = ctx.clone();
                 let net = net.clone();
                 glommio::spawn_local(async move {
@@ -177,6 +182,7 @@ impl OpenConnection {
 impl Drop for OpenConnection {
     fn drop(&mut self) {
         self.0.connections.set(self.0.connections.get() - 1);
+        metrics::record_connection(ConnectionEvent::Closed);
     }
 }
 
@@ -275,8 +281,25 @@ async fn serve_connection(
     read_result.and(write_result)
 }
 
-/// A dispatched request: the task that answers it and the bytes of its frame.
-type Dispatch = (JoinHandle<Outcome>, usize);
+/// A dispatched request: the task that answers it (with the time its
+/// answer was ready, when recording), the bytes of its frame, and what the
+/// request's metrics need.
+type Dispatch = (JoinHandle<(Outcome, Option<Instant>)>, usize, RequestStamp);
+
+/// A request's API key and when it was read and dispatched (None when
+/// metrics recording is off): see `metrics::ApiProbe` for the split.
+#[derive(Clone, Copy)]
+struct RequestStamp {
+    api_key: i16,
+    read_at: Option<Instant>,
+    dispatched_at: Option<Instant>,
+}
+
+/// Now, if this shard records metrics (one clock read less per stamp when
+/// it does not).
+fn stamp() -> Option<Instant> {
+    metrics::recording().then(crate::clock::monotonic)
+}
 
 /// Waits, at a frame boundary, while the shard holds
 /// `queued_max_request_bytes` of requests or this connection holds
@@ -318,6 +341,8 @@ async fn read_requests(
     let mut buf_alloc_bytes = 0usize;
     // The last read filled all it was offered: the socket likely holds more.
     let mut more_queued = false;
+    // When the last bytes arrived (the frames cut now were complete then).
+    let mut read_at = stamp();
     loop {
         // Cut every complete frame out of the buffer.
         let mut frame_total = None;
@@ -334,13 +359,22 @@ async fn read_requests(
             frame.advance(FRAME_PREFIX_BYTES);
             let header = parse_request_header(&mut frame)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            let request = RequestStamp {
+                api_key: header.api_key,
+                read_at,
+                dispatched_at: stamp(),
+            };
             let answer = handlers::dispatch(ctx, header, frame, buf_alloc_bytes)
                 .into_answer()
                 .await;
-            let task = glommio::spawn_local(answer).detach();
+            let task = glommio::spawn_local(async move {
+                let outcome = answer.await;
+                (outcome, request.read_at.and(stamp()))
+            })
+            .detach();
             queued.set(queued.get() + 1);
             ctx.request_started();
-            if tx.send((task, total)).await.is_err() {
+            if tx.send((task, total, request)).await.is_err() {
                 return Ok(()); // the writer is gone (write error or close)
             }
         }
@@ -386,6 +420,7 @@ async fn read_requests(
             held.hold(n);
             more_queued = n == limit;
             if n > 0 {
+                read_at = stamp();
                 continue;
             }
         }
@@ -397,6 +432,7 @@ async fn read_requests(
         let window = READ_WINDOW_BYTES.min(limit);
         buf.resize(filled + window, 0);
         let n = stream.read(&mut buf[filled..]).await?;
+        read_at = stamp();
         buf.truncate(filled + n);
         held.hold(n);
         if n == 0 {
@@ -474,7 +510,7 @@ async fn write_loop(
         // The next request in order: one already taken off the queue, or
         // wait for one — after writing what is buffered, so a response is
         // never held back while nothing else is ready.
-        let (mut task, frame_bytes) = match next.take() {
+        let (mut task, frame_bytes, request) = match next.take() {
             Some(t) => t,
             None => {
                 flush(stream, &mut out).await?;
@@ -498,12 +534,15 @@ async fn write_loop(
         // The request's bytes count until its answer is handed to the
         // socket (a reply's records are the log's, not the request's).
         held.release(frame_bytes);
-        let Some(outcome) = outcome else {
+        let Some((outcome, ready_at)) = outcome else {
             return Err(io::Error::other("request task was cancelled"));
         };
+        let mut bytes_out = 0usize;
+        let closed = matches!(outcome, Outcome::Close);
         match outcome {
             Outcome::Reply(parts) => {
                 for part in parts {
+                    bytes_out += part.len();
                     match part {
                         RecordsChunk::Memory(b) => write_bytes(stream, &mut out, &b).await?,
                         RecordsChunk::Loaded(r) => write_bytes(stream, &mut out, &r).await?,
@@ -530,8 +569,24 @@ async fn write_loop(
             Outcome::NoReply => {}
             Outcome::Close => {
                 flush(stream, &mut out).await?;
-                return Ok(());
             }
+        }
+        if let (Some(read), Some(dispatched), Some(ready)) =
+            (request.read_at, request.dispatched_at, ready_at)
+        {
+            let sent = crate::clock::monotonic();
+            metrics::record_request(
+                request.api_key,
+                frame_bytes,
+                bytes_out,
+                dispatched.saturating_duration_since(read),
+                ready.saturating_duration_since(dispatched),
+                sent.saturating_duration_since(ready),
+                closed,
+            );
+        }
+        if closed {
+            return Ok(());
         }
         // Coalesce with the next response only if its request is already
         // here; whether it is answered yet is decided above.

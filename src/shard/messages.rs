@@ -121,4 +121,8 @@ pub enum ShardMessage {
         verify_only: bool,
         reply: oneshot::Sender<Result<(), crate::txn::coordinator::TxnError>>,
     },
+    /// A scrape of the metrics endpoint: the shard answers with its values.
+    Sample {
+        reply: oneshot::Sender<crate::metrics::ShardSample>,
+    },
 }

@@ -26,6 +26,7 @@
 
 pub mod controller;
 pub mod messages;
+pub mod metrics;
 pub mod router;
 mod txn_env;
 
@@ -481,6 +482,9 @@ impl ShardCtx {
                     let _ = reply.send(r);
                 })
                 .detach();
+            }
+            ShardMessage::Sample { reply } => {
+                let _ = reply.send(self.metrics_sample());
             }
             ShardMessage::WriteTxnMarkers { markers, reply } => {
                 let ctx = self.clone();

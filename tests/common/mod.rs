@@ -268,6 +268,14 @@ impl Broker {
             .arg(self.opts.cores.to_string())
             .arg("--no-pin")
             .args(&self.opts.extra_args)
+            // Tests run brokers in parallel: none serves metrics on the
+            // default port unless its test asks for an endpoint.
+            .args(
+                (!self.opts.extra_args.iter().any(|a| a == "--metrics-listen"))
+                    .then_some(["--metrics-listen", "none"])
+                    .into_iter()
+                    .flatten(),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr));
