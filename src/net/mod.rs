@@ -37,6 +37,13 @@
 //!
 //! Framing errors (negative length, a frame over `socket.request.max.bytes`),
 //! an unknown api key or an undecodable header close this connection only.
+//!
+//! Metrics: each request carries a `RequestStamp` (its API key, when the
+//! read that completed its frame returned, when dispatch began) and its
+//! task notes when its answer was ready; the writer records the request
+//! into the shard's probe (`crate::metrics`) once its bytes are handed to
+//! the socket. Three clock reads and a few cell updates per request, no
+//! allocation; with `--metrics-recording false` no clock is read.
 
 mod file_range;
 pub mod metrics_http;
