@@ -270,6 +270,9 @@ pub struct BrokerConfig {
     pub cross_shard_timeout_ms: u64,
     /// The metrics endpoint's address (None = `--metrics-listen none`).
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// `metrics_listen` is the default, not asked for: a busy port is then
+    /// a warning, not a failed start (see `server`).
+    pub metrics_listen_is_default: bool,
     pub metrics_recording: bool,
     pub metrics_partition_labels: bool,
     /// 0 = off. See `ServeArgs::debug_drop_produce_response_every`.
@@ -410,6 +413,7 @@ impl ServeArgs {
         };
         Ok(BrokerConfig {
             metrics_listen,
+            metrics_listen_is_default: a.metrics_listen.is_none(),
             metrics_recording: a.metrics_recording.unwrap_or(true),
             metrics_partition_labels: a.metrics_partition_labels.unwrap_or(false),
             cluster_id: String::new(),

@@ -86,6 +86,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .io_memory_bytes
         .unwrap_or_else(|| runtime::io_memory_for_budget(config.cores, IO_MEMORY_BYTES_MAX));
     runtime::check_memlock(config.cores, io_memory).map_err(|e| anyhow::anyhow!(e))?;
+    // The amount given to every shard, as the metrics report it.
+    config.io_memory_bytes = Some(io_memory);
     if let Some(files) = runtime::raise_nofile_limit() {
         tracing::info!(files, "open file limit");
     }
@@ -250,13 +252,26 @@ async fn shard_main(
     let bound = listener.local_addr().unwrap_or(addr);
     // Shard 0 serves the metrics endpoint, in a task queue that yields to
     // requests (see `net::metrics_http`).
-    let metrics_endpoint = match config.metrics_listen.filter(|_| shard == 0) {
-        Some(maddr) => {
-            let mlistener = crate::net::metrics_http::bind(maddr).map_err(|e| {
-                anyhow::anyhow!(
+    // An address given with --metrics-listen that cannot be bound fails the
+    // start; the default one only warns (a second broker on the host, or a
+    // benchmark beside a running broker, still starts).
+    let metrics_listener = match config.metrics_listen.filter(|_| shard == 0) {
+        None => None,
+        Some(maddr) => match crate::net::metrics_http::bind(maddr) {
+            Ok(l) => Some((maddr, l)),
+            Err(e) if config.metrics_listen_is_default => {
+                tracing::warn!(%maddr, error = %e, "no metrics endpoint: the default address is in use (choose one with --metrics-listen)");
+                None
+            }
+            Err(e) => {
+                return Err(anyhow::anyhow!(
                     "cannot listen on {maddr} for metrics: {e} (choose another --metrics-listen, or none)"
-                )
-            })?;
+                ))
+            }
+        },
+    };
+    let metrics_endpoint = match metrics_listener {
+        Some((maddr, mlistener)) => {
             let queue = glommio::executor().create_task_queue(
                 Shares::Static(crate::net::metrics_http::METRICS_SHARES),
                 Latency::NotImportant,

@@ -552,7 +552,7 @@ pub fn encode(shards: &[ShardSample], process: &ProcessSample, opts: EncodeOptio
         &mut w,
         "fjord_shard_io_memory_bytes",
         Kind::Gauge,
-        "glommio registered I/O memory of the shard (--io-memory-bytes).",
+        "Registered I/O memory glommio was given (--io-memory-bytes or the default budget).",
         &|s| s.io_memory_bytes as f64,
     );
     per_shard(
