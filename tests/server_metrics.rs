@@ -280,3 +280,16 @@ fn a_real_prometheus_server_scrapes_the_endpoint() {
     let targets = targets.unwrap_or_default();
     assert!(targets.contains("\"health\":\"up\""), "{targets}");
 }
+
+#[test]
+fn a_metrics_address_given_that_is_in_use_fails_the_start() {
+    let (mut broker, addr) = start();
+    broker.stop();
+    let _held = std::net::TcpListener::bind(&addr).expect("hold the metrics address");
+    let (status, output) = broker.start_expecting_exit(Duration::from_secs(30));
+    assert!(!status.success(), "{output}");
+    assert!(
+        output.contains(&format!("cannot listen on {addr} for metrics")),
+        "{output}"
+    );
+}
