@@ -8,7 +8,8 @@
 #
 # usage: scripts/metrics-cost.sh OUTDIR WORKLOAD.toml...
 # Environment: REPEAT (3), FJORD_PORT (19092), METRICS_PORT (19644),
-# SCRAPE_INTERVAL (5), BROKER_CPU (0), CLIENT_CPU (1).
+# SCRAPE_INTERVAL (5), BROKER_CPU (0), CLIENT_CPU (1), BENCH_FLAGS (extra
+# `fjord bench` flags, e.g. "--duration 30s --warmup 5s").
 #
 # OUTDIR gets the bench JSON results (off/, on/), console.log, commands.txt
 # and summary.md (min / median / max of broker CPU s/GB, throughput and
@@ -44,6 +45,8 @@ for r in $(seq "${REPEAT:-3}"); do
       cmd=("$fjord" bench --workload "$w" --label "$side" --name "$(basename "$w" .toml)-$r"
         --output "$out/$side" --client-cores "${CLIENT_CPU:-1}" --bootstrap "127.0.0.1:$port"
         --broker-cmd "$broker")
+      # shellcheck disable=SC2206
+      cmd+=(${BENCH_FLAGS:-})
       printf '%q ' "${cmd[@]}" >> "$out/commands.txt"; echo >> "$out/commands.txt"
       "${cmd[@]}" | grep -v '^\[' | tee -a "$out/console.log"
       if [ -n "$scraper" ]; then kill "$scraper" 2>/dev/null || true; wait "$scraper" 2>/dev/null || true; scraper=; fi
