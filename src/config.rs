@@ -81,7 +81,7 @@ pub enum LogFormat {
     #[default]
     Text,
     /// One JSON object per line: `timestamp`, `level`, `target`,
-    /// `threadName` (`shard-N` on a shard's thread) and the event's `fields`
+    /// `threadName` (`shard-N-…` on shard N's thread, glommio adding its executor id) and the event's `fields`
     /// (`message` among them), for journald, Loki, Elasticsearch and the like.
     Json,
 }

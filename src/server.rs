@@ -295,6 +295,14 @@ async fn shard_main(
     while !stop.load(Ordering::SeqCst) {
         glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
     }
+    if shard == 0 {
+        // Shard 0 says so (the process cannot exit before shard 0 is done).
+        sd_notify("STOPPING=1");
+        tracing::info!(
+            timeout_ms = SHUTDOWN_MS_MAX,
+            "stopping: no new connections, finishing requests in flight, closing logs"
+        );
+    }
     drop(accept); // stops accepting
     let deadline = crate::clock::monotonic() + Duration::from_millis(SHUTDOWN_DRAIN_MS_MAX);
     while ctx.inflight_requests() > 0 && crate::clock::monotonic() < deadline {
@@ -343,7 +351,7 @@ fn init_tracing(format: LogFormat) {
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
-        // The thread name says which shard logged (`shard-N`), also for
+        // The thread name says which shard logged (`shard-N-…`), also for
         // events that carry no `shard` field.
         LogFormat::Json => builder
             .json()
@@ -353,9 +361,8 @@ fn init_tracing(format: LogFormat) {
     };
 }
 
-/// Once `stop` is set (SIGINT/SIGTERM): tells systemd the service is
-/// stopping, then ends the process if the stop has not finished within
-/// `SHUTDOWN_MS_MAX`. A thread of its own, so that a shard stuck in a
+/// Once `stop` is set (SIGINT/SIGTERM): ends the process if the stop has
+/// not finished within `SHUTDOWN_MS_MAX`. A thread of its own, so that a shard stuck in a
 /// system call cannot hold it up.
 fn spawn_stop_watchdog(stop: Arc<AtomicBool>) -> std::io::Result<()> {
     std::thread::Builder::new()
@@ -364,11 +371,6 @@ fn spawn_stop_watchdog(stop: Arc<AtomicBool>) -> std::io::Result<()> {
             while !stop.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(SHUTDOWN_POLL_MS));
             }
-            sd_notify("STOPPING=1");
-            tracing::info!(
-                timeout_ms = SHUTDOWN_MS_MAX,
-                "stopping: no new connections, finishing requests in flight, closing logs"
-            );
             std::thread::sleep(Duration::from_millis(SHUTDOWN_MS_MAX));
             eprintln!(
                 "fjord: stop took longer than {SHUTDOWN_MS_MAX} ms; exiting without finishing it"
