@@ -21,10 +21,11 @@ const CHART_WIDTH_SHARE_MIN: f64 = 0.8;
 const VIRTUAL_TIME_BUDGET_MS: u32 = 10_000;
 
 fn results() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(RESULTS_DIR);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+    // Relative to the repository (the report names each file it read).
+    let dir = Path::new(RESULTS_DIR);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(dir))
         .expect("results dir")
-        .map(|e| e.expect("entry").path())
+        .map(|e| dir.join(e.expect("entry").file_name()))
         .filter(|p| {
             let name = p
                 .file_name()
@@ -42,6 +43,7 @@ fn results() -> Vec<PathBuf> {
 /// Renders the report of the six results into `out`.
 pub fn render(out: &Path) {
     let status = Command::new(env!("CARGO_BIN_EXE_fjord"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
         .arg("report")
         .args(results())
         .arg("--output")
