@@ -23,18 +23,19 @@ const VIRTUAL_TIME_BUDGET_MS: u32 = 10_000;
 fn results() -> Vec<PathBuf> {
     // Relative to the repository (the report names each file it read).
     let dir = Path::new(RESULTS_DIR);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(dir))
-        .expect("results dir")
-        .map(|e| dir.join(e.expect("entry").file_name()))
-        .filter(|p| {
-            let name = p
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned();
-            name.starts_with("latency-100b-10k-") && name.ends_with(".json")
-        })
-        .collect();
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(dir))
+            .expect("results dir")
+            .map(|e| dir.join(e.expect("entry").file_name()))
+            .filter(|p| {
+                let name = p
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
+                name.starts_with("latency-100b-10k-") && name.ends_with(".json")
+            })
+            .collect();
     files.sort();
     assert_eq!(files.len(), 6, "three fjord and three Kafka results");
     files
