@@ -76,6 +76,19 @@ pub const CROSS_SHARD_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 /// ~100k msg/s, at 1/4.2 of Kafka's CPU per GB; with sendfile fjord peaked
 /// at 77–80k msg/s and had 275k messages left after those 10 s.
 pub const CATCH_UP_READS_DEFAULT: CatchUpReads = CatchUpReads::Direct;
+/// How `fjord serve` writes its log (to standard error).
+#[derive(clap::ValueEnum, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// One human-readable line per event (tracing's default format).
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`,
+    /// `threadName` (`shard-N-…` on shard N's thread, glommio adding its executor id) and the event's `fields`
+    /// (`message` among them), for journald, Loki, Elasticsearch and the like.
+    Json,
+}
+
 /// Flags of `fjord serve`. The TOML file named by `--config` takes the same
 /// keys, spelled as the long flags (`data-dir = "./data"`).
 #[derive(clap::Args, Deserialize, Debug, Clone, Default)]
@@ -85,6 +98,10 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(skip)]
     pub config: Option<PathBuf>,
+    /// Log format on standard error: `text` or `json` (one object per line)
+    /// [default: text]. `RUST_LOG` sets the level (default `info`).
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
     /// Directory holding all partition logs and the metadata log [default: ./data].
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -235,6 +252,7 @@ pub struct ServeArgs {
 pub struct BrokerConfig {
     /// The cluster id from `<data-dir>/meta.properties` (set by the server at start).
     pub cluster_id: String,
+    pub log_format: LogFormat,
     pub data_dir: PathBuf,
     pub port: u16,
     pub listen: IpAddr,
@@ -294,6 +312,7 @@ impl ServeArgs {
     fn overlay(self, file: ServeArgs) -> ServeArgs {
         ServeArgs {
             config: self.config,
+            log_format: self.log_format.or(file.log_format),
             data_dir: self.data_dir.or(file.data_dir),
             port: self.port.or(file.port),
             listen: self.listen.or(file.listen),
@@ -417,6 +436,7 @@ impl ServeArgs {
             metrics_recording: a.metrics_recording.unwrap_or(true),
             metrics_partition_labels: a.metrics_partition_labels.unwrap_or(false),
             cluster_id: String::new(),
+            log_format: a.log_format.unwrap_or_default(),
             data_dir: a.data_dir.unwrap_or_else(|| PathBuf::from("./data")),
             port,
             listen,

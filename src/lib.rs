@@ -24,6 +24,11 @@
 //! group coordinator its `__consumer_offsets` partitions, the transaction
 //! coordinator an environment (`txn::env::TxnEnv`) that the shard
 //! implements.
+//!
+//! `bench`, `chaos` and `report` (and the librdkafka, tokio and plotters
+//! they need) are compiled only with the `tools` feature, on by default;
+//! the server build (`--no-default-features --features serve`, what the
+//! Debian package ships) is the broker alone.
 
 pub mod alloc;
 pub mod clock;
@@ -52,7 +57,10 @@ pub mod handlers;
 pub mod net;
 pub mod server;
 
+#[cfg(feature = "tools")]
 pub mod bench;
+#[cfg(feature = "tools")]
 pub mod chaos;
 pub mod fuzzing;
+#[cfg(feature = "tools")]
 pub mod report;

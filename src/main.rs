@@ -1,4 +1,5 @@
-//! The `fjord` command: `serve`, `dump-log`, `bench`, `report`.
+//! The `fjord` command: `serve`, `dump-log`, and with the `tools` feature
+//! (on by default) `bench`, `chaos` and `report`.
 
 use clap::{Parser, Subcommand};
 use std::io::Write;
@@ -24,9 +25,12 @@ enum Command {
     /// Print segments, indexes and snapshots like kafka-dump-log.sh.
     DumpLog(fjord::log::dump::DumpLogArgs),
     /// Drive any Kafka-compatible broker with an open-loop workload and record latencies.
+    #[cfg(feature = "tools")]
     Bench(Box<fjord::bench::BenchArgs>),
+    #[cfg(feature = "tools")]
     /// Kill -9 a broker at random moments under load and check what survived (Jepsen-style).
     Chaos(Box<fjord::chaos::ChaosArgs>),
+    #[cfg(feature = "tools")]
     /// Turn bench results (JSON) into an HTML + Markdown report with SVG charts.
     Report(fjord::report::ReportArgs),
 }
@@ -36,8 +40,11 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => fjord::server::run(*args),
         Command::DumpLog(args) => ignore_broken_pipe(dump_log(args)),
+        #[cfg(feature = "tools")]
         Command::Bench(args) => fjord::bench::run(*args).map(|_| ()).map_err(Into::into),
+        #[cfg(feature = "tools")]
         Command::Chaos(args) => fjord::chaos::run(*args).map_err(Into::into),
+        #[cfg(feature = "tools")]
         Command::Report(args) => fjord::report::run(args).map_err(Into::into),
     }
 }

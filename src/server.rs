@@ -10,13 +10,24 @@
 //! process that just died). The main thread prints each listener and then
 //! `fjord: ready` once every shard listens.
 //!
-//! SIGINT/SIGTERM: every shard stops accepting, waits (bounded) for the
-//! requests in flight to be answered, then flushes and checkpoints its logs.
+//! Under systemd (`Type=notify`, `packaging/systemd/fjord.service`) the
+//! main thread also sends `READY=1` over `$NOTIFY_SOCKET` at that moment
+//! ([`sd_notify`]): only then does `systemctl start` return, so units
+//! ordered after fjord find every shard listening and every log recovered.
+//!
+//! SIGINT/SIGTERM: every shard stops accepting, waits (bounded,
+//! `SHUTDOWN_DRAIN_MS_MAX`) for the requests in flight to be answered, then
+//! writes producer snapshots and flushes, fdatasyncs and checkpoints its
+//! logs. A watchdog ends the process if all that takes longer than
+//! `SHUTDOWN_MS_MAX` (a disk that no longer answers), and a second signal
+//! ends it at once (exit status `EXIT_SECOND_SIGNAL`): an operator pressing
+//! Ctrl-C twice means it. Either way the next start recovers as after a
+//! kill -9.
 //!
 //! A panic on any thread aborts the process ([`abort_on_panic`]): a broker
 //! with a dead shard would keep advertising a node that never answers.
 
-use crate::config::{BrokerConfig, ServeArgs, IO_MEMORY_BYTES_MAX};
+use crate::config::{BrokerConfig, LogFormat, ServeArgs, IO_MEMORY_BYTES_MAX};
 use crate::log::{LogManager, TailCache};
 use crate::runtime;
 use crate::shard::messages::ShardMessage;
@@ -41,6 +52,16 @@ const MESH_CHANNEL_CAPACITY: usize = 1024;
 const SHUTDOWN_POLL_MS: u64 = 50;
 /// Longest a stopping shard waits for requests in flight.
 const SHUTDOWN_DRAIN_MS_MAX: u64 = 5_000;
+/// Longest a stop may take from the signal to the exit: the drain, then
+/// closing the logs (writing staged data, fdatasyncs, checkpoints). Past
+/// it the watchdog exits with `EXIT_SHUTDOWN_TIMEOUT`. systemd's
+/// `TimeoutStopSec` in the shipped unit is longer (45 s), so the broker
+/// ends itself before systemd resorts to SIGKILL.
+pub const SHUTDOWN_MS_MAX: u64 = 30_000;
+/// Exit status when a second SIGINT/SIGTERM cuts a stop short.
+pub const EXIT_SECOND_SIGNAL: i32 = 130;
+/// Exit status when a stop outlives `SHUTDOWN_MS_MAX`.
+pub const EXIT_SHUTDOWN_TIMEOUT: i32 = 124;
 /// Longest a shard waits for its port to be released at start-up.
 const BIND_BUSY_WAIT_MS_MAX: u64 = 10_000;
 /// Pause between attempts to bind a port that is in use.
@@ -75,9 +96,9 @@ pub fn abort_on_panic() {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    init_tracing();
     abort_on_panic();
     let mut config = args.resolve()?;
+    init_tracing(config.log_format);
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display())
     })?;
@@ -94,8 +115,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // Registered first, so it sees the flag as it was before this
+        // signal: set means a stop is already under way.
+        signal_hook::flag::register_conditional_shutdown(signal, EXIT_SECOND_SIGNAL, stop.clone())?;
         signal_hook::flag::register(signal, stop.clone())?;
     }
+    spawn_stop_watchdog(stop.clone())?;
     let cpus = allowed_cpus();
     let config = Arc::new(config);
     let mesh = MeshBuilder::<ShardMessage, _>::full(config.cores, MESH_CHANNEL_CAPACITY);
@@ -146,6 +171,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         eprintln!("fjord: start-up failed: {e}");
     } else {
         println!("fjord: ready");
+        sd_notify(&format!(
+            "READY=1\nSTATUS={} shards listening from port {}",
+            config.cores, config.port
+        ));
     }
     let _ = std::io::stdout().flush();
     for h in handles {
@@ -320,6 +349,14 @@ async fn shard_main(
     while !stop.load(Ordering::SeqCst) {
         glommio::timer::sleep(Duration::from_millis(SHUTDOWN_POLL_MS)).await;
     }
+    if shard == 0 {
+        // Shard 0 says so (the process cannot exit before shard 0 is done).
+        sd_notify("STOPPING=1");
+        tracing::info!(
+            timeout_ms = SHUTDOWN_MS_MAX,
+            "stopping: no new connections, finishing requests in flight, closing logs"
+        );
+    }
     drop(accept); // stops accepting
     drop(metrics_endpoint);
     let deadline = crate::clock::monotonic() + Duration::from_millis(SHUTDOWN_DRAIN_MS_MAX);
@@ -361,13 +398,67 @@ async fn bind_when_free(addr: SocketAddr) -> std::io::Result<glommio::net::TcpLi
     }
 }
 
-fn init_tracing() {
+fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        // The thread name says which shard logged (`shard-N-…`), also for
+        // events that carry no `shard` field.
+        LogFormat::Json => builder
+            .json()
+            .with_thread_names(true)
+            .with_current_span(false)
+            .try_init(),
+    };
+}
+
+/// Once `stop` is set (SIGINT/SIGTERM): ends the process if the stop has
+/// not finished within `SHUTDOWN_MS_MAX`. A thread of its own, so that a shard stuck in a
+/// system call cannot hold it up.
+fn spawn_stop_watchdog(stop: Arc<AtomicBool>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("stop-watchdog".into())
+        .spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(SHUTDOWN_POLL_MS));
+            }
+            std::thread::sleep(Duration::from_millis(SHUTDOWN_MS_MAX));
+            eprintln!(
+                "fjord: stop took longer than {SHUTDOWN_MS_MAX} ms; exiting without finishing it"
+            );
+            std::process::exit(EXIT_SHUTDOWN_TIMEOUT);
+        })
+        .map(|_| ())
+}
+
+/// Sends `state` to systemd's notification socket (sd_notify(3)): a
+/// datagram of `KEY=value` lines to the Unix socket named by
+/// `$NOTIFY_SOCKET`, a path or, starting with `@`, an abstract name. Does
+/// nothing outside systemd (no `$NOTIFY_SOCKET`); a failed send is logged,
+/// not fatal: systemd then times the start out, which says more than a
+/// broker that refuses to run.
+fn sd_notify(state: &str) {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let bytes = path.as_bytes();
+    let sent = UnixDatagram::unbound().and_then(|socket| {
+        let addr = match bytes.strip_prefix(b"@") {
+            Some(name) => UnixAddr::from_abstract_name(name)?,
+            None => UnixAddr::from_pathname(Path::new(&path))?,
+        };
+        socket.send_to_addr(state.as_bytes(), &addr)
+    });
+    if let Err(e) = sent {
+        tracing::warn!(socket = ?path, error = %e, "sd_notify failed");
+    }
 }
 
 /// The CPUs this process may run on, in order (pinning uses them).

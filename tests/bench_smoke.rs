@@ -184,7 +184,28 @@ fn bench_plain_idempotent_and_transactional_then_report() {
         md.contains("idempotent (smoke)") && md.contains("plain (smoke)"),
         "{md}"
     );
-    assert!(md.contains("(×"), "no ratio column:\n{md}");
+    assert!(
+        md.starts_with("# ") && md.contains("**Verdict.** Under smoke"),
+        "a verdict first:\n{md}"
+    );
+    // Ratio cells read " · same" or " · 1.3× slower" (faster, more, less).
+    let ratios: Vec<&str> = md
+        .lines()
+        .filter(|l| l.starts_with("| "))
+        .flat_map(|l| l.split(" | "))
+        .filter_map(|cell| {
+            cell.split_once(" · ")
+                .map(|(_, r)| r.trim_end_matches(" |"))
+        })
+        .collect();
+    assert!(!ratios.is_empty(), "no ratio column:\n{md}");
+    for r in &ratios {
+        let words = r == &"same"
+            || r.split_once("× ").is_some_and(|(n, w)| {
+                n.parse::<f64>().is_ok() && ["slower", "faster", "more", "less"].contains(&w)
+            });
+        assert!(words, "ratio {r:?} is not in words:\n{md}");
+    }
     let html = std::fs::read_to_string(report_dir.join("index.html")).expect("index.html");
     assert!(html.contains("publish-latency-percentiles.svg"));
     let svg = std::fs::read_to_string(report_dir.join("publish-latency-percentiles.svg"))

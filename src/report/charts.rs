@@ -10,11 +10,24 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::{Loaded, ReportError};
+use super::{Group, ReportError};
 
-/// Chart size in pixels.
-pub const CHART_WIDTH_PX: u32 = 900;
-pub const CHART_HEIGHT_PX: u32 = 480;
+/// One line of a chart: its group (colour, legend entry) and points.
+type Line = (usize, Vec<(f64, f64)>);
+
+/// Chart size in pixels (the page scales it to its width; text sizes are
+/// for this size, so they stay readable at a typical 1200–1800 px page).
+pub const CHART_WIDTH_PX: u32 = 1400;
+pub const CHART_HEIGHT_PX: u32 = 600;
+/// Width of the legend, right of the plot: a legend inside the plot sat on
+/// top of the curves.
+pub const LEGEND_WIDTH_PX: u32 = 340;
+/// Room right of the plot for the last x label (p99.99 was cut off).
+const PLOT_MARGIN_RIGHT_PX: u32 = 40;
+/// Font sizes in pixels: title, axis numbers and descriptions, legend.
+const TITLE_FONT_PX: u32 = 26;
+const AXIS_FONT_PX: u32 = 17;
+const LEGEND_FONT_PX: u32 = 17;
 /// The percentile range of latency curves.
 pub const CURVE_PERCENTILE_MIN: f64 = 50.0;
 pub const CURVE_PERCENTILE_MAX: f64 = 99.99;
@@ -74,8 +87,21 @@ fn chart_err(name: &str) -> impl Fn(String) -> ReportError + '_ {
     }
 }
 
-/// Draws every chart for which at least one result has data.
-pub fn draw_all(results: &[Loaded], dir: &Path) -> Result<Vec<Figure>, ReportError> {
+/// Draws every chart for which at least one result has data: one line per
+/// run, coloured by its group, one legend entry per group.
+pub fn draw_all(groups: &[Group<'_>], dir: &Path) -> Result<Vec<Figure>, ReportError> {
+    let names: Vec<String> = groups
+        .iter()
+        .map(|g| match g.runs.len() {
+            1 => g.name.clone(),
+            n => format!("{} ×{n} runs", g.name),
+        })
+        .collect();
+    let runs: Vec<(usize, &super::Loaded)> = groups
+        .iter()
+        .enumerate()
+        .flat_map(|(gi, g)| g.runs.iter().map(move |r| (gi, *r)))
+        .collect();
     let mut figs = Vec::new();
     for (key, title, file) in [
         (
@@ -89,20 +115,20 @@ pub fn draw_all(results: &[Loaded], dir: &Path) -> Result<Vec<Figure>, ReportErr
             "end-to-end-latency-percentiles.svg",
         ),
     ] {
-        let curves: Vec<(String, Vec<(f64, f64)>)> = results
+        let curves: Vec<Line> = runs
             .iter()
-            .map(|r| {
+            .map(|&(gi, r)| {
                 let pts = r
                     .quantiles(key)
                     .into_iter()
                     .filter(|(p, _)| (CURVE_PERCENTILE_MIN..=CURVE_PERCENTILE_MAX).contains(p))
                     .map(|(p, v)| (nines(p), v.max(LATENCY_FLOOR_MS)))
                     .collect();
-                (r.name(), pts)
+                (gi, pts)
             })
             .collect();
         if curves.iter().any(|(_, c)| !c.is_empty()) {
-            percentile_chart(&dir.join(file), title, &curves).map_err(chart_err(file))?;
+            percentile_chart(&dir.join(file), title, &curves, &names).map_err(chart_err(file))?;
             figs.push(Figure {
                 title: title.to_string(),
                 file: file.to_string(),
@@ -139,9 +165,9 @@ pub fn draw_all(results: &[Loaded], dir: &Path) -> Result<Vec<Figure>, ReportErr
             true,
         ),
     ] {
-        let lines: Vec<(String, Vec<(f64, f64)>)> = results
+        let lines: Vec<Line> = runs
             .iter()
-            .map(|r| {
+            .map(|&(gi, r)| {
                 let t = r.series("elapsedSeconds");
                 let v = r.series(key);
                 let size = r.num("messageSize").unwrap_or(0.0);
@@ -157,14 +183,14 @@ pub fn draw_all(results: &[Loaded], dir: &Path) -> Result<Vec<Figure>, ReportErr
                         (t, if log_y { v.max(LATENCY_FLOOR_MS) } else { v })
                     })
                     .collect();
-                (r.name(), pts)
+                (gi, pts)
             })
             .collect();
         let has_data = lines
             .iter()
             .any(|(_, l)| l.iter().any(|&(_, v)| v > LATENCY_FLOOR_MS));
         if has_data {
-            time_chart(&dir.join(file), title, &lines, log_y).map_err(chart_err(file))?;
+            time_chart(&dir.join(file), title, &lines, &names, log_y).map_err(chart_err(file))?;
             figs.push(Figure {
                 title: title.to_string(),
                 file: file.to_string(),
@@ -174,7 +200,7 @@ pub fn draw_all(results: &[Loaded], dir: &Path) -> Result<Vec<Figure>, ReportErr
     Ok(figs)
 }
 
-fn bounds(lines: &[(String, Vec<(f64, f64)>)]) -> (f64, f64, f64, f64) {
+fn bounds(lines: &[Line]) -> (f64, f64, f64, f64) {
     let pts = lines.iter().flat_map(|(_, l)| l.iter());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for &(x, y) in pts {
@@ -195,19 +221,44 @@ fn bounds(lines: &[(String, Vec<(f64, f64)>)]) -> (f64, f64, f64, f64) {
     (x0, x1, y0, y1)
 }
 
+/// Draws the legend (one entry per group name) in `area`, right of the plot.
+fn legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    names: &[String],
+) -> Result<(), String> {
+    let row_px = LEGEND_FONT_PX as i32 + 12;
+    for (i, name) in names.iter().enumerate() {
+        let y = 60 + i as i32 * row_px;
+        let c = color(i);
+        area.draw(&PathElement::new(vec![(10, y), (40, y)], c.stroke_width(3)))
+            .map_err(|e| e.to_string())?;
+        area.draw(&Text::new(
+            name.clone(),
+            (48, y - LEGEND_FONT_PX as i32 / 2),
+            ("sans-serif", LEGEND_FONT_PX),
+        ))
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 fn percentile_chart(
     path: &Path,
     title: &str,
-    curves: &[(String, Vec<(f64, f64)>)],
+    curves: &[Line],
+    names: &[String],
 ) -> Result<(), String> {
     let (_, _, y0, y1) = bounds(curves);
     let root = SVGBackend::new(path, (CHART_WIDTH_PX, CHART_HEIGHT_PX)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
+    let (plot, legend_area) = root.split_horizontally(CHART_WIDTH_PX - LEGEND_WIDTH_PX);
+    legend(&legend_area, names)?;
+    let mut chart = ChartBuilder::on(&plot)
+        .caption(title, ("sans-serif", TITLE_FONT_PX))
         .margin(10)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
+        .margin_right(PLOT_MARGIN_RIGHT_PX)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
         .build_cartesian_2d(
             nines(CURVE_PERCENTILE_MIN)..nines(CURVE_PERCENTILE_MAX),
             ((y0 / 1.5).max(LATENCY_FLOOR_MS)..y1 * 1.5).log_scale(),
@@ -217,6 +268,8 @@ fn percentile_chart(
         .configure_mesh()
         .x_desc("percentile")
         .y_desc("latency (ms)")
+        .label_style(("sans-serif", AXIS_FONT_PX))
+        .axis_desc_style(("sans-serif", AXIS_FONT_PX))
         .x_labels(0)
         .y_labels(12)
         .y_label_formatter(&|y| axis_number(*y))
@@ -237,41 +290,35 @@ fn percentile_chart(
         let (px, py) = chart.backend_coord(&(x, y_bottom));
         root.draw(&Text::new(
             percentile_label(x),
-            (px - 14, py + 6),
-            ("sans-serif", 13),
+            (px - 18, py + 6),
+            ("sans-serif", AXIS_FONT_PX - 1),
         ))
         .map_err(|e| e.to_string())?;
     }
-    for (i, (name, pts)) in curves.iter().enumerate() {
-        let c = color(i);
+    for (group, pts) in curves {
+        let c = color(*group);
         chart
             .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
-            .map_err(|e| e.to_string())?
-            .label(name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+            .map_err(|e| e.to_string())?;
         chart
             .draw_series(pts.iter().map(|&p| Circle::new(p, 2, c.filled())))
             .map_err(|e| e.to_string())?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
 }
 
 fn time_chart(
     path: &Path,
     title: &str,
-    lines: &[(String, Vec<(f64, f64)>)],
+    lines: &[Line],
+    names: &[String],
     log_y: bool,
 ) -> Result<(), String> {
     let (x0, x1, y0, y1) = bounds(lines);
     let root = SVGBackend::new(path, (CHART_WIDTH_PX, CHART_HEIGHT_PX)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let (plot, legend_area) = root.split_horizontally(CHART_WIDTH_PX - LEGEND_WIDTH_PX);
+    legend(&legend_area, names)?;
     let x_range = x0.min(0.0)..x1;
     macro_rules! draw {
         ($chart:expr) => {{
@@ -279,38 +326,30 @@ fn time_chart(
             chart
                 .configure_mesh()
                 .x_desc("seconds since the end of warm-up")
+                .label_style(("sans-serif", AXIS_FONT_PX))
+                .axis_desc_style(("sans-serif", AXIS_FONT_PX))
                 .y_labels(10)
                 .y_label_formatter(&|y| axis_number(*y))
                 .draw()
                 .map_err(|e| e.to_string())?;
-            for (i, (name, pts)) in lines.iter().enumerate() {
-                let c = color(i);
+            for (group, pts) in lines {
+                let c = color(*group);
                 chart
                     .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
-                    .map_err(|e| e.to_string())?
-                    .label(name.clone())
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
-                    });
+                    .map_err(|e| e.to_string())?;
                 chart
                     .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
                     .map_err(|e| e.to_string())?;
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::LowerRight)
-                .background_style(WHITE.mix(0.8))
-                .border_style(BLACK)
-                .draw()
-                .map_err(|e| e.to_string())?;
         }};
     }
-    let mut builder = ChartBuilder::on(&root);
+    let mut builder = ChartBuilder::on(&plot);
     builder
-        .caption(title, ("sans-serif", 20))
+        .caption(title, ("sans-serif", TITLE_FONT_PX))
         .margin(10)
-        .x_label_area_size(40)
-        .y_label_area_size(60);
+        .margin_right(PLOT_MARGIN_RIGHT_PX)
+        .x_label_area_size(50)
+        .y_label_area_size(80);
     if log_y {
         draw!(builder
             .build_cartesian_2d(

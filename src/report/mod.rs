@@ -1,8 +1,12 @@
 //! `fjord report RESULT.json... --output DIR`: puts bench results side by side
 //! in an HTML page and a Markdown summary, with SVG charts ([`charts`]):
-//! latency percentile curves (log-scale x from p50 to p99.99), throughput and
-//! p99 over time, a table of aggregates with ratios against the first result,
-//! and each result's workload and environment (CPU, kernel, commit).
+//! a one-paragraph verdict first (who is faster at what, by how much, under
+//! which workload, on which machine), then a table of aggregates with one
+//! row per broker and workload (repeated runs as median, min and max) and
+//! ratios in words ("3.2× slower"), latency percentile curves (log-scale x
+//! from p50 to p99.99), throughput and p99 over time, and each result's
+//! workload and environment (CPU, kernel, commit). The page uses the
+//! window's width; `tests/report_browser.rs` renders it in headless Chromium.
 //!
 //! Reads the JSON written by `fjord bench` ([`crate::bench::result`]); a
 //! missing key reads as "no data" so results of older bench versions still
@@ -150,65 +154,123 @@ impl Loaded {
     }
 }
 
-/// One row of the aggregate table: label, how to read it, whether lower is better.
+/// Results of the same broker (`driver`) and workload: repeated runs (what
+/// `compare.sh` makes) are one row of the table, one colour in the charts.
+pub struct Group<'a> {
+    /// `driver (workload)`.
+    pub name: String,
+    pub driver: String,
+    pub workload: String,
+    pub runs: Vec<&'a Loaded>,
+}
+
+/// Groups `results` by driver and workload, in order of first appearance.
+pub fn group(results: &[Loaded]) -> Vec<Group<'_>> {
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    for r in results {
+        let (driver, workload) = (r.str("driver"), r.str("workload"));
+        match groups
+            .iter_mut()
+            .find(|g| g.driver == driver && g.workload == workload)
+        {
+            Some(g) => g.runs.push(r),
+            None => groups.push(Group {
+                name: format!("{driver} ({workload})"),
+                driver,
+                workload,
+                runs: vec![r],
+            }),
+        }
+    }
+    groups
+}
+
+/// Which way a column is better, and the words for a ratio against the
+/// baseline.
+#[derive(Clone, Copy)]
+enum Better {
+    /// Throughput: more is faster.
+    Higher,
+    /// Latency: more is slower.
+    Lower,
+    /// Resources (CPU, memory): more is more.
+    Less,
+}
+
+/// One column of the aggregate table.
 struct Column {
     title: &'static str,
     get: fn(&Loaded) -> Option<f64>,
+    better: Better,
 }
 
 fn columns() -> Vec<Column> {
+    use Better::{Higher, Less, Lower};
     vec![
         Column {
             title: "publish msg/s",
             get: |l| l.path_num(&["totals", "publishRateAvg"]),
+            better: Higher,
         },
         Column {
             title: "publish MB/s",
             get: |l| l.path_num(&["totals", "publishMBps"]),
+            better: Higher,
         },
         Column {
             title: "pub p50 ms",
             get: |l| l.num("aggregatedPublishLatency50pct"),
+            better: Lower,
         },
         Column {
             title: "pub p99 ms",
             get: |l| l.num("aggregatedPublishLatency99pct"),
+            better: Lower,
         },
         Column {
             title: "pub p99.9 ms",
             get: |l| l.num("aggregatedPublishLatency999pct"),
+            better: Lower,
         },
         Column {
             title: "pub p99.99 ms",
             get: |l| l.num("aggregatedPublishLatency9999pct"),
+            better: Lower,
         },
         Column {
             title: "pub max ms",
             get: |l| l.num("aggregatedPublishLatencyMax"),
+            better: Lower,
         },
         Column {
             title: "e2e p50 ms",
             get: |l| nonzero(l.num("aggregatedEndToEndLatency50pct")),
+            better: Lower,
         },
         Column {
             title: "e2e p99 ms",
             get: |l| nonzero(l.num("aggregatedEndToEndLatency99pct")),
+            better: Lower,
         },
         Column {
             title: "e2e p99.9 ms",
             get: |l| nonzero(l.num("aggregatedEndToEndLatency999pct")),
+            better: Lower,
         },
         Column {
             title: "delay p99 µs",
             get: |l| l.num("aggregatedPublishDelayLatency99pct"),
+            better: Lower,
         },
         Column {
             title: "broker CPU s",
             get: |l| l.path_num(&["broker", "cpuSeconds"]),
+            better: Less,
         },
         Column {
             title: "broker CPU s/GB",
             get: |l| l.path_num(&["broker", "cpuSecondsPerGB"]),
+            better: Less,
         },
         Column {
             title: "broker peak RSS MiB",
@@ -216,6 +278,7 @@ fn columns() -> Vec<Column> {
                 l.path_num(&["broker", "peakRssBytes"])
                     .map(|b| b / (1024.0 * 1024.0))
             },
+            better: Less,
         },
     ]
 }
@@ -234,30 +297,158 @@ fn fmt_num(v: f64) -> String {
     }
 }
 
-/// Table cells: value, then `(×ratio)` against the first result's value.
-fn table_rows(results: &[Loaded]) -> (Vec<String>, Vec<Vec<String>>) {
+/// Min, median and max of a group's runs for one column (runs without the
+/// value left out); `None` if no run has it.
+fn spread(values: impl Iterator<Item = Option<f64>>) -> Option<(f64, f64, f64)> {
+    let mut v: Vec<f64> = values.flatten().collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    Some((v[0], median, v[n - 1]))
+}
+
+/// Ratios within this much of 1 read as "same".
+const SAME_RATIO_MAX: f64 = 1.03;
+
+/// `value` against `base` in words a reader does not have to work out:
+/// "3.2× slower", "1.8× faster", "2.0× less", "same".
+fn ratio_words(value: f64, base: f64, better: Better) -> String {
+    if value <= 0.0 || base <= 0.0 {
+        return String::new();
+    }
+    let (r, up) = if value >= base {
+        (value / base, true)
+    } else {
+        (base / value, false)
+    };
+    if r < SAME_RATIO_MAX {
+        return "same".to_string();
+    }
+    let word = match (better, up) {
+        (Better::Higher, true) | (Better::Lower, false) => "faster",
+        (Better::Higher, false) | (Better::Lower, true) => "slower",
+        (Better::Less, true) => "more",
+        (Better::Less, false) => "less",
+    };
+    let n = if r >= 100.0 {
+        format!("{r:.0}")
+    } else {
+        format!("{r:.1}")
+    };
+    format!("{n}× {word}")
+}
+
+/// The aggregate table: one row per group, cells "median (min–max)" over
+/// its runs, and under each value its ratio against the first group's
+/// median in words.
+fn table_rows(groups: &[Group<'_>]) -> (Vec<String>, Vec<Vec<String>>) {
     let cols = columns();
-    let mut header = vec!["result".to_string()];
+    let mut header = vec!["broker (workload)".to_string(), "runs".to_string()];
     header.extend(cols.iter().map(|c| c.title.to_string()));
-    let rows = results
+    let rows = groups
         .iter()
-        .map(|r| {
-            let mut row = vec![r.name()];
+        .enumerate()
+        .map(|(gi, g)| {
+            let mut row = vec![g.name.clone(), g.runs.len().to_string()];
             for c in &cols {
-                let v = (c.get)(r);
-                let base = (c.get)(&results[0]);
-                row.push(match (v, base) {
-                    (Some(v), Some(b)) if b > 0.0 && !std::ptr::eq(r, &results[0]) => {
-                        format!("{} (×{:.2})", fmt_num(v), v / b)
+                let here = spread(g.runs.iter().map(|r| (c.get)(r)));
+                let base = spread(groups[0].runs.iter().map(|r| (c.get)(r)));
+                let mut cell = match here {
+                    Some((lo, med, hi)) if g.runs.len() > 1 => {
+                        format!("{} ({}–{})", fmt_num(med), fmt_num(lo), fmt_num(hi))
                     }
-                    (Some(v), _) => fmt_num(v),
-                    (None, _) => "–".to_string(),
-                });
+                    Some((_, med, _)) => fmt_num(med),
+                    None => "–".to_string(),
+                };
+                if let (Some((_, v, _)), Some((_, b, _)), true) = (here, base, gi > 0) {
+                    let words = ratio_words(v, b, c.better);
+                    if !words.is_empty() {
+                        cell.push_str(&format!(" · {words}"));
+                    }
+                }
+                row.push(cell);
             }
             row
         })
         .collect();
     (header, rows)
+}
+
+/// The report's opening paragraph: for each workload run by more than one
+/// broker, how every other broker compares with the first (median
+/// throughput and publish latencies), and the machine it ran on.
+fn verdict(groups: &[Group<'_>]) -> String {
+    let cols = columns();
+    let col = |title: &str| cols.iter().find(|c| c.title == title).expect("column");
+    let median = |g: &Group<'_>, c: &Column| spread(g.runs.iter().map(|r| (c.get)(r))).map(|s| s.1);
+    let mut sentences = Vec::new();
+    let mut workloads: Vec<&str> = groups.iter().map(|g| g.workload.as_str()).collect();
+    workloads.dedup();
+    for w in workloads {
+        let of_w: Vec<&Group<'_>> = groups.iter().filter(|g| g.workload == w).collect();
+        let base = of_w[0];
+        if of_w.len() < 2 {
+            let tput = median(base, col("publish msg/s")).map(fmt_num);
+            let p99 = median(base, col("pub p99 ms")).map(fmt_num);
+            sentences.push(format!(
+                "Under {w}, {} ran {} time(s): median {} msg/s published, p99 publish latency {} ms.",
+                base.driver,
+                base.runs.len(),
+                tput.unwrap_or_else(|| "?".into()),
+                p99.unwrap_or_else(|| "?".into())
+            ));
+            continue;
+        }
+        for g in &of_w[1..] {
+            let mut parts = Vec::new();
+            for title in [
+                "publish msg/s",
+                "pub p50 ms",
+                "pub p99 ms",
+                "pub p99.99 ms",
+                "e2e p99 ms",
+                "broker CPU s/GB",
+            ] {
+                let c = col(title);
+                if let (Some(v), Some(b)) = (median(g, c), median(base, c)) {
+                    let words = ratio_words(v, b, c.better);
+                    if !words.is_empty() {
+                        parts.push(format!(
+                            "{title} {words} ({} vs {})",
+                            fmt_num(v),
+                            fmt_num(b)
+                        ));
+                    }
+                }
+            }
+            sentences.push(format!(
+                "Under {w} ({} and {} run(s), medians compared), {} against {}: {}.",
+                g.runs.len(),
+                base.runs.len(),
+                g.driver,
+                base.driver,
+                parts.join(", ")
+            ));
+        }
+    }
+    if let Some(r) = groups.first().and_then(|g| g.runs.first()) {
+        let e = |k: &str| r.path_str(&["environment", k]);
+        sentences.push(format!(
+            "Machine: {} with {} CPU(s) online, kernel {}, fjord commit {}.",
+            e("cpuModel"),
+            e("cpusOnline"),
+            e("kernel"),
+            e("commit")
+        ));
+    }
+    sentences.join(" ")
 }
 
 fn describe(r: &Loaded) -> Vec<(String, String)> {
@@ -318,6 +509,21 @@ fn describe(r: &Loaded) -> Vec<(String, String)> {
     ]
 }
 
+/// What the table's cells say.
+const TABLE_NOTE: &str = "One row per broker and workload. With several runs a cell is the median (min–max) over them; after the · is that median against the first row's median (faster/slower for throughput and latency, more/less for CPU and memory).";
+
+/// The page's style: the whole window's width, 16 px text, charts scaled
+/// to the width (SVGs scale without blur), a wide table scrolling on its
+/// own instead of squeezing its cells.
+const CSS: &str = "body{font-family:sans-serif;font-size:16px;line-height:1.4;margin:0 2vw}\
+h1{font-size:28px}h2{font-size:22px;margin-top:1.5em}h3{font-size:18px}\
+.verdict{font-size:18px;background:#f3f7fb;border-left:4px solid #1f77b4;padding:10px 14px}\
+.scroll{overflow-x:auto}table{border-collapse:collapse;font-size:15px}\
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;white-space:nowrap}\
+td:first-child,th:first-child{text-align:left}th{background:#f3f3f3}\
+img.chart{display:block;width:100%;max-width:1800px;height:auto}\
+pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}";
+
 fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -351,15 +557,18 @@ pub fn run(args: ReportArgs) -> Result<(), ReportError> {
         })?,
         None => String::new(),
     };
-    let figures = charts::draw_all(&results, &args.output)?;
-    let (header, rows) = table_rows(&results);
+    let groups = group(&results);
+    let figures = charts::draw_all(&groups, &args.output)?;
+    let (header, rows) = table_rows(&groups);
+    let verdict = verdict(&groups);
 
     let mut md = String::new();
     let _ = writeln!(md, "# {}\n", args.title);
+    let _ = writeln!(md, "**Verdict.** {verdict}\n");
     if !notes.is_empty() {
         let _ = writeln!(md, "{}\n", notes.trim_end());
     }
-    let _ = writeln!(md, "## Aggregates (ratios against the first result)\n");
+    let _ = writeln!(md, "## Aggregates\n\n{TABLE_NOTE}\n");
     let _ = writeln!(md, "| {} |", header.join(" | "));
     let _ = writeln!(md, "|{}", "---|".repeat(header.len()));
     for row in &rows {
@@ -381,15 +590,17 @@ pub fn run(args: ReportArgs) -> Result<(), ReportError> {
     let mut html = String::new();
     let _ = writeln!(
         html,
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title>\n<style>body{{font-family:sans-serif;max-width:1200px;margin:auto}}table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}td:first-child{{text-align:left}}pre{{background:#f6f6f6;padding:8px;white-space:pre-wrap}}</style></head><body>\n<h1>{t}</h1>",
-        t = html_escape(&args.title)
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\"><title>{t}</title>\n<style>{CSS}</style></head><body>\n<h1>{t}</h1>\n<p class=\"verdict\"><b>Verdict.</b> {v}</p>",
+        t = html_escape(&args.title),
+        v = html_escape(&verdict)
     );
     if !notes.is_empty() {
         let _ = writeln!(html, "<pre>{}</pre>", html_escape(notes.trim_end()));
     }
     let _ = writeln!(
         html,
-        "<h2>Aggregates (ratios against the first result)</h2>\n<table><tr>{}</tr>",
+        "<h2>Aggregates</h2>\n<p>{}</p>\n<div class=\"scroll\"><table><tr>{}</tr>",
+        html_escape(TABLE_NOTE),
         header
             .iter()
             .map(|h| format!("<th>{}</th>", html_escape(h)))
@@ -404,11 +615,11 @@ pub fn run(args: ReportArgs) -> Result<(), ReportError> {
                 .collect::<String>()
         );
     }
-    let _ = writeln!(html, "</table>\n<h2>Charts</h2>");
+    let _ = writeln!(html, "</table></div>\n<h2>Charts</h2>");
     for f in &figures {
         let _ = writeln!(
             html,
-            "<h3>{}</h3>\n<img src=\"{}\" alt=\"{}\">",
+            "<h3>{}</h3>\n<img class=\"chart\" src=\"{}\" alt=\"{}\">",
             html_escape(&f.title),
             f.file,
             html_escape(&f.title)
