@@ -113,6 +113,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(files, "open file limit");
     }
 
+    let clean_start = take_clean_shutdown_marker(&config.data_dir)?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         // Registered first, so it sees the flag as it was before this
@@ -136,7 +137,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             (config.clone(), mesh.clone(), ready_tx.clone(), stop.clone());
         let handle = builder
             .spawn(move || async move {
-                let outcome = shard_main(shard, config, mesh, &ready_tx, stop).await;
+                let outcome = shard_main(shard, config, mesh, &ready_tx, stop, clean_start).await;
                 if let Err(e) = &outcome {
                     let _ = ready_tx.send((shard, Err(e.to_string())));
                 }
@@ -177,11 +178,23 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         ));
     }
     let _ = std::io::stdout().flush();
+    let mut clean = failed.is_none();
     for h in handles {
         match h.join() {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "shard stopped with an error"),
-            Err(e) => tracing::error!(error = %e, "shard thread failed"),
+            Ok(Err(e)) => {
+                clean = false;
+                tracing::error!(error = %e, "shard stopped with an error");
+            }
+            Err(e) => {
+                clean = false;
+                tracing::error!(error = %e, "shard thread failed");
+            }
+        }
+    }
+    if clean {
+        if let Err(e) = write_clean_shutdown_marker(&config.data_dir) {
+            tracing::warn!(error = %e, "could not write the clean-shutdown marker; the next start scans the active segments");
         }
     }
     match failed {
@@ -199,6 +212,7 @@ async fn shard_main(
     mesh: MeshBuilder<ShardMessage, glommio::channels::channel_mesh::Full>,
     ready_tx: &std::sync::mpsc::Sender<(usize, Result<SocketAddr, String>)>,
     stop: Arc<AtomicBool>,
+    clean_start: bool,
 ) -> anyhow::Result<()> {
     let (senders, mut receivers) = mesh
         .join()
@@ -211,6 +225,7 @@ async fn shard_main(
     crate::metrics::set_recording(config.metrics_recording);
     let cache = TailCache::new(config.tail_cache_bytes);
     let logs = LogManager::new_for_shard(config.data_dir.clone(), cache, shard);
+    logs.set_clean_shutdown(clean_start);
     let background = glommio::executor().create_task_queue(
         Shares::Static(BACKGROUND_SHARES),
         Latency::NotImportant,
@@ -252,10 +267,17 @@ async fn shard_main(
     first_rx
         .await
         .map_err(|_| anyhow::anyhow!("no metadata from the controller"))?;
-    crate::shard::metrics::set_recovery_seconds(
-        crate::clock::monotonic()
-            .saturating_duration_since(started)
-            .as_secs_f64(),
+    let recovery_seconds = crate::clock::monotonic()
+        .saturating_duration_since(started)
+        .as_secs_f64();
+    crate::shard::metrics::set_recovery_seconds(recovery_seconds);
+    tracing::info!(
+        shard,
+        partitions = ctx.partitions().len(),
+        segments_scanned = logs.segments_scanned(),
+        clean_shutdown = clean_start,
+        recovery_seconds,
+        "logs recovered"
     );
 
     ctx.maybe_request_producer_ids();
@@ -364,12 +386,44 @@ async fn shard_main(
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
     drop(maintenance);
-    ctx.maintain_producer_state().await;
-    if let Err(e) = logs.shutdown().await {
-        tracing::error!(shard, error = %e, "flushing logs at shutdown failed");
-    }
+    ctx.snapshot_producers_at_stop().await;
+    let closed = logs.shutdown().await;
     ctx.router.close();
-    Ok(())
+    closed.map_err(|e| anyhow::anyhow!("shard {shard}: closing its logs failed: {e}"))
+}
+
+/// The clean-shutdown marker in the data dir (Kafka's
+/// `.kafka_cleanshutdown`): written after every shard closed all its logs
+/// (each sealed, fdatasynced, with its recovery point checkpointed at its
+/// log end), removed at start before any log is opened, so that it speaks
+/// only of the files as that stop left them. Its presence lets recovery
+/// trust the active segments instead of scanning them
+/// (`log::recovery`).
+const CLEAN_SHUTDOWN_MARKER: &str = "clean-shutdown";
+
+/// Whether the last stop was clean; removes the marker (durably) either way.
+fn take_clean_shutdown_marker(data_dir: &std::path::Path) -> anyhow::Result<bool> {
+    match std::fs::remove_file(data_dir.join(CLEAN_SHUTDOWN_MARKER)) {
+        Ok(()) => {
+            crate::log::sync_dir(data_dir).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot sync {} after removing the clean-shutdown marker: {e}",
+                    data_dir.display()
+                )
+            })?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(anyhow::anyhow!(
+            "cannot remove the clean-shutdown marker in {}: {e}",
+            data_dir.display()
+        )),
+    }
+}
+
+fn write_clean_shutdown_marker(data_dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::File::create(data_dir.join(CLEAN_SHUTDOWN_MARKER))?.sync_all()?;
+    crate::log::sync_dir(data_dir)
 }
 
 /// Binds `addr`, waiting up to `BIND_BUSY_WAIT_MS_MAX` while it is in use.

@@ -141,6 +141,114 @@ fn messages_and_topics_survive_clean_restart() {
     broker.stop();
 }
 
+/// The `logs recovered` lines (one per shard) and the producer-state
+/// replays of one start, from its stderr: (segments scanned, clean
+/// shutdown) per shard, and the batches each partition replayed.
+fn recovery_of(stderr: &str) -> (Vec<(u64, bool)>, Vec<u64>) {
+    let field = |line: &str, name: &str| -> Option<String> {
+        let at = line.find(&format!("{name}="))? + name.len() + 1;
+        Some(line[at..].split_whitespace().next()?.to_string())
+    };
+    let mut shards = Vec::new();
+    let mut replays = Vec::new();
+    for line in strip_ansi(stderr).lines() {
+        if line.contains("logs recovered") {
+            let scanned = field(line, "segments_scanned").and_then(|v| v.parse().ok());
+            let clean = field(line, "clean_shutdown").and_then(|v| v.parse().ok());
+            shards.push((
+                scanned.expect("segments_scanned"),
+                clean.expect("clean_shutdown"),
+            ));
+        }
+        if line.contains("producer state rebuilt") {
+            replays.push(
+                field(line, "replayed_batches")
+                    .and_then(|v| v.parse().ok())
+                    .expect("replayed_batches"),
+            );
+        }
+    }
+    (shards, replays)
+}
+
+/// `text` without its terminal colour sequences (`ESC [ ... m`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A start after a clean stop trusts every segment (Kafka's clean-shutdown
+/// skip of recovery): no segment is scanned and no batch replayed, the
+/// data is all there and appends continue at its end. After a kill -9 the
+/// marker is gone, and the next start scans the active segments again.
+#[test]
+fn a_start_after_a_clean_stop_scans_no_segment_and_replays_no_batch() {
+    let mut broker = Broker::start(BrokerOpts::default());
+    let topic = "restart-no-scan";
+    create_topic(&broker.bootstrap(), topic, PARTITIONS, &[]);
+    let mut acked = produce_acked(&broker, topic);
+    let (first, _) = recovery_of(&broker.stderr_since(0));
+    assert!(
+        first.iter().all(|&(_, clean)| !clean),
+        "a first start is not after a clean stop: {first:?}"
+    );
+    broker.stop();
+    let before = broker.stderr_len();
+    broker.restart();
+    let (shards, replays) = recovery_of(&broker.stderr_since(before));
+    assert_eq!(shards.len(), broker.cores(), "one line per shard");
+    assert!(
+        shards.iter().all(|&(scanned, clean)| scanned == 0 && clean),
+        "after a clean stop no segment is scanned: {shards:?}\n{}",
+        broker.stderr_tail()
+    );
+    assert!(
+        replays.iter().all(|&n| n == 0),
+        "after a clean stop no batch is replayed: {replays:?}"
+    );
+    assert_exactly(&broker, topic, &acked);
+    // The trusted active segments take appends at their ends.
+    let more = client::producer(&broker.bootstrap(), &[("acks", "all")]);
+    send(&more, topic, &message(MESSAGES));
+    let d = await_deliveries(&more, 1, TIMEOUT);
+    assert!(
+        d[0].error.is_none(),
+        "produce after a clean start: {:?}",
+        d[0].error
+    );
+    let next_offset = acked
+        .values()
+        .filter(|(p, _)| *p == d[0].partition)
+        .map(|(_, o)| o + 1)
+        .max()
+        .unwrap_or(0);
+    assert_eq!(d[0].offset, next_offset, "appends continue at the log end");
+    acked.insert(MESSAGES, (d[0].partition, d[0].offset));
+    broker.kill9();
+    let before = broker.stderr_len();
+    broker.restart();
+    let (shards, _) = recovery_of(&broker.stderr_since(before));
+    assert!(
+        shards.iter().all(|&(_, clean)| !clean)
+            && shards.iter().map(|&(scanned, _)| scanned).sum::<u64>() > 0,
+        "after a kill -9 the active segments are scanned: {shards:?}"
+    );
+    assert_exactly(&broker, topic, &acked);
+    broker.stop();
+}
+
 /// A broker restarted while its port is still held (as right after a
 /// SIGKILL, when the kernel releases the dead process's io_uring and its
 /// listening sockets a moment later) waits for the port instead of failing,

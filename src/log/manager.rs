@@ -30,6 +30,7 @@
 use super::checkpoint::{self, LOG_START_CHECKPOINT, RECOVERY_POINT_CHECKPOINT};
 use super::iobuf::IoArena;
 use super::partition_meta;
+use super::recovery::Recovery;
 use super::{now_ms, LogConfig, LogError, PartitionLog, TailCache};
 use crate::types::TopicPartition;
 use glommio::sync::Semaphore;
@@ -71,6 +72,10 @@ pub struct LogManager {
     background: RefCell<Option<glommio::task::JoinHandle<()>>>,
     /// Set while the background loop runs.
     background_running: Cell<bool>,
+    /// See [`LogManager::set_clean_shutdown`].
+    clean_shutdown: Cell<bool>,
+    /// See [`LogManager::segments_scanned`].
+    segments_scanned: Cell<u64>,
     /// Held while checkpoint files are written (see the module doc).
     checkpoint_lock: Semaphore,
 }
@@ -102,7 +107,22 @@ impl LogManager {
             stop_signal: Semaphore::new(0),
             background: RefCell::new(None),
             background_running: Cell::new(false),
+            clean_shutdown: Cell::new(false),
+            segments_scanned: Cell::new(0),
         })
+    }
+
+    /// The broker stopped cleanly last time (`server`'s clean-shutdown
+    /// marker was found at start): every checkpointed recovery point is its
+    /// log's end, so recovery trusts the active segments too. Set before the
+    /// first log is opened.
+    pub fn set_clean_shutdown(&self, clean: bool) {
+        self.clean_shutdown.set(clean);
+    }
+
+    /// Segments the logs opened so far had to scan at recovery.
+    pub fn segments_scanned(&self) -> u64 {
+        self.segments_scanned.get()
     }
 
     pub fn data_dir(&self) -> &std::path::Path {
@@ -185,10 +205,15 @@ impl LogManager {
             config,
             self.cache.clone(),
             self.arena.clone(),
-            recovery_point,
+            Recovery {
+                point: recovery_point,
+                clean_shutdown: self.clean_shutdown.get(),
+            },
             log_start,
         )
         .await?;
+        self.segments_scanned
+            .set(self.segments_scanned.get() + u64::from(log.segments_scanned()));
         self.logs.borrow_mut().insert(tp.clone(), log.clone());
         self.checkpoint_if_stale(tp).await?;
         Ok(log)

@@ -255,7 +255,7 @@ pub(crate) fn out_of_fds(errno: Option<i32>) -> bool {
 
 /// fsyncs directory `dir`, so that the entries created, renamed or removed
 /// in it survive a power loss (blocking: run it off the reactor).
-pub(crate) fn sync_dir(dir: &std::path::Path) -> std::io::Result<()> {
+pub fn sync_dir(dir: &std::path::Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 

@@ -49,6 +49,7 @@ use super::appender::{self, Appender};
 use super::cache::TailCache;
 use super::iobuf::IoArena;
 use super::reader::TailSlot;
+use super::recovery::Recovery;
 use super::retention::Spares;
 use super::segment::Segment;
 use super::syncer::{Seals, Syncer};
@@ -98,6 +99,8 @@ pub struct PartitionLog {
     pub(super) spares: Spares,
     /// Directory fsyncs done for this log's files (`writer`).
     pub(super) dir_syncs: DirSyncs,
+    /// Segments recovery scanned when the log was opened.
+    pub(super) segments_scanned: u32,
     pub(super) self_weak: Weak<PartitionLog>,
 }
 
@@ -200,17 +203,17 @@ pub struct DirSync {
 
 impl PartitionLog {
     /// Opens (creating if missing) and recovers the log in `dir`.
-    /// `recovery_point`: segments wholly below it are trusted (indexes loaded
-    /// and sanity-checked); the segment holding it and every later one, and
-    /// always the last one, are scanned and their CRCs verified
-    /// (`recovery`).
+    /// `recovery.point`: segments wholly below it are trusted (indexes
+    /// loaded and sanity-checked); the segment holding it and every later
+    /// one, and the last one unless `recovery.clean_shutdown` lets it be
+    /// trusted too, are scanned and their CRCs verified (`recovery`).
     pub(crate) async fn open(
         dir: PathBuf,
         tp: TopicPartition,
         config: LogConfig,
         cache: Rc<TailCache>,
         arena: Rc<IoArena>,
-        recovery_point: Option<i64>,
+        recovery: Recovery,
         log_start_checkpoint: Option<i64>,
     ) -> Result<Rc<PartitionLog>, LogError> {
         super::recovery::open(
@@ -219,10 +222,15 @@ impl PartitionLog {
             config,
             cache,
             arena,
-            recovery_point,
+            recovery,
             log_start_checkpoint,
         )
         .await
+    }
+
+    /// Segments the opening of this log scanned (0: every one was trusted).
+    pub fn segments_scanned(&self) -> u32 {
+        self.segments_scanned
     }
 
     pub fn topic_partition(&self) -> &TopicPartition {

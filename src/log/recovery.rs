@@ -57,13 +57,13 @@ pub(super) async fn open(
     config: LogConfig,
     cache: Rc<TailCache>,
     arena: Rc<IoArena>,
-    recovery_point: Option<i64>,
+    recovery: Recovery,
     log_start_checkpoint: Option<i64>,
 ) -> Result<Rc<PartitionLog>, LogError> {
     let now = now_ms();
     let (bases, spare_files, dir_syncs) =
         list_or_create(&dir, &config, log_start_checkpoint).await?;
-    let segments = recover_segments(&dir, &tp, bases, recovery_point, &config, now)?;
+    let (segments, segments_scanned) = recover_segments(&dir, &tp, bases, recovery, &config, now)?;
     let Some(last) = segments.values().next_back().cloned() else {
         return Err(LogError::Corrupt("no segment after recovery".into()));
     };
@@ -94,6 +94,7 @@ pub(super) async fn open(
         seals: Seals::new(),
         spares: Spares::new(spare_files),
         dir_syncs,
+        segments_scanned,
         self_weak: w.clone(),
     }))
 }
@@ -138,18 +139,33 @@ async fn list_or_create(
     Ok((bases, spare_files, dir_syncs))
 }
 
+/// Where recovery may start trusting a log (`open`).
+#[derive(Clone, Copy)]
+pub(crate) struct Recovery {
+    /// The checkpointed recovery point: every offset below it was durable.
+    pub(crate) point: Option<i64>,
+    /// The broker stopped cleanly last time (`server`'s clean-shutdown
+    /// marker): the recovery point is this log's end, its active segment
+    /// was sealed (truncated, synced, indexes written) and nothing was
+    /// written after it.
+    pub(crate) clean_shutdown: bool,
+}
+
 /// The segments of `bases` (sorted, not empty), recovered: those wholly
 /// below the recovery point trusted, the others scanned ([`scan_segment`]);
 /// a corrupt segment ends the log, and the segments after it are deleted.
+/// After a clean shutdown the last segment is trusted too when its indexes
+/// agree with the recovery point (Kafka skips recovery after a clean
+/// shutdown the same way). Returns the segments and how many were scanned.
 fn recover_segments(
     dir: &Path,
     tp: &TopicPartition,
     mut bases: Vec<i64>,
-    recovery_point: Option<i64>,
+    recovery: Recovery,
     config: &LogConfig,
     now: i64,
-) -> Result<BTreeMap<i64, Rc<Segment>>, LogError> {
-    let rp = recovery_point.unwrap_or(0);
+) -> Result<(BTreeMap<i64, Rc<Segment>>, u32), LogError> {
+    let rp = recovery.point.unwrap_or(0);
     // First segment to scan: the one containing the recovery point.
     let first_scan = bases
         .iter()
@@ -157,14 +173,25 @@ fn recover_segments(
         .unwrap_or(0)
         .min(bases.len() - 1);
     let mut segments: BTreeMap<i64, Rc<Segment>> = BTreeMap::new();
+    let mut scanned = 0u32;
     let mut expected = bases[0];
     let mut i = 0;
     while i < bases.len() {
         let base = bases[i];
-        let seg = Rc::new(Segment::new(dir, base, now));
+        let mut seg = Rc::new(Segment::new(dir, base, now));
         let is_last = i + 1 == bases.len();
-        let trusted = i < first_scan && !is_last && seg.load_indexes(bases[i + 1])?;
+        let trusted = if is_last {
+            let trusted = trust_active(&seg, recovery, expected)?;
+            if !trusted {
+                // Whatever a partial load set is scanned again from scratch.
+                seg = Rc::new(Segment::new(dir, base, now));
+            }
+            trusted
+        } else {
+            i < first_scan && seg.load_indexes(bases[i + 1])?
+        };
         if !trusted {
+            scanned += 1;
             let corrupt = scan_segment(&seg, tp, expected, is_last, config)?;
             if corrupt && !is_last {
                 for &later in &bases[i + 1..] {
@@ -180,7 +207,27 @@ fn recover_segments(
         segments.insert(base, seg);
         i += 1;
     }
-    Ok(segments)
+    Ok((segments, scanned))
+}
+
+/// Whether the active (last) segment `seg`, whose first batch is expected
+/// at `expected`, can be trusted without a scan: only after a clean
+/// shutdown, with a recovery point in it, indexes that agree with it and
+/// batch headers after the last index entry that end the file exactly at
+/// it ([`Segment::tail_ends_at`]). A trusted active segment is left
+/// unsealed, to be appended to.
+fn trust_active(seg: &Segment, recovery: Recovery, expected: i64) -> Result<bool, LogError> {
+    let Some(end) = recovery.point else {
+        return Ok(false);
+    };
+    if !recovery.clean_shutdown || end < seg.base_offset || seg.base_offset != expected {
+        return Ok(false);
+    }
+    if !seg.load_indexes(end)? || !seg.tail_ends_at(end)? {
+        return Ok(false);
+    }
+    seg.sealed.set(false);
+    Ok(true)
 }
 
 /// Scans `seg` from its start, its first batch expected at offset

@@ -6,8 +6,9 @@
 //! A snapshot never describes batches the log could lose: one taken at a
 //! roll is written once every batch below the roll is written, a periodic
 //! one only of a quiescent partition (every appended batch written). None is
-//! taken of an empty table, nor while a `.txnindex` append is in flight or
-//! after one failed (see `Partition::txn_index`).
+//! taken of an empty table (except at a clean stop:
+//! [`Partition::snapshot_at_stop`]), nor while a `.txnindex` append is in
+//! flight or after one failed (see `Partition::txn_index`).
 
 use super::Partition;
 use crate::clock::now_ms;
@@ -19,9 +20,13 @@ use std::cell::Cell;
 impl Partition {
     /// No producer snapshot now (see the module docs).
     fn snapshot_skipped(&self) -> bool {
-        self.producers.borrow().is_empty()
-            || self.txn_index.pending.get() > 0
-            || self.txn_index.failed.get()
+        self.producers.borrow().is_empty() || self.txn_index_unsettled()
+    }
+
+    /// A `.txnindex` append is in flight or one failed: a snapshot now
+    /// could start past a marker whose entry is not on disk.
+    fn txn_index_unsettled(&self) -> bool {
+        self.txn_index.pending.get() > 0 || self.txn_index.failed.get()
     }
 
     /// The producer state encoded as a snapshot at `offset`.
@@ -62,9 +67,25 @@ impl Partition {
     /// the state changed since the last one and the partition is quiescent.
     /// Run periodically and at shutdown.
     pub async fn maintain_producer_state(&self, expiration_ms: i64) {
+        self.maintain(expiration_ms, false).await;
+    }
+
+    /// [`Self::maintain_producer_state`] at a clean stop: a partition with
+    /// data and no producers is snapshotted too (an empty snapshot), so
+    /// that the next start, finding the snapshot at the log end, replays
+    /// no batch (as Kafka writes a snapshot whenever it closes a log).
+    pub async fn snapshot_at_stop(&self, expiration_ms: i64) {
+        self.maintain(expiration_ms, true).await;
+    }
+
+    async fn maintain(&self, expiration_ms: i64, empty_too: bool) {
         self.producers.borrow_mut().expire(now_ms(), expiration_ms);
         let log_end = self.log.log_end_offset().0;
-        if log_end == self.snapshot_offset.get() || self.snapshot_skipped() {
+        if log_end == self.snapshot_offset.get() || log_end == 0 {
+            return;
+        }
+        let empty = self.producers.borrow().is_empty();
+        if (empty && !empty_too) || self.txn_index_unsettled() {
             return;
         }
         if self.log.written_offset().0 != log_end {

@@ -355,6 +355,15 @@ impl ShardCtx {
         }
     }
 
+    /// Producer snapshots of every partition at a clean stop, empty tables
+    /// included (`Partition::snapshot_at_stop`).
+    pub async fn snapshot_producers_at_stop(&self) {
+        for p in self.partitions() {
+            p.snapshot_at_stop(self.config.producer_id_expiration_ms)
+                .await;
+        }
+    }
+
     /// The internal topic `name` (`__consumer_offsets`,
     /// `__transaction_state`), created with its 50 partitions on first use.
     pub async fn ensure_internal_topic(

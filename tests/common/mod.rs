@@ -425,6 +425,21 @@ impl Broker {
         self.root.path().join("stderr.log")
     }
 
+    /// Bytes the broker has written on stderr so far (all starts).
+    pub fn stderr_len(&self) -> u64 {
+        std::fs::metadata(self.stderr_path()).map_or(0, |m| m.len())
+    }
+
+    /// What the broker wrote on stderr after its first `from` bytes.
+    pub fn stderr_since(&self, from: u64) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = File::open(self.stderr_path()) {
+            let _ = f.seek(SeekFrom::Start(from));
+            let _ = f.read_to_string(&mut text);
+        }
+        text
+    }
+
     /// The last lines the broker wrote on stderr (all starts).
     pub fn stderr_tail(&self) -> String {
         let mut text = String::new();
