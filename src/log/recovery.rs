@@ -181,7 +181,7 @@ fn recover_segments(
         let mut seg = Rc::new(Segment::new(dir, base, now));
         let is_last = i + 1 == bases.len();
         let trusted = if is_last {
-            let trusted = trust_active(&seg, recovery, expected)?;
+            let trusted = trust_active(&seg, tp, recovery, expected)?;
             if !trusted {
                 // Whatever a partial load set is scanned again from scratch.
                 seg = Rc::new(Segment::new(dir, base, now));
@@ -216,18 +216,32 @@ fn recover_segments(
 /// batch headers after the last index entry that end the file exactly at
 /// it ([`Segment::tail_ends_at`]). A trusted active segment is left
 /// unsealed, to be appended to.
-fn trust_active(seg: &Segment, recovery: Recovery, expected: i64) -> Result<bool, LogError> {
-    let Some(end) = recovery.point else {
+fn trust_active(
+    seg: &Segment,
+    tp: &TopicPartition,
+    recovery: Recovery,
+    expected: i64,
+) -> Result<bool, LogError> {
+    // A log with no checkpointed recovery point is new since the clean
+    // stop (or was never checkpointed): nothing to trust.
+    let (true, Some(end)) = (recovery.clean_shutdown, recovery.point) else {
         return Ok(false);
     };
-    if !recovery.clean_shutdown || end < seg.base_offset || seg.base_offset != expected {
-        return Ok(false);
-    }
-    if !seg.load_indexes(end)? || !seg.tail_ends_at(end)? {
-        return Ok(false);
-    }
-    seg.sealed.set(false);
-    Ok(true)
+    let why = if end < seg.base_offset || seg.base_offset != expected {
+        "the recovery point is not in the active segment"
+    } else if !seg.load_indexes(end)? {
+        "its indexes do not match the recovery point"
+    } else if !seg.tail_ends_at(end)? {
+        "its last batches do not end at the recovery point"
+    } else {
+        seg.sealed.set(false);
+        return Ok(true);
+    };
+    // After a clean stop this is unexpected (a checkpoint or index file
+    // from elsewhere, or damage since): say why the segment is scanned.
+    tracing::warn!(partition = %tp, segment = seg.base_offset, recovery_point = ?recovery.point,
+        reason = why, "after a clean shutdown the active segment is scanned anyway");
+    Ok(false)
 }
 
 /// Scans `seg` from its start, its first batch expected at offset
