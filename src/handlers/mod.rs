@@ -107,7 +107,8 @@ fn dispatch_other(
     }
     if !supported(header.api_key, header.api_version) {
         // Kafka closes the connection for an unsupported version of any
-        // api other than ApiVersions.
+        // api other than ApiVersions (Produce v0-2 too, although
+        // ApiVersions advertises them: see PRODUCE_ADVERTISED_MIN_VERSION).
         tracing::debug!(
             api_key = header.api_key,
             version = header.api_version,
