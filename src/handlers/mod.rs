@@ -20,6 +20,7 @@ pub mod group;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod topics;
 pub mod txn;
@@ -123,6 +124,9 @@ fn dispatch_other(
         }
         ApiKey::ListOffsets => {
             async move { list_offsets::handle(&ctx, &header, &mut body).await }.boxed_local()
+        }
+        ApiKey::OffsetForLeaderEpoch => {
+            async move { offset_for_leader_epoch::handle(&ctx, &header, &mut body) }.boxed_local()
         }
         ApiKey::CreateTopics => {
             async move { topics::create_topics(&ctx, &header, &mut body).await }.boxed_local()

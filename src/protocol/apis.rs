@@ -40,6 +40,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 16),
     (ApiKey::ListOffsets, 1, 8),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
@@ -211,7 +212,10 @@ mod tests {
         assert!(supported(ApiKey::DeleteRecords as i16, 0));
         assert!(supported(ApiKey::DeleteRecords as i16, 2));
         assert!(!supported(ApiKey::DeleteRecords as i16, 3));
-        assert_eq!(SUPPORTED.len(), 34);
+        assert!(supported(ApiKey::OffsetForLeaderEpoch as i16, 2));
+        assert!(supported(ApiKey::OffsetForLeaderEpoch as i16, 4));
+        assert!(!supported(ApiKey::OffsetForLeaderEpoch as i16, 1));
+        assert_eq!(SUPPORTED.len(), 35);
         // Every advertised range lies within what Kafka 4.1's schemas define.
         for &(key, min, max) in SUPPORTED {
             let v = key.valid_versions();
