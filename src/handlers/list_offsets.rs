@@ -19,8 +19,7 @@ pub const MAX_TIMESTAMP: i64 = -3;
 pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 /// Isolation level read_committed.
 pub const READ_COMMITTED: i8 = 1;
-/// Every partition's leader epoch: one node, leadership never moves.
-pub const LEADER_EPOCH: i32 = 0;
+pub use crate::types::LEADER_EPOCH;
 
 /// Checks a client's leader epoch against ours (Kafka's FENCED / UNKNOWN).
 pub fn check_leader_epoch(current_leader_epoch: i32) -> Option<ResponseError> {

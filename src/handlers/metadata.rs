@@ -11,6 +11,7 @@ use crate::metadata::{internal, validate_topic_name, MetadataImage, TopicMeta};
 use crate::protocol::RequestHeader;
 use crate::shard::messages::{ControllerRequest, NewTopic};
 use crate::shard::ShardCtx;
+use crate::types::LEADER_EPOCH;
 use bytes::BytesMut;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -43,7 +44,7 @@ fn topic_entry(ctx: &ShardCtx, t: &TopicMeta) -> MetadataResponseTopic {
             MetadataResponsePartition::default()
                 .with_partition_index(i as i32)
                 .with_leader_id(leader)
-                .with_leader_epoch(0)
+                .with_leader_epoch(LEADER_EPOCH)
                 .with_replica_nodes(vec![leader])
                 .with_isr_nodes(vec![leader])
         })

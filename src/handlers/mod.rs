@@ -20,6 +20,7 @@ pub mod group;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod topics;
 pub mod txn;
@@ -107,7 +108,8 @@ fn dispatch_other(
     }
     if !supported(header.api_key, header.api_version) {
         // Kafka closes the connection for an unsupported version of any
-        // api other than ApiVersions.
+        // api other than ApiVersions (Produce v0-2 too, although
+        // ApiVersions advertises them: see PRODUCE_ADVERTISED_MIN_VERSION).
         tracing::debug!(
             api_key = header.api_key,
             version = header.api_version,
@@ -122,6 +124,9 @@ fn dispatch_other(
         }
         ApiKey::ListOffsets => {
             async move { list_offsets::handle(&ctx, &header, &mut body).await }.boxed_local()
+        }
+        ApiKey::OffsetForLeaderEpoch => {
+            async move { offset_for_leader_epoch::handle(&ctx, &header, &mut body) }.boxed_local()
         }
         ApiKey::CreateTopics => {
             async move { topics::create_topics(&ctx, &header, &mut body).await }.boxed_local()

@@ -57,7 +57,7 @@ use crate::record::RecordsError;
 use crate::shard::messages::ShardMessage;
 use crate::shard::ShardCtx;
 use crate::txn::coordinator::TxnError;
-use crate::types::{Offset, TopicPartition};
+use crate::types::{Offset, TopicPartition, LEADER_EPOCH};
 use bytes::BytesMut;
 use futures::future::{self, Either, LocalBoxFuture};
 use futures::FutureExt;
@@ -623,7 +623,7 @@ fn response(
                         p = p.with_current_leader(
                             LeaderIdAndEpoch::default()
                                 .with_leader_id(BrokerId(leader))
-                                .with_leader_epoch(0),
+                                .with_leader_epoch(LEADER_EPOCH),
                         );
                     }
                     p

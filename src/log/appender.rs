@@ -47,6 +47,7 @@ use super::segment::Segment;
 use super::syncer::SyncFiles;
 use super::{LogConfig, LogError, PAGE_BYTES, STAGING_CHUNK_MAX_BYTES};
 use crate::record::batch::{self, BatchHeader};
+use crate::types::LEADER_EPOCH;
 use bytes::BytesMut;
 use glommio::io::DmaFile;
 use std::collections::VecDeque;
@@ -415,8 +416,8 @@ impl Appender {
 }
 
 /// Checks ONE v2 batch (its header, its size, its counts) and patches its
-/// `baseOffset` to `base` and its `partitionLeaderEpoch` to 0, both outside
-/// the CRC; returns its header as patched.
+/// `baseOffset` to `base` and its `partitionLeaderEpoch` to
+/// [`LEADER_EPOCH`], both outside the CRC; returns its header as patched.
 pub(super) fn prepare_batch(batch: &mut BytesMut, base: i64) -> Result<BatchHeader, LogError> {
     let h = BatchHeader::parse(batch)?;
     if h.total_size() != batch.len() {
@@ -427,10 +428,10 @@ pub(super) fn prepare_batch(batch: &mut BytesMut, base: i64) -> Result<BatchHead
     }
     h.check_counts()?;
     batch::set_base_offset(batch, base);
-    batch::set_partition_leader_epoch(batch, 0);
+    batch::set_partition_leader_epoch(batch, LEADER_EPOCH);
     Ok(BatchHeader {
         base_offset: base,
-        partition_leader_epoch: 0,
+        partition_leader_epoch: LEADER_EPOCH,
         ..h
     })
 }

@@ -38,6 +38,7 @@ mod direct;
 pub mod dump;
 pub mod index;
 mod iobuf;
+pub mod leader_epoch;
 mod manager;
 mod partition;
 pub mod partition_meta;

@@ -48,6 +48,7 @@
 use super::appender::{self, Appender};
 use super::cache::TailCache;
 use super::iobuf::IoArena;
+use super::leader_epoch::LeaderEpochCache;
 use super::reader::TailSlot;
 use super::recovery::Recovery;
 use super::retention::Spares;
@@ -101,6 +102,9 @@ pub struct PartitionLog {
     pub(super) dir_syncs: DirSyncs,
     /// Segments recovery scanned when the log was opened.
     pub(super) segments_scanned: u32,
+    /// Where each leader epoch starts (`leader_epoch`), kept on disk in
+    /// `leader-epoch-checkpoint`.
+    pub(super) epochs: RefCell<LeaderEpochCache>,
     pub(super) self_weak: Weak<PartitionLog>,
 }
 
@@ -272,6 +276,12 @@ impl PartitionLog {
         self.health.check_writable()?;
         let base = self.log_end.get();
         let h = appender::prepare_batch(&mut batch, base)?;
+        // The epoch stamped is the one recovery assigned at open, so no
+        // append starts a new epoch (the checkpoint needs no write here).
+        debug_assert_eq!(
+            self.epochs.borrow().latest_epoch(),
+            Some(h.partition_leader_epoch)
+        );
         let last = h.last_offset();
         let cfg = self.config.borrow().clone();
         self.maybe_roll(&cfg, batch.len() as u64, last);
@@ -388,6 +398,15 @@ impl PartitionLog {
     /// Equals the HW until transactions land.
     pub fn last_stable_offset(&self) -> LastStableOffset {
         LastStableOffset(self.high_watermark().0)
+    }
+
+    /// OffsetForLeaderEpoch's answer for `epoch`: the largest known epoch
+    /// ≤ `epoch` and the offset where it ends (the log end for the current
+    /// epoch), or (-1, -1); Kafka's rules, `leader_epoch`'s module doc.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        self.epochs
+            .borrow()
+            .end_offset_for(epoch, self.log_end.get())
     }
 
     pub fn log_end_offset(&self) -> LogEndOffset {

@@ -33,6 +33,7 @@
 use super::appender::{whole_pages, Appender, SegWriter};
 use super::cache::TailCache;
 use super::iobuf::IoArena;
+use super::leader_epoch::LeaderEpochCache;
 use super::partition::{io_err, DirSync, Health, PartitionLog};
 use super::reader::TailSlot;
 use super::retention::{remove_segment_files, Spares, SPARE_FILE_SUFFIX};
@@ -42,7 +43,8 @@ use super::syncer::{Seals, SyncFiles, Syncer};
 use super::watch::OffsetWatch;
 use super::writer::{write_indexes_off_shard, DirSyncs, WriterTask};
 use super::{now_ms, LogConfig, LogError, SPARE_SEGMENT_FILES_MAX};
-use crate::types::TopicPartition;
+use crate::record::batch::{BatchHeader, BATCH_HEADER_BYTES};
+use crate::types::{TopicPartition, LEADER_EPOCH};
 use glommio::io::OpenOptions;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -75,6 +77,7 @@ pub(super) async fn open(
         .max(first_base)
         .min(log_end);
     let max_ts = max_timestamp(&segments);
+    let epochs = recover_epochs(&dir, &tp, &segments, log_start, log_end)?;
     Ok(Rc::new_cyclic(|w| PartitionLog {
         tp,
         dir,
@@ -95,8 +98,71 @@ pub(super) async fn open(
         spares: Spares::new(spare_files),
         dir_syncs,
         segments_scanned,
+        epochs: RefCell::new(epochs),
         self_weak: w.clone(),
     }))
+}
+
+/// The log's leader-epoch cache after recovery (`leader_epoch`'s module
+/// doc): the checkpoint file, or the batches' epochs if it is missing or
+/// malformed, cut to [`log_start`, `log_end`], with this node's epoch
+/// ([`LEADER_EPOCH`]) starting at the log end unless it already started;
+/// written back if that changed it.
+fn recover_epochs(
+    dir: &Path,
+    tp: &TopicPartition,
+    segments: &BTreeMap<i64, Rc<Segment>>,
+    log_start: i64,
+    log_end: i64,
+) -> Result<LeaderEpochCache, LogError> {
+    let loaded = LeaderEpochCache::read(dir);
+    let mut epochs = match &loaded {
+        Some(c) => c.clone(),
+        None => epochs_of_batches(tp, segments)?,
+    };
+    if epochs.truncate_from_end(log_end) {
+        tracing::info!(partition = %tp, log_end,
+            "recovery dropped leader epochs starting after the log end");
+    }
+    epochs.truncate_from_start(log_start);
+    epochs.assign(LEADER_EPOCH, log_end);
+    if loaded.as_ref() != Some(&epochs) {
+        epochs.write(dir)?;
+    }
+    Ok(epochs)
+}
+
+/// The leader epochs the batches of `segments` (recovered: whole batches
+/// up to each segment's size) were stamped with, read header by header.
+fn epochs_of_batches(
+    tp: &TopicPartition,
+    segments: &BTreeMap<i64, Rc<Segment>>,
+) -> Result<LeaderEpochCache, LogError> {
+    use std::os::unix::fs::FileExt;
+    let mut epochs = LeaderEpochCache::default();
+    let mut header = [0u8; BATCH_HEADER_BYTES];
+    let mut batches = 0u64;
+    for seg in segments.values() {
+        let len = seg.size.get();
+        if len == 0 {
+            continue;
+        }
+        let file = std::fs::File::open(&seg.log_path)?;
+        let mut pos = 0u64;
+        while pos + BATCH_HEADER_BYTES as u64 <= len {
+            file.read_exact_at(&mut header, pos)?;
+            let h = BatchHeader::parse(&header).map_err(LogError::InvalidBatch)?;
+            epochs.assign(h.partition_leader_epoch, h.base_offset);
+            batches += 1;
+            pos += h.total_size() as u64;
+        }
+    }
+    // A new partition has no checkpoint yet and nothing to rebuild from.
+    if batches > 0 {
+        tracing::info!(partition = %tp, batches, epochs = ?epochs.entries(),
+            "rebuilt the leader-epoch checkpoint from the batches");
+    }
+    Ok(epochs)
 }
 
 /// Lists the segments and spare files of `dir`, creating the directory and

@@ -23,11 +23,24 @@ use kafka_protocol::protocol::{Encodable, StrBytes};
 /// Kafka's UNSUPPORTED_VERSION error code.
 pub const UNSUPPORTED_VERSION: i16 = 35;
 
+/// The minimum Produce version ApiVersions advertises, below the minimum
+/// served (3). Kafka 4.0 removed Produce v0-2 (KIP-896), but librdkafka
+/// before 2.11.1 reads a minimum of 3 as "no Produce v2", concludes the
+/// broker lacks the message-format features those versions imply, and
+/// then sends every compressed batch uncompressed (librdkafka #4956).
+/// Kafka's fix (KAFKA-18659, `ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION`)
+/// advertises 0 and still refuses v0-2 as unsupported: its socket server
+/// throws UnsupportedVersionException while parsing the request header and
+/// closes the connection, which is what [`supported`] (the dispatch check,
+/// still 3-12) makes fjord do.
+pub const PRODUCE_ADVERTISED_MIN_VERSION: i16 = 0;
+
 /// Every API fjord serves, with the inclusive version range it implements.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 16),
     (ApiKey::ListOffsets, 1, 8),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
@@ -98,13 +111,25 @@ impl Features {
 
 const TRANSACTION_VERSION_FEATURE: &str = "transaction.version";
 
+/// The version range ApiVersions advertises for `key`, served as
+/// `min..=max`: the served range, except Produce's minimum (see
+/// [`PRODUCE_ADVERTISED_MIN_VERSION`]).
+pub fn advertised_range(key: ApiKey, min: i16, max: i16) -> (i16, i16) {
+    match key {
+        ApiKey::Produce => (PRODUCE_ADVERTISED_MIN_VERSION, max),
+        _ => (min, max),
+    }
+}
+
 /// The ApiVersions response for a supported request version: every entry
-/// of [`SUPPORTED`] plus the given features (fields the request version
-/// lacks are dropped by the encoder).
+/// of [`SUPPORTED`] (ranges as [`advertised_range`] gives them) plus the
+/// given features (fields the request version lacks are dropped by the
+/// encoder).
 pub fn api_versions_response(features: Features) -> ApiVersionsResponse {
     let api_keys = SUPPORTED
         .iter()
         .map(|&(key, min, max)| {
+            let (min, max) = advertised_range(key, min, max);
             ApiVersion::default()
                 .with_api_key(key as i16)
                 .with_min_version(min)
@@ -187,7 +212,10 @@ mod tests {
         assert!(supported(ApiKey::DeleteRecords as i16, 0));
         assert!(supported(ApiKey::DeleteRecords as i16, 2));
         assert!(!supported(ApiKey::DeleteRecords as i16, 3));
-        assert_eq!(SUPPORTED.len(), 34);
+        assert!(supported(ApiKey::OffsetForLeaderEpoch as i16, 2));
+        assert!(supported(ApiKey::OffsetForLeaderEpoch as i16, 4));
+        assert!(!supported(ApiKey::OffsetForLeaderEpoch as i16, 1));
+        assert_eq!(SUPPORTED.len(), 35);
         // Every advertised range lies within what Kafka 4.1's schemas define.
         for &(key, min, max) in SUPPORTED {
             let v = key.valid_versions();
@@ -208,6 +236,20 @@ mod tests {
         let resp = ApiVersionsResponse::decode(&mut body, 3).unwrap();
         assert_eq!(resp.error_code, 0);
         assert_eq!(resp.api_keys.len(), SUPPORTED.len());
+        // Produce is advertised from v0 (KAFKA-18659) but served from v3.
+        let produce = resp
+            .api_keys
+            .iter()
+            .find(|k| k.api_key == ApiKey::Produce as i16)
+            .unwrap();
+        assert_eq!((produce.min_version, produce.max_version), (0, 12));
+        assert!(!supported(ApiKey::Produce as i16, 0));
+        let fetch = resp
+            .api_keys
+            .iter()
+            .find(|k| k.api_key == ApiKey::Fetch as i16)
+            .unwrap();
+        assert_eq!((fetch.min_version, fetch.max_version), (4, 16));
         assert_eq!(resp.finalized_features_epoch, 7);
         assert_eq!(resp.finalized_features.len(), 1);
         assert_eq!(resp.finalized_features[0].max_version_level, 2);

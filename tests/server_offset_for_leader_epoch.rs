@@ -1,0 +1,471 @@
+//! OffsetForLeaderEpoch (API key 23) against a real broker: every answer
+//! of Kafka's (raw protocol), the `leader-epoch-checkpoint` file through
+//! recovery's truncation, DeleteRecords and a rebuild, and librdkafka
+//! validating its position with it — finding a truncated tail instead of
+//! logging "validation skipped".
+
+mod common;
+
+use bytes::Bytes;
+use common::client::{create_topic, leader_port, producer, CLIENT_REQUEST_TIMEOUT_MS};
+use common::raw::{only_partition, produce_request, RawClient};
+use common::{segment_path, Broker, BrokerOpts};
+use fjord::record::{BatchBuilder, Compression};
+use kafka_protocol::messages::delete_records_request::{
+    DeleteRecordsPartition, DeleteRecordsTopic,
+};
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use kafka_protocol::messages::offset_for_leader_epoch_response::EpochEndOffset;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, DeleteRecordsRequest, MetadataRequest, OffsetForLeaderEpochRequest,
+    TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The version the raw tests ask at (flexible); v2 and v3 are checked too.
+const OFLE_VERSION: i16 = 4;
+/// Bound on waiting for librdkafka to log or report something.
+const CLIENT_WAIT: Duration = Duration::from_secs(30);
+/// Records produced, one batch each.
+const RECORDS: i64 = 5;
+/// Kafka's error code NONE.
+const NONE: i16 = 0;
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn one_record(value: &str) -> Bytes {
+    BatchBuilder::new(Compression::None)
+        .record(None, Some(value.as_bytes()), &[], 1_700_000_000_000)
+        .build()
+        .freeze()
+}
+
+/// One partition's OffsetForLeaderEpoch answer at `version`.
+fn ask(
+    raw: &mut RawClient,
+    version: i16,
+    topic: &str,
+    partition: i32,
+    current_leader_epoch: i32,
+    leader_epoch: i32,
+) -> EpochEndOffset {
+    let req = OffsetForLeaderEpochRequest::default()
+        .with_replica_id((-1).into())
+        .with_topics(vec![OffsetForLeaderTopic::default()
+            .with_topic(name(topic))
+            .with_partitions(vec![OffsetForLeaderPartition::default()
+                .with_partition(partition)
+                .with_current_leader_epoch(current_leader_epoch)
+                .with_leader_epoch(leader_epoch)])]);
+    let resp = raw.request(version, &req);
+    assert_eq!(resp.topics.len(), 1);
+    assert_eq!(&*resp.topics[0].topic.0, topic);
+    assert_eq!(resp.topics[0].partitions.len(), 1);
+    let p = resp.topics[0].partitions[0].clone();
+    assert_eq!(p.partition, partition);
+    p
+}
+
+/// (error, leader epoch, end offset) of an answer.
+fn triple(p: &EpochEndOffset) -> (i16, i32, i64) {
+    (p.error_code, p.leader_epoch, p.end_offset)
+}
+
+fn produce_records(raw: &mut RawClient, topic: &str, partition: i32, n: i64) {
+    for i in 0..n {
+        let resp = raw.request(
+            9,
+            &produce_request(topic, partition, 1, one_record(&format!("r{i}"))),
+        );
+        assert_eq!(only_partition(&resp).error_code, 0);
+    }
+}
+
+#[test]
+fn answers_every_case_as_kafka_does() {
+    let broker = Broker::start(BrokerOpts::default().cores(2));
+    let topic = "ofle";
+    create_topic(&broker.bootstrap(), topic, 2, &[]);
+    let port0 = leader_port(&broker, topic, 0);
+    let port1 = leader_port(&broker, topic, 1);
+    assert_ne!(
+        port0, port1,
+        "the two partitions are led by different shards"
+    );
+    let mut raw = RawClient::connect(port0);
+
+    // Advertised as Kafka 4.x serves it.
+    let av = raw.request(3, &ApiVersionsRequest::default());
+    let k = av
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == ApiKey::OffsetForLeaderEpoch as i16)
+        .expect("OffsetForLeaderEpoch is advertised");
+    assert_eq!((k.min_version, k.max_version), (2, 4));
+
+    // Metadata reports epoch 0, the epoch stamped in the batches.
+    let md = raw.request(
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                .with_name(Some(name(topic))),
+        ])),
+    );
+    assert_eq!(md.topics[0].partitions[0].leader_epoch, 0);
+
+    produce_records(&mut raw, topic, 0, RECORDS);
+    let none = NONE;
+
+    // The current epoch ends at the log end, at every version.
+    for version in 2..=OFLE_VERSION {
+        let p = ask(&mut raw, version, topic, 0, -1, 0);
+        assert_eq!(triple(&p), (none, 0, RECORDS), "v{version}");
+    }
+    // current_leader_epoch equal to the partition's: checked and fine.
+    assert_eq!(
+        triple(&ask(&mut raw, OFLE_VERSION, topic, 0, 0, 0)),
+        (none, 0, RECORDS)
+    );
+    // An epoch above the current one: UNDEFINED, no error.
+    assert_eq!(
+        triple(&ask(&mut raw, OFLE_VERSION, topic, 0, 0, 1)),
+        (none, -1, -1)
+    );
+    // The undefined epoch itself: UNDEFINED.
+    assert_eq!(
+        triple(&ask(&mut raw, OFLE_VERSION, topic, 0, -1, -1)),
+        (none, -1, -1)
+    );
+    // An epoch older than the first known one: itself, and the start of
+    // the first known epoch (stock Kafka 4.4 answers (-3, 0) here too).
+    assert_eq!(
+        triple(&ask(&mut raw, OFLE_VERSION, topic, 0, -1, -3)),
+        (none, -3, 0)
+    );
+    // current_leader_epoch ahead of the partition's: UNKNOWN_LEADER_EPOCH;
+    // behind it (any value but -1, "not given"): FENCED_LEADER_EPOCH, as
+    // stock Kafka 4.4 answers for -2 and -5.
+    assert_eq!(
+        triple(&ask(&mut raw, OFLE_VERSION, topic, 0, 1, 0)),
+        (ResponseError::UnknownLeaderEpoch.code(), -1, -1)
+    );
+    for behind in [-2, -5] {
+        assert_eq!(
+            triple(&ask(&mut raw, OFLE_VERSION, topic, 0, behind, 0)),
+            (ResponseError::FencedLeaderEpoch.code(), -1, -1)
+        );
+    }
+    // A partition another shard leads, whatever the epochs.
+    assert_eq!(
+        triple(&ask(&mut raw, OFLE_VERSION, topic, 1, -1, 0)),
+        (ResponseError::NotLeaderOrFollower.code(), -1, -1)
+    );
+    assert_eq!(
+        triple(&ask(&mut raw, OFLE_VERSION, topic, 1, 1, 0)),
+        (ResponseError::NotLeaderOrFollower.code(), -1, -1)
+    );
+    // ... which its leader answers.
+    let mut raw1 = RawClient::connect(port1);
+    assert_eq!(
+        triple(&ask(&mut raw1, OFLE_VERSION, topic, 1, 0, 0)),
+        (none, 0, 0)
+    );
+    // Unknown partitions and topics.
+    assert_eq!(
+        triple(&ask(&mut raw, OFLE_VERSION, topic, 7, -1, 0)),
+        (ResponseError::UnknownTopicOrPartition.code(), -1, -1)
+    );
+    assert_eq!(
+        triple(&ask(&mut raw, OFLE_VERSION, "no-such-topic", 0, -1, 0)),
+        (ResponseError::UnknownTopicOrPartition.code(), -1, -1)
+    );
+
+    // Several partitions and topics in one request, answered in order.
+    let req = OffsetForLeaderEpochRequest::default().with_topics(vec![
+        OffsetForLeaderTopic::default()
+            .with_topic(name(topic))
+            .with_partitions(vec![
+                OffsetForLeaderPartition::default()
+                    .with_partition(0)
+                    .with_current_leader_epoch(0)
+                    .with_leader_epoch(0),
+                OffsetForLeaderPartition::default()
+                    .with_partition(1)
+                    .with_current_leader_epoch(0)
+                    .with_leader_epoch(0),
+            ]),
+        OffsetForLeaderTopic::default()
+            .with_topic(name("no-such-topic"))
+            .with_partitions(vec![OffsetForLeaderPartition::default()
+                .with_partition(0)
+                .with_current_leader_epoch(-1)
+                .with_leader_epoch(0)]),
+    ]);
+    let resp = raw.request(OFLE_VERSION, &req);
+    let got: Vec<(String, i32, (i16, i32, i64))> = resp
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (t.topic.0.to_string(), p.partition, triple(p)))
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (topic.to_string(), 0, (none, 0, RECORDS)),
+            (
+                topic.to_string(),
+                1,
+                (ResponseError::NotLeaderOrFollower.code(), -1, -1)
+            ),
+            (
+                "no-such-topic".to_string(),
+                0,
+                (ResponseError::UnknownTopicOrPartition.code(), -1, -1)
+            ),
+        ]
+    );
+
+    // Every stored batch carries the epoch the answers speak of.
+    let stored = common::disk::batches(&broker.first_segment(topic, 0));
+    assert_eq!(stored.len() as i64, RECORDS);
+    assert!(stored.iter().all(|b| b.header.partition_leader_epoch == 0));
+}
+
+fn checkpoint_path(data_dir: &Path, topic: &str) -> std::path::PathBuf {
+    data_dir
+        .join(format!("{topic}-0"))
+        .join("leader-epoch-checkpoint")
+}
+
+fn read_checkpoint(data_dir: &Path, topic: &str) -> String {
+    let path = checkpoint_path(data_dir, topic);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// Cuts `bytes` off the end of `topic`-0's first segment (the broker is
+/// stopped): the last batch becomes a torn tail that recovery truncates.
+fn tear_tail(data_dir: &Path, topic: &str, bytes: u64) {
+    let path = segment_path(data_dir, topic, 0);
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let len = f.metadata().unwrap().len();
+    f.set_len(len - bytes).unwrap();
+}
+
+#[test]
+fn checkpoint_follows_truncation_and_delete_records_and_is_rebuilt() {
+    let mut broker = Broker::start(BrokerOpts::default().cores(1));
+    let topic = "ofle-ckpt";
+    create_topic(&broker.bootstrap(), topic, 1, &[]);
+    let port = broker.port_of(0);
+    let data = broker.data_dir();
+    let mut raw = RawClient::connect(port);
+    produce_records(&mut raw, topic, 0, RECORDS);
+    // Epoch 0 started at offset 0, in Kafka's text format.
+    assert_eq!(read_checkpoint(&data, topic), "0\n1\n0 0\n");
+
+    // DeleteRecords moves the log start to 2: epoch 0 now starts there.
+    let req = DeleteRecordsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(name(topic))
+            .with_partitions(vec![DeleteRecordsPartition::default()
+                .with_partition_index(0)
+                .with_offset(2)])]);
+    let resp = raw.request(2, &req);
+    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+    drop(raw);
+
+    // A torn last batch, and a checkpoint naming an epoch 3 that began at
+    // offset 5, whose data is in that torn tail: recovery truncates both.
+    broker.stop();
+    tear_tail(&data, topic, 10);
+    std::fs::write(checkpoint_path(&data, topic), "0\n2\n0 0\n3 5\n").unwrap();
+    broker.restart();
+    assert_eq!(read_checkpoint(&data, topic), "0\n1\n0 2\n");
+    let mut raw = RawClient::connect(port);
+    assert_eq!(
+        triple(&ask(&mut raw, OFLE_VERSION, topic, 0, 0, 0)),
+        (0, 0, RECORDS - 1),
+        "epoch 0 ends at the log end recovery left"
+    );
+    assert_eq!(
+        triple(&ask(&mut raw, OFLE_VERSION, topic, 0, 0, 3)),
+        (0, -1, -1),
+        "epoch 3 is gone with the torn tail"
+    );
+    drop(raw);
+
+    // A missing checkpoint is rebuilt from the batches' epochs (and the
+    // log start); so is a malformed one.
+    for damage in [None, Some("0\n7\n")] {
+        broker.stop();
+        match damage {
+            None => std::fs::remove_file(checkpoint_path(&data, topic)).unwrap(),
+            Some(text) => std::fs::write(checkpoint_path(&data, topic), text).unwrap(),
+        }
+        broker.restart();
+        assert_eq!(
+            read_checkpoint(&data, topic),
+            "0\n1\n0 2\n",
+            "rebuilt after {damage:?}"
+        );
+        let mut raw = RawClient::connect(port);
+        assert_eq!(
+            triple(&ask(&mut raw, OFLE_VERSION, topic, 0, -1, 0)),
+            (0, 0, RECORDS - 1)
+        );
+    }
+}
+
+/// Captures librdkafka's log lines.
+#[derive(Clone, Default)]
+struct LogCapture {
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl ClientContext for LogCapture {
+    fn log(&self, _level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.lines
+            .lock()
+            .expect("log lock")
+            .push(format!("{fac}: {log_message}"));
+    }
+}
+
+impl ConsumerContext for LogCapture {}
+
+impl LogCapture {
+    fn any(&self, needle: &str) -> Option<String> {
+        self.lines
+            .lock()
+            .expect("log lock")
+            .iter()
+            .find(|l| l.contains(needle))
+            .cloned()
+    }
+}
+
+/// Seeks `topic`-0 of `consumer` to `offset` as consumed in leader epoch
+/// `epoch`: librdkafka then validates the position with
+/// OffsetForLeaderEpoch (the rdkafka crate has no setter for the epoch).
+fn seek_with_epoch(consumer: &BaseConsumer<LogCapture>, topic: &str, offset: i64, epoch: i32) {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(offset))
+        .expect("add partition");
+    // SAFETY: `tpl` owns a list of one element, alive for this call.
+    unsafe {
+        let list = tpl.ptr();
+        rdkafka::bindings::rd_kafka_topic_partition_set_leader_epoch((*list).elems, epoch);
+    }
+    consumer
+        .seek_partitions(tpl, Duration::from_millis(CLIENT_REQUEST_TIMEOUT_MS))
+        .expect("seek");
+}
+
+/// Polls `consumer` until `done` holds, failing after [`CLIENT_WAIT`];
+/// returns the consumer errors seen.
+fn poll_until(
+    consumer: &BaseConsumer<LogCapture>,
+    what: &str,
+    mut done: impl FnMut(&[String]) -> bool,
+) -> Vec<String> {
+    let deadline = Instant::now() + CLIENT_WAIT;
+    let mut errors = Vec::new();
+    while !done(&errors) {
+        assert!(
+            Instant::now() < deadline,
+            "{what}; librdkafka logged:\n{}",
+            consumer.context().lines.lock().unwrap().join("\n")
+        );
+        if let Some(Err(e)) = consumer.poll(Duration::from_millis(100)) {
+            errors.push(e.to_string());
+        }
+    }
+    errors
+}
+
+#[test]
+fn librdkafka_validates_its_position_and_finds_a_truncated_tail() {
+    let mut broker = Broker::start(BrokerOpts::default().cores(1));
+    let topic = "ofle-rdkafka";
+    create_topic(&broker.bootstrap(), topic, 1, &[]);
+    let p = producer(&broker.bootstrap(), &[("linger.ms", "0")]);
+    for i in 0..10 {
+        p.send(BaseRecord::<(), str, _>::with_opaque_to(topic, i).payload("value"))
+            .expect("enqueue");
+        // One batch per record, so that tearing the tail takes one.
+        p.flush(Duration::from_millis(CLIENT_REQUEST_TIMEOUT_MS))
+            .expect("flush");
+    }
+    drop(p);
+
+    let capture = LogCapture::default();
+    let consumer: BaseConsumer<LogCapture> = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", "ofle-validate")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "error")
+        .set("fetch.wait.max.ms", "100")
+        .set("debug", "fetch,topic")
+        .set_log_level(RDKafkaLogLevel::Debug)
+        .create_with_context(capture.clone())
+        .expect("create consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .expect("add partition");
+    consumer.assign(&tpl).expect("assign");
+    let mut last = -1;
+    let deadline = Instant::now() + CLIENT_WAIT;
+    while last < 9 {
+        assert!(Instant::now() < deadline, "consumed up to {last}");
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            last = m.expect("consume").offset();
+        }
+    }
+
+    // The position after offset 9, read in epoch 0: validated, not skipped.
+    seek_with_epoch(&consumer, topic, 10, 0);
+    poll_until(&consumer, "librdkafka validated its position", |_| {
+        capture.any("validation succeeded").is_some()
+    });
+    let ok = capture.any("validation succeeded").unwrap();
+    assert!(
+        ok.contains("broker end offset 10 (offset leader epoch 0)"),
+        "{ok}"
+    );
+    assert_eq!(capture.any("validation skipped"), None);
+
+    // The broker restarts and recovery truncates a torn last batch: the
+    // consumer, still at 10 in epoch 0, learns that epoch 0 ends at 9 and
+    // reports the truncation (auto.offset.reset=error) instead of waiting
+    // at an offset the log no longer reaches.
+    broker.stop();
+    tear_tail(&broker.data_dir(), topic, 10);
+    broker.restart();
+    seek_with_epoch(&consumer, topic, 10, 0);
+    let errors = poll_until(&consumer, "librdkafka detected the truncation", |_| {
+        capture.any("truncation detected").is_some()
+    });
+    let detected = capture.any("truncation detected").unwrap();
+    assert!(detected.contains("broker end offset is 9"), "{detected}");
+    // ... and the application hears of it as a consumer error.
+    poll_until(&consumer, "the consumer error reached poll", |more| {
+        !errors.is_empty() || !more.is_empty()
+    });
+    assert_eq!(capture.any("validation skipped"), None);
+}
