@@ -199,6 +199,16 @@ fn a_start_after_a_clean_stop_scans_no_segment_and_replays_no_batch() {
     let topic = "restart-no-scan";
     create_topic(&broker.bootstrap(), topic, PARTITIONS, &[]);
     let mut acked = produce_acked(&broker, topic);
+    // A partition with less than one index interval of data: its offset
+    // index has no entry, and it is trusted all the same.
+    let small = "restart-no-scan-small";
+    create_topic(&broker.bootstrap(), small, 1, &[]);
+    let p = client::producer(&broker.bootstrap(), &[("acks", "all")]);
+    for id in 0..3 {
+        send(&p, small, &message(id));
+    }
+    let d = await_deliveries(&p, 3, TIMEOUT);
+    assert!(d.iter().all(|d| d.error.is_none()), "small topic: {d:?}");
     let (first, _) = recovery_of(&broker.stderr_since(0));
     assert!(
         first.iter().all(|&(_, clean)| !clean),

@@ -5,8 +5,11 @@
 //! and temporary files are removed, and spare files are listed for reuse
 //! (`retention`). Segments wholly below the recovery point are trusted:
 //! their indexes are loaded and sanity-checked. The segment holding it,
-//! every later one, and always the last one are scanned and their CRCs
-//! verified (`Segment::recover_scan`); a scanned segment's indexes are
+//! every later one, and the last one are scanned and their CRCs verified
+//! (`Segment::recover_scan`), except after a clean shutdown (the server's
+//! marker): the recovery point is then the log end, and the last segment
+//! is trusted once its indexes and last batch headers agree with it
+//! (`trust_active`); a scanned segment's indexes are
 //! rebuilt, and everything after its last valid batch is truncated.
 //! Recovery treats what follows the last valid batch as space not yet
 //! written, whether zeros (preallocated) or old bytes: it cannot continue
@@ -471,6 +474,11 @@ impl PartitionLog {
         if let Some((seg, Some(file))) = active {
             file.truncate(seg.size.get()).await.map_err(io_err)?;
             storage::fdatasync(&file).await?;
+            // The time index ends with the segment's largest timestamp, as
+            // Kafka's `LogSegment.close` leaves it: without it a segment of
+            // less than `index.interval.bytes` has no entry, and the next
+            // start after a clean stop could not trust it (`trust_active`).
+            seg.final_time_entry();
             write_indexes_off_shard(&seg).await?;
         }
         Ok(())

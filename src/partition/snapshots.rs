@@ -65,7 +65,7 @@ impl Partition {
 
     /// Expires producers idle for `expiration_ms`, then writes a snapshot if
     /// the state changed since the last one and the partition is quiescent.
-    /// Run periodically and at shutdown.
+    /// Run periodically (a clean stop runs [`Self::snapshot_at_stop`]).
     pub async fn maintain_producer_state(&self, expiration_ms: i64) {
         self.maintain(expiration_ms, false).await;
     }
