@@ -67,15 +67,25 @@ thread_local! {
 }
 
 /// Writes `bufs`, one after another, at `pos` of the O_DIRECT segment file
-/// `file` (`direct::write`); returns the bytes written.
-pub(super) async fn write_direct(
+/// `file` (`direct::write`); returns the bytes written. In production the
+/// future is `direct::write`'s own (with an `Either` tag): the simulated
+/// path's state is boxed apart, so it does not enlarge every write's
+/// future.
+pub(super) fn write_direct(
     file: Rc<DmaFile>,
     bufs: Vec<IoBuf>,
     pos: u64,
-) -> std::io::Result<usize> {
-    if !ACTIVE.get() {
-        return direct::write(file, bufs, pos).await;
+) -> impl std::future::Future<Output = std::io::Result<usize>> {
+    use futures::future::Either;
+    if ACTIVE.get() {
+        Either::Right(Box::pin(sim_write_direct(file, bufs, pos)))
+    } else {
+        Either::Left(direct::write(file, bufs, pos))
     }
+}
+
+/// [`write_direct`] on the simulated disk.
+async fn sim_write_direct(file: Rc<DmaFile>, bufs: Vec<IoBuf>, pos: u64) -> std::io::Result<usize> {
     let (fail, yields) = with_disk(|d| d.next_completion(d.faults.write_error_per_10k));
     yield_times(yields).await;
     if !ACTIVE.get() {
