@@ -76,20 +76,20 @@ fn assert_exactly(broker: &Broker, topic: &str, acked: &HashMap<usize, (i32, i64
     );
 }
 
-fn survives_kill9(opts: BrokerOpts, topic: &str) {
-    let mut broker = Broker::start(opts);
-    create_topic(&broker.bootstrap(), topic, PARTITIONS, &[]);
-    let acked = produce_acked(&broker, topic);
-    broker.kill9();
-    broker.restart();
-    assert_exactly(&broker, topic, &acked);
-    // The recovered log keeps accepting appends after what was recovered.
+/// Produces message `MESSAGES` (one past `acked`) and asserts it lands at
+/// the end of its partition, after every acknowledged message; returns
+/// where it landed.
+fn produce_one_more(
+    broker: &Broker,
+    topic: &str,
+    acked: &HashMap<usize, (i32, i64)>,
+) -> (i32, i64) {
     let more = client::producer(&broker.bootstrap(), &[("acks", "all")]);
     send(&more, topic, &message(MESSAGES));
     let d = await_deliveries(&more, 1, TIMEOUT);
     assert!(
         d[0].error.is_none(),
-        "produce after recovery: {:?}",
+        "produce after a restart: {:?}",
         d[0].error
     );
     let next_offset = acked
@@ -102,6 +102,18 @@ fn survives_kill9(opts: BrokerOpts, topic: &str) {
         d[0].offset, next_offset,
         "appends continue at the recovered log end"
     );
+    (d[0].partition, d[0].offset)
+}
+
+fn survives_kill9(opts: BrokerOpts, topic: &str) {
+    let mut broker = Broker::start(opts);
+    create_topic(&broker.bootstrap(), topic, PARTITIONS, &[]);
+    let acked = produce_acked(&broker, topic);
+    broker.kill9();
+    broker.restart();
+    assert_exactly(&broker, topic, &acked);
+    // The recovered log keeps accepting appends after what was recovered.
+    produce_one_more(&broker, topic, &acked);
     broker.stop();
 }
 
@@ -230,22 +242,8 @@ fn a_start_after_a_clean_stop_scans_no_segment_and_replays_no_batch() {
     );
     assert_exactly(&broker, topic, &acked);
     // The trusted active segments take appends at their ends.
-    let more = client::producer(&broker.bootstrap(), &[("acks", "all")]);
-    send(&more, topic, &message(MESSAGES));
-    let d = await_deliveries(&more, 1, TIMEOUT);
-    assert!(
-        d[0].error.is_none(),
-        "produce after a clean start: {:?}",
-        d[0].error
-    );
-    let next_offset = acked
-        .values()
-        .filter(|(p, _)| *p == d[0].partition)
-        .map(|(_, o)| o + 1)
-        .max()
-        .unwrap_or(0);
-    assert_eq!(d[0].offset, next_offset, "appends continue at the log end");
-    acked.insert(MESSAGES, (d[0].partition, d[0].offset));
+    let at = produce_one_more(&broker, topic, &acked);
+    acked.insert(MESSAGES, at);
     broker.kill9();
     let before = broker.stderr_len();
     broker.restart();
