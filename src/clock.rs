@@ -4,15 +4,20 @@
 //! `SystemTime` or `Instant` directly, so a test can run a shard's logic on
 //! a clock it drives.
 //!
-//! A thread may switch to a simulated clock ([`simulate`]): from then on
-//! both readings on that thread advance only by [`advance`], until
-//! [`real`] switches back. Shards are threads, so one simulated shard does
-//! not move another's time. The cost in production is one thread-local
-//! read per call.
+//! In the crate's unit-test build (`cfg(test)`, where the seeded
+//! simulation `partition::simulation` runs), a thread may switch to a
+//! simulated clock (`simulate`): from then on both readings on that thread
+//! advance only by `advance`, until `real` switches back. Shards are
+//! threads, so one simulated shard does not move another's time. Every
+//! other build has no simulated clock and reads the system's directly.
 
+#[cfg(test)]
 use std::cell::Cell;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+#[cfg(test)]
+use std::time::Duration;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+#[cfg(test)]
 #[derive(Clone, Copy)]
 struct Simulated {
     /// Wall-clock milliseconds at [`simulate`].
@@ -23,31 +28,35 @@ struct Simulated {
     elapsed: Duration,
 }
 
+#[cfg(test)]
 thread_local! {
     static SIMULATED: Cell<Option<Simulated>> = const { Cell::new(None) };
 }
 
 /// Milliseconds since the Unix epoch (0 if the system clock is before it).
 pub fn now_ms() -> i64 {
-    match SIMULATED.get() {
-        Some(s) => s.wall_ms.saturating_add(s.elapsed.as_millis() as i64),
-        None => SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0),
+    #[cfg(test)]
+    if let Some(s) = SIMULATED.get() {
+        return s.wall_ms.saturating_add(s.elapsed.as_millis() as i64);
     }
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// A monotonic instant, for deadlines.
 pub fn monotonic() -> Instant {
-    match SIMULATED.get() {
-        Some(s) => s.base + s.elapsed,
-        None => Instant::now(),
+    #[cfg(test)]
+    if let Some(s) = SIMULATED.get() {
+        return s.base + s.elapsed;
     }
+    Instant::now()
 }
 
 /// Switches this thread to a simulated clock that reads `wall_ms` now and
 /// moves only when [`advance`]d.
+#[cfg(test)]
 pub fn simulate(wall_ms: i64) {
     SIMULATED.set(Some(Simulated {
         wall_ms,
@@ -58,6 +67,7 @@ pub fn simulate(wall_ms: i64) {
 
 /// Moves this thread's simulated clock forward by `by` (no-op on the real
 /// clock).
+#[cfg(test)]
 pub fn advance(by: Duration) {
     if let Some(mut s) = SIMULATED.get() {
         s.elapsed += by;
@@ -66,6 +76,7 @@ pub fn advance(by: Duration) {
 }
 
 /// Back to the real clock on this thread.
+#[cfg(test)]
 pub fn real() {
     SIMULATED.set(None);
 }

@@ -27,6 +27,8 @@
 //! replays the batches after it.
 
 pub mod recovery;
+#[cfg(test)]
+mod simulation;
 pub mod snapshots;
 
 use crate::clock::now_ms;

@@ -149,7 +149,7 @@ async fn replay(
 /// commits later at a new marker; and the log end may grow past it again,
 /// so it must go from the file too, not just from memory. Kafka truncates
 /// the transaction index with the log for the same reason. (Found by the
-/// simulation of `tests/sim_partition.rs`: an ABORT marker not yet
+/// simulation (`partition::simulation`): an ABORT marker not yet
 /// acknowledged, its `.txnindex` entry written, the marker torn off by a
 /// power loss.)
 async fn drop_stale_entries(

@@ -1,6 +1,6 @@
-//! A seeded simulation of one partition (`fjord::partition::Partition`
+//! A seeded simulation of one partition (`Partition`
 //! over a real `PartitionLog`) on a simulated disk
-//! (`fjord::log::storage::SimDisk`) through many lives: random appends from
+//! (`crate::log::storage::sim::SimDisk`) through many lives: random appends from
 //! idempotent producers (with retries of their last batch), from
 //! transactional producers and from a coordinator (transactional internal
 //! batches, like TxnOffsetCommit's), COMMIT and ABORT markers, epoch bumps
@@ -30,28 +30,39 @@
 //! and at the end of every life that saw no fault, that the live partition
 //! already holds what its recovery will rebuild.
 //!
-//! Time is simulated (`fjord::clock::simulate`). The sequence of operations
+//! Time is simulated (`crate::clock::simulate`). The sequence of operations
 //! and every fault follow from the seed, which
-//! every run prints: `FJORD_SIM_SEED=<seed> cargo test --test sim_partition`
+//! every run prints: `FJORD_SIM_SEED=<seed> cargo test --lib partition::simulation`
 //! runs that one seed again; `FJORD_SIM_SEEDS=<n>` runs n seeds (default
 //! 24 here; `tuning/simulation.md` has the long runs). What the simulated
 //! disk does and does not model, and how far a seed reproduces, is in
-//! `fjord::log::storage`'s module doc.
+//! `crate::log::storage`'s module doc.
 
-mod log_util;
-
-use fjord::config::ServeArgs;
-use fjord::log::storage::{self, Faults, SimDisk, SimStats};
-use fjord::log::{LogConfig, LogManager, TailCache};
-use fjord::metadata::TopicConfig;
-use fjord::partition::{AppendError, DataAppend, Partition, TxnMarker};
-use fjord::producer::ProducerError;
-use fjord::record::{BatchBuilder, BatchHeader, Compression};
-use fjord::types::{Offset, TopicPartition};
+use crate::config::ServeArgs;
+use crate::log::storage::sim::{self, Faults, SimDisk, SimStats};
+use crate::log::{LogConfig, LogManager, TailCache};
+use crate::metadata::TopicConfig;
+use crate::partition::{AppendError, DataAppend, Partition, TxnMarker};
+use crate::producer::ProducerError;
+use crate::record::{BatchBuilder, BatchHeader, Compression};
+use crate::types::{Offset, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
+
+/// Runs `f` on a fresh unpinned test executor, after the DMA probe of `dir`
+/// (one life of the broker's shard).
+fn run<F, Fut>(dir: PathBuf, f: F)
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    crate::runtime::run_test_executor(move || async move {
+        crate::runtime::probe_dma(&dir).await.unwrap();
+        f().await
+    });
+}
 
 /// xorshift64*: small, and the same sequence on every platform and version.
 struct Rng(u64);
@@ -313,7 +324,7 @@ impl Ctx {
 }
 
 fn faults_so_far() -> u64 {
-    storage::simulated_stats().map_or(0, |s| s.failed_writes + s.failed_syncs)
+    sim::simulated_stats().map_or(0, |s| s.failed_writes + s.failed_syncs)
 }
 
 /// One life: open (recovering), check what survived the last end against
@@ -386,7 +397,7 @@ async fn step(
     rng: &mut Rng,
     ctx: &Ctx,
 ) -> Result<bool, String> {
-    fjord::clock::advance(std::time::Duration::from_millis(rng.below(50)));
+    crate::clock::advance(std::time::Duration::from_millis(rng.below(50)));
     match rng.below(100) {
         0..=34 => {
             let pid = IDEMPOTENT[rng.below(3) as usize];
@@ -651,7 +662,7 @@ async fn marker(
     }
     // A stale marker (the same epoch again) is refused.
     match p.append_control(&m) {
-        Err(fjord::partition::MarkerError::StaleEpoch) => Ok(true),
+        Err(crate::partition::MarkerError::StaleEpoch) => Ok(true),
         other => Err(format!(
             "a repeated marker of {pid}: {other:?}, expected StaleEpoch"
         )),
@@ -820,7 +831,7 @@ fn run_seed(seed: u64) -> Result<SimStats, String> {
     let data = dir.path().to_path_buf();
     let mut rng = Rng::new(seed);
     let setup = Setup::draw(&mut rng);
-    eprintln!("sim_partition seed {seed}: {setup:?}");
+    eprintln!("simulation seed {seed}: {setup:?}");
     let disk = SimDisk::new(rng.next(), setup.faults);
     // The model, generator and disk move into each life's executor and back.
     type Carried = (Model, Rng, SimDisk, Result<End, String>);
@@ -835,13 +846,13 @@ fn run_seed(seed: u64) -> Result<SimStats, String> {
     for n in 0..=lives {
         let state = shared.clone();
         let dir = data.clone();
-        log_util::run(data.clone(), move || async move {
+        run(data.clone(), move || async move {
             let taken = state.lock().unwrap().take();
             let (mut model, mut rng, disk, _) = taken.expect("carried");
-            storage::simulate(disk);
+            sim::simulate(disk);
             // Simulated time too: an hour between lives, a few milliseconds
             // per operation (`step`).
-            fjord::clock::simulate(SIM_START_MS + n as i64 * 3_600_000);
+            crate::clock::simulate(SIM_START_MS + n as i64 * 3_600_000);
             let (ops, end) = if n == lives {
                 (0, End::Clean)
             } else {
@@ -855,7 +866,7 @@ fn run_seed(seed: u64) -> Result<SimStats, String> {
             let outcome = life(dir, &mut model, &mut rng, setup, ops, end, required)
                 .await
                 .map_err(|e| format!("life {n}: {e}"));
-            let disk = storage::take_simulated().expect("installed");
+            let disk = sim::take_simulated().expect("installed");
             *state.lock().unwrap() = Some((model, rng, disk, outcome));
         });
         let mut guard = shared.lock().unwrap();
@@ -878,7 +889,7 @@ fn run_seed(seed: u64) -> Result<SimStats, String> {
 
 /// Seeds that found bugs, run on every `cargo test` first. The
 /// interleaving of a seed's tasks is not exactly reproducible (see
-/// `fjord::log::storage`), so each is a likely reproduction, not a certain
+/// `crate::log::storage`), so each is a likely reproduction, not a certain
 /// one.
 /// - 1796244800001, 1796245231034: an ABORT marker's `.txnindex` entry
 ///   outlived the marker, torn off the log by a power loss; recovery kept
@@ -919,11 +930,11 @@ fn the_partition_recovers_what_it_acknowledged() {
                 total.writes_torn += s.writes_torn;
             }
             Err(e) => panic!(
-                "seed {seed} failed (rerun: FJORD_SIM_SEED={seed} cargo test --test sim_partition -- --nocapture): {e}"
+                "seed {seed} failed (rerun: FJORD_SIM_SEED={seed} cargo test --lib partition::simulation -- --nocapture): {e}"
             ),
         }
     }
-    eprintln!("sim_partition: {} seeds, disk: {total:?}", seeds.len());
+    eprintln!("simulation: {} seeds, disk: {total:?}", seeds.len());
     // A run of many seeds must have exercised every fault it claims to.
     if seeds.len() >= 24 {
         assert!(total.failed_writes > 0, "no write failed: {total:?}");
@@ -964,7 +975,7 @@ fn a_txnindex_entry_whose_marker_was_lost_is_dropped_at_recovery() {
     };
     let cut_at = Arc::new(Mutex::new(0u64));
     let cut = cut_at.clone();
-    log_util::run(data.clone(), move || async move {
+    run(data.clone(), move || async move {
         let (_mgr, p) = open_partition(data, setup).await;
         let b = batch(10, 0, 0, true, 2);
         *cut.lock().unwrap() = b.len() as u64;
@@ -1009,7 +1020,7 @@ fn a_txnindex_entry_whose_marker_was_lost_is_dropped_at_recovery() {
         .set_len(cut)
         .expect("cut off the marker");
     let data = dir.path().to_path_buf();
-    log_util::run(data.clone(), move || async move {
+    run(data.clone(), move || async move {
         let (mgr, p) = open_partition(data, setup).await;
         assert_eq!(p.log.log_end_offset().0, 2, "the marker is gone");
         assert_eq!(p.aborted_overlapping(0, 10), vec![], "no marker, no abort");
@@ -1028,7 +1039,7 @@ fn a_txnindex_entry_whose_marker_was_lost_is_dropped_at_recovery() {
         mgr.shutdown().await.expect("clean stop");
     });
     let data = dir.path().to_path_buf();
-    log_util::run(data.clone(), move || async move {
+    run(data.clone(), move || async move {
         let (_mgr, p) = open_partition(data, setup).await;
         assert_eq!(
             p.aborted_overlapping(0, 10),

@@ -1,57 +1,10 @@
-//! The log's storage seam: every write of a segment file's data and every
-//! fdatasync of one goes through the three functions here ([`write_direct`],
-//! [`write_buffered`], [`fdatasync`]), at the point where the writer has
-//! already chosen its next I/O step (`write_step`) and the syncer its next
-//! group commit.
-//!
-//! Production: each function is the call it stands for (a `pwritev` on the
-//! shard's direct-write threads, a buffered `pwrite`, glommio's
-//! fdatasync), after one read of a thread-local flag that finds no
-//! simulated disk. Why a thread-local and not a type parameter: the clock
-//! (`crate::clock`) made the same choice; a storage type parameter would
-//! have to be carried by `PartitionLog`, `Partition`, `LogManager` and the
-//! shard that holds them, for a saving of about a nanosecond against the
-//! microseconds of the system call behind every one of these functions
-//! (`benches/log_append.rs` measures it: `tuning/results/storage-seam.md`).
-//! Shards are threads, so a simulated disk on one test thread changes no
-//! other.
-//!
-//! Tests: a thread may install a [`SimDisk`] ([`simulate`]); from then on
-//! the log's data writes and fdatasyncs on that thread go to it. The
-//! simulated disk sits on the real files, so recovery, reads and
-//! `dump-log` see what a real disk would show, and keeps for each file what
-//! a power loss would leave of it: its bytes as of its last fdatasync, and
-//! every write since. From one seed it
-//! - fails a write or an fdatasync (EIO), as a failing device does; the
-//!   writes a failed fdatasync should have covered never become durable,
-//!   even when a later fdatasync of the file succeeds (Linux marks pages
-//!   clean after a write-back error, and the next fdatasync has nothing to
-//!   write);
-//! - completes writes and fdatasyncs in another order than they were
-//!   issued: each completes after a seeded number of executor yields, so
-//!   writes in flight together land in any order, and a crash (the
-//!   executor dropped) leaves those not yet completed unwritten;
-//! - at a power loss ([`SimDisk::power_loss`]), keeps, drops or tears at
-//!   a random byte each write since its file's last fdatasync.
-//!
-//! What the simulation takes as durable at once: files the log writes with
-//! `std::fs` and fsyncs right away (indexes, checkpoints, producer
-//! snapshots, `.txnindex`, `partition.metadata`), file creation, renames and
-//! removals (the log fsyncs its directory after each; the simulated disk has
-//! no directory model), fallocate and ftruncate (space, not data: a
-//! truncation's new length becomes durable with the fdatasync after it).
-//!
-//! Determinism: the operations and every fault decision follow from the
-//! seed and the order of calls. The order of calls is glommio's
-//! scheduling of the log's tasks, which also waits on real io_uring
-//! completions (opening files, truncation, reads), so two runs of a seed
-//! can interleave differently; a failing seed reproduces in most runs, not
-//! in all.
+//! The simulated disk of the unit-test build (`cfg(test)`): what it models
+//! is in the parent module's doc (`log::storage`). The log reaches it only
+//! through `log::storage`'s three functions, which check [`active`] first.
 
-use super::direct;
-use super::iobuf::IoBuf;
-use super::partition::io_err;
-use super::LogError;
+use crate::log::direct;
+use crate::log::iobuf::IoBuf;
+use crate::log::LogError;
 use glommio::io::DmaFile;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -60,32 +13,22 @@ use std::path::Path;
 use std::rc::Rc;
 
 thread_local! {
-    /// A simulated disk is installed on this thread (the one check the
-    /// production path makes).
+    /// A simulated disk is installed on this thread.
     static ACTIVE: Cell<bool> = const { Cell::new(false) };
     static SIMULATED: RefCell<Option<SimDisk>> = const { RefCell::new(None) };
 }
 
-/// Writes `bufs`, one after another, at `pos` of the O_DIRECT segment file
-/// `file` (`direct::write`); returns the bytes written. In production the
-/// future is `direct::write`'s own (with an `Either` tag): the simulated
-/// path's state is boxed apart, so it does not enlarge every write's
-/// future.
-pub(super) fn write_direct(
+/// A simulated disk is installed on this thread.
+pub(super) fn active() -> bool {
+    ACTIVE.get()
+}
+
+/// `log::storage::write_direct` on the simulated disk.
+pub(super) async fn write_direct(
     file: Rc<DmaFile>,
     bufs: Vec<IoBuf>,
     pos: u64,
-) -> impl std::future::Future<Output = std::io::Result<usize>> {
-    use futures::future::Either;
-    if ACTIVE.get() {
-        Either::Right(Box::pin(sim_write_direct(file, bufs, pos)))
-    } else {
-        Either::Left(direct::write(file, bufs, pos))
-    }
-}
-
-/// [`write_direct`] on the simulated disk.
-async fn sim_write_direct(file: Rc<DmaFile>, bufs: Vec<IoBuf>, pos: u64) -> std::io::Result<usize> {
+) -> std::io::Result<usize> {
     let (fail, yields) = with_disk(|d| d.next_completion(d.faults.write_error_per_10k));
     yield_times(yields).await;
     if !ACTIVE.get() {
@@ -115,12 +58,9 @@ async fn sim_write_direct(file: Rc<DmaFile>, bufs: Vec<IoBuf>, pos: u64) -> std:
     Ok(len)
 }
 
-/// Writes `bytes` at `pos` of a segment file through the page cache.
+/// `log::storage::write_buffered` on the simulated disk.
 pub(super) fn write_buffered(file: &std::fs::File, bytes: &[u8], pos: u64) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
-    if !ACTIVE.get() {
-        return file.write_all_at(bytes, pos);
-    }
     let fd = file.as_raw_fd();
     let (fail, _) = with_disk(|d| d.next_completion(d.faults.write_error_per_10k));
     if fail {
@@ -133,11 +73,8 @@ pub(super) fn write_buffered(file: &std::fs::File, bytes: &[u8], pos: u64) -> st
     Ok(())
 }
 
-/// fdatasyncs a segment file.
+/// `log::storage::fdatasync` on the simulated disk.
 pub(super) async fn fdatasync(file: &DmaFile) -> Result<(), LogError> {
-    if !ACTIVE.get() {
-        return file.fdatasync().await.map_err(io_err);
-    }
     let fd = file.as_raw_fd();
     // What the fdatasync covers is decided when it starts: the writes
     // completed by then (a real one may cover more; never less).
