@@ -28,9 +28,17 @@
 //!   delta, its producer fields and its codec: every kept record stays at
 //!   its original offset (offset gaps are normal in a compacted log), and
 //!   sequence numbers keep their meaning.
-//! - Control batches (transaction markers) are the caller's decision
-//!   ([`MarkerFate`]): a marker stays while records of its transaction remain
-//!   and goes after the delete retention.
+//! - Transaction markers: [`TxnTracker`] (Kafka's
+//!   `CleanedTransactionMetadata`) follows the section's batches in log
+//!   order with the aborted transactions from the `.txnindex`, says which
+//!   data batches are aborted and whether a marker's transaction left
+//!   anything; [`marker_fate`] removes a marker only when nothing of its
+//!   transaction remains and the delete horizon its first cleaning set has
+//!   passed.
+//! - Which log: [`filthiest`] takes the log with the highest dirty ratio
+//!   above its `min.cleanable.dirty.ratio`, or any past
+//!   `max.compaction.lag.ms`; [`group_segments`] groups the sealed segments
+//!   to rewrite so small cleaned segments merge up to `segment.bytes`.
 //!
 //! Memory: the map is bounded by `bytes_max` (Kafka's
 //! `log.cleaner.dedupe.buffer.size`), charging each key its length plus
@@ -287,6 +295,169 @@ pub fn clean_batch(batch: &[u8], c: &CleanBatch<'_>) -> Result<Cleaned, RecordsE
     Ok(Cleaned::Rewritten(retained_batch(&header, &kept, horizon)?))
 }
 
+/// Which batches of the section being cleaned belong to aborted
+/// transactions, and which transaction markers may go (Kafka's
+/// `CleanedTransactionMetadata`). Fed every batch in log order: data
+/// batches through [`TxnTracker::on_data_batch`], control batches through
+/// [`TxnTracker::on_marker`].
+pub struct TxnTracker {
+    /// Aborted transactions of the section from the `.txnindex`:
+    /// (producer id, first offset), in first-offset order, not yet reached.
+    aborted: std::collections::VecDeque<(i64, i64)>,
+    /// Producers whose aborted transaction has begun and whose ABORT marker
+    /// has not been read: whether a batch of it was seen in this pass.
+    ongoing_aborted: HashMap<i64, bool>,
+    /// Producers with a transaction under way that is not aborted.
+    ongoing_committed: std::collections::HashSet<i64>,
+}
+
+impl TxnTracker {
+    /// `aborted`: the aborted transactions overlapping the section,
+    /// (producer id, first offset), any order.
+    pub fn new(mut aborted: Vec<(i64, i64)>) -> TxnTracker {
+        aborted.sort_by_key(|&(_, first)| first);
+        TxnTracker {
+            aborted: aborted.into(),
+            ongoing_aborted: HashMap::new(),
+            ongoing_committed: std::collections::HashSet::new(),
+        }
+    }
+
+    fn reach(&mut self, last_offset: i64) {
+        while let Some(&(producer_id, first)) = self.aborted.front() {
+            if first > last_offset {
+                break;
+            }
+            self.aborted.pop_front();
+            self.ongoing_aborted.insert(producer_id, false);
+        }
+    }
+
+    /// A data batch: true when it belongs to an aborted transaction (its
+    /// records go).
+    pub fn on_data_batch(&mut self, header: &BatchHeader) -> bool {
+        self.reach(header.last_offset());
+        if !header.is_transactional() {
+            return false;
+        }
+        if let Some(seen) = self.ongoing_aborted.get_mut(&header.producer_id) {
+            *seen = true;
+            return true;
+        }
+        self.ongoing_committed.insert(header.producer_id);
+        false
+    }
+
+    /// A transaction marker of `kind`: whether its transaction left nothing
+    /// behind in this pass, so that the marker may go once its delete
+    /// horizon has passed. An ABORT whose batches were seen in this pass is
+    /// kept (this pass removes them; the next may remove the marker); a
+    /// COMMIT is kept while records of its transaction remain.
+    pub fn on_marker(&mut self, header: &BatchHeader, kind: crate::record::ControlType) -> bool {
+        use crate::record::ControlType;
+        self.reach(header.last_offset());
+        match kind {
+            ControlType::Abort => {
+                !matches!(self.ongoing_aborted.remove(&header.producer_id), Some(true))
+            }
+            ControlType::Commit => !self.ongoing_committed.remove(&header.producer_id),
+            ControlType::Unknown(_) => false,
+        }
+    }
+}
+
+/// The fate of a marker from the tracker's answer and its batch's delete
+/// horizon: it goes only when its transaction left nothing and the horizon
+/// (set by an earlier cleaning) has passed.
+pub fn marker_fate(header: &BatchHeader, txn_left_nothing: bool, now_ms: i64) -> MarkerFate {
+    if txn_left_nothing && header.has_delete_horizon() && now_ms >= header.base_timestamp {
+        MarkerFate::Remove
+    } else {
+        MarkerFate::Keep
+    }
+}
+
+/// A compacted log as the cleaner weighs it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LogDirt {
+    /// Bytes already cleaned (below the first dirty offset).
+    pub clean_bytes: u64,
+    /// Cleanable dirty bytes: from the first dirty offset to the first
+    /// uncleanable one (the active segment, the LSO, min.compaction.lag.ms).
+    pub dirty_bytes: u64,
+    /// Timestamp of the earliest dirty record, if any.
+    pub first_dirty_ms: Option<i64>,
+    pub min_cleanable_dirty_ratio: f64,
+    pub max_compaction_lag_ms: i64,
+}
+
+impl LogDirt {
+    /// dirty / (clean + dirty); 0 for an empty log.
+    pub fn dirty_ratio(&self) -> f64 {
+        let total = self.clean_bytes + self.dirty_bytes;
+        if total == 0 {
+            0.0
+        } else {
+            self.dirty_bytes as f64 / total as f64
+        }
+    }
+
+    /// Kafka's `needCompactionNow`: a dirty record older than
+    /// `max.compaction.lag.ms`.
+    pub fn past_max_lag(&self, now_ms: i64) -> bool {
+        self.first_dirty_ms
+            .is_some_and(|t| now_ms.saturating_sub(t) > self.max_compaction_lag_ms)
+    }
+}
+
+/// The log to clean next (Kafka's `grabFilthiestCompactedLog`): among the
+/// logs with dirty bytes whose dirty ratio is above their
+/// `min.cleanable.dirty.ratio`, or whose oldest dirty record is past
+/// `max.compaction.lag.ms`, the one with the highest dirty ratio.
+pub fn filthiest(logs: &[LogDirt], now_ms: i64) -> Option<usize> {
+    logs.iter()
+        .enumerate()
+        .filter(|(_, l)| {
+            l.dirty_bytes > 0
+                && (l.past_max_lag(now_ms) || l.dirty_ratio() > l.min_cleanable_dirty_ratio)
+        })
+        .max_by(|(_, a), (_, b)| a.dirty_ratio().total_cmp(&b.dirty_ratio()))
+        .map(|(i, _)| i)
+}
+
+/// A sealed segment as the cleaner groups them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentSize {
+    pub base_offset: i64,
+    /// The offset after its last batch.
+    pub next_offset: i64,
+    pub bytes: u64,
+}
+
+/// Groups consecutive segments so that each group is rewritten into one
+/// cleaned segment (Kafka's `groupSegmentsBySize`): a group holds at most
+/// `segment_bytes` bytes before cleaning, and its offsets stay within 32
+/// bits of its base (the index stores relative offsets). Every segment is in
+/// exactly one group, in order; a segment larger than `segment_bytes` is a
+/// group of its own.
+pub fn group_segments(segments: &[SegmentSize], segment_bytes: u64) -> Vec<Vec<SegmentSize>> {
+    let mut groups: Vec<Vec<SegmentSize>> = Vec::new();
+    for s in segments {
+        let fits = groups.last().is_some_and(|g| {
+            let bytes: u64 = g.iter().map(|x| x.bytes).sum();
+            bytes + s.bytes <= segment_bytes
+                && s.next_offset - 1 - g[0].base_offset <= i32::MAX as i64
+        });
+        if fits {
+            groups.last_mut().expect("a group").push(*s);
+        } else {
+            groups.push(vec![*s]);
+        }
+    }
+    debug_assert_eq!(groups.iter().map(Vec::len).sum::<usize>(), segments.len());
+    groups
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -532,5 +703,128 @@ mod tests {
         let mut c = ctx(&map, TS + DAY_MS);
         c.marker = MarkerFate::Remove;
         assert_eq!(clean_batch(&first, &c).unwrap(), Cleaned::Removed);
+    }
+
+    fn header(b: &[u8]) -> BatchHeader {
+        BatchHeader::parse(b).unwrap()
+    }
+
+    fn txn_batch(base: i64, producer_id: i64) -> Vec<u8> {
+        BatchBuilder::new(Compression::None)
+            .base_offset(base)
+            .producer(producer_id, 0, 0)
+            .transactional(true)
+            .record(Some(b"k"), Some(b"v"), &[], TS)
+            .build()
+            .to_vec()
+    }
+
+    fn marker(base: i64, producer_id: i64, kind: ControlType) -> Vec<u8> {
+        let mut b = control_batch(kind, producer_id, 0, 0, TS);
+        b[..8].copy_from_slice(&base.to_be_bytes());
+        b.to_vec()
+    }
+
+    #[test]
+    fn the_tracker_finds_aborted_batches_and_markers_that_may_go() {
+        // Producer 1 commits (0, marker 1); producer 2 aborts (2, marker 4);
+        // producer 3 commits with no data here (marker 5).
+        let mut t = TxnTracker::new(vec![(2, 2)]);
+        assert!(!t.on_data_batch(&header(&txn_batch(0, 1))));
+        assert!(t.on_data_batch(&header(&txn_batch(2, 2))), "aborted");
+        assert!(!t.on_data_batch(&header(&batch(
+            3,
+            &[(Some("x"), Some("y"))],
+            Compression::None
+        ))));
+        let commit = marker(1, 1, ControlType::Commit);
+        assert!(
+            !t.on_marker(&header(&commit), ControlType::Commit),
+            "its records remain"
+        );
+        let abort = marker(4, 2, ControlType::Abort);
+        assert!(
+            !t.on_marker(&header(&abort), ControlType::Abort),
+            "its batch was seen this pass"
+        );
+        let empty_commit = marker(5, 3, ControlType::Commit);
+        assert!(t.on_marker(&header(&empty_commit), ControlType::Commit));
+        // An abort whose batches are gone already leaves nothing.
+        let mut t = TxnTracker::new(vec![(2, 6)]);
+        let abort = marker(7, 2, ControlType::Abort);
+        assert!(t.on_marker(&header(&abort), ControlType::Abort));
+    }
+
+    #[test]
+    fn a_marker_goes_only_after_its_horizon_and_when_its_txn_left_nothing() {
+        let map = OffsetMap::new(LIMIT);
+        let fresh = marker(0, 1, ControlType::Commit);
+        assert_eq!(
+            marker_fate(&header(&fresh), true, TS),
+            MarkerFate::Keep,
+            "no horizon yet"
+        );
+        let Cleaned::Rewritten(with_horizon) = clean_batch(&fresh, &ctx(&map, TS)).unwrap() else {
+            panic!("horizon set")
+        };
+        let h = header(&with_horizon);
+        assert_eq!(marker_fate(&h, true, TS + DAY_MS - 1), MarkerFate::Keep);
+        assert_eq!(marker_fate(&h, false, TS + DAY_MS), MarkerFate::Keep);
+        assert_eq!(marker_fate(&h, true, TS + DAY_MS), MarkerFate::Remove);
+    }
+
+    #[test]
+    fn the_filthiest_cleanable_log_is_chosen() {
+        let log = |clean, dirty, first_dirty_ms| LogDirt {
+            clean_bytes: clean,
+            dirty_bytes: dirty,
+            first_dirty_ms,
+            min_cleanable_dirty_ratio: 0.5,
+            max_compaction_lag_ms: 1000,
+        };
+        let now = TS;
+        let logs = [
+            log(60, 40, Some(now)), // 0.4: below the ratio
+            log(30, 70, Some(now)), // 0.7
+            log(10, 90, Some(now)), // 0.9: the filthiest
+            log(100, 0, None),      // nothing dirty
+        ];
+        assert_eq!(filthiest(&logs, now), Some(2));
+        assert_eq!(filthiest(&logs[..1], now), None);
+        assert_eq!(logs[0].dirty_ratio(), 0.4);
+        // Past max.compaction.lag.ms a log is cleaned whatever its ratio.
+        assert_eq!(filthiest(&[log(99, 1, Some(now - 1001))], now), Some(0));
+        assert_eq!(
+            filthiest(&[log(50, 50, Some(now))], now),
+            None,
+            "strictly above"
+        );
+        assert_eq!(filthiest(&[], now), None);
+    }
+
+    #[test]
+    fn segments_are_grouped_up_to_segment_bytes() {
+        let seg = |base, next, bytes| SegmentSize {
+            base_offset: base,
+            next_offset: next,
+            bytes,
+        };
+        let segs = [
+            seg(0, 10, 40),
+            seg(10, 20, 40),
+            seg(20, 30, 40),
+            seg(30, 40, 200),
+            seg(40, 50, 10),
+        ];
+        let groups = group_segments(&segs, 100);
+        let bases: Vec<Vec<i64>> = groups
+            .iter()
+            .map(|g| g.iter().map(|s| s.base_offset).collect())
+            .collect();
+        assert_eq!(bases, vec![vec![0, 10], vec![20], vec![30], vec![40]]);
+        // Offsets must stay within 32 bits of the group's base.
+        let far = [seg(0, 10, 1), seg(10, i32::MAX as i64 + 2, 1)];
+        assert_eq!(group_segments(&far, 100).len(), 2);
+        assert!(group_segments(&[], 100).is_empty());
     }
 }
