@@ -39,6 +39,9 @@
 //!   above its `min.cleanable.dirty.ratio`, or any past
 //!   `max.compaction.lag.ms`; [`group_segments`] groups the sealed segments
 //!   to rewrite so small cleaned segments merge up to `segment.bytes`.
+//! - One segment: [`map_segment`] builds the map over a dirty segment's
+//!   bytes; [`clean_segment`] writes a segment's cleaned batches into a
+//!   buffer (what the I/O side will write as `<base>.log.cleaned`).
 //!
 //! Memory: the map is bounded by `bytes_max` (Kafka's
 //! `log.cleaner.dedupe.buffer.size`), charging each key its length plus
@@ -458,6 +461,128 @@ pub fn group_segments(segments: &[SegmentSize], segment_bytes: u64) -> Vec<Vec<S
     groups
 }
 
+/// The type of the marker in a control batch (None for an empty one).
+fn marker_kind(
+    batch: &[u8],
+    header: &BatchHeader,
+    limit_bytes: usize,
+) -> Result<Option<crate::record::ControlType>, RecordsError> {
+    let records = records_of(batch, header, limit_bytes)?;
+    match records.first().and_then(|r| r.key.as_ref()) {
+        Some(key) => Ok(Some(crate::record::records::parse_control_key(key)?.1)),
+        None => Ok(None),
+    }
+}
+
+/// Maps every batch of `segment` (whole batches, in log order) from
+/// `start_offset` on (Kafka's `buildOffsetMapForSegment`), following
+/// transactions with `tracker` so that aborted records add nothing. Stops
+/// at the batch where the map fills up.
+pub fn map_segment(
+    map: &mut OffsetMap,
+    segment: &[u8],
+    start_offset: i64,
+    tracker: &mut TxnTracker,
+    limit_bytes: usize,
+) -> Result<Mapped, RecordsError> {
+    let mut iter = crate::record::BatchIter::new(segment);
+    for (at, header) in iter.by_ref() {
+        let batch = &segment[at..at + header.total_size()];
+        let aborted = if header.is_control() {
+            if let Some(kind) = marker_kind(batch, &header, limit_bytes)? {
+                tracker.on_marker(&header, kind);
+            }
+            continue;
+        } else {
+            tracker.on_data_batch(&header)
+        };
+        if map_batch(map, batch, start_offset, aborted, limit_bytes)? == Mapped::Full {
+            return Ok(Mapped::Full);
+        }
+    }
+    match iter.error() {
+        Some(e) => Err(from_batch_error(e.clone())),
+        None => Ok(Mapped::Whole),
+    }
+}
+
+/// The inputs of cleaning a segment besides its bytes.
+pub struct SegmentCleaning<'a> {
+    pub map: &'a OffsetMap,
+    /// Producer id → last offset of its last data batch in the log (from
+    /// the producer-state table): that batch is kept, if only empty.
+    pub last_of_producers: &'a HashMap<i64, i64>,
+    pub now_ms: i64,
+    pub delete_retention_ms: i64,
+    pub limit_bytes: usize,
+}
+
+/// What cleaning a segment did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CleanStats {
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub batches_rewritten: u64,
+    pub batches_removed: u64,
+}
+
+/// Cleans `segment` (whole batches, in log order) into `out` (Kafka's
+/// `cleanInto`): every batch through [`clean_batch`], with `tracker`
+/// deciding aborted batches and markers.
+pub fn clean_segment(
+    segment: &[u8],
+    c: &SegmentCleaning<'_>,
+    tracker: &mut TxnTracker,
+    out: &mut Vec<u8>,
+) -> Result<CleanStats, RecordsError> {
+    let mut stats = CleanStats::default();
+    let mut iter = crate::record::BatchIter::new(segment);
+    for (at, header) in iter.by_ref() {
+        let batch = &segment[at..at + header.total_size()];
+        stats.bytes_read += batch.len() as u64;
+        let (aborted, marker) = if header.is_control() {
+            let left_nothing = match marker_kind(batch, &header, c.limit_bytes)? {
+                Some(kind) => tracker.on_marker(&header, kind),
+                None => false,
+            };
+            (false, marker_fate(&header, left_nothing, c.now_ms))
+        } else {
+            (tracker.on_data_batch(&header), MarkerFate::Keep)
+        };
+        let last_of_producer = header.producer_id >= 0
+            && c.last_of_producers.get(&header.producer_id) == Some(&header.last_offset());
+        let cleaned = clean_batch(
+            batch,
+            &CleanBatch {
+                map: c.map,
+                now_ms: c.now_ms,
+                delete_retention_ms: c.delete_retention_ms,
+                aborted,
+                last_of_producer,
+                marker,
+                limit_bytes: c.limit_bytes,
+            },
+        )?;
+        match cleaned {
+            Cleaned::Unchanged => {
+                out.extend_from_slice(batch);
+                stats.bytes_written += batch.len() as u64;
+            }
+            Cleaned::Rewritten(b) => {
+                out.extend_from_slice(&b);
+                stats.bytes_written += b.len() as u64;
+                stats.batches_rewritten += 1;
+            }
+            Cleaned::Removed => stats.batches_removed += 1,
+        }
+    }
+    if let Some(e) = iter.error() {
+        return Err(from_batch_error(e.clone()));
+    }
+    debug_assert!(stats.bytes_written <= stats.bytes_read + stats.batches_rewritten * 64);
+    Ok(stats)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -826,5 +951,105 @@ mod tests {
         let far = [seg(0, 10, 1), seg(10, i32::MAX as i64 + 2, 1)];
         assert_eq!(group_segments(&far, 100).len(), 2);
         assert!(group_segments(&[], 100).is_empty());
+    }
+
+    #[test]
+    fn a_segment_is_cleaned_to_the_latest_records_at_their_offsets() {
+        let with_base = |mut b: BytesMut, base: i64| {
+            b[..8].copy_from_slice(&base.to_be_bytes());
+            b.to_vec()
+        };
+        let aborted_txn = BatchBuilder::new(Compression::None)
+            .base_offset(1)
+            .producer(7, 0, 0)
+            .transactional(true)
+            .record(Some(b"k2"), Some(b"x"), &[], TS)
+            .build()
+            .to_vec();
+        let segment: Vec<u8> = [
+            batch(0, &[(Some("k1"), Some("a"))], Compression::None),
+            aborted_txn,
+            with_base(control_batch(ControlType::Abort, 7, 0, 0, TS), 2),
+            batch(3, &[(Some("k1"), Some("b"))], Compression::Snappy),
+            batch(4, &[(Some("k3"), None)], Compression::None),
+        ]
+        .concat();
+        let mut map = OffsetMap::new(LIMIT);
+        let mut tracker = TxnTracker::new(vec![(7, 1)]);
+        assert_eq!(
+            map_segment(&mut map, &segment, 0, &mut tracker, LIMIT).unwrap(),
+            Mapped::Whole
+        );
+        assert_eq!(
+            (map.get(b"k1"), map.get(b"k2"), map.get(b"k3")),
+            (Some(3), None, Some(4))
+        );
+        let last_of_producers = HashMap::from([(7, 1)]);
+        let c = SegmentCleaning {
+            map: &map,
+            last_of_producers: &last_of_producers,
+            now_ms: TS,
+            delete_retention_ms: DAY_MS,
+            limit_bytes: LIMIT,
+        };
+        let mut out = Vec::new();
+        let stats =
+            clean_segment(&segment, &c, &mut TxnTracker::new(vec![(7, 1)]), &mut out).unwrap();
+        assert_eq!(stats.bytes_read, segment.len() as u64);
+        assert_eq!(stats.bytes_written, out.len() as u64);
+        assert_eq!(stats.batches_removed, 1, "k1@0");
+        let kept: Vec<(i64, i64, i32, bool, bool)> = crate::record::BatchIter::new(&out)
+            .map(|(_, h)| {
+                (
+                    h.base_offset,
+                    h.last_offset(),
+                    h.records_count,
+                    h.is_control(),
+                    h.has_delete_horizon(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kept,
+            vec![
+                (1, 1, 0, false, false), // producer 7's last batch, emptied
+                (2, 2, 1, true, true),   // its ABORT marker: its batch was seen
+                (3, 3, 1, false, false), // k1's latest
+                (4, 4, 1, false, true),  // k3's tombstone, with its horizon
+            ]
+        );
+        // Every batch written is valid.
+        for (at, h) in crate::record::BatchIter::new(&out) {
+            let b = &out[at..at + h.total_size()];
+            assert_eq!(crate::record::batch::compute_crc(b), h.crc);
+        }
+        // Cleaning again after the horizon: the tombstone goes; the ABORT
+        // marker stays while its producer's emptied last batch does.
+        let clean_again = |input: &[u8], c: &SegmentCleaning<'_>| {
+            let mut out = Vec::new();
+            clean_segment(input, c, &mut TxnTracker::new(vec![(7, 1)]), &mut out).unwrap();
+            let offsets: Vec<i64> = crate::record::BatchIter::new(&out)
+                .map(|(_, h)| h.base_offset)
+                .collect();
+            (out, offsets)
+        };
+        let later = SegmentCleaning {
+            now_ms: TS + DAY_MS,
+            ..c
+        };
+        let (second, offsets) = clean_again(&out, &later);
+        assert_eq!(offsets, vec![1, 2, 3]);
+        // Once producer 7 wrote later batches elsewhere, its empty batch
+        // goes; the marker goes at the cleaning after that, when no batch
+        // of its transaction is seen any more.
+        let moved_on = HashMap::new();
+        let later = SegmentCleaning {
+            last_of_producers: &moved_on,
+            ..later
+        };
+        let (third, offsets) = clean_again(&second, &later);
+        assert_eq!(offsets, vec![2, 3]);
+        let (_, offsets) = clean_again(&third, &later);
+        assert_eq!(offsets, vec![3]);
     }
 }
