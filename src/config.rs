@@ -32,6 +32,14 @@ pub const PRODUCERS_PER_PARTITION_MAX_DEFAULT: usize = 10_000;
 pub const GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT: i64 = 3_000;
 /// Kafka's `offsets.retention.minutes` default (7 days).
 pub const OFFSETS_RETENTION_MINUTES_DEFAULT: i64 = 7 * 24 * 60;
+/// Kafka's `log.cleaner.delete.retention.ms` default (1 day).
+pub const LOG_CLEANER_DELETE_RETENTION_MS_DEFAULT: i64 = 24 * 60 * 60 * 1000;
+/// Kafka's `log.cleaner.min.compaction.lag.ms` default.
+pub const LOG_CLEANER_MIN_COMPACTION_LAG_MS_DEFAULT: i64 = 0;
+/// Kafka's `log.cleaner.max.compaction.lag.ms` default (Long.MAX_VALUE).
+pub const LOG_CLEANER_MAX_COMPACTION_LAG_MS_DEFAULT: i64 = i64::MAX;
+/// Kafka's `log.cleaner.min.cleanable.ratio` default.
+pub const LOG_CLEANER_MIN_CLEANABLE_RATIO_DEFAULT: f64 = 0.5;
 /// Requests read from one connection before the first is answered.
 pub const INFLIGHT_REQUESTS_MAX_DEFAULT: usize = 64;
 
@@ -161,6 +169,18 @@ pub struct ServeArgs {
     /// Kafka `message.max.bytes` [default: 1048588].
     #[arg(long)]
     pub message_max_bytes: Option<i32>,
+    /// Kafka `log.cleaner.delete.retention.ms`, default of a topic's `delete.retention.ms` [default: 1 day].
+    #[arg(long)]
+    pub log_cleaner_delete_retention_ms: Option<i64>,
+    /// Kafka `log.cleaner.min.compaction.lag.ms`, default of a topic's `min.compaction.lag.ms` [default: 0].
+    #[arg(long)]
+    pub log_cleaner_min_compaction_lag_ms: Option<i64>,
+    /// Kafka `log.cleaner.max.compaction.lag.ms`, default of a topic's `max.compaction.lag.ms` [default: 9223372036854775807].
+    #[arg(long)]
+    pub log_cleaner_max_compaction_lag_ms: Option<i64>,
+    /// Kafka `log.cleaner.min.cleanable.ratio`, default of a topic's `min.cleanable.dirty.ratio` [default: 0.5].
+    #[arg(long)]
+    pub log_cleaner_min_cleanable_ratio: Option<f64>,
     /// Kafka `producer.id.expiration.ms`: idle producers' state is dropped [default: 1 day].
     #[arg(long)]
     pub producer_id_expiration_ms: Option<i64>,
@@ -271,6 +291,10 @@ pub struct BrokerConfig {
     pub log_retention_ms: i64,
     pub log_segment_bytes: i64,
     pub message_max_bytes: i32,
+    pub log_cleaner_delete_retention_ms: i64,
+    pub log_cleaner_min_compaction_lag_ms: i64,
+    pub log_cleaner_max_compaction_lag_ms: i64,
+    pub log_cleaner_min_cleanable_ratio: f64,
     pub producer_id_expiration_ms: i64,
     pub producers_per_partition_max: usize,
     pub group_initial_rebalance_delay_ms: i64,
@@ -333,6 +357,18 @@ impl ServeArgs {
             log_retention_ms: self.log_retention_ms.or(file.log_retention_ms),
             log_segment_bytes: self.log_segment_bytes.or(file.log_segment_bytes),
             message_max_bytes: self.message_max_bytes.or(file.message_max_bytes),
+            log_cleaner_delete_retention_ms: self
+                .log_cleaner_delete_retention_ms
+                .or(file.log_cleaner_delete_retention_ms),
+            log_cleaner_min_compaction_lag_ms: self
+                .log_cleaner_min_compaction_lag_ms
+                .or(file.log_cleaner_min_compaction_lag_ms),
+            log_cleaner_max_compaction_lag_ms: self
+                .log_cleaner_max_compaction_lag_ms
+                .or(file.log_cleaner_max_compaction_lag_ms),
+            log_cleaner_min_cleanable_ratio: self
+                .log_cleaner_min_cleanable_ratio
+                .or(file.log_cleaner_min_cleanable_ratio),
             producer_id_expiration_ms: self
                 .producer_id_expiration_ms
                 .or(file.producer_id_expiration_ms),
@@ -423,6 +459,37 @@ impl ServeArgs {
         );
         let num_partitions = a.num_partitions.unwrap_or(1);
         anyhow::ensure!(num_partitions >= 1, "--num-partitions must be at least 1");
+        // Kafka's ranges for these broker settings (`CleanerConfig` /
+        // `ServerLogConfigs`): a topic that does not override them takes
+        // them as its own, so they must be valid topic values too.
+        let log_cleaner_delete_retention_ms = a
+            .log_cleaner_delete_retention_ms
+            .unwrap_or(LOG_CLEANER_DELETE_RETENTION_MS_DEFAULT);
+        anyhow::ensure!(
+            log_cleaner_delete_retention_ms >= 0,
+            "--log-cleaner-delete-retention-ms must be at least 0"
+        );
+        let log_cleaner_min_compaction_lag_ms = a
+            .log_cleaner_min_compaction_lag_ms
+            .unwrap_or(LOG_CLEANER_MIN_COMPACTION_LAG_MS_DEFAULT);
+        anyhow::ensure!(
+            log_cleaner_min_compaction_lag_ms >= 0,
+            "--log-cleaner-min-compaction-lag-ms must be at least 0"
+        );
+        let log_cleaner_max_compaction_lag_ms = a
+            .log_cleaner_max_compaction_lag_ms
+            .unwrap_or(LOG_CLEANER_MAX_COMPACTION_LAG_MS_DEFAULT);
+        anyhow::ensure!(
+            log_cleaner_max_compaction_lag_ms >= 1,
+            "--log-cleaner-max-compaction-lag-ms must be at least 1"
+        );
+        let log_cleaner_min_cleanable_ratio = a
+            .log_cleaner_min_cleanable_ratio
+            .unwrap_or(LOG_CLEANER_MIN_CLEANABLE_RATIO_DEFAULT);
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&log_cleaner_min_cleanable_ratio),
+            "--log-cleaner-min-cleanable-ratio must be between 0 and 1"
+        );
         let metrics_listen = match a.metrics_listen.as_deref() {
             Some("none") => None,
             Some(addr) => Some(addr.parse().map_err(|e| {
@@ -458,6 +525,10 @@ impl ServeArgs {
             log_retention_ms: a.log_retention_ms.unwrap_or(LOG_RETENTION_MS_DEFAULT),
             log_segment_bytes: a.log_segment_bytes.unwrap_or(LOG_SEGMENT_BYTES_DEFAULT),
             message_max_bytes: a.message_max_bytes.unwrap_or(MESSAGE_MAX_BYTES_DEFAULT),
+            log_cleaner_delete_retention_ms,
+            log_cleaner_min_compaction_lag_ms,
+            log_cleaner_max_compaction_lag_ms,
+            log_cleaner_min_cleanable_ratio,
             producer_id_expiration_ms: a
                 .producer_id_expiration_ms
                 .unwrap_or(PRODUCER_ID_EXPIRATION_MS_DEFAULT),

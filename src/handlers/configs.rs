@@ -92,17 +92,37 @@ const TOPIC_CONFIG_SYNONYMS: &[(&str, &str, &str)] = &[
     ("cleanup.policy", "log.cleanup.policy", "delete"),
     ("compression.type", "compression.type", "producer"),
     (
+        "delete.retention.ms",
+        "log.cleaner.delete.retention.ms",
+        "86400000",
+    ),
+    (
         "flush.messages",
         "log.flush.interval.messages",
         "9223372036854775807",
     ),
     ("flush.ms", "log.flush.interval.ms", "9223372036854775807"),
     ("index.interval.bytes", "log.index.interval.bytes", "4096"),
+    (
+        "max.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms",
+        "9223372036854775807",
+    ),
     ("max.message.bytes", "message.max.bytes", "1048588"),
     (
         "message.timestamp.type",
         "log.message.timestamp.type",
         "CreateTime",
+    ),
+    (
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+        "0.5",
+    ),
+    (
+        "min.compaction.lag.ms",
+        "log.cleaner.min.compaction.lag.ms",
+        "0",
     ),
     ("min.insync.replicas", "min.insync.replicas", "1"),
     ("retention.bytes", "log.retention.bytes", "-1"),
@@ -412,7 +432,7 @@ pub async fn incremental_alter(
                         bad = Some((
                             ResponseError::InvalidConfig.code(),
                             format!(
-                                "Config operation {op} is not supported for {}: no list-typed topic config accepts more than one value in fjord",
+                                "Config operation {op} (APPEND or SUBTRACT) is not supported by fjord for {}: SET the whole list instead",
                                 c.name.as_str()
                             ),
                         ))

@@ -9,6 +9,9 @@
 //! - an unknown topic or partition gets UNKNOWN_TOPIC_OR_PARTITION, a
 //!   partition of another shard NOT_LEADER_OR_FOLLOWER (the client sends
 //!   each partition to its leader);
+//! - a topic whose `cleanup.policy` lacks `delete` (compact only) gets
+//!   POLICY_VIOLATION, as Kafka's "can not be deleted due to the
+//!   configured policy";
 //! - offset -1 stands for the high watermark; an offset below 0 or above
 //!   the HW gets OFFSET_OUT_OF_RANGE;
 //! - the answer is the low watermark, the log start after the call (-1
@@ -66,6 +69,10 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                     continue;
                 }
             };
+            if !state.config().cleanup_delete {
+                partitions.push(fail(ResponseError::PolicyViolation));
+                continue;
+            }
             let log = &state.log;
             let offset = match p.offset {
                 HIGH_WATERMARK => log.high_watermark().0,

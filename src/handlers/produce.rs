@@ -12,7 +12,12 @@
 //!    current leader (v10+), so the client goes straight to the owner — no
 //!    cross-core hop on this path;
 //! 5. baseOffset 0, size within `max.message.bytes`, CRC
-//!    (`protocol::produce::validate_for_append`);
+//!    (`protocol::produce::validate_for_append`); on a topic whose
+//!    `cleanup.policy` has `compact`, every record has a key, else
+//!    INVALID_RECORD with one record error per keyless record, as Kafka's
+//!    `LogValidator.validateKey` (checked against stock Kafka 4.4:
+//!    "Compacted topic cannot accept message without key in topic
+//!    partition t-0", no final period);
 //! 6. the producer-state check (duplicates answered with the original's
 //!    offsets, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER),
 //!    recompression when the topic's `compression.type` names another
@@ -53,6 +58,7 @@ use crate::protocol::produce::{
     decode_produce_request, single_batch_for_version, validate_for_append,
 };
 use crate::protocol::RequestHeader;
+use crate::record::records::keyless_records;
 use crate::record::RecordsError;
 use crate::shard::messages::ShardMessage;
 use crate::shard::ShardCtx;
@@ -62,7 +68,8 @@ use bytes::BytesMut;
 use futures::future::{self, Either, LocalBoxFuture};
 use futures::FutureExt;
 use kafka_protocol::messages::produce_response::{
-    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
+    TopicProduceResponse,
 };
 use kafka_protocol::messages::{BrokerId, ProduceResponse, TopicName};
 use kafka_protocol::ResponseError;
@@ -83,6 +90,11 @@ struct PartitionResult {
     log_append_time_ms: i64,
     /// The log to wait on for acks.
     log: Option<Rc<PartitionLog>>,
+    /// Kafka's per-record errors (Produce v8+): (index in the batch, message).
+    record_errors: Vec<(i32, String)>,
+    /// The log start offset a refused append still reports (Kafka's
+    /// `RecordValidationException` answer); -1 otherwise.
+    refused_log_start: i64,
 }
 
 impl PartitionResult {
@@ -95,7 +107,47 @@ impl PartitionResult {
             appended: None,
             log_append_time_ms: -1,
             log: None,
+            record_errors: Vec::new(),
+            refused_log_start: -1,
         }
+    }
+}
+
+/// Kafka's `LogValidator` answer to records without a key on a compacted
+/// topic: INVALID_RECORD with one record error per keyless record (its
+/// index in the batch) and `processRecordErrors`' summary message, which
+/// names at most the first three.
+fn keyless_refusal(
+    index: i32,
+    tp: &TopicPartition,
+    keyless: &[i32],
+    log_start: i64,
+) -> PartitionResult {
+    let record_errors: Vec<(i32, String)> = keyless
+        .iter()
+        .map(|&i| {
+            (
+                i,
+                format!(
+                    "Compacted topic cannot accept message without key in topic partition {tp}"
+                ),
+            )
+        })
+        .collect();
+    let shown: Vec<String> = record_errors
+        .iter()
+        .take(3)
+        .map(|(i, m)| format!("RecordError(batchIndex={i}, message='{m}')"))
+        .collect();
+    let message = format!(
+        "One or more records have been rejected due to {} record errors in total, and only showing the first three errors at most: [{}]",
+        record_errors.len(),
+        shown.join(", ")
+    );
+    PartitionResult {
+        record_errors,
+        refused_log_start: log_start,
+        ..PartitionResult::error(index, ResponseError::InvalidRecord.code(), Some(message))
     }
 }
 
@@ -472,6 +524,28 @@ fn append_and_answer(
                 ));
                 continue;
             }
+            // Kafka's `LogValidator.validateKey`: every record of a batch
+            // for a compacted topic needs a key (control batches come only
+            // from the broker). This opens the batch, decompressing it if
+            // need be, so only compacted topics pay for it.
+            if state.config().cleanup_compact {
+                match keyless_records(&records, ctx.config.batch_decompressed_bytes_max) {
+                    Ok(keyless) if keyless.is_empty() => {}
+                    Ok(keyless) => {
+                        let log_start = state.log.log_start_offset().0;
+                        results.push(keyless_refusal(index, &tp, &keyless, log_start));
+                        continue;
+                    }
+                    Err(e) => {
+                        results.push(PartitionResult::error(
+                            index,
+                            errors::records(&e),
+                            Some(e.to_string()),
+                        ));
+                        continue;
+                    }
+                }
+            }
             // 6. Producer state, then recompress, stamp and append — one
             //    synchronous step in the partition, so check and update
             //    cannot interleave.
@@ -514,6 +588,8 @@ fn append_and_answer(
                 appended: Some(info),
                 log_append_time_ms,
                 log: Some(state.log.clone()),
+                record_errors: Vec::new(),
+                refused_log_start: -1,
             });
         }
         topics.push((topic.name, results));
@@ -607,7 +683,7 @@ fn response(
                         .with_error_code(r.error)
                         .with_base_offset(-1)
                         .with_log_append_time_ms(r.log_append_time_ms)
-                        .with_log_start_offset(-1);
+                        .with_log_start_offset(r.refused_log_start);
                     if let Some(info) = &r.appended {
                         p = p
                             .with_base_offset(info.base_offset.0)
@@ -617,6 +693,16 @@ fn response(
                     }
                     if version >= 8 {
                         p = p.with_error_message(r.message.map(super::str_bytes));
+                        let record_errors = r
+                            .record_errors
+                            .into_iter()
+                            .map(|(i, m)| {
+                                BatchIndexAndErrorMessage::default()
+                                    .with_batch_index(i)
+                                    .with_batch_index_error_message(Some(super::str_bytes(m)))
+                            })
+                            .collect();
+                        p = p.with_record_errors(record_errors);
                     }
                     if let (Some(leader), true) = (r.leader, version >= FIRST_LEADER_HINT_VERSION) {
                         leaders_named.push(leader);

@@ -33,6 +33,7 @@ pub(crate) mod ahead;
 mod appender;
 pub mod cache;
 pub mod checkpoint;
+pub mod cleaner;
 mod copy;
 mod direct;
 pub mod dump;

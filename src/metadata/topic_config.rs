@@ -5,6 +5,18 @@
 //! A key Kafka has but fjord does not implement is rejected with
 //! INVALID_CONFIG rather than silently accepted: a user who sets it must not
 //! believe it takes effect.
+//!
+//! Compaction (issue 26): `cleanup.policy` takes `delete`, `compact` or both
+//! (a comma-separated list, as Kafka's `ValidList`), and the cleaner's topic
+//! configs (`min.cleanable.dirty.ratio`, `min.compaction.lag.ms`,
+//! `max.compaction.lag.ms`, `delete.retention.ms`) are validated and
+//! described with Kafka's names, defaults and broker synonyms. What takes
+//! effect today: a topic whose policy lacks `delete` is never deleted by
+//! retention (Kafka's `UnifiedLog.deleteOldSegments`), DeleteRecords on it
+//! gets POLICY_VIOLATION, and a produce of a record without a key to a topic
+//! whose policy has `compact` gets INVALID_RECORD (Kafka's
+//! `LogValidator.validateKey`). The log cleaner itself is not built yet: a
+//! compacted topic keeps every record until it is (see issue 26).
 
 use crate::config::BrokerConfig;
 use crate::record::Compression;
@@ -21,6 +33,9 @@ pub enum ConfigError {
         value: String,
         reason: String,
     },
+    /// Two configs that are each valid contradict each other.
+    #[error("{0}")]
+    Conflict(String),
 }
 
 /// The type Kafka reports for a config in DescribeConfigs v3+.
@@ -52,14 +67,20 @@ pub const KEYS: &[ConfigKey] = &[
     ConfigKey {
         name: "cleanup.policy",
         kind: ConfigType::List,
-        default: |_| "delete".into(),
-        doc: "Only 'delete' is supported: whole segments are removed by retention.",
+        default: |_| CLEANUP_POLICY_DELETE.into(),
+        doc: "'delete' removes whole segments by retention; 'compact' keeps the latest record per key (the cleaner is not built yet: a compacted topic keeps every record); 'compact,delete' both.",
     },
     ConfigKey {
         name: "compression.type",
         kind: ConfigType::String,
         default: |_| "producer".into(),
         doc: "'producer' keeps the producer's codec; a codec name recompresses to it.",
+    },
+    ConfigKey {
+        name: "delete.retention.ms",
+        kind: ConfigType::Long,
+        default: |b| b.log_cleaner_delete_retention_ms.to_string(),
+        doc: "How long a tombstone of a compacted topic is kept after the cleaning that first saw it.",
     },
     ConfigKey {
         name: "flush.messages",
@@ -80,6 +101,12 @@ pub const KEYS: &[ConfigKey] = &[
         doc: "Bytes appended between offset index entries.",
     },
     ConfigKey {
+        name: "max.compaction.lag.ms",
+        kind: ConfigType::Long,
+        default: |b| b.log_cleaner_max_compaction_lag_ms.to_string(),
+        doc: "Longest a record may stay uncompacted in a compacted topic.",
+    },
+    ConfigKey {
         name: "max.message.bytes",
         kind: ConfigType::Int,
         default: |b| b.message_max_bytes.to_string(),
@@ -90,6 +117,18 @@ pub const KEYS: &[ConfigKey] = &[
         kind: ConfigType::String,
         default: |_| "CreateTime".into(),
         doc: "CreateTime keeps the producer's timestamps; LogAppendTime sets the broker's.",
+    },
+    ConfigKey {
+        name: "min.cleanable.dirty.ratio",
+        kind: ConfigType::Double,
+        default: |b| format_double(b.log_cleaner_min_cleanable_ratio),
+        doc: "Share of a compacted log not yet cleaned above which the cleaner takes it.",
+    },
+    ConfigKey {
+        name: "min.compaction.lag.ms",
+        kind: ConfigType::Long,
+        default: |b| b.log_cleaner_min_compaction_lag_ms.to_string(),
+        doc: "Shortest time a record stays uncompacted in a compacted topic.",
     },
     ConfigKey {
         name: "min.insync.replicas",
@@ -129,6 +168,46 @@ pub const KEYS: &[ConfigKey] = &[
     },
 ];
 
+/// Kafka's `cleanup.policy` values.
+pub const CLEANUP_POLICY_DELETE: &str = "delete";
+pub const CLEANUP_POLICY_COMPACT: &str = "compact";
+
+/// How Java's `Double.toString` writes the ratios fjord uses (`0.5`, `1.0`,
+/// `0.0`): DescribeConfigs shows a double the way Kafka does.
+pub fn format_double(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e7 {
+        format!("{v:.1}")
+    } else {
+        v.to_string()
+    }
+}
+
+/// Parses a `cleanup.policy` value as Kafka's `ValidList` does: a
+/// comma-separated list, each item trimmed, every item `delete` or
+/// `compact`. Returns (delete, compact).
+pub fn parse_cleanup_policy(value: &str) -> Result<(bool, bool), ConfigError> {
+    let key = "cleanup.policy";
+    let (mut delete, mut compact) = (false, false);
+    // Kafka 4.4 accepts an empty list: neither deleted nor compacted.
+    if value.trim().is_empty() {
+        return Ok((false, false));
+    }
+    for item in value.split(',').map(str::trim) {
+        match item {
+            CLEANUP_POLICY_DELETE => delete = true,
+            CLEANUP_POLICY_COMPACT => compact = true,
+            _ => {
+                return Err(invalid(
+                    key,
+                    value,
+                    "String must be one of: compact, delete",
+                ))
+            }
+        }
+    }
+    Ok((delete, compact))
+}
+
 /// Kafka's lower bound for `segment.bytes` (1 MiB since Kafka 4.0).
 pub const SEGMENT_BYTES_MIN: i64 = 1024 * 1024;
 
@@ -146,7 +225,11 @@ fn parse_long(key: &str, value: &str, min: i64) -> Result<i64, ConfigError> {
         .parse()
         .map_err(|_| invalid(key, value, "not a number"))?;
     if v < min {
-        return Err(invalid(key, value, &format!("must be at least {min}")));
+        return Err(invalid(
+            key,
+            value,
+            &format!("Value must be at least {min}"),
+        ));
     }
     Ok(v)
 }
@@ -159,13 +242,41 @@ fn parse_int(key: &str, value: &str, min: i64) -> Result<i64, ConfigError> {
     Ok(v)
 }
 
+/// A double in [0, 1], as Kafka's `Range.between(0, 1)` for
+/// `min.cleanable.dirty.ratio`.
+fn parse_ratio(key: &str, value: &str) -> Result<f64, ConfigError> {
+    let v: f64 = value
+        .trim()
+        .parse()
+        .map_err(|_| invalid(key, value, "not a number"))?;
+    // Kafka names the parsed double in its message ("-1.0").
+    if !v.is_finite() || v < 0.0 {
+        return Err(invalid(key, &format_double(v), "Value must be at least 0"));
+    }
+    if v > 1.0 {
+        return Err(invalid(
+            key,
+            &format_double(v),
+            "Value must be no more than 1",
+        ));
+    }
+    Ok(v)
+}
+
 /// Checks one key/value pair as Kafka's `LogConfig.validate` would.
 pub fn validate(key: &str, value: &str) -> Result<(), ConfigError> {
     match key {
         "cleanup.policy" => {
-            if value.trim() != "delete" {
-                return Err(invalid(key, value, "fjord supports only 'delete'"));
-            }
+            parse_cleanup_policy(value)?;
+        }
+        "min.cleanable.dirty.ratio" => {
+            parse_ratio(key, value)?;
+        }
+        "delete.retention.ms" | "min.compaction.lag.ms" => {
+            parse_long(key, value, 0)?;
+        }
+        "max.compaction.lag.ms" => {
+            parse_long(key, value, 1)?;
         }
         "compression.type" => {
             if value != "producer" && Compression::from_name(value).is_none() {
@@ -207,14 +318,50 @@ pub fn validate(key: &str, value: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Validates a whole set of overrides.
-pub fn validate_all(configs: &BTreeMap<String, String>) -> Result<(), ConfigError> {
-    configs.iter().try_for_each(|(k, v)| validate(k, v))
+/// Overrides as Kafka stores them: a list value (`cleanup.policy`) is its
+/// items trimmed and joined by commas, so `delete, compact` is described as
+/// `delete,compact` (checked against stock Kafka 4.4).
+pub fn normalized(mut configs: BTreeMap<String, String>) -> BTreeMap<String, String> {
+    if let Some(v) = configs.get_mut("cleanup.policy") {
+        let items: Vec<&str> = v
+            .split(',')
+            .map(str::trim)
+            .filter(|i| !i.is_empty())
+            .collect();
+        *v = items.join(",");
+    }
+    configs
+}
+
+/// Validates a whole set of overrides, each key alone and then the pairs
+/// Kafka's `LogConfig.validateValues` checks together, against the broker
+/// defaults the topic falls back to.
+pub fn validate_all(
+    configs: &BTreeMap<String, String>,
+    broker: &BrokerConfig,
+) -> Result<(), ConfigError> {
+    configs.iter().try_for_each(|(k, v)| validate(k, v))?;
+    let c = TopicConfig::resolve(configs, broker);
+    if c.min_compaction_lag_ms > c.max_compaction_lag_ms {
+        return Err(ConfigError::Conflict(format!(
+            "conflict topic config setting min.compaction.lag.ms ({}) > max.compaction.lag.ms ({})",
+            c.min_compaction_lag_ms, c.max_compaction_lag_ms
+        )));
+    }
+    Ok(())
 }
 
 /// The configs one partition runs with: overrides on top of broker defaults.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TopicConfig {
+    /// `cleanup.policy` has `delete`: retention removes old segments.
+    pub cleanup_delete: bool,
+    /// `cleanup.policy` has `compact`: records need a key.
+    pub cleanup_compact: bool,
+    pub delete_retention_ms: i64,
+    pub min_cleanable_dirty_ratio: f64,
+    pub min_compaction_lag_ms: i64,
+    pub max_compaction_lag_ms: i64,
     /// None = `producer` (keep the producer's codec).
     pub compression: Option<Compression>,
     pub flush_messages: i64,
@@ -250,7 +397,20 @@ impl TopicConfig {
             "producer" => None,
             name => Compression::from_name(name),
         };
+        let (cleanup_delete, cleanup_compact) =
+            parse_cleanup_policy(&get("cleanup.policy")).unwrap_or((true, false));
         TopicConfig {
+            cleanup_delete,
+            cleanup_compact,
+            delete_retention_ms: long("delete.retention.ms"),
+            min_cleanable_dirty_ratio: get("min.cleanable.dirty.ratio")
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|r| (0.0..=1.0).contains(r))
+                .unwrap_or(0.5),
+            min_compaction_lag_ms: long("min.compaction.lag.ms"),
+            max_compaction_lag_ms: long("max.compaction.lag.ms"),
             compression,
             flush_messages: long("flush.messages"),
             flush_ms: long("flush.ms"),
@@ -263,6 +423,30 @@ impl TopicConfig {
             segment_bytes: long("segment.bytes").max(SEGMENT_BYTES_MIN) as u64,
             segment_index_bytes: long("segment.index.bytes").clamp(4096, i32::MAX as i64) as u32,
             segment_ms: long("segment.ms"),
+        }
+    }
+}
+
+impl TopicConfig {
+    /// The `retention.ms` the log applies: Kafka deletes by retention only
+    /// when `cleanup.policy` has `delete` (`UnifiedLog.deleteOldSegments`),
+    /// so a compact-only topic keeps its segments whatever retention.ms
+    /// says (-1 = keep forever).
+    pub fn effective_retention_ms(&self) -> i64 {
+        if self.cleanup_delete {
+            self.retention_ms
+        } else {
+            -1
+        }
+    }
+
+    /// The `retention.bytes` the log applies (see
+    /// [`TopicConfig::effective_retention_ms`]).
+    pub fn effective_retention_bytes(&self) -> i64 {
+        if self.cleanup_delete {
+            self.retention_bytes
+        } else {
+            -1
         }
     }
 }
@@ -325,17 +509,100 @@ mod tests {
         let mut o = BTreeMap::new();
         o.insert("compression.type".to_string(), "lz4".to_string());
         o.insert("retention.ms".to_string(), "-1".to_string());
-        assert!(validate_all(&o).is_ok());
+        assert!(validate_all(&o, &broker()).is_ok());
         let c = TopicConfig::resolve(&o, &broker());
         assert_eq!(c.compression, Some(Compression::Lz4));
         assert_eq!(c.retention_ms, -1);
         assert!(validate("compression.type", "brotli").is_err());
         assert!(validate("segment.bytes", "100").is_err());
-        assert!(validate("cleanup.policy", "compact").is_err());
+        assert!(validate("cleanup.policy", "lz4").is_err());
         assert_eq!(
             validate("no.such.key", "1"),
             Err(ConfigError::UnknownKey("no.such.key".into()))
         );
+    }
+
+    #[test]
+    fn cleanup_policy_takes_delete_compact_or_both() {
+        for (value, delete, compact) in [
+            ("delete", true, false),
+            ("compact", false, true),
+            ("compact,delete", true, true),
+            ("delete, compact", true, true),
+        ] {
+            assert!(validate("cleanup.policy", value).is_ok(), "{value}");
+            let o = BTreeMap::from([("cleanup.policy".to_string(), value.to_string())]);
+            let c = TopicConfig::resolve(&o, &broker());
+            assert_eq!((c.cleanup_delete, c.cleanup_compact), (delete, compact));
+        }
+        assert_eq!(parse_cleanup_policy(""), Ok((false, false)));
+        for bad in ["compacted", "compact;delete", "compact,,delete"] {
+            assert!(validate("cleanup.policy", bad).is_err(), "{bad:?}");
+        }
+        let o = BTreeMap::from([(
+            "cleanup.policy".to_string(),
+            " delete , compact".to_string(),
+        )]);
+        assert_eq!(normalized(o)["cleanup.policy"], "delete,compact");
+        let c = TopicConfig::resolve(&BTreeMap::new(), &broker());
+        assert!(c.cleanup_delete && !c.cleanup_compact);
+        assert_eq!(c.effective_retention_ms(), 7 * 24 * 3600 * 1000);
+    }
+
+    #[test]
+    fn only_a_policy_with_delete_deletes_by_retention() {
+        let with = |policy: &str| {
+            let o = BTreeMap::from([
+                ("cleanup.policy".to_string(), policy.to_string()),
+                ("retention.ms".to_string(), "1000".to_string()),
+                ("retention.bytes".to_string(), "2000000".to_string()),
+            ]);
+            let c = TopicConfig::resolve(&o, &broker());
+            (c.effective_retention_ms(), c.effective_retention_bytes())
+        };
+        assert_eq!(with("delete"), (1000, 2_000_000));
+        assert_eq!(with("compact,delete"), (1000, 2_000_000));
+        assert_eq!(with("compact"), (-1, -1));
+        assert_eq!(with(""), (-1, -1));
+    }
+
+    #[test]
+    fn compaction_configs_have_kafkas_defaults_and_bounds() {
+        let c = TopicConfig::resolve(&BTreeMap::new(), &broker());
+        assert_eq!(c.delete_retention_ms, 24 * 3600 * 1000);
+        assert_eq!(c.min_compaction_lag_ms, 0);
+        assert_eq!(c.max_compaction_lag_ms, i64::MAX);
+        assert_eq!(c.min_cleanable_dirty_ratio, 0.5);
+        let row = |name: &str| {
+            describe(&BTreeMap::new(), &broker())
+                .into_iter()
+                .find(|r| r.name == name)
+                .unwrap()
+        };
+        assert_eq!(row("min.cleanable.dirty.ratio").value, "0.5");
+        assert_eq!(row("min.cleanable.dirty.ratio").kind, ConfigType::Double);
+        assert_eq!(row("delete.retention.ms").value, "86400000");
+        assert_eq!(row("max.compaction.lag.ms").value, i64::MAX.to_string());
+        assert!(validate("min.cleanable.dirty.ratio", "0").is_ok());
+        assert!(validate("min.cleanable.dirty.ratio", "1").is_ok());
+        assert!(validate("min.cleanable.dirty.ratio", "1.01").is_err());
+        assert!(validate("min.cleanable.dirty.ratio", "-0.1").is_err());
+        assert!(validate("min.cleanable.dirty.ratio", "NaN").is_err());
+        assert!(validate("delete.retention.ms", "0").is_ok());
+        assert!(validate("delete.retention.ms", "-1").is_err());
+        assert!(validate("min.compaction.lag.ms", "-1").is_err());
+        assert!(validate("max.compaction.lag.ms", "0").is_err());
+        assert!(validate("max.compaction.lag.ms", "1").is_ok());
+        let o = BTreeMap::from([
+            ("min.compaction.lag.ms".to_string(), "10".to_string()),
+            ("max.compaction.lag.ms".to_string(), "5".to_string()),
+        ]);
+        assert!(matches!(
+            validate_all(&o, &broker()),
+            Err(ConfigError::Conflict(_))
+        ));
+        let o = BTreeMap::from([("min.compaction.lag.ms".to_string(), "10".to_string())]);
+        assert!(validate_all(&o, &broker()).is_ok());
     }
 
     #[test]

@@ -20,6 +20,8 @@ const ATTR_COMPRESSION_MASK: i16 = 0x07;
 const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
+/// KIP-534: the batch's baseTimestamp is its delete horizon.
+const ATTR_DELETE_HORIZON: i16 = 0x40;
 const ATTRIBUTES_AT: usize = 21;
 const BATCH_LENGTH_AT: usize = 8;
 const CRC_AT: usize = 17;
@@ -301,6 +303,111 @@ pub fn recompress_bounded(
     out[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attrs.to_be_bytes());
     write_crc(&mut out);
     Ok(out)
+}
+
+/// A batch holding only `retained`, some of the records of the batch that
+/// `original` heads, as Kafka's cleaner rewrites a batch
+/// (`MemoryRecords.filterTo`): the same base offset, attributes, producer
+/// id, epoch, base sequence and partition leader epoch; every record at its
+/// original offset and timestamp; the original `lastOffsetDelta`
+/// (`overrideLastOffset`), so the producer's last sequence stays what it
+/// was; compressed with the original codec. With `delete_horizon_ms`, the
+/// KIP-534 attribute bit is set and baseTimestamp is the horizon (record
+/// timestamp deltas are taken from it). Panics when `retained` is empty
+/// ([`empty_batch`] is for that) or holds an offset outside the original's
+/// range: both are programmer errors.
+pub fn retained_batch(
+    original: &BatchHeader,
+    retained: &[super::Record],
+    delete_horizon_ms: Option<i64>,
+) -> Result<BytesMut, RecordsError> {
+    assert!(!retained.is_empty(), "a retained batch has records");
+    let codec = original
+        .compression()
+        .map_err(|_| RecordsError::UnknownCompression(original.compression_id()))?;
+    let log_append_time = original.timestamp_type() == batch::TimestampType::LogAppendTime;
+    let timestamp = |r: &super::Record| original.base_timestamp.wrapping_add(r.timestamp_delta);
+    let first_ts = timestamp(&retained[0]);
+    let base_ts = delete_horizon_ms.unwrap_or(first_ts);
+    // LogAppendTime batches carry the append time as their max timestamp
+    // (Kafka's builder is given it); CreateTime ones the retained maximum.
+    let max_ts = if log_append_time {
+        original.max_timestamp
+    } else {
+        retained.iter().map(timestamp).max().unwrap_or(first_ts)
+    };
+    let mut raw = Vec::new();
+    for r in retained {
+        assert!(
+            r.offset_delta >= 0 && r.offset_delta <= original.last_offset_delta,
+            "retained record outside its batch"
+        );
+        let record = NewRecord {
+            key: r.key.clone(),
+            value: r.value.clone(),
+            headers: r
+                .headers
+                .iter()
+                .map(|h| (h.key.clone(), h.value.clone()))
+                .collect(),
+            timestamp_ms: timestamp(r),
+        };
+        encode_record(
+            &mut raw,
+            &record,
+            r.offset_delta,
+            timestamp(r).wrapping_sub(base_ts),
+        );
+    }
+    let mut section = Vec::with_capacity(raw.len() / 2 + 64);
+    compress(codec, &raw, &mut section);
+    let mut attributes = original.attributes;
+    if delete_horizon_ms.is_some() {
+        attributes |= ATTR_DELETE_HORIZON;
+    }
+    let mut out = BytesMut::with_capacity(BATCH_HEADER_BYTES + section.len());
+    out.put_i64(original.base_offset);
+    out.put_i32((BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES + section.len()) as i32);
+    out.put_i32(original.partition_leader_epoch);
+    out.put_i8(MAGIC_V2);
+    out.put_u32(0); // CRC, filled below
+    out.put_i16(attributes);
+    out.put_i32(original.last_offset_delta);
+    out.put_i64(base_ts);
+    out.put_i64(max_ts);
+    out.put_i64(original.producer_id);
+    out.put_i16(original.producer_epoch);
+    out.put_i32(original.base_sequence);
+    out.put_i32(retained.len() as i32);
+    debug_assert_eq!(out.len(), BATCH_HEADER_BYTES);
+    out.put_slice(&section);
+    write_crc(&mut out);
+    Ok(out)
+}
+
+/// The header of a batch whose records were all removed but which is kept
+/// because it is its producer's last (Kafka's `writeEmptyHeader`): no
+/// records, uncompressed, the original base and last offsets, producer id,
+/// epoch and base sequence, baseTimestamp = maxTimestamp = the original's
+/// max timestamp. An idempotent producer's sequence state survives in it.
+pub fn empty_batch(original: &BatchHeader) -> BytesMut {
+    let attributes = original.attributes & !ATTR_COMPRESSION_MASK & !ATTR_DELETE_HORIZON;
+    let mut out = BytesMut::with_capacity(BATCH_HEADER_BYTES);
+    out.put_i64(original.base_offset);
+    out.put_i32((BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES) as i32);
+    out.put_i32(original.partition_leader_epoch);
+    out.put_i8(MAGIC_V2);
+    out.put_u32(0); // CRC, filled below
+    out.put_i16(attributes);
+    out.put_i32(original.last_offset_delta);
+    out.put_i64(original.max_timestamp);
+    out.put_i64(original.max_timestamp);
+    out.put_i64(original.producer_id);
+    out.put_i16(original.producer_epoch);
+    out.put_i32(original.base_sequence);
+    out.put_i32(0);
+    write_crc(&mut out);
+    out
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@
 //! after them (`"Incorrect declared batch size"`).
 //!
 //! Used by dump-log (`--deep-iteration --print-data-log`), recompression
-//! and transaction markers, not by the append path, which never opens a
+//! and transaction markers, and by the append path only for compacted
+//! topics ([`keyless_records`]); otherwise the append path never opens a
 //! batch. Keys, values and header values are `Bytes` slices of the
 //! (decompressed) records buffer, not copies. No state; any shard.
 
@@ -235,6 +236,35 @@ pub fn decode_batch(batch: &[u8]) -> Result<(BatchHeader, Vec<Record>), RecordsE
     let (header, raw) = records_section(batch)?;
     let records = decode_records(&raw, header.records_count)?;
     Ok((header, records))
+}
+
+/// The indexes, within the batch, of its records that have no key (Kafka's
+/// `LogValidator.validateKey` for compacted topics), decompressing at most
+/// `limit_bytes`. Control batches are the broker's own and are not checked.
+pub fn keyless_records(batch: &[u8], limit_bytes: usize) -> Result<Vec<i32>, RecordsError> {
+    let header = BatchHeader::parse(batch).map_err(from_batch_error)?;
+    if header.is_control() {
+        return Ok(Vec::new());
+    }
+    let Some(body) = batch.get(BATCH_HEADER_BYTES..header.total_size()) else {
+        return Err(RecordsError::NoBatch {
+            available: batch.len(),
+        });
+    };
+    let codec = header
+        .compression()
+        .map_err(|_| RecordsError::UnknownCompression(header.compression_id()))?;
+    let raw = match codec {
+        Compression::None => Bytes::copy_from_slice(body),
+        _ => Bytes::from(decompress(codec, body, limit_bytes)?),
+    };
+    let records = decode_records(&raw, header.records_count)?;
+    Ok(records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.key.is_none())
+        .map(|(i, _)| i as i32)
+        .collect())
 }
 
 pub(crate) fn from_batch_error(e: BatchError) -> RecordsError {

@@ -238,7 +238,7 @@ impl Controller {
                 validate_only,
             } => {
                 for (name, change) in changes {
-                    match plan_configs(&next, &name, change) {
+                    match plan_configs(&next, &name, change, &self.config) {
                         Ok(record) => {
                             if !validate_only {
                                 next = next.apply(&record);
@@ -373,7 +373,7 @@ impl Controller {
         if image.topic(&t.name).is_some() {
             return Err(ControllerError::TopicAlreadyExists(t.name.clone()));
         }
-        topic_config::validate_all(&t.configs)
+        topic_config::validate_all(&t.configs, &self.config)
             .map_err(|e| ControllerError::InvalidConfig(e.to_string()))?;
         let cores = self.config.cores;
         let shards = if !t.assignments.is_empty() {
@@ -439,7 +439,7 @@ impl Controller {
             name: t.name.clone(),
             id: new_topic_id(),
             shards,
-            configs: t.configs.clone(),
+            configs: topic_config::normalized(t.configs.clone()),
         })
     }
 
@@ -485,6 +485,7 @@ fn plan_configs(
     image: &MetadataImage,
     name: &str,
     change: ConfigChange,
+    broker: &BrokerConfig,
 ) -> Result<MetadataRecord, ControllerError> {
     let Some(topic) = image.topic(name) else {
         return Err(ControllerError::UnknownTopic(name.into()));
@@ -508,11 +509,11 @@ fn plan_configs(
             c
         }
     };
-    topic_config::validate_all(&configs)
+    topic_config::validate_all(&configs, broker)
         .map_err(|e| ControllerError::InvalidConfig(e.to_string()))?;
     Ok(MetadataRecord::SetTopicConfigs {
         name: name.into(),
-        configs,
+        configs: topic_config::normalized(configs),
     })
 }
 
