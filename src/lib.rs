@@ -5,7 +5,7 @@
 //! list and checks every `crate::` path in `src/` against it, tests and
 //! comments aside):
 //!
-//! - layer: `alloc`, `clock`, `metrics`, `types`
+//! - layer: `alloc`, `clock`, `logging`, `metrics`, `types`
 //! - layer: `record`
 //! - layer: `protocol`, `runtime`
 //! - layer: `log`
@@ -32,6 +32,7 @@
 
 pub mod alloc;
 pub mod clock;
+pub mod logging;
 pub mod metrics;
 pub mod types;
 
