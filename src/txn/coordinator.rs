@@ -631,6 +631,12 @@ impl TxnCoordinator {
                 glommio::timer::sleep(Duration::from_millis(MARKER_RETRY_BACKOFF_MS)).await;
             }
         }
+        // Every marker is written: the transaction's duration, from its
+        // start (first partition or offsets added) to here.
+        if m.start_ms >= 0 {
+            let took_ms = now_ms().saturating_sub(m.start_ms).max(0) as u64;
+            crate::metrics::record_transaction(commit, Duration::from_millis(took_ms));
+        }
         let Ok(current) = self.begin(id) else { return };
         let Some(next) = state::complete(&current, now_ms()) else {
             self.end_pending(id);
