@@ -5,7 +5,8 @@
 //! list and checks every `crate::` path in `src/` against it, tests and
 //! comments aside):
 //!
-//! - layer: `alloc`, `clock`, `logging`, `metrics`, `types`
+//! - layer: `alloc`, `clock`
+//! - layer: `logging`, `metrics`, `types`
 //! - layer: `record`
 //! - layer: `protocol`, `runtime`
 //! - layer: `log`

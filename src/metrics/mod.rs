@@ -10,7 +10,8 @@
 //! cells and state (`shard::metrics`). The merge and the text encoding
 //! ([`encode`]) run on the endpoint's shard, at scrape time only.
 //!
-//! The probes live in this lowest layer so that `log` (below `shard`) can
+//! The probes live in a low layer (above only `alloc` and `clock`, whose
+//! monotonic time `remote_wait` reads) so that `log` (below `shard`) can
 //! count appends, fdatasyncs and cache hits without reaching up; the
 //! per-API request probes are used by `net`, which sees every request.
 //!
