@@ -5,7 +5,8 @@
 //! list and checks every `crate::` path in `src/` against it, tests and
 //! comments aside):
 //!
-//! - layer: `alloc`, `clock`, `metrics`, `types`
+//! - layer: `alloc`, `clock`
+//! - layer: `logging`, `metrics`, `types`
 //! - layer: `record`
 //! - layer: `protocol`, `runtime`
 //! - layer: `log`
@@ -32,6 +33,7 @@
 
 pub mod alloc;
 pub mod clock;
+pub mod logging;
 pub mod metrics;
 pub mod types;
 

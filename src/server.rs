@@ -453,21 +453,8 @@ async fn bind_when_free(addr: SocketAddr) -> std::io::Result<glommio::net::TcpLi
 }
 
 fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        // The thread name says which shard logged (`shard-N-…`), also for
-        // events that carry no `shard` field.
-        LogFormat::Json => builder
-            .json()
-            .with_thread_names(true)
-            .with_current_span(false)
-            .try_init(),
-    };
+    // The filter can be changed at run time: `crate::logging`.
+    crate::logging::init(matches!(format, LogFormat::Json));
 }
 
 /// Once `stop` is set (SIGINT/SIGTERM): ends the process if the stop has

@@ -9,9 +9,16 @@
 
 mod common;
 
-use common::client::{self, await_deliveries, create_topic, send, TestMessage};
+use common::client::{self, await_deliveries, base_config, create_topic, send, TestMessage};
+use common::raw::{only_partition, produce_request, RawClient};
 use common::{free_port_base, wait_for, Broker, BrokerOpts};
+use fjord::record::{BatchBuilder, Compression};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{FetchRequest, MetadataRequest, ProduceRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -166,10 +173,31 @@ fn counters_move_by_what_the_workload_did_and_lag_is_end_minus_committed() {
         sum(&s, "fjord_request_total_seconds_count", &produce),
         MESSAGES as f64
     );
-    for part in ["queue", "handle", "send"] {
+    for part in ["queue", "local", "remote", "send"] {
         let name = format!("fjord_request_{part}_seconds_count");
         assert_eq!(sum(&s, &name, &produce), MESSAGES as f64, "{name}");
     }
+    // Every Produce answered with NONE for its one partition.
+    assert_eq!(
+        sum(
+            &s,
+            "fjord_request_errors_total",
+            &["api=\"Produce\"", "error=\"NONE\""]
+        ),
+        MESSAGES as f64
+    );
+    // The topic's segment files were opened through glommio, and
+    // glommio's counters are kept across scrapes (glommio resets its own
+    // on every read).
+    let opened = sum(&s, "fjord_shard_files_opened_total", &[]);
+    assert!(opened > 0.0, "files opened {opened}");
+    let tasks = sum(&s, "fjord_shard_tasks_executed_total", &[]);
+    let again = samples(&http_get(&addr, "/metrics", None).2);
+    assert!(
+        sum(&again, "fjord_shard_tasks_executed_total", &[]) > tasks,
+        "glommio's task counter did not grow between scrapes"
+    );
+    assert!(sum(&again, "fjord_shard_files_opened_total", &[]) >= opened);
     let bytes_in = sum(&s, "fjord_request_bytes_total", &produce);
     let (low, high) = (
         (MESSAGES * VALUE_BYTES) as f64,
@@ -292,4 +320,261 @@ fn a_metrics_address_given_that_is_in_use_fails_the_start() {
         output.contains(&format!("cannot listen on {addr} for metrics")),
         "{output}"
     );
+}
+
+/// Produce v9 of one record to `topic`-`partition` at `port`: its error code.
+fn raw_produce(port: u16, topic: &str, partition: i32) -> i16 {
+    let batch = BatchBuilder::new(Compression::None)
+        .record(None, Some(b"counted"), &[], 1_700_000_000_000)
+        .build()
+        .freeze();
+    let mut c = RawClient::connect(port);
+    let resp = c.request::<ProduceRequest>(9, &produce_request(topic, partition, -1, batch));
+    only_partition(&resp).error_code
+}
+
+/// A sample's value with exactly these labels (0 if absent).
+fn value(s: &HashMap<String, f64>, name: &str, labels: &str) -> f64 {
+    s.get(&format!("{name}{{{labels}}}"))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// Kafka's ErrorsPerSec counts each response's `errorCounts()`: one count
+/// per partition (and, for Metadata, per topic) error code, NONE included.
+/// A Produce to a partition another shard leads, one to a topic that does
+/// not exist and one that succeeds are counted on the shard that answered,
+/// each under its code; a Metadata of a two-partition topic counts three
+/// NONEs (two partitions, one topic).
+#[test]
+fn error_codes_are_counted_per_api_and_code_as_kafka_counts_them() {
+    let (broker, addr) = start();
+    let bootstrap = broker.bootstrap();
+    create_topic(&bootstrap, "errs", 2, &[]);
+    let leaders = client::partition_leaders(&bootstrap, "errs");
+    let (&on_0, _) = leaders
+        .iter()
+        .find(|(_, &l)| l == 0)
+        .expect("a partition on shard 0");
+    let (&on_1, _) = leaders
+        .iter()
+        .find(|(_, &l)| l == 1)
+        .expect("a partition on shard 1");
+    let before = samples(&http_get(&addr, "/metrics", None).2);
+
+    let port0 = broker.port_of(0);
+    assert_eq!(
+        raw_produce(port0, "errs", on_1),
+        ResponseError::NotLeaderOrFollower.code()
+    );
+    assert_eq!(
+        raw_produce(port0, "no-such-topic", 0),
+        ResponseError::UnknownTopicOrPartition.code()
+    );
+    assert_eq!(raw_produce(port0, "errs", on_0), 0);
+    let mut c = RawClient::connect(port0);
+    let meta = c.request::<MetadataRequest>(
+        9,
+        &MetadataRequest::default()
+            .with_topics(Some(vec![
+                kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_static_str("errs")))),
+            ]))
+            .with_allow_auto_topic_creation(false),
+    );
+    assert_eq!(meta.topics[0].partitions.len(), 2);
+
+    let after = samples(&http_get(&addr, "/metrics", None).2);
+    let moved = |api: &str, error: &str| {
+        let labels = format!("shard=\"0\",api=\"{api}\",error=\"{error}\"");
+        value(&after, "fjord_request_errors_total", &labels)
+            - value(&before, "fjord_request_errors_total", &labels)
+    };
+    assert_eq!(moved("Produce", "NOT_LEADER_OR_FOLLOWER"), 1.0);
+    assert_eq!(moved("Produce", "UNKNOWN_TOPIC_OR_PARTITION"), 1.0);
+    assert_eq!(moved("Produce", "NONE"), 1.0);
+    assert_eq!(moved("Metadata", "NONE"), 3.0);
+    promtool_check(&http_get(&addr, "/metrics", None).2);
+}
+
+/// A Fetch that parks for its whole `max_wait_ms` spends that wait as
+/// remote time (Kafka's RemoteTimeMs: the DelayedFetch purgatory), not as
+/// local time; a Produce with acks=-1 records a remote time too (its wait
+/// for the write), and every request records both parts.
+#[test]
+fn a_parked_fetch_waits_in_remote_time() {
+    const MAX_WAIT_MS: i32 = 300;
+    let (broker, addr) = start();
+    let bootstrap = broker.bootstrap();
+    create_topic(&bootstrap, "parked", 1, &[]);
+    let port = client::leader_port(&broker, "parked", 0);
+    assert_eq!(raw_produce(port, "parked", 0), 0);
+    let before = samples(&http_get(&addr, "/metrics", None).2);
+
+    // At the end of the log: nothing to return, so it parks until max_wait.
+    let mut c = RawClient::connect(port);
+    let fetch = FetchRequest::default()
+        .with_max_wait_ms(MAX_WAIT_MS)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str("parked")))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(1)
+                .with_partition_max_bytes(1 << 20)])]);
+    let resp = c.request::<FetchRequest>(12, &fetch);
+    assert_eq!(resp.responses[0].partitions[0].error_code, 0);
+    assert!(resp.responses[0].partitions[0]
+        .records
+        .as_ref()
+        .is_none_or(|r| r.is_empty()));
+
+    let after = samples(&http_get(&addr, "/metrics", None).2);
+    let fetch_api = ["api=\"Fetch\""];
+    let delta = |name: &str| sum(&after, name, &fetch_api) - sum(&before, name, &fetch_api);
+    assert_eq!(delta("fjord_request_remote_seconds_count"), 1.0);
+    assert_eq!(delta("fjord_request_local_seconds_count"), 1.0);
+    // The broker waits at least max_wait (its timer fires at or after the
+    // deadline); 10 % slack for the clock reads around the wait.
+    let remote = delta("fjord_request_remote_seconds_sum");
+    assert!(
+        remote >= 0.9 * MAX_WAIT_MS as f64 / 1000.0,
+        "remote time {remote} s for a fetch parked {MAX_WAIT_MS} ms"
+    );
+    let produce = ["api=\"Produce\""];
+    assert_eq!(
+        sum(&after, "fjord_request_remote_seconds_count", &produce),
+        1.0
+    );
+    assert_eq!(
+        sum(&after, "fjord_request_local_seconds_count", &produce),
+        1.0
+    );
+}
+
+/// One committed and one aborted transaction of librdkafka: each is
+/// counted in the duration histogram under its outcome once its markers
+/// are written (after EndTxn is answered, so the scrape is retried), the
+/// markers are counted, and the shard that handed out the producer id
+/// counts the producer-id block it was given.
+#[test]
+fn transactions_are_counted_by_outcome_with_their_markers() {
+    let (broker, addr) = start();
+    let bootstrap = broker.bootstrap();
+    create_topic(&bootstrap, "txns", 1, &[]);
+    let p: BaseProducer = base_config(&bootstrap)
+        .set("transactional.id", "metered-txn")
+        .set("linger.ms", "0")
+        .create()
+        .expect("transactional producer");
+    p.init_transactions(TIMEOUT).expect("init_transactions");
+    for commit in [true, false] {
+        p.begin_transaction().unwrap();
+        p.send(BaseRecord::<(), str>::to("txns").payload("v").partition(0))
+            .map_err(|(e, _)| e)
+            .expect("enqueue");
+        p.flush(TIMEOUT).expect("flush");
+        if commit {
+            p.commit_transaction(TIMEOUT).expect("commit");
+        } else {
+            p.abort_transaction(TIMEOUT).expect("abort");
+        }
+    }
+    let s = wait_for(TIMEOUT, "both transactions' markers written", || {
+        let s = samples(&http_get(&addr, "/metrics", None).2);
+        let n = sum(&s, "fjord_transaction_seconds_count", &[]);
+        (n >= 2.0).then_some(s)
+    });
+    let count = |outcome: &str| {
+        let label = format!("outcome=\"{outcome}\"");
+        sum(&s, "fjord_transaction_seconds_count", &[label.as_str()])
+    };
+    assert_eq!(count("commit"), 1.0);
+    assert_eq!(count("abort"), 1.0);
+    assert_eq!(sum(&s, "fjord_txn_markers_total", &[]), 2.0);
+    assert!(sum(&s, "fjord_producer_id_blocks_total", &[]) >= 1.0);
+    promtool_check(&http_get(&addr, "/metrics", None).2);
+}
+
+/// An HTTP request with a body: (status line, body).
+fn http_put(addr: &str, path: &str, body: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).expect("connect to the endpoint");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "PUT {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read the answer");
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    let status = head.split("\r\n").next().unwrap_or(head);
+    (status.to_string(), body.to_string())
+}
+
+/// A Metadata request at a version fjord does not serve: the broker closes
+/// the connection and logs it at debug level.
+fn provoke_debug_line(port: u16) {
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&3i16.to_be_bytes()); // Metadata
+    frame.extend_from_slice(&99i16.to_be_bytes()); // an unknown version
+    frame.extend_from_slice(&1i32.to_be_bytes()); // correlation id
+    frame.extend_from_slice(&(-1i16).to_be_bytes()); // null client id
+    frame.push(0); // no tagged fields (header v2)
+    let mut c = RawClient::connect(port);
+    c.send_frame(&frame);
+    c.assert_closed(TIMEOUT, "Metadata v99");
+}
+
+/// The log filter changes at run time through `PUT /loglevel`, on the
+/// shard that serves the endpoint and on the others: a debug line the
+/// broker does not print at `info` appears after the change to `debug`
+/// (from both shards) and no longer after the change back. A filter that
+/// does not parse, or a body over the limit, changes nothing.
+#[test]
+fn the_log_level_changes_at_run_time_through_the_endpoint() {
+    const DEBUG_LINE: &str = "unsupported request version; closing";
+    let (broker, addr) = start();
+    let (status, body) = {
+        let (status, _, body) = http_get(&addr, "/loglevel", None);
+        (status, body)
+    };
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(body.trim(), "info", "the tests' RUST_LOG");
+
+    let from = broker.stderr_len();
+    provoke_debug_line(broker.port_of(1));
+    assert!(!broker.stderr_since(from).contains(DEBUG_LINE));
+
+    let (status, body) = http_put(&addr, "/loglevel", "debug");
+    assert!(status.contains("200"), "{status} {body}");
+    assert_eq!(body.trim(), "debug");
+    assert_eq!(http_get(&addr, "/loglevel", None).2.trim(), "debug");
+    for shard in 0..2 {
+        let from = broker.stderr_len();
+        provoke_debug_line(broker.port_of(shard));
+        wait_for(TIMEOUT, "the debug line", || {
+            broker.stderr_since(from).contains(DEBUG_LINE).then_some(())
+        });
+    }
+
+    let (status, _) = http_put(&addr, "/loglevel", "info,fjord=nonsense");
+    assert!(status.contains("400"), "{status}");
+    let (status, _) = http_put(&addr, "/loglevel", &"x".repeat(5000));
+    assert!(status.contains("413"), "{status}");
+    assert_eq!(http_get(&addr, "/loglevel", None).2.trim(), "debug");
+
+    let (status, _) = http_put(&addr, "/loglevel", "info");
+    assert!(status.contains("200"), "{status}");
+    let from = broker.stderr_len();
+    provoke_debug_line(broker.port_of(0));
+    // The close was logged (or not) before the connection closed.
+    assert!(
+        !broker.stderr_since(from).contains(DEBUG_LINE),
+        "{}",
+        broker.stderr_since(from)
+    );
+    assert!(broker.stderr_since(0).contains("log filter changed"));
 }

@@ -25,6 +25,7 @@
 //! A partition led by another shard gets NOT_LEADER_OR_FOLLOWER with the
 //! current leader (v12+) and, on v16, that node's endpoint.
 
+use super::error_counts::ResponseErrors;
 use super::list_offsets::{check_leader_epoch, LEADER_EPOCH, READ_COMMITTED};
 use super::{decode, errors, led_partition, Outcome};
 use crate::partition::Partition;
@@ -187,7 +188,8 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         waits.push(timer);
         // Every partition's watch holds a waker: through `OneWaker` they are
         // clones of one, not of the task's (see `runtime::OneWaker`).
-        let _ = OneWaker::new(future::select_all(waits)).await;
+        // Parked as in Kafka's DelayedFetch purgatory: remote time.
+        let _ = crate::metrics::remote_wait(OneWaker::new(future::select_all(waits))).await;
         if crate::clock::monotonic() >= deadline {
             // One last read below catches data that arrived with the deadline.
             let (partitions, _, _) = read_all(&wanted, read_committed, max_bytes).await;
@@ -229,6 +231,9 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         topics: if session_error { Vec::new() } else { topics },
         node_endpoints,
     };
+    crate::metrics::record_errors(header.api_key, |counts| {
+        resp.error_codes(version, &mut |code| counts.count(code))
+    });
     let (parts, body_len) = encode_fetch_response(resp, version);
     let mut head = BytesMut::with_capacity(16);
     head.extend_from_slice(&[0; 4]);

@@ -14,6 +14,7 @@ pub mod api_versions;
 pub mod cluster;
 pub mod configs;
 pub mod delete_records;
+pub mod error_counts;
 pub mod errors;
 pub mod fetch;
 pub mod group;
@@ -34,6 +35,7 @@ use crate::record::RecordsChunk;
 use crate::shard::ShardCtx;
 use crate::types::TopicPartition;
 use bytes::BytesMut;
+use error_counts::ResponseErrors;
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use kafka_protocol::messages::ApiKey;
@@ -240,8 +242,12 @@ pub fn decode<T: Decodable>(header: &RequestHeader, body: &mut BytesMut) -> Opti
     }
 }
 
-/// Frames `response` for the client: length, response header, body.
-pub fn respond<T: Encodable>(header: &RequestHeader, response: &T) -> Outcome {
+/// Frames `response` for the client: length, response header, body; and
+/// counts its error codes (`error_counts`).
+pub fn respond<T: Encodable + ResponseErrors>(header: &RequestHeader, response: &T) -> Outcome {
+    crate::metrics::record_errors(header.api_key, |counts| {
+        response.error_codes(header.api_version, &mut |code| counts.count(code))
+    });
     let mut out = BytesMut::with_capacity(256);
     out.extend_from_slice(&[0; 4]);
     write_response_header(

@@ -53,6 +53,7 @@
 use super::{errors, respond, Dispatched, Outcome};
 use crate::log::{AppendInfo, PartitionLog};
 use crate::metadata::internal::{is_internal, TRANSACTION_STATE};
+use crate::metrics;
 use crate::partition::{AppendError, DataAppend};
 use crate::protocol::produce::{
     decode_produce_request, single_batch_for_version, validate_for_append,
@@ -613,6 +614,13 @@ fn append_and_answer(
             .any(|p| p.error != errors::NONE);
         if acks == 0 {
             return if any_error {
+                // Kafka counts the would-be response's error codes when it
+                // closes an acks=0 connection (RequestChannel.closeConnection).
+                metrics::record_errors(header.api_key, |counts| {
+                    for p in topics.iter().flat_map(|(_, ps)| ps) {
+                        counts.count(p.error);
+                    }
+                });
                 Outcome::Close
             } else {
                 Outcome::NoReply
@@ -636,10 +644,12 @@ fn append_and_answer(
                 let outcome = match ((&mut wait).now_or_never(), deadline) {
                     (Some(written), _) => Some(written),
                     (None, None) => Some(wait.await),
+                    // acks=-1 waits as Kafka's DelayedProduce does in its
+                    // purgatory: remote time in the request metrics.
                     (None, Some(d)) => {
                         let left = d.saturating_duration_since(crate::clock::monotonic());
                         let timer = glommio::timer::sleep(left);
-                        match future::select(wait, Box::pin(timer)).await {
+                        match metrics::remote_wait(future::select(wait, Box::pin(timer))).await {
                             Either::Left((written, _)) => Some(written),
                             Either::Right(_) => None,
                         }

@@ -127,6 +127,31 @@ fn escape_help(v: &str) -> String {
     v.replace('\\', "\\\\").replace('\n', "\\n")
 }
 
+/// Kafka's name of an error code (`Errors` enum: `NONE`,
+/// `UNKNOWN_TOPIC_OR_PARTITION`, ...), the `error` label of Kafka's
+/// ErrorsPerSec; `OTHER` for codes outside the counted range.
+fn error_name(code: Option<i16>) -> String {
+    let Some(code) = code else {
+        return "OTHER".to_string();
+    };
+    match kafka_protocol::ResponseError::try_from_code(code) {
+        None => "NONE".to_string(),
+        Some(kafka_protocol::ResponseError::Unknown(c)) => format!("CODE_{c}"),
+        Some(e) => {
+            // The crate's variants are Kafka's names in CamelCase.
+            let camel = format!("{e:?}");
+            let mut out = String::with_capacity(camel.len() + 8);
+            for (i, ch) in camel.chars().enumerate() {
+                if ch.is_ascii_uppercase() && i > 0 {
+                    out.push('_');
+                }
+                out.push(ch.to_ascii_uppercase());
+            }
+            out
+        }
+    }
+}
+
 fn api_name(key: i16) -> String {
     match kafka_protocol::messages::ApiKey::try_from(key) {
         Ok(k) => format!("{k:?}"),
@@ -179,10 +204,27 @@ pub fn encode(shards: &[ShardSample], process: &ProcessSample, opts: EncodeOptio
         &|a| a.bytes_in,
     );
     apis(&mut w, "fjord_response_bytes", "Response bytes handed to the socket, by API (Kafka BytesOutPerSec counts fetch record bytes only).", &|a| a.bytes_out);
-    let hists: [(&str, &str, ApiHistogram); 4] = [
+    w.family(
+        "fjord_request_errors",
+        Kind::Counter,
+        "Error codes in responses, by API and code, NONE included, each partition's and topic's as Kafka counts them (Kafka ErrorsPerSec).",
+    );
+    for (s, id) in shards.iter().zip(&ids) {
+        for e in &s.errors {
+            let api = api_name(e.api_key);
+            let error = error_name(e.code);
+            w.counter(
+                "fjord_request_errors",
+                &[("shard", id), ("api", &api), ("error", &error)],
+                e.count as f64,
+            );
+        }
+    }
+    let hists: [(&str, &str, ApiHistogram); 5] = [
         ("fjord_request_total_seconds", "Frame read to response handed to the socket (Kafka TotalTimeMs).", |a| &a.total),
         ("fjord_request_queue_seconds", "Frame read to handler start (Kafka RequestQueueTimeMs).", |a| &a.queue),
-        ("fjord_request_handle_seconds", "Handler start to answer ready, including the wait for the log write, fdatasync or long poll (Kafka LocalTimeMs + RemoteTimeMs).", |a| &a.handle),
+        ("fjord_request_local_seconds", "Handler start to answer ready, less the remote time (Kafka LocalTimeMs).", |a| &a.local),
+        ("fjord_request_remote_seconds", "Time the handler waited for the log (acks=-1 write and fdatasync) or a long poll (Kafka RemoteTimeMs).", |a| &a.remote),
         ("fjord_request_send_seconds", "Answer ready to its bytes handed to the socket, behind earlier answers of the connection (Kafka ResponseQueueTimeMs + ResponseSendTimeMs).", |a| &a.send),
     ];
     for (name, help, get) in hists {
@@ -503,6 +545,27 @@ pub fn encode(shards: &[ShardSample], process: &ProcessSample, opts: EncodeOptio
         "Requests refused for a stale producer epoch (INVALID_PRODUCER_EPOCH).",
         &|s| s.fenced_producers as f64,
     );
+    w.family(
+        "fjord_transaction_seconds",
+        Kind::Histogram,
+        "Transactions completed at this shard's coordinator: first partition or offsets added to every COMMIT/ABORT marker written, by outcome.",
+    );
+    for (s, id) in shards.iter().zip(&ids) {
+        for (outcome, h) in [("commit", &s.txn_committed), ("abort", &s.txn_aborted)] {
+            w.histogram(
+                "fjord_transaction_seconds",
+                &[("shard", id), ("outcome", outcome)],
+                h,
+            );
+        }
+    }
+    per_shard(
+        &mut w,
+        "fjord_producer_id_blocks",
+        Kind::Counter,
+        "Producer-id blocks this shard was handed (Kafka AllocateProducerIds requests).",
+        &|s| s.producer_id_blocks as f64,
+    );
     per_shard(
         &mut w,
         "fjord_producer_ids_available",
@@ -546,6 +609,51 @@ pub fn encode(shards: &[ShardSample], process: &ProcessSample, opts: EncodeOptio
                 None,
                 *secs,
             );
+        }
+    }
+    per_shard(
+        &mut w,
+        "fjord_shard_files_opened",
+        Kind::Counter,
+        "Files glommio opened on the shard.",
+        &|s| s.io.files_opened as f64,
+    );
+    per_shard(
+        &mut w,
+        "fjord_shard_files_closed",
+        Kind::Counter,
+        "Files glommio closed on the shard.",
+        &|s| s.io.files_closed as f64,
+    );
+    type IoKinds = fn(&super::IoSample) -> Vec<(&'static str, (u64, u64))>;
+    let io_families: [(&str, &str, &str, IoKinds); 2] = [
+        (
+            "fjord_shard_file_reads",
+            "fjord_shard_file_read_bytes",
+            "File reads glommio completed on the shard, by kind (direct: O_DIRECT through io_uring; buffered: through the page cache; deduped: answered by a read already in flight).",
+            |io| vec![("direct", io.direct_reads), ("buffered", io.buffered_reads), ("deduped", io.deduped_reads)],
+        ),
+        (
+            "fjord_shard_file_writes",
+            "fjord_shard_file_write_bytes",
+            "File writes glommio completed on the shard, by kind (direct: O_DIRECT; buffered: through the page cache).",
+            |io| vec![("direct", io.direct_writes), ("buffered", io.buffered_writes)],
+        ),
+    ];
+    for (ops_name, bytes_name, help, kinds) in io_families {
+        for (name, bytes) in [(ops_name, false), (bytes_name, true)] {
+            let help = if bytes {
+                format!("Bytes of the {}", help.to_lowercase())
+            } else {
+                help.to_string()
+            };
+            w.family(name, Kind::Counter, &help);
+            for (s, id) in shards.iter().zip(&ids) {
+                for (kind, (n, b)) in kinds(&s.io) {
+                    let v = if bytes { b } else { n };
+                    w.counter(name, &[("shard", id), ("kind", kind)], v as f64);
+                }
+            }
         }
     }
     per_shard(
@@ -617,7 +725,8 @@ mod tests {
             requests: 3,
             total: h.sample(),
             queue: h.sample(),
-            handle: h.sample(),
+            local: h.sample(),
+            remote: h.sample(),
             send: h.sample(),
             ..ApiSample::default()
         };
@@ -685,6 +794,17 @@ mod tests {
         assert!(text.contains("fjord_requests_total{shard=\"0\",api=\"Produce\"} 3\n"));
         assert!(text.ends_with("# EOF\n"));
         assert!(!text.contains("fjord_partition_high_watermark"));
+    }
+
+    #[test]
+    fn error_labels_are_kafkas_error_names() {
+        assert_eq!(error_name(Some(0)), "NONE");
+        assert_eq!(error_name(Some(3)), "UNKNOWN_TOPIC_OR_PARTITION");
+        assert_eq!(error_name(Some(6)), "NOT_LEADER_OR_FOLLOWER");
+        assert_eq!(error_name(Some(-1)), "UNKNOWN_SERVER_ERROR");
+        assert_eq!(error_name(Some(47)), "INVALID_PRODUCER_EPOCH");
+        assert_eq!(error_name(Some(134)), "CODE_134");
+        assert_eq!(error_name(None), "OTHER");
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! cells and state (`shard::metrics`). The merge and the text encoding
 //! ([`encode`]) run on the endpoint's shard, at scrape time only.
 //!
-//! The probes live in this lowest layer so that `log` (below `shard`) can
+//! The probes live in a low layer (above only `alloc` and `clock`, whose
+//! monotonic time `remote_wait` reads) so that `log` (below `shard`) can
 //! count appends, fdatasyncs and cache hits without reaching up; the
 //! per-API request probes are used by `net`, which sees every request.
 //!
@@ -39,11 +40,26 @@ pub use histogram::{Histogram, HistogramSample};
 pub use sample::*;
 
 use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// API keys counted per key (Kafka's keys are below 100; larger ones go to
 /// the last slot, which is not exported).
 pub const API_KEYS_MAX: usize = 100;
+
+/// Error codes counted per API key: slot `code + 1` holds codes -1
+/// (UNKNOWN_SERVER_ERROR) to `ERROR_CODES_MAX - 3`; a code outside that
+/// range (none that Kafka 4.x defines: its highest is 133) goes to the
+/// last slot, exported as `error="OTHER"`.
+pub const ERROR_CODES_MAX: usize = 137;
+
+thread_local! {
+    /// Nanoseconds the request being polled has waited in
+    /// [`remote_wait`]s, while [`RequestTimed`] polls it (see there).
+    static REMOTE_NS: Cell<u64> = const { Cell::new(0) };
+}
 
 thread_local! {
     static ENABLED: Cell<bool> = const { Cell::new(true) };
@@ -78,10 +94,13 @@ pub struct ApiProbe {
     /// From the frame read until the handler starts (waiting behind the
     /// ordered stage of earlier requests on the connection).
     pub queue: Histogram,
-    /// From the handler's start to its answer being ready: Kafka's
-    /// LocalTimeMs + RemoteTimeMs (the wait for the log write, fdatasync
-    /// or long poll is inside it).
-    pub handle: Histogram,
+    /// From the handler's start to its answer being ready, less the
+    /// remote time: Kafka's LocalTimeMs.
+    pub local: Histogram,
+    /// The handler's waits in [`remote_wait`] (acks=-1 produce waiting for
+    /// its write and fdatasync, a long-poll fetch parked): Kafka's
+    /// RemoteTimeMs (the time in a purgatory).
+    pub remote: Histogram,
     /// From the answer being ready to its bytes handed to the socket:
     /// Kafka's ResponseQueueTimeMs + ResponseSendTimeMs (waiting behind
     /// earlier responses of the connection, then the write).
@@ -97,7 +116,8 @@ impl ApiProbe {
             bytes_out: Cell::new(0),
             total: Histogram::new(),
             queue: Histogram::new(),
-            handle: Histogram::new(),
+            local: Histogram::new(),
+            remote: Histogram::new(),
             send: Histogram::new(),
         }
     }
@@ -106,6 +126,9 @@ impl ApiProbe {
 /// A shard's request and connection counters.
 pub struct RequestProbe {
     pub apis: [ApiProbe; API_KEYS_MAX],
+    /// Error codes in responses, per API key (Kafka's ErrorsPerSec): see
+    /// [`ErrorCounts`].
+    pub errors: [ErrorCounts; API_KEYS_MAX],
     pub connections_accepted: Cell<u64>,
     pub connections_closed: Cell<u64>,
     pub connections_refused: Cell<u64>,
@@ -115,6 +138,7 @@ impl RequestProbe {
     const fn new() -> RequestProbe {
         RequestProbe {
             apis: [const { ApiProbe::new() }; API_KEYS_MAX],
+            errors: [const { ErrorCounts::new() }; API_KEYS_MAX],
             connections_accepted: Cell::new(0),
             connections_closed: Cell::new(0),
             connections_refused: Cell::new(0),
@@ -126,15 +150,24 @@ fn api_slot(api_key: i16) -> usize {
     (api_key.max(0) as usize).min(API_KEYS_MAX - 1)
 }
 
+/// The parts of one request's latency (see [`ApiProbe`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestTimes {
+    pub queue: Duration,
+    /// Handler start to answer ready, remote time included.
+    pub handle: Duration,
+    /// The part of `handle` spent in [`remote_wait`]s.
+    pub remote: Duration,
+    pub send: Duration,
+}
+
 /// One request answered (or closed): its frame bytes, response bytes and
-/// the three parts of its latency (see [`ApiProbe`]).
+/// the parts of its latency.
 pub fn record_request(
     api_key: i16,
     bytes_in: usize,
     bytes_out: usize,
-    queue: Duration,
-    handle: Duration,
-    send: Duration,
+    times: RequestTimes,
     closed: bool,
 ) {
     if !recording() {
@@ -146,11 +179,106 @@ pub fn record_request(
         bump(&a.closed, closed as u64);
         bump(&a.bytes_in, bytes_in as u64);
         bump(&a.bytes_out, bytes_out as u64);
-        a.queue.record(queue);
-        a.handle.record(handle);
-        a.send.record(send);
-        a.total.record(queue + handle + send);
+        // Waits overlap when a handler joins several: remote time is at
+        // most the handler's time.
+        let remote = times.remote.min(times.handle);
+        a.queue.record(times.queue);
+        a.local.record(times.handle - remote);
+        a.remote.record(remote);
+        a.send.record(times.send);
+        a.total.record(times.queue + times.handle + times.send);
     });
+}
+
+/// One API key's error-code counters: slot `code + 1` (see
+/// [`ERROR_CODES_MAX`]).
+pub struct ErrorCounts {
+    pub codes: [Cell<u64>; ERROR_CODES_MAX],
+}
+
+impl ErrorCounts {
+    const fn new() -> ErrorCounts {
+        ErrorCounts {
+            codes: [const { Cell::new(0) }; ERROR_CODES_MAX],
+        }
+    }
+
+    /// Counts one occurrence of `code` (0 = NONE counts too, as in Kafka).
+    #[inline]
+    pub fn count(&self, code: i16) {
+        let slot = if (-1..=ERROR_CODES_MAX as i16 - 3).contains(&code) {
+            (code + 1) as usize
+        } else {
+            ERROR_CODES_MAX - 1
+        };
+        bump(&self.codes[slot], 1);
+    }
+
+    /// The error code of a slot, `None` for the last (out-of-range) one.
+    pub fn code_of_slot(slot: usize) -> Option<i16> {
+        (slot < ERROR_CODES_MAX - 1).then(|| slot as i16 - 1)
+    }
+}
+
+/// Counts the error codes of one response of `api_key`, as Kafka's
+/// `RequestChannel.updateErrorMetrics` counts a response's `errorCounts()`:
+/// `each` calls the counter once per error code the response carries
+/// (top-level, per topic, per partition — whatever Kafka's response type
+/// counts), NONE included. One thread-local access per response; nothing
+/// is called when recording is off.
+pub fn record_errors(api_key: i16, each: impl FnOnce(&ErrorCounts)) {
+    if !recording() {
+        return;
+    }
+    REQUESTS.with(|r| each(&r.errors[api_slot(api_key)]));
+}
+
+/// A request's future, timed: its output comes with the time it spent in
+/// [`remote_wait`]s while polled. Requests of one shard interleave on its
+/// thread, so the wait time cannot be kept in one thread-local for all:
+/// each poll swaps this request's running total into [`REMOTE_NS`] and
+/// back out, which makes it a task-local (two thread-local accesses per
+/// poll, no allocation).
+pub struct RequestTimed<F> {
+    inner: F,
+    remote_ns: u64,
+}
+
+impl<F: Future + Unpin> RequestTimed<F> {
+    pub fn new(inner: F) -> RequestTimed<F> {
+        RequestTimed {
+            inner,
+            remote_ns: 0,
+        }
+    }
+}
+
+impl<F: Future + Unpin> Future for RequestTimed<F> {
+    type Output = (F::Output, Duration);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let outer = REMOTE_NS.replace(this.remote_ns);
+        let polled = Pin::new(&mut this.inner).poll(cx);
+        this.remote_ns = REMOTE_NS.replace(outer);
+        polled.map(|out| (out, Duration::from_nanos(this.remote_ns)))
+    }
+}
+
+/// Awaits `wait`, a handler's wait for something outside it (the log's
+/// write or fdatasync for acks=-1, a long poll for new data), and adds how
+/// long it took to the remote time of the request polling it (Kafka's
+/// RemoteTimeMs: the time in a purgatory). Two clock reads; none with
+/// recording off.
+pub async fn remote_wait<F: Future>(wait: F) -> F::Output {
+    let start = recording().then(crate::clock::monotonic);
+    let out = wait.await;
+    if let Some(start) = start {
+        let took = crate::clock::monotonic().saturating_duration_since(start);
+        let ns = took.as_nanos().min(u64::MAX as u128) as u64;
+        REMOTE_NS.set(REMOTE_NS.get().saturating_add(ns));
+    }
+    out
 }
 
 /// A connection accepted, closed, or refused at `--max-connections-per-shard`.
@@ -253,6 +381,12 @@ pub struct CoordinatorProbe {
     pub rebalances: Cell<u64>,
     pub markers: Cell<u64>,
     pub fenced_producers: Cell<u64>,
+    /// Transactions this shard's coordinator completed, from their first
+    /// partition added to their COMMIT/ABORT markers written, by outcome.
+    pub txn_committed: Histogram,
+    pub txn_aborted: Histogram,
+    /// Producer-id blocks this shard was handed.
+    pub producer_id_blocks: Cell<u64>,
 }
 
 impl CoordinatorProbe {
@@ -261,7 +395,31 @@ impl CoordinatorProbe {
             rebalances: Cell::new(0),
             markers: Cell::new(0),
             fenced_producers: Cell::new(0),
+            txn_committed: Histogram::new(),
+            txn_aborted: Histogram::new(),
+            producer_id_blocks: Cell::new(0),
         }
+    }
+}
+
+/// A transaction completed at this shard's coordinator: `took` from its
+/// start (first partition or offsets added) to every marker written.
+pub fn record_transaction(committed: bool, took: Duration) {
+    if recording() {
+        COORD.with(|c| {
+            if committed {
+                c.txn_committed.record(took);
+            } else {
+                c.txn_aborted.record(took);
+            }
+        });
+    }
+}
+
+/// This shard was handed a new block of producer ids.
+pub fn record_producer_id_block() {
+    if recording() {
+        COORD.with(|c| bump(&c.producer_id_blocks, 1));
     }
 }
 

@@ -13,6 +13,8 @@ pub struct ShardSample {
     /// No `__consumer_offsets` partition of this shard is still loading.
     pub coordinators_loaded: bool,
     pub apis: Vec<ApiSample>,
+    /// Error codes in responses (those counted at least once).
+    pub errors: Vec<ErrorSample>,
     pub connections_open: u64,
     pub connections_accepted: u64,
     pub connections_closed: u64,
@@ -30,7 +32,11 @@ pub struct ShardSample {
     pub transactional_ids: u64,
     pub markers: u64,
     pub fenced_producers: u64,
+    /// Durations of transactions completed at this shard's coordinator.
+    pub txn_committed: HistogramSample,
+    pub txn_aborted: HistogramSample,
     pub producer_ids_left: u64,
+    pub producer_id_blocks: u64,
     /// This shard's thread's CPU time.
     pub cpu_seconds: f64,
     pub executor_tasks: u64,
@@ -38,6 +44,23 @@ pub struct ShardSample {
     /// Time glommio's task queues ran, by queue name.
     pub task_queue_runtime_seconds: Vec<(String, f64)>,
     pub io_memory_bytes: u64,
+    pub io: IoSample,
+}
+
+/// glommio's file I/O counters of one shard (its `RingIoStats`, all rings
+/// summed): (operations, bytes) pairs.
+#[derive(Debug, Clone, Default)]
+pub struct IoSample {
+    pub files_opened: u64,
+    pub files_closed: u64,
+    /// O_DIRECT reads through io_uring.
+    pub direct_reads: (u64, u64),
+    /// Reads of files opened buffered (through the page cache).
+    pub buffered_reads: (u64, u64),
+    /// Reads glommio answered from a read already in flight for the same range.
+    pub deduped_reads: (u64, u64),
+    pub direct_writes: (u64, u64),
+    pub buffered_writes: (u64, u64),
 }
 
 /// One API key's counters on one shard.
@@ -50,8 +73,18 @@ pub struct ApiSample {
     pub bytes_out: u64,
     pub total: HistogramSample,
     pub queue: HistogramSample,
-    pub handle: HistogramSample,
+    pub local: HistogramSample,
+    pub remote: HistogramSample,
     pub send: HistogramSample,
+}
+
+/// How often one API's responses carried one error code on one shard.
+#[derive(Debug, Clone, Default)]
+pub struct ErrorSample {
+    pub api_key: i16,
+    /// `None`: a code outside the counted range (`ERROR_CODES_MAX`).
+    pub code: Option<i16>,
+    pub count: u64,
 }
 
 /// One shard's log counters and gauges.

@@ -1,7 +1,7 @@
 //! The metrics endpoint (`--metrics-listen`, default 127.0.0.1:9644): a
 //! small HTTP/1.1 server on shard 0 serving `/metrics` (Prometheus text, or
-//! OpenMetrics when the `Accept` header asks for it), `/healthz` and
-//! `/readyz`.
+//! OpenMetrics when the `Accept` header asks for it), `/healthz`,
+//! `/readyz` and `/loglevel`.
 //!
 //! It runs on shard 0 in a task queue of its own with few shares
 //! (`METRICS_SHARES`, a tenth of the request queue's), so a scrape yields
@@ -18,14 +18,25 @@
 //!   metadata image (its partitions are recovered, it listens) and has
 //!   loaded its group coordinator's partitions; else 503.
 //!
+//! - `GET /loglevel`: the log filter in force (`EnvFilter` directives);
+//!   `PUT /loglevel` with a directive string as the body (e.g. `debug`, or
+//!   `info,fjord::handlers=debug`) makes it the filter of every shard at
+//!   once, without a restart (`crate::logging`); the body is at most
+//!   `logging::FILTER_BYTES_MAX` bytes (413 beyond, 400 if it does not
+//!   parse). Each change is logged at `warn` with the peer's address.
+//!
 //! One request per connection (`Connection: close`): a scraper connects
 //! every few seconds, and keep-alive would buy nothing. The request head
-//! is bounded (`REQUEST_HEAD_BYTES_MAX`) and must arrive within
-//! `REQUEST_READ_TIMEOUT_MS`. There is no authentication: the default
-//! address is loopback.
+//! is bounded (`REQUEST_HEAD_BYTES_MAX`) and, with its body, must arrive
+//! within `REQUEST_READ_TIMEOUT_MS`. There is no authentication: the
+//! default address is loopback. Whoever can reach the endpoint can read
+//! every metric and set the log level — `trace` on every shard costs CPU
+//! and fills the log's disk — so an address other than loopback must be
+//! reachable only by operators (a firewall), as the README says.
 //!
 //! Only glommio (no tokio or hyper): the lean broker build includes it.
 
+use crate::logging;
 use crate::metrics::encode::{self, EncodeOptions};
 use crate::metrics::ProcessSample;
 use crate::shard::ShardCtx;
@@ -44,6 +55,9 @@ pub const REQUEST_HEAD_BYTES_MAX: usize = 8 * 1024;
 pub const REQUEST_READ_TIMEOUT_MS: u64 = 10_000;
 /// Connections served at once; more wait in the listen backlog.
 pub const CONNECTIONS_MAX: usize = 16;
+/// A request body over its limit is still read, and dropped, up to this
+/// many bytes before the refusal is sent (see `put_loglevel`).
+pub const BODY_DRAIN_BYTES_MAX: usize = 64 * 1024;
 /// Shares of the endpoint's task queue (requests run with 1000).
 pub const METRICS_SHARES: usize = 100;
 
@@ -85,6 +99,8 @@ struct Request {
     method: String,
     path: String,
     openmetrics: bool,
+    /// `Content-Length`, if given (and a number).
+    content_length: Option<usize>,
 }
 
 /// Parses a request head (`None`: not HTTP/1.x).
@@ -96,18 +112,29 @@ fn parse_head(head: &str) -> Option<Request> {
         return None;
     }
     let path = target.split('?').next().unwrap_or(target).to_string();
-    let openmetrics = lines
+    let headers: Vec<(&str, &str)> = lines
         .filter_map(|l| l.split_once(':'))
-        .filter(|(k, _)| k.trim().eq_ignore_ascii_case("accept"))
-        .any(|(_, v)| v.contains("application/openmetrics-text"));
+        .map(|(k, v)| (k.trim(), v.trim()))
+        .collect();
+    let named = |name: &'static str| {
+        headers
+            .iter()
+            .filter(move |(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    };
+    let openmetrics = named("accept").any(|v| v.contains("application/openmetrics-text"));
+    let content_length = named("content-length").next().and_then(|v| v.parse().ok());
     Some(Request {
         method: method.to_string(),
         path,
         openmetrics,
+        content_length,
     })
 }
 
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
+/// Reads up to the end of the request head; returns the head and the
+/// bytes read after it (the start of a body).
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<(String, Vec<u8>)>> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
@@ -117,7 +144,8 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
         }
         buf.extend_from_slice(&chunk[..n]);
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            return Ok(Some(String::from_utf8_lossy(&buf[..end]).into_owned()));
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            return Ok(Some((head, buf[end + 4..].to_vec())));
         }
         if buf.len() > REQUEST_HEAD_BYTES_MAX {
             return Ok(None);
@@ -125,21 +153,51 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
     }
 }
 
+/// Reads the rest of a body of `len` bytes (`len` is at most
+/// `logging::FILTER_BYTES_MAX`, checked by the caller); `started` holds
+/// what came with the head. `None`: the peer closed first.
+async fn read_body(
+    stream: &mut TcpStream,
+    mut started: Vec<u8>,
+    len: usize,
+) -> std::io::Result<Option<Vec<u8>>> {
+    let mut chunk = [0u8; 1024];
+    while started.len() < len {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        started.extend_from_slice(&chunk[..n]);
+    }
+    started.truncate(len);
+    Ok(Some(started))
+}
+
+/// An answer: status line, content type, body.
+type Answer = (&'static str, &'static str, String);
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
 async fn serve_one(
     ctx: &Rc<ShardCtx>,
     mut stream: TcpStream,
     start_time_seconds: f64,
 ) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_millis(REQUEST_READ_TIMEOUT_MS)))?;
-    let request = read_head(&mut stream).await?.and_then(|h| parse_head(&h));
+    let request = read_head(&mut stream)
+        .await?
+        .and_then(|(h, rest)| Some((parse_head(&h)?, rest)));
     let (status, content_type, body) = match request {
-        None => ("400 Bad Request", "text/plain", "bad request\n".to_string()),
-        Some(r) if r.method != "GET" => (
+        None => ("400 Bad Request", TEXT, "bad request\n".to_string()),
+        Some((r, rest)) if r.method == "PUT" && r.path == "/loglevel" => {
+            put_loglevel(&mut stream, &r, rest).await?
+        }
+        Some((r, _)) if r.method != "GET" => (
             "405 Method Not Allowed",
-            "text/plain",
-            "only GET\n".to_string(),
+            TEXT,
+            "GET, or PUT /loglevel\n".to_string(),
         ),
-        Some(r) => answer(ctx, &r, start_time_seconds).await,
+        Some((r, _)) => answer(ctx, &r, start_time_seconds).await,
     };
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -151,13 +209,72 @@ async fn serve_one(
     Ok(())
 }
 
-async fn answer(
-    ctx: &Rc<ShardCtx>,
+/// `PUT /loglevel`: reads the directive string and applies it.
+async fn put_loglevel(
+    stream: &mut TcpStream,
     r: &Request,
-    start_time_seconds: f64,
-) -> (&'static str, &'static str, String) {
-    const TEXT: &str = "text/plain; charset=utf-8";
+    started: Vec<u8>,
+) -> std::io::Result<Answer> {
+    let Some(len) = r.content_length else {
+        return Ok((
+            "411 Length Required",
+            TEXT,
+            "a Content-Length is required\n".to_string(),
+        ));
+    };
+    if len > logging::FILTER_BYTES_MAX {
+        // Read (and drop) a body of moderate size first: closing a socket
+        // with unread bytes resets the connection, and the client could
+        // lose this answer to the reset.
+        let mut left = len.min(BODY_DRAIN_BYTES_MAX).saturating_sub(started.len());
+        let mut chunk = [0u8; 1024];
+        while left > 0 {
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                break;
+            }
+            left = left.saturating_sub(n);
+        }
+        return Ok((
+            "413 Content Too Large",
+            TEXT,
+            format!("{}\n", logging::FilterError::BadLength),
+        ));
+    }
+    let Some(body) = read_body(stream, started, len).await? else {
+        return Ok(("400 Bad Request", TEXT, "incomplete body\n".to_string()));
+    };
+    let Ok(directives) = std::str::from_utf8(&body) else {
+        return Ok((
+            "400 Bad Request",
+            TEXT,
+            "the body is not UTF-8\n".to_string(),
+        ));
+    };
+    let before = logging::current_filter().unwrap_or_default();
+    Ok(match logging::set_filter(directives) {
+        Ok(now) => {
+            let peer = stream.peer_addr().ok();
+            tracing::warn!(?peer, from = %before, to = %now, "log filter changed");
+            ("200 OK", TEXT, format!("{now}\n"))
+        }
+        Err(e @ logging::FilterError::NotInstalled) => {
+            ("503 Service Unavailable", TEXT, format!("{e}\n"))
+        }
+        Err(e) => ("400 Bad Request", TEXT, format!("{e}\n")),
+    })
+}
+
+async fn answer(ctx: &Rc<ShardCtx>, r: &Request, start_time_seconds: f64) -> Answer {
     match r.path.as_str() {
+        "/loglevel" => match logging::current_filter() {
+            Some(f) => ("200 OK", TEXT, format!("{f}\n")),
+            None => (
+                "503 Service Unavailable",
+                TEXT,
+                format!("{}\n", logging::FilterError::NotInstalled),
+            ),
+        },
         "/metrics" => {
             let deadline = crate::clock::monotonic() + Duration::from_millis(SCRAPE_TIMEOUT_MS);
             let answers = ctx.gather_samples(deadline).await;
@@ -224,6 +341,12 @@ mod tests {
         let r = parse_head("GET /metrics HTTP/1.0\r\naccept: text/plain").unwrap();
         assert!(!r.openmetrics);
         assert!(parse_head("GET /metrics SPDY/3").is_none());
+        let r = parse_head("PUT /loglevel HTTP/1.1\r\ncontent-length: 5").unwrap();
+        assert_eq!((r.method.as_str(), r.content_length), ("PUT", Some(5)));
+        assert_eq!(
+            parse_head("PUT /loglevel HTTP/1.1").unwrap().content_length,
+            None
+        );
         assert!(parse_head("").is_none());
     }
 }

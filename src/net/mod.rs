@@ -43,7 +43,10 @@
 //! task notes when its answer was ready; the writer records the request
 //! into the shard's probe (`crate::metrics`) once its bytes are handed to
 //! the socket. Three clock reads and a few cell updates per request, no
-//! allocation; with `--metrics-recording false` no clock is read.
+//! allocation; with `--metrics-recording false` no clock is read. Both
+//! stages of a request are polled through `metrics::RequestTimed`, which
+//! collects the time its handler spends in `metrics::remote_wait` (Kafka's
+//! RemoteTimeMs, split out of the handler's time).
 
 mod file_range;
 pub mod metrics_http;
@@ -68,7 +71,7 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Bytes asked of the socket per read when no larger frame is pending.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -289,9 +292,13 @@ async fn serve_connection(
 }
 
 /// A dispatched request: the task that answers it (with the time its
-/// answer was ready, when recording), the bytes of its frame, and what the
-/// request's metrics need.
-type Dispatch = (JoinHandle<(Outcome, Option<Instant>)>, usize, RequestStamp);
+/// answer was ready, when recording, and its remote time), the bytes of its
+/// frame, and what the request's metrics need.
+type Dispatch = (
+    JoinHandle<(Outcome, Option<Instant>, Duration)>,
+    usize,
+    RequestStamp,
+);
 
 /// A request's API key and when it was read and dispatched (None when
 /// metrics recording is off): see `metrics::ApiProbe` for the split.
@@ -371,12 +378,17 @@ async fn read_requests(
                 read_at,
                 dispatched_at: stamp(),
             };
-            let answer = handlers::dispatch(ctx, header, frame, buf_alloc_bytes)
-                .into_answer()
-                .await;
+            // Both stages are timed for their remote waits (see
+            // `metrics::RequestTimed`): the ordered first stage here, the
+            // answer in its task.
+            let first_stage =
+                std::pin::pin!(
+                    handlers::dispatch(ctx, header, frame, buf_alloc_bytes).into_answer()
+                );
+            let (answer, first_remote) = metrics::RequestTimed::new(first_stage).await;
             let task = glommio::spawn_local(async move {
-                let outcome = answer.await;
-                (outcome, request.read_at.and(stamp()))
+                let (outcome, remote) = metrics::RequestTimed::new(answer).await;
+                (outcome, request.read_at.and(stamp()), first_remote + remote)
             })
             .detach();
             queued.set(queued.get() + 1);
@@ -541,7 +553,7 @@ async fn write_loop(
         // The request's bytes count until its answer is handed to the
         // socket (a reply's records are the log's, not the request's).
         held.release(frame_bytes);
-        let Some((outcome, ready_at)) = outcome else {
+        let Some((outcome, ready_at, remote)) = outcome else {
             return Err(io::Error::other("request task was cancelled"));
         };
         let mut bytes_out = 0usize;
@@ -586,9 +598,12 @@ async fn write_loop(
                 request.api_key,
                 frame_bytes,
                 bytes_out,
-                dispatched.saturating_duration_since(read),
-                ready.saturating_duration_since(dispatched),
-                sent.saturating_duration_since(ready),
+                metrics::RequestTimes {
+                    queue: dispatched.saturating_duration_since(read),
+                    handle: ready.saturating_duration_since(dispatched),
+                    remote,
+                    send: sent.saturating_duration_since(ready),
+                },
                 closed,
             );
         }

@@ -7,13 +7,65 @@
 //! every 15 s), never per request.
 
 use super::ShardCtx;
-use crate::metrics::{self, ApiSample, CommittedSample, LogSample, PartitionSample, ShardSample};
+use crate::group::state::GroupState;
+use crate::metrics::{
+    self, ApiSample, CommittedSample, ErrorCounts, ErrorSample, IoSample, LogSample,
+    PartitionSample, ShardSample,
+};
 use crate::txn::state::TxnState;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 
 thread_local! {
     /// Seconds from the shard's start to its first image applied.
     static RECOVERY_SECONDS: Cell<f64> = const { Cell::new(0.0) };
+    /// glommio's statistics of this shard, summed over scrapes.
+    static RUNTIME: RefCell<RuntimeTotals> = RefCell::new(RuntimeTotals::default());
+}
+
+/// glommio's executor, task-queue and I/O statistics of this shard since
+/// it started. glommio hands them out as deltas — `executor_stats`,
+/// `all_task_queue_stats` and `io_stats` each take the values and reset
+/// them (`std::mem::take`) — so exporting what one call returns as a
+/// counter would make every scrape look like a counter reset; the scrape
+/// adds each delta here instead. Nothing else in fjord reads these stats,
+/// so no delta is lost to another reader.
+#[derive(Default)]
+struct RuntimeTotals {
+    tasks_executed: u64,
+    scheduler_runs: u64,
+    /// Run time by task queue label (`shares_N`: queues of equal shares
+    /// are one series).
+    queue_runtime_seconds: BTreeMap<String, f64>,
+    io: IoSample,
+}
+
+impl RuntimeTotals {
+    fn add_glommio_stats(&mut self) {
+        let ex = glommio::executor();
+        let stats = ex.executor_stats();
+        self.tasks_executed += stats.tasks_executed();
+        self.scheduler_runs += stats.scheduler_runs();
+        for q in ex.all_task_queue_stats(Vec::new()) {
+            *self
+                .queue_runtime_seconds
+                .entry(format!("shares_{}", q.current_shares()))
+                .or_default() += q.runtime().as_secs_f64();
+        }
+        let rings = ex.io_stats().all_rings();
+        let io = &mut self.io;
+        io.files_opened += rings.files_opened();
+        io.files_closed += rings.files_closed();
+        let add = |(ops, bytes): (u64, u64), to: &mut (u64, u64)| {
+            to.0 += ops;
+            to.1 += bytes;
+        };
+        add(rings.file_reads(), &mut io.direct_reads);
+        add(rings.file_buffered_reads(), &mut io.buffered_reads);
+        add(rings.file_deduped_reads(), &mut io.deduped_reads);
+        add(rings.file_writes(), &mut io.direct_writes);
+        add(rings.file_buffered_writes(), &mut io.buffered_writes);
+    }
 }
 
 /// Records how long this shard took to open and recover its partitions.
@@ -53,9 +105,21 @@ impl ShardCtx {
                     bytes_out: a.bytes_out.get(),
                     total: a.total.sample(),
                     queue: a.queue.sample(),
-                    handle: a.handle.sample(),
+                    local: a.local.sample(),
+                    remote: a.remote.sample(),
                     send: a.send.sample(),
                 });
+            }
+            for (key, e) in r.errors.iter().enumerate().take(metrics::API_KEYS_MAX - 1) {
+                for (slot, n) in e.codes.iter().enumerate() {
+                    if n.get() > 0 {
+                        s.errors.push(ErrorSample {
+                            api_key: key as i16,
+                            code: ErrorCounts::code_of_slot(slot),
+                            count: n.get(),
+                        });
+                    }
+                }
             }
             s.connections_accepted = r.connections_accepted.get();
             s.connections_closed = r.connections_closed.get();
@@ -91,7 +155,24 @@ impl ShardCtx {
             });
         }
         let (by_state, members, committed) = self.groups.metrics_view();
-        s.groups_by_state = by_state.into_iter().map(|(st, n)| (st.name(), n)).collect();
+        // Every live state, 0 included (as Kafka's NumGroups{State} gauges),
+        // so a state's series does not vanish when its last group leaves it.
+        s.groups_by_state = [
+            GroupState::Empty,
+            GroupState::PreparingRebalance,
+            GroupState::CompletingRebalance,
+            GroupState::Stable,
+        ]
+        .into_iter()
+        .map(|st| {
+            let n = by_state
+                .iter()
+                .filter(|(g, _)| *g == st)
+                .map(|(_, n)| n)
+                .sum();
+            (st.name(), n)
+        })
+        .collect();
         s.group_members = members;
         s.committed = committed
             .into_iter()
@@ -117,18 +198,21 @@ impl ShardCtx {
             s.rebalances = c.rebalances.get();
             s.markers = c.markers.get();
             s.fenced_producers = c.fenced_producers.get();
+            s.txn_committed = c.txn_committed.sample();
+            s.txn_aborted = c.txn_aborted.sample();
+            s.producer_id_blocks = c.producer_id_blocks.get();
         });
-        let ex = glommio::executor();
-        let stats = ex.executor_stats();
-        s.executor_tasks = stats.tasks_executed();
-        s.executor_scheduler_runs = stats.scheduler_runs();
-        let mut queues = std::collections::BTreeMap::<String, f64>::new();
-        for q in ex.all_task_queue_stats(Vec::new()) {
-            *queues
-                .entry(format!("shares_{}", q.current_shares()))
-                .or_default() += q.runtime().as_secs_f64();
-        }
-        s.task_queue_runtime_seconds = queues.into_iter().collect();
+        RUNTIME.with_borrow_mut(|totals| {
+            totals.add_glommio_stats();
+            s.executor_tasks = totals.tasks_executed;
+            s.executor_scheduler_runs = totals.scheduler_runs;
+            s.task_queue_runtime_seconds = totals
+                .queue_runtime_seconds
+                .iter()
+                .map(|(q, secs)| (q.clone(), *secs))
+                .collect();
+            s.io = totals.io.clone();
+        });
         s
     }
 

@@ -340,6 +340,9 @@ impl ShardCtx {
                     None
                 }
             };
+            if block.is_some() {
+                crate::metrics::record_producer_id_block();
+            }
             ctx.producer_ids.add(block);
         })
         .detach();

@@ -631,13 +631,25 @@ impl TxnCoordinator {
                 glommio::timer::sleep(Duration::from_millis(MARKER_RETRY_BACKOFF_MS)).await;
             }
         }
+        // Every marker is written: the transaction's duration, from its
+        // start (first partition or offsets added) to here. Counted once
+        // Complete* is written, so a retry by the sweep counts it once.
+        let took = (m.start_ms >= 0)
+            .then(|| Duration::from_millis(now_ms().saturating_sub(m.start_ms).max(0) as u64));
         let Ok(current) = self.begin(id) else { return };
         let Some(next) = state::complete(&current, now_ms()) else {
             self.end_pending(id);
             return;
         };
-        if let Err(e) = self.persist(env, &partition, next).await {
-            tracing::error!(transactional_id = id, error = %e, "writing Complete* failed; retried by the next sweep");
+        match self.persist(env, &partition, next).await {
+            Ok(_) => {
+                if let Some(took) = took {
+                    crate::metrics::record_transaction(commit, took);
+                }
+            }
+            Err(e) => {
+                tracing::error!(transactional_id = id, error = %e, "writing Complete* failed; retried by the next sweep");
+            }
         }
     }
 
