@@ -61,6 +61,10 @@ pub const CREATE_TOPICS_PARTITIONS_MAX_DEFAULT: i64 = 10_000;
 pub const PARTITIONS_MAX_DEFAULT: i64 = 100_000;
 /// Members of one group (Kafka's `group.max.size` is unbounded by default).
 pub const GROUP_MAX_SIZE_DEFAULT: usize = 10_000;
+/// Kafka's `group.consumer.session.timeout.ms` default.
+pub const GROUP_CONSUMER_SESSION_TIMEOUT_MS_DEFAULT: i32 = 45_000;
+/// Kafka's `group.consumer.heartbeat.interval.ms` default.
+pub const GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT: i32 = 5_000;
 /// Kafka's `transactional.id.expiration.ms` default (7 days).
 pub const TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: i64 = 7 * 24 * 60 * 60 * 1000;
 /// Longest a shard waits for another shard's answer (Kafka's
@@ -222,6 +226,12 @@ pub struct ServeArgs {
     /// Kafka `group.max.size`: members one consumer group may have; a join beyond it gets GROUP_MAX_SIZE_REACHED [default: 10000].
     #[arg(long)]
     pub group_max_size: Option<usize>,
+    /// Kafka `group.consumer.session.timeout.ms`: a member of a consumer-protocol (KIP-848) group that sends no heartbeat for this long is removed [default: 45000].
+    #[arg(long)]
+    pub group_consumer_session_timeout_ms: Option<i32>,
+    /// Kafka `group.consumer.heartbeat.interval.ms`: how often members of a consumer-protocol (KIP-848) group are told to heartbeat [default: 5000].
+    #[arg(long)]
+    pub group_consumer_heartbeat_interval_ms: Option<i32>,
     /// Kafka `transactional.id.expiration.ms`: a transactional id with no transaction for this long is forgotten [default: 7 days].
     #[arg(long)]
     pub transactional_id_expiration_ms: Option<i64>,
@@ -308,6 +318,8 @@ pub struct BrokerConfig {
     pub create_topics_partitions_max: i64,
     pub partitions_max: i64,
     pub group_max_size: usize,
+    pub group_consumer_session_timeout_ms: i32,
+    pub group_consumer_heartbeat_interval_ms: i32,
     pub transactional_id_expiration_ms: i64,
     pub cross_shard_timeout_ms: u64,
     /// The metrics endpoint's address (None = `--metrics-listen none`).
@@ -402,6 +414,12 @@ impl ServeArgs {
                 .or(file.create_topics_partitions_max),
             partitions_max: self.partitions_max.or(file.partitions_max),
             group_max_size: self.group_max_size.or(file.group_max_size),
+            group_consumer_session_timeout_ms: self
+                .group_consumer_session_timeout_ms
+                .or(file.group_consumer_session_timeout_ms),
+            group_consumer_heartbeat_interval_ms: self
+                .group_consumer_heartbeat_interval_ms
+                .or(file.group_consumer_heartbeat_interval_ms),
             transactional_id_expiration_ms: self
                 .transactional_id_expiration_ms
                 .or(file.transactional_id_expiration_ms),
@@ -574,6 +592,14 @@ impl ServeArgs {
                 .max(1),
             partitions_max: a.partitions_max.unwrap_or(PARTITIONS_MAX_DEFAULT).max(1),
             group_max_size: a.group_max_size.unwrap_or(GROUP_MAX_SIZE_DEFAULT).max(1),
+            group_consumer_session_timeout_ms: a
+                .group_consumer_session_timeout_ms
+                .unwrap_or(GROUP_CONSUMER_SESSION_TIMEOUT_MS_DEFAULT)
+                .max(1),
+            group_consumer_heartbeat_interval_ms: a
+                .group_consumer_heartbeat_interval_ms
+                .unwrap_or(GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT)
+                .max(1),
             transactional_id_expiration_ms: a
                 .transactional_id_expiration_ms
                 .unwrap_or(TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT)

@@ -168,6 +168,11 @@ fn group_classic() {
 }
 
 #[test]
+fn group_consumer() {
+    assert_scenario_passes("group-consumer");
+}
+
+#[test]
 fn admin() {
     assert_scenario_passes("admin");
 }

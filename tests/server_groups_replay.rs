@@ -50,7 +50,11 @@ fn group_partition() -> i32 {
 }
 
 async fn loaded(log: Rc<fjord::log::PartitionLog>) -> Rc<GroupCoordinator> {
-    let coord = GroupCoordinator::new(GroupConfig::default(), false);
+    let coord = GroupCoordinator::new(
+        GroupConfig::default(),
+        fjord::group::consumer::ConsumerGroupConfig::default(),
+        false,
+    );
     let state = partition(log).await;
     coord.load_partition(group_partition(), INTERNAL_TOPIC_PARTITIONS, state);
     for _ in 0..500 {

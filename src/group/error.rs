@@ -45,6 +45,16 @@ pub enum GroupError {
     UnstableOffsetCommit,
     #[error("the transactional producer was fenced by a newer epoch")]
     InvalidProducerEpoch,
+    #[error("the member epoch is fenced")]
+    FencedMemberEpoch,
+    #[error("the member epoch is stale")]
+    StaleMemberEpoch,
+    #[error("the instance id is still used by another member")]
+    UnreleasedInstanceId,
+    #[error("unsupported assignor {0}")]
+    UnsupportedAssignor(String),
+    #[error("invalid regular expression: {0}")]
+    InvalidRegularExpression(String),
     #[error("writing to the offsets partition failed: {0}")]
     Storage(String),
 }

@@ -41,13 +41,17 @@
 //! end and every older segment is dropped ([`PartitionLog::delete_segments_below`]),
 //! so the topic holds O(live state), like a compacted topic.
 
+pub mod consumer;
+pub mod consumer_records;
 pub mod error;
 pub mod records;
 pub mod state;
 
 use crate::clock::now_ms;
 use crate::log::{LogError, PartitionLog};
-use crate::metadata::internal;
+use crate::metadata::{internal, MetadataImage};
+use consumer::{ConsumerGroup, ConsumerGroupConfig, HeartbeatAnswer, HeartbeatRequest};
+use std::sync::Arc;
 use crate::partition::{AppendError, Partition};
 use crate::record::batch::{BatchHeader, Compression};
 use crate::record::builder::{BatchBuilder, NewRecord};
@@ -144,6 +148,10 @@ type SyncWaiter = oneshot::Sender<Result<SyncAnswer, GroupError>>;
 /// The shard's group coordinator.
 pub struct GroupCoordinator {
     config: GroupConfig,
+    consumer_config: ConsumerGroupConfig,
+    /// The shard's metadata image, for consumer groups' subscriptions
+    /// (set by the shard whenever it swaps its image).
+    image: RefCell<Arc<MetadataImage>>,
     fsync_acks: bool,
     partitions: RefCell<HashMap<i32, OffsetsPartition>>,
     join_waiters: RefCell<HashMap<(String, String), JoinWaiter>>,
@@ -155,9 +163,15 @@ pub struct GroupCoordinator {
 }
 
 impl GroupCoordinator {
-    pub fn new(config: GroupConfig, fsync_acks: bool) -> Rc<GroupCoordinator> {
+    pub fn new(
+        config: GroupConfig,
+        consumer_config: ConsumerGroupConfig,
+        fsync_acks: bool,
+    ) -> Rc<GroupCoordinator> {
         Rc::new(GroupCoordinator {
             config,
+            consumer_config,
+            image: RefCell::new(Arc::new(MetadataImage::default())),
             fsync_acks,
             partitions: RefCell::new(HashMap::new()),
             join_waiters: RefCell::new(HashMap::new()),
@@ -170,6 +184,16 @@ impl GroupCoordinator {
 
     pub fn config(&self) -> &GroupConfig {
         &self.config
+    }
+
+    pub fn consumer_config(&self) -> &ConsumerGroupConfig {
+        &self.consumer_config
+    }
+
+    /// The shard swapped its metadata image: consumer groups re-resolve
+    /// their subscriptions at the next tick.
+    pub fn set_image(&self, image: Arc<MetadataImage>) {
+        *self.image.borrow_mut() = image;
     }
 
     /// The offsets partition of `group_id`: the same function of the
@@ -223,7 +247,8 @@ impl GroupCoordinator {
             let mut backoff_ms = LOAD_RETRY_BACKOFF_MS_MIN;
             loop {
                 let now = now_ms();
-                match replay_partition(&log, now).await {
+                let image = me.image.borrow().clone();
+                match replay_partition(&log, now, image).await {
                     Ok(groups) => {
                         me.install(partition, &log, groups, now);
                         return;
@@ -317,7 +342,22 @@ impl GroupCoordinator {
                 if !op.loaded {
                     continue;
                 }
+                let image = self.image.borrow().clone();
                 for g in op.groups.values_mut() {
+                    if let Some(c) = g.consumer.as_mut() {
+                        for gone in c.poll(&self.consumer_config, &*image, now) {
+                            tracing::info!(group = %g.group_id, member = %gone, "consumer group member expired or fenced");
+                        }
+                        if c.needs_write() {
+                            match consumer_records::take_dirty_records(&g.group_id, c, &image) {
+                                Ok(recs) => writes.extend(recs),
+                                Err(e) => {
+                                    tracing::error!(group = %g.group_id, error = %e, "consumer group records not written")
+                                }
+                            }
+                        }
+                        continue;
+                    }
                     let mut completions = Vec::new();
                     g.poll(&self.config, now, &mut completions);
                     if g.metadata_dirty {
@@ -372,11 +412,17 @@ impl GroupCoordinator {
                         }
                     }
                     if g.is(GroupState::Empty)
+                        && g.has_no_members()
                         && g.offsets.is_empty()
                         && g.pending_txn_offsets.is_empty()
                         && now - g.state_timestamp_ms >= self.config.offsets_retention_ms
                     {
                         if let Ok(key) = records::group_metadata_key(&g.group_id) {
+                            if g.consumer.is_some() {
+                                if let Ok(recs) = consumer_records::group_tombstones(&g.group_id) {
+                                    writes.extend(recs);
+                                }
+                            }
                             writes.push((key, None));
                             dead.push(g.group_id.clone());
                         }
@@ -571,7 +617,20 @@ impl GroupCoordinator {
         if member_id.is_empty() {
             member_id = req.new_member_id.clone();
         }
+        let converted = RefCell::new(None);
         let rx = self.with_group(group_id, true, |g, out| {
+            if let Some(c) = &g.consumer {
+                if !c.is_empty() {
+                    // Mixed groups (a classic member in a consumer group)
+                    // are not served: Kafka's answer to a classic member
+                    // its consumer group cannot take.
+                    return Err(GroupError::InconsistentGroupProtocol);
+                }
+                // An empty consumer group becomes a classic group (its
+                // offsets stay), as in Kafka.
+                g.consumer = None;
+                *converted.borrow_mut() = Some(consumer_records::group_tombstones(group_id));
+            }
             let reply = g.join(req, &cfg, now, out);
             if reply.is_err() {
                 self.forget_if_unused(g);
@@ -590,6 +649,10 @@ impl GroupCoordinator {
                 }
             }
         })?;
+        if let Some(Ok(tombstones)) = converted.into_inner() {
+            let p = self.check(group_id)?;
+            self.write(p, tombstones, None).await?;
+        }
         match rx {
             Err(now_result) => Ok(now_result),
             Ok(rx) => rx.await.unwrap_or(Err(GroupError::RebalanceInProgress)),
@@ -828,8 +891,125 @@ impl GroupCoordinator {
             .collect())
     }
 
-    /// ListGroups: (group id, protocol type, state) of every group here.
-    pub fn list_groups(&self) -> Vec<(String, String, GroupState)> {
+    /// ConsumerGroupHeartbeat (KIP-848). A heartbeat with epoch 0 creates
+    /// the group, or turns an empty classic group (offsets only) into a
+    /// consumer group; a classic group with members answers
+    /// GROUP_ID_NOT_FOUND (Kafka's answer when it does not upgrade a
+    /// classic group online; mixed groups are not served). What changed is
+    /// written before the member is answered.
+    pub async fn consumer_heartbeat(
+        &self,
+        group_id: &str,
+        req: HeartbeatRequest,
+    ) -> Result<HeartbeatAnswer, GroupError> {
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidRequest("GroupId can't be empty."));
+        }
+        check_group_id(group_id)?;
+        let too_long = |s: &str| !records::fits(s);
+        if too_long(&req.member_id)
+            || req.instance_id.as_deref().is_some_and(too_long)
+            || req.rack_id.as_deref().is_some_and(too_long)
+            || too_long(&req.client_id)
+            || req
+                .subscribed_topic_names
+                .as_ref()
+                .is_some_and(|n| n.iter().any(|t| too_long(t)))
+        {
+            return Err(ID_TOO_LONG);
+        }
+        let p = self.check(group_id)?;
+        let now = now_ms();
+        let image = self.image.borrow().clone();
+        let (answer, recs) = {
+            let mut parts = self.partitions.borrow_mut();
+            let op = parts.get_mut(&p).ok_or(GroupError::NotCoordinator)?;
+            let existed = op.groups.contains_key(group_id);
+            if !existed {
+                if req.member_epoch != 0 {
+                    return Err(GroupError::GroupIdNotFound);
+                }
+                op.groups
+                    .insert(group_id.to_string(), Group::new(group_id, now));
+            }
+            let g = op.groups.get_mut(group_id).expect("inserted above");
+            let mut converted = false;
+            if g.consumer.is_none() {
+                if !g.has_no_members() || !g.is(GroupState::Empty) || req.member_epoch != 0 {
+                    return Err(GroupError::GroupIdNotFound);
+                }
+                g.consumer = Some(Box::new(ConsumerGroup::new()));
+                converted = true;
+            }
+            let c = g.consumer.as_mut().expect("set above");
+            let result = c.heartbeat(req, &self.consumer_config, &*image, now);
+            if result.is_err() && converted {
+                // A request that failed leaves no trace.
+                if existed {
+                    g.consumer = None;
+                } else {
+                    op.groups.remove(group_id);
+                }
+                return result;
+            }
+            let recs = if c.needs_write() {
+                consumer_records::take_dirty_records(group_id, c, &image)?
+            } else {
+                Vec::new()
+            };
+            (result?, recs)
+        };
+        if !recs.is_empty() {
+            self.write(p, recs, None).await?;
+        }
+        Ok(answer)
+    }
+
+    /// ConsumerGroupDescribe for one group: a copy of its state, or
+    /// GROUP_ID_NOT_FOUND when there is no such consumer group.
+    pub fn consumer_describe(&self, group_id: &str) -> Result<ConsumerGroup, GroupError> {
+        let p = self.check(group_id)?;
+        let parts = self.partitions.borrow();
+        parts
+            .get(&p)
+            .and_then(|op| op.groups.get(group_id))
+            .filter(|g| !g.is(GroupState::Dead))
+            .and_then(|g| g.consumer.as_deref().cloned())
+            .ok_or(GroupError::GroupIdNotFound)
+    }
+
+    /// The metadata image the coordinator last got (topic ids for answers).
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.borrow().clone()
+    }
+
+    /// OffsetFetch v9+ by a member of a consumer group: STALE_MEMBER_EPOCH
+    /// or UNKNOWN_MEMBER_ID as Kafka's `ConsumerGroup.validateOffsetFetch`
+    /// (an admin fetch, without member id, is always allowed).
+    pub fn validate_offset_fetch(
+        &self,
+        group_id: &str,
+        member_id: Option<&str>,
+        member_epoch: i32,
+    ) -> Result<(), GroupError> {
+        let p = self.check(group_id)?;
+        let parts = self.partitions.borrow();
+        let Some(c) = parts
+            .get(&p)
+            .and_then(|op| op.groups.get(group_id))
+            .and_then(|g| g.consumer.as_deref())
+        else {
+            return Ok(());
+        };
+        match member_id {
+            None => Ok(()),
+            Some(m) => c.validate_offset_fetch(m, member_epoch),
+        }
+    }
+
+    /// ListGroups: (group id, protocol type, state, group type) of every
+    /// group here.
+    pub fn list_groups(&self) -> Vec<(String, String, &'static str, &'static str)> {
         let parts = self.partitions.borrow();
         let mut out: Vec<_> = parts
             .values()
@@ -837,11 +1017,8 @@ impl GroupCoordinator {
             .flat_map(|op| op.groups.values())
             .filter(|g| !g.is(GroupState::Dead))
             .map(|g| {
-                (
-                    g.group_id.clone(),
-                    g.protocol_type.clone().unwrap_or_default(),
-                    g.state,
-                )
+                let (protocol_type, state, kind) = g.listing();
+                (g.group_id.clone(), protocol_type, state, kind)
             })
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -870,6 +1047,7 @@ impl GroupCoordinator {
                 None => by_state.push((g.state, 1)),
             }
             members += g.members.len() as u64;
+            members += g.consumer.as_ref().map_or(0, |c| c.members.len() as u64);
             for ((topic, partition), o) in &g.offsets {
                 committed.push((g.group_id.clone(), topic.clone(), *partition, o.offset));
             }
@@ -884,7 +1062,9 @@ impl GroupCoordinator {
         let Some(g) = parts.get(&p).and_then(|op| op.groups.get(group_id)) else {
             return Ok(None);
         };
-        if g.is(GroupState::Dead) {
+        // A consumer group is not a classic group: DescribeGroups reports
+        // it as Kafka does, like a missing group.
+        if g.is(GroupState::Dead) || g.consumer.is_some() {
             return Ok(None);
         }
         Ok(Some(GroupDescription {
@@ -906,11 +1086,17 @@ impl GroupCoordinator {
                 .and_then(|op| op.groups.get(group_id))
                 .ok_or(GroupError::GroupIdNotFound)?;
             g.validate_delete()?;
+            let consumer_tombstones = if g.consumer.is_some() {
+                consumer_records::group_tombstones(group_id)?
+            } else {
+                Vec::new()
+            };
             let mut recs = g
                 .offsets
                 .keys()
                 .map(|(t, part)| Ok((records::offset_commit_key(group_id, t, *part)?, None)))
                 .collect::<Result<Vec<(Bytes, Option<Bytes>)>, GroupError>>()?;
+            recs.extend(consumer_tombstones);
             recs.push((records::group_metadata_key(group_id)?, None));
             recs
         };
@@ -998,6 +1184,7 @@ impl GroupCoordinator {
     /// segments wholly below the rewrite. Appends made while waiting land
     /// after the rewrite, so replay order still gives the newest value.
     pub async fn compact(&self, p: i32) -> Result<(), GroupError> {
+        let image = self.image.borrow().clone();
         let (log, recs) = {
             let mut parts = self.partitions.borrow_mut();
             let op = parts.get_mut(&p).ok_or(GroupError::NotCoordinator)?;
@@ -1007,7 +1194,10 @@ impl GroupCoordinator {
                     if g.is(GroupState::Dead) {
                         continue;
                     }
-                    recs.push(group_record(g)?);
+                    match &g.consumer {
+                        Some(c) => recs.extend(consumer_records::all_records(&g.group_id, c, &image)?),
+                        None => recs.push(group_record(g)?),
+                    }
                     for ((t, part), o) in &g.offsets {
                         recs.push((
                             records::offset_commit_key(&g.group_id, t, *part)?,
@@ -1103,8 +1293,9 @@ fn sync_meta(g: &Group) -> (Option<String>, Option<String>) {
 async fn replay_partition(
     log: &PartitionLog,
     now_ms: i64,
+    image: Arc<MetadataImage>,
 ) -> Result<HashMap<String, Group>, LoadError> {
-    let mut replay = Replay::new(now_ms);
+    let mut replay = Replay::new(now_ms, image);
     log.scan(Offset(log.log_start_offset().0), &mut |h, bytes| {
         replay.batch(h, bytes)
     })
@@ -1117,17 +1308,38 @@ async fn replay_partition(
 /// gives that error instead of the groups.
 struct Replay {
     now_ms: i64,
+    /// Maps the topic ids of consumer-group assignments to names.
+    image: Arc<MetadataImage>,
     groups: HashMap<String, Group>,
     failed: Option<LoadError>,
 }
 
 impl Replay {
-    fn new(now_ms: i64) -> Replay {
+    fn new(now_ms: i64, image: Arc<MetadataImage>) -> Replay {
         Replay {
             now_ms,
+            image,
             groups: HashMap::new(),
             failed: None,
         }
+    }
+
+    /// One consumer-group record.
+    fn apply_consumer(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), String> {
+        let key = consumer_records::parse_key(key).map_err(|e| e.to_string())?;
+        if value.is_none() && !self.groups.contains_key(key.group()) {
+            return Ok(());
+        }
+        let (now, image) = (self.now_ms, self.image.clone());
+        let g = self.group(key.group());
+        let c = g
+            .consumer
+            .get_or_insert_with(|| Box::new(ConsumerGroup::new()));
+        let keep = consumer_records::apply(c, &key, value, &image, now).map_err(|e| e.to_string())?;
+        if !keep {
+            g.consumer = None;
+        }
+        Ok(())
     }
 
     fn group(&mut self, id: &str) -> &mut Group {
@@ -1174,6 +1386,10 @@ impl Replay {
                 .get(..2)
                 .map(|v| i16::from_be_bytes([v[0], v[1]]))
                 .ok_or("a key shorter than its version")?;
+            if consumer_records::is_consumer_key_version(version) {
+                self.apply_consumer(key, r.value.as_deref())?;
+                continue;
+            }
             if !records::is_known_key_version(version) {
                 tracing::warn!(
                     version,
@@ -1225,10 +1441,17 @@ impl Replay {
         Ok(())
     }
 
-    fn finish(self) -> Result<HashMap<String, Group>, LoadError> {
+    fn finish(mut self) -> Result<HashMap<String, Group>, LoadError> {
         match self.failed {
             Some(e) => Err(e),
-            None => Ok(self.groups),
+            None => {
+                for g in self.groups.values_mut() {
+                    if let Some(c) = g.consumer.as_mut() {
+                        consumer_records::finish_replay(c, self.now_ms);
+                    }
+                }
+                Ok(self.groups)
+            }
         }
     }
 }

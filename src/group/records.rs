@@ -311,6 +311,13 @@ pub fn describe(key: Option<&[u8]>, value: Option<&[u8]>) -> String {
     let Some(key) = key else {
         return "key: null payload: null".to_string();
     };
+    let version = key.get(..2).map(|v| i16::from_be_bytes([v[0], v[1]]));
+    if version.is_some_and(super::consumer_records::is_consumer_key_version) {
+        return match super::consumer_records::parse_key(key) {
+            Ok(k) => format!("key: {}", super::consumer_records::describe(&k, value)),
+            Err(e) => format!("key: <{e}> payload: <not decoded>"),
+        };
+    }
     let parsed = match parse_key(key) {
         Ok(k) => k,
         Err(e) => return format!("key: <{e}> payload: <not decoded>"),

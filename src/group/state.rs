@@ -32,6 +32,7 @@
 //! members that rejoin last are shed. A group found over capacity when its
 //! partition is loaded rebalances ([`Group::rebalance_if_over_capacity`]).
 
+use super::consumer::ConsumerGroup;
 use super::error::GroupError;
 use crate::config::GROUP_MAX_SIZE_DEFAULT;
 use bytes::Bytes;
@@ -236,6 +237,10 @@ pub struct Group {
     pub pending_txn_offsets: HashMap<i64, BTreeMap<(String, i32), CommittedOffset>>,
     /// Set when the group's membership record must be (re)written.
     pub metadata_dirty: bool,
+    /// Present when the group is a KIP-848 `consumer` group: its
+    /// membership lives there and the classic fields above stay empty
+    /// (the classic state stays Empty); offsets stay here for both types.
+    pub consumer: Option<Box<ConsumerGroup>>,
 }
 
 impl Group {
@@ -257,6 +262,31 @@ impl Group {
             offsets: BTreeMap::new(),
             pending_txn_offsets: HashMap::new(),
             metadata_dirty: false,
+            consumer: None,
+        }
+    }
+
+    /// Whether the group is a KIP-848 `consumer` group.
+    pub fn is_consumer_group(&self) -> bool {
+        self.consumer.is_some()
+    }
+
+    /// Whether the group has no member of either protocol.
+    pub fn has_no_members(&self) -> bool {
+        self.members.is_empty()
+            && self.pending_members.is_empty()
+            && self.consumer.as_ref().is_none_or(|c| c.is_empty())
+    }
+
+    /// ListGroups' (protocol type, state, group type) of the group.
+    pub fn listing(&self) -> (String, &'static str, &'static str) {
+        match &self.consumer {
+            Some(c) => ("consumer".to_string(), c.state().name(), "consumer"),
+            None => (
+                self.protocol_type.clone().unwrap_or_default(),
+                self.state.name(),
+                "classic",
+            ),
         }
     }
 
@@ -968,6 +998,10 @@ impl Group {
         if self.is(GroupState::Dead) {
             return Err(GroupError::CoordinatorNotAvailable);
         }
+        if let Some(c) = &self.consumer {
+            // The generation of a consumer-group commit is the member epoch.
+            return c.validate_offset_commit(member_id, generation_id, transactional);
+        }
         if generation_id < 0 && self.is(GroupState::Empty) {
             // An admin or simple-consumer commit.
             return Ok(());
@@ -1027,7 +1061,7 @@ impl Group {
     /// a protocol (simple consumers) from the commit; never while the group
     /// has members. Kafka's `OffsetExpirationCondition`.
     pub fn expired_offsets(&self, cfg: &GroupConfig, now_ms: i64) -> Vec<(String, i32)> {
-        if !self.is(GroupState::Empty) {
+        if !self.is(GroupState::Empty) || !self.has_no_members() {
             return Vec::new();
         }
         self.offsets
@@ -1049,6 +1083,9 @@ impl Group {
 
     /// Whether DeleteGroups may delete the group.
     pub fn validate_delete(&self) -> Result<(), GroupError> {
+        if !self.has_no_members() && !self.is(GroupState::Dead) {
+            return Err(GroupError::NonEmptyGroup);
+        }
         match self.state {
             GroupState::Dead => Err(GroupError::GroupIdNotFound),
             GroupState::Empty => Ok(()),
@@ -1065,6 +1102,9 @@ impl Group {
     /// Topics the group's consumers subscribe to (consumer protocol only;
     /// `None` when the group does not use it).
     pub fn subscribed_topics(&self) -> Option<Vec<String>> {
+        if let Some(c) = &self.consumer {
+            return Some(c.subscribed_topic_names());
+        }
         if self.protocol_type.as_deref() != Some("consumer") || self.is(GroupState::Empty) {
             return None;
         }

@@ -144,6 +144,11 @@ pub fn group(e: &crate::group::error::GroupError) -> i16 {
         G::OffsetMetadataTooLarge => ResponseError::OffsetMetadataTooLarge,
         G::UnstableOffsetCommit => ResponseError::UnstableOffsetCommit,
         G::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
+        G::FencedMemberEpoch => ResponseError::FencedMemberEpoch,
+        G::StaleMemberEpoch => ResponseError::StaleMemberEpoch,
+        G::UnreleasedInstanceId => ResponseError::UnreleasedInstanceId,
+        G::UnsupportedAssignor(_) => ResponseError::UnsupportedAssignor,
+        G::InvalidRegularExpression(_) => ResponseError::InvalidRegularExpression,
         // Kafka maps a failed coordinator write to a retriable error.
         G::Storage(_) => ResponseError::CoordinatorNotAvailable,
     };

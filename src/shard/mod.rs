@@ -31,6 +31,7 @@ pub mod router;
 mod txn_env;
 
 use crate::config::BrokerConfig;
+use crate::group::consumer::ConsumerGroupConfig;
 use crate::group::state::GroupConfig;
 use crate::group::GroupCoordinator;
 use crate::log::{LogConfig, LogManager};
@@ -94,7 +95,12 @@ impl ShardCtx {
             max_size: config.group_max_size,
             ..GroupConfig::default()
         };
-        let groups = GroupCoordinator::new(group_config, config.fsync_acks);
+        let consumer_config = ConsumerGroupConfig {
+            session_timeout_ms: config.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms: config.group_consumer_heartbeat_interval_ms,
+            max_size: config.group_max_size,
+        };
+        let groups = GroupCoordinator::new(group_config, consumer_config, config.fsync_acks);
         Rc::new(ShardCtx {
             shard,
             config,
@@ -188,6 +194,9 @@ impl ShardCtx {
         if image.version < old.version {
             return;
         }
+        // Before any offsets partition is loaded: its replay maps the
+        // consumer groups' topic ids to names with this image.
+        self.groups.set_image(image.clone());
         let cores = self.cores();
         // Topics deleted (or re-created under a new id).
         let gone: Vec<TopicPartition> = self

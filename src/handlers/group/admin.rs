@@ -1,6 +1,9 @@
 //! ListGroups v0-5 (state filter v4+, type filter v5+), DescribeGroups
 //! v0-5 and DeleteGroups v0-2. ListGroups answers the groups of this
-//! shard only: admin clients ask every node and merge, as with Kafka.
+//! shard only: admin clients ask every node and merge, as with Kafka. It
+//! lists classic and KIP-848 consumer groups with their type; DescribeGroups
+//! describes classic groups only (a consumer group answers as a missing
+//! group does, as in Kafka: ConsumerGroupDescribe describes it).
 
 use crate::group::error::GroupError;
 use crate::group::state::GroupState;
@@ -18,8 +21,6 @@ use kafka_protocol::messages::{
 };
 use std::rc::Rc;
 
-/// The group type of every fjord group (KIP-848 groups are not served).
-pub const CLASSIC_GROUP_TYPE: &str = "classic";
 /// `authorized_operations` when the client did not ask for them.
 pub const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 
@@ -38,14 +39,14 @@ pub fn list_groups(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesM
         .groups
         .list_groups()
         .into_iter()
-        .filter(|(_, _, s)| states.is_empty() || states.contains(&s.name().to_lowercase()))
-        .filter(|_| types.is_empty() || types.iter().any(|t| t == CLASSIC_GROUP_TYPE))
-        .map(|(id, protocol_type, state)| {
+        .filter(|(_, _, s, _)| states.is_empty() || states.contains(&s.to_lowercase()))
+        .filter(|(_, _, _, kind)| types.is_empty() || types.iter().any(|t| t == kind))
+        .map(|(id, protocol_type, state, kind)| {
             ListedGroup::default()
                 .with_group_id(GroupId(str_bytes(id)))
                 .with_protocol_type(str_bytes(protocol_type))
-                .with_group_state(str_bytes(state.name()))
-                .with_group_type(str_bytes(CLASSIC_GROUP_TYPE))
+                .with_group_state(str_bytes(state))
+                .with_group_type(str_bytes(kind))
         })
         .collect();
     respond(

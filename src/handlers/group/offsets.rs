@@ -355,7 +355,18 @@ pub fn offset_fetch(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                         .collect()
                 });
                 let base = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-                match fetch_group(ctx, &g.group_id, topics, require_stable) {
+                let member = if v >= 9 {
+                    ctx.groups.validate_offset_fetch(
+                        &g.group_id,
+                        g.member_id.as_deref(),
+                        g.member_epoch,
+                    )
+                } else {
+                    Ok(())
+                };
+                let fetched =
+                    member.and_then(|()| fetch_group(ctx, &g.group_id, topics, require_stable));
+                match fetched {
                     Err(e) => base.with_error_code(errors::group(&e)),
                     Ok(rows) => base.with_topics(
                         rows.into_iter()

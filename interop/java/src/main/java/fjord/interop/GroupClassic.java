@@ -28,6 +28,7 @@ import org.apache.kafka.clients.consumer.RangeAssignor;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.GroupState;
+import org.apache.kafka.common.GroupType;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.RebalanceInProgressException;
 
@@ -38,6 +39,10 @@ import org.apache.kafka.common.errors.RebalanceInProgressException;
  * in onPartitionsRevoked), so across the whole run — 2 members, a third joins, one
  * leaves, all stop, a new member resumes from the committed offsets — every record
  * must be processed exactly once.
+ *
+ * <p>group-consumer: the same run with {@code group.protocol=consumer} (KIP-848: the
+ * broker assigns, with the {@code uniform} and then the {@code range} server-side
+ * assignor), and describeConsumerGroups must report the group as type CONSUMER.
  */
 final class GroupClassic {
     static final int PARTITIONS = 6;
@@ -58,8 +63,14 @@ final class GroupClassic {
     private GroupClassic() {}
 
     static void run(Main.Args args) throws Exception {
-        runWith(args.bootstrap, "range", RangeAssignor.class.getName());
-        runWith(args.bootstrap, "cooperative-sticky", CooperativeStickyAssignor.class.getName());
+        runWith(args.bootstrap, "range", RangeAssignor.class.getName(), GroupType.CLASSIC);
+        runWith(args.bootstrap, "cooperative-sticky", CooperativeStickyAssignor.class.getName(), GroupType.CLASSIC);
+    }
+
+    /** The group-consumer scenario: KIP-848 groups with each server-side assignor. */
+    static void runConsumer(Main.Args args) throws Exception {
+        runWith(args.bootstrap, "uniform", null, GroupType.CONSUMER);
+        runWith(args.bootstrap, "range", null, GroupType.CONSUMER);
     }
 
     /** Which member processed each record, and how often. */
@@ -205,15 +216,22 @@ final class GroupClassic {
         }
     }
 
-    private static void runWith(String bootstrap, String assignorName, String assignorClass) throws Exception {
+    private static void runWith(String bootstrap, String assignorName, String assignorClass, GroupType type)
+            throws Exception {
         String topic = Kit.unique("group-" + assignorName);
         String group = Kit.unique("group-" + assignorName + "-g");
-        Check.info("assignor " + assignorName + ": topic " + topic + ", group " + group);
+        Check.info("assignor " + assignorName + " (" + type + "): topic " + topic + ", group " + group);
         Properties cp = Kit.stringConsumerProps(bootstrap, "read_uncommitted");
         cp.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-        cp.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
-        cp.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, assignorClass);
-        cp.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, HEARTBEAT_INTERVAL_MS);
+        if (type == GroupType.CLASSIC) {
+            cp.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
+            cp.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, assignorClass);
+            cp.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, HEARTBEAT_INTERVAL_MS);
+        } else {
+            // The broker assigns and sets the heartbeat interval.
+            cp.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+            cp.put(ConsumerConfig.GROUP_REMOTE_ASSIGNOR_CONFIG, assignorName);
+        }
         cp.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "50");
         Ledger ledger = new Ledger();
         long[] produced = {0};
@@ -227,21 +245,21 @@ final class GroupClassic {
                 Member m2 = new Member(assignorName + "-m2", cp, topic, ledger).start();
                 everyone.add(m1);
                 everyone.add(m2);
-                awaitBalanced(admin, group, assignorName, List.of(m1, m2), ledger);
+                awaitBalanced(admin, group, assignorName, type, List.of(m1, m2), ledger);
                 awaitProcessed(ledger, produced[0], everyone);
                 int gen1 = m2.generation;
 
                 Member m3 = new Member(assignorName + "-m3", cp, topic, ledger).start();
                 everyone.add(m3);
                 produce(producer, topic, 2, produced);
-                awaitBalanced(admin, group, assignorName, List.of(m1, m2, m3), ledger);
+                awaitBalanced(admin, group, assignorName, type, List.of(m1, m2, m3), ledger);
                 awaitProcessed(ledger, produced[0], everyone);
                 int gen2 = m2.generation;
                 Check.that(gen2 > gen1, "a third member joining starts a new generation", gen1 + " -> " + gen2);
 
                 m1.stopAndJoin();
                 produce(producer, topic, 3, produced);
-                awaitBalanced(admin, group, assignorName, List.of(m2, m3), ledger);
+                awaitBalanced(admin, group, assignorName, type, List.of(m2, m3), ledger);
                 awaitProcessed(ledger, produced[0], everyone);
                 int gen3 = m2.generation;
                 Check.that(gen3 > gen2, "a member leaving starts a new generation", gen2 + " -> " + gen3);
@@ -297,8 +315,8 @@ final class GroupClassic {
      * are balanced, and the coordinator describes the group as Stable with exactly those
      * members and that assignor.
      */
-    private static void awaitBalanced(Admin admin, String group, String assignorName, List<Member> members,
-            Ledger ledger) {
+    private static void awaitBalanced(Admin admin, String group, String assignorName, GroupType type,
+            List<Member> members, Ledger ledger) {
         int each = PARTITIONS / members.size();
         final Object[] last = {null};
         Check.waitFor(members.size() + " members hold " + each + " partitions each (" + assignorName + ")",
@@ -327,11 +345,12 @@ final class GroupClassic {
                     for (MemberDescription md : d.members()) {
                         described.add(md.assignment().topicPartitions().size());
                     }
-                    last[0] = "member sizes " + sizes + ", union " + union.size() + "; coordinator: state "
-                            + d.groupState() + ", assignor " + d.partitionAssignor() + ", member sizes " + described
-                            + "; problems " + ledger.problems;
+                    last[0] = "member sizes " + sizes + ", union " + union.size() + "; coordinator: type " + d.type()
+                            + ", state " + d.groupState() + ", assignor " + d.partitionAssignor() + ", member sizes "
+                            + described + "; problems " + ledger.problems;
                     boolean mine = union.size() == PARTITIONS && sizes.stream().allMatch(s -> s == each);
-                    boolean theirs = d.groupState() == GroupState.STABLE && described.size() == members.size()
+                    boolean theirs = d.type() == type && d.groupState() == GroupState.STABLE
+                            && described.size() == members.size()
                             && described.stream().allMatch(s -> s == each) && assignorName.equals(d.partitionAssignor());
                     return mine && theirs ? Boolean.TRUE : null;
                 }, () -> last[0]);

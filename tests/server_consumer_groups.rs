@@ -1,0 +1,429 @@
+//! KIP-848 consumer groups end to end: librdkafka consumers with
+//! `group.protocol=consumer` (ConsumerGroupHeartbeat, server-side
+//! assignment) sharing a 12-partition topic while members join and leave,
+//! a regex subscription that picks up a topic created later, a broker
+//! restart the group resumes from, and raw-protocol checks of the errors
+//! Kafka answers (fenced and stale epochs, unknown members, invalid
+//! requests, a classic member meeting a consumer group).
+
+mod common;
+
+use common::client::{self, await_deliveries, create_topic, send, TestMessage};
+use common::raw::RawClient;
+use common::{Broker, BrokerOpts};
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::{
+    ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, FindCoordinatorRequest, GroupId,
+    JoinGroupRequest, ListGroupsRequest, OffsetCommitRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::Message;
+use rdkafka::ClientContext;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+const PARTITIONS: i32 = 12;
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn broker() -> Broker {
+    Broker::start(
+        BrokerOpts::default()
+            .cores(2)
+            .arg("--group-consumer-heartbeat-interval-ms")
+            .arg("300"),
+    )
+}
+
+/// Commits what the application consumed before giving partitions up, as
+/// an application using the rebalance callback does.
+#[derive(Default, Clone)]
+struct CommitOnRevoke;
+
+impl ClientContext for CommitOnRevoke {}
+impl ConsumerContext for CommitOnRevoke {
+    fn pre_rebalance(&self, c: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(_) = rebalance {
+            if let Err(e) = c.commit_consumer_state(CommitMode::Sync) {
+                // Nothing consumed yet is not an error worth failing on.
+                eprintln!("commit on revoke: {e}");
+            }
+        }
+    }
+}
+
+type Member = BaseConsumer<CommitOnRevoke>;
+
+fn member(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> Member {
+    let mut c = client::base_config(bootstrap);
+    c.set("group.id", group)
+        .set("group.protocol", "consumer")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "100")
+        .set("enable.partition.eof", "false");
+    for (k, v) in extra {
+        c.set(*k, *v);
+    }
+    c.create_with_context(CommitOnRevoke)
+        .expect("create a group.protocol=consumer member")
+}
+
+fn assigned(c: &Member) -> HashSet<(String, i32)> {
+    c.assignment()
+        .map(|tpl| {
+            tpl.elements()
+                .iter()
+                .map(|e| (e.topic().to_string(), e.partition()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every message consumed, by id, with who read it.
+#[derive(Default)]
+struct Seen {
+    by_id: HashMap<usize, usize>,
+    duplicates: Vec<usize>,
+}
+
+impl Seen {
+    fn record(&mut self, consumer: usize, id: usize) {
+        if self.by_id.insert(id, consumer).is_some() {
+            self.duplicates.push(id);
+        }
+    }
+}
+
+/// Polls every member until `done` holds.
+fn poll_until(members: &[&Member], seen: &mut Seen, what: &str, mut done: impl FnMut(&Seen) -> bool) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !done(seen) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        for (i, c) in members.iter().enumerate() {
+            match c.poll(Duration::from_millis(20)) {
+                None => {}
+                Some(Err(e)) => eprintln!("member {i} error: {e}"),
+                Some(Ok(m)) => {
+                    let id: usize = std::str::from_utf8(m.payload().unwrap_or_default())
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .expect("numeric payload");
+                    seen.record(i, id);
+                }
+            }
+        }
+    }
+}
+
+fn produce(bootstrap: &str, topic: &str, ids: std::ops::Range<usize>) {
+    let producer = client::producer(bootstrap, &[("acks", "all"), ("linger.ms", "2")]);
+    let n = ids.len();
+    for id in ids {
+        send(
+            &producer,
+            topic,
+            &TestMessage {
+                id,
+                key: format!("k{id}").into_bytes(),
+                value: id.to_string().into_bytes(),
+                headers: vec![],
+            },
+        );
+    }
+    for d in await_deliveries(&producer, n, TIMEOUT) {
+        assert!(d.error.is_none(), "delivery failed: {:?}", d.error);
+    }
+}
+
+/// Asserts the members' assignments are disjoint and cover `total`
+/// partitions once they settle.
+fn settle_disjoint(members: &[&Member], seen: &mut Seen, total: usize, what: &str) {
+    poll_until(members, seen, what, |_| {
+        let sets: Vec<_> = members.iter().map(|m| assigned(m)).collect();
+        sets.iter().all(|s| !s.is_empty()) && sets.iter().map(HashSet::len).sum::<usize>() == total
+    });
+    let sets: Vec<_> = members.iter().map(|m| assigned(m)).collect();
+    let mut all = HashSet::new();
+    for s in &sets {
+        for tp in s {
+            assert!(all.insert(tp.clone()), "{tp:?} assigned twice: {sets:?}");
+        }
+    }
+    assert_eq!(all.len(), total);
+}
+
+#[test]
+fn members_share_a_topic_disjointly_while_joining_and_leaving() {
+    let broker = broker();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "shared", PARTITIONS, &[]);
+    let group = "kip848-shared";
+    let a = member(&bs, group, &[]);
+    let b = member(&bs, group, &[]);
+    a.subscribe(&["shared"]).expect("subscribe a");
+    b.subscribe(&["shared"]).expect("subscribe b");
+    let mut seen = Seen::default();
+    settle_disjoint(&[&a, &b], &mut seen, PARTITIONS as usize, "two members assigned");
+
+    produce(&bs, "shared", 0..3_000);
+    poll_until(&[&a, &b], &mut seen, "the first 3000", |s| s.by_id.len() >= 3_000);
+
+    // A third member joins while messages flow.
+    let c = member(&bs, group, &[("group.remote.assignor", "uniform")]);
+    c.subscribe(&["shared"]).expect("subscribe c");
+    let producing = std::thread::spawn({
+        let bs = bs.clone();
+        move || produce(&bs, "shared", 3_000..6_000)
+    });
+    settle_disjoint(&[&a, &b, &c], &mut seen, PARTITIONS as usize, "three members assigned");
+    producing.join().expect("producer thread");
+    poll_until(&[&a, &b, &c], &mut seen, "6000 messages", |s| s.by_id.len() >= 6_000);
+    for m in [&a, &b, &c] {
+        m.commit_consumer_state(CommitMode::Sync).expect("commit");
+    }
+
+    // b leaves (a leave heartbeat on close); a and c take its partitions.
+    drop(b);
+    produce(&bs, "shared", 6_000..9_000);
+    settle_disjoint(&[&a, &c], &mut seen, PARTITIONS as usize, "two members after a leave");
+    poll_until(&[&a, &c], &mut seen, "9000 messages", |s| s.by_id.len() >= 9_000);
+    assert!(
+        seen.duplicates.is_empty(),
+        "read twice after a commit: {:?}",
+        &seen.duplicates[..seen.duplicates.len().min(20)]
+    );
+    assert_eq!(seen.by_id.len(), 9_000, "nothing lost");
+}
+
+#[test]
+fn a_regex_subscription_picks_up_a_topic_created_later() {
+    let broker = broker();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "rx-first", 3, &[]);
+    create_topic(&bs, "other", 3, &[]);
+    let a = member(&bs, "kip848-regex", &[]);
+    a.subscribe(&["^rx-.*"]).expect("subscribe to a regex");
+    let mut seen = Seen::default();
+    poll_until(&[&a], &mut seen, "rx-first assigned", |_| assigned(&a).len() == 3);
+    assert!(assigned(&a).iter().all(|(t, _)| t == "rx-first"));
+
+    create_topic(&bs, "rx-later", 4, &[]);
+    poll_until(&[&a], &mut seen, "rx-later assigned too", |_| assigned(&a).len() == 7);
+    produce(&bs, "rx-later", 0..500);
+    poll_until(&[&a], &mut seen, "messages of rx-later", |s| s.by_id.len() >= 500);
+    assert!(seen.duplicates.is_empty());
+}
+
+#[test]
+fn the_group_resumes_after_a_broker_restart() {
+    let mut broker = broker();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "durable", PARTITIONS, &[]);
+    let group = "kip848-restart";
+    let mut seen = Seen::default();
+    {
+        let a = member(&bs, group, &[]);
+        a.subscribe(&["durable"]).expect("subscribe");
+        produce(&bs, "durable", 0..1_000);
+        poll_until(&[&a], &mut seen, "the first 1000", |s| s.by_id.len() >= 1_000);
+        a.commit_consumer_state(CommitMode::Sync).expect("commit");
+        // a leaves on drop; the group and its offsets stay.
+    }
+    broker.restart();
+    let bs = broker.bootstrap();
+    produce(&bs, "durable", 1_000..2_000);
+    let a = member(&bs, group, &[]);
+    a.subscribe(&["durable"]).expect("subscribe again");
+    poll_until(&[&a], &mut seen, "the next 1000", |s| s.by_id.len() >= 2_000);
+    assert!(
+        seen.duplicates.is_empty(),
+        "committed messages read again after the restart: {:?}",
+        &seen.duplicates[..seen.duplicates.len().min(20)]
+    );
+
+    // A member that stays through a restart keeps its membership: its
+    // next heartbeats carry its epoch and are accepted.
+    broker.restart();
+    let bs = broker.bootstrap();
+    produce(&bs, "durable", 2_000..2_500);
+    poll_until(&[&a], &mut seen, "messages after the second restart", |s| {
+        s.by_id.len() >= 2_500
+    });
+    assert_eq!(assigned(&a).len(), PARTITIONS as usize);
+}
+
+// ---- raw protocol ----
+
+fn coordinator(broker: &Broker, group: &str) -> RawClient {
+    let mut raw = RawClient::connect(broker.port_of(0));
+    let resp = raw.request(
+        4,
+        &FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![StrBytes::from_string(group.into())]),
+    );
+    let c = &resp.coordinators[0];
+    assert_eq!(c.error_code, 0, "FindCoordinator failed");
+    RawClient::connect(c.port as u16)
+}
+
+fn heartbeat(
+    group: &str,
+    member: &str,
+    epoch: i32,
+    topics: Option<Vec<&str>>,
+) -> ConsumerGroupHeartbeatRequest {
+    ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.into())))
+        .with_member_id(StrBytes::from_string(member.into()))
+        .with_member_epoch(epoch)
+        .with_rebalance_timeout_ms(if epoch == 0 { 30_000 } else { -1 })
+        .with_subscribed_topic_names(
+            topics.map(|ts| ts.into_iter().map(|t| TopicName(StrBytes::from_string(t.into()))).collect()),
+        )
+        .with_topic_partitions(if epoch == 0 { Some(vec![]) } else { None })
+}
+
+#[test]
+fn heartbeat_errors_are_kafkas() {
+    let broker = broker();
+    create_topic(&broker.bootstrap(), "raw", 4, &[]);
+    let group = "kip848-raw";
+    let mut raw = coordinator(&broker, group);
+
+    // A first heartbeat without subscription: INVALID_REQUEST (42).
+    let r = raw.request(1, &heartbeat(group, "m1", 0, None));
+    assert_eq!(r.error_code, 42);
+    // v1 requires a member id.
+    let r = raw.request(1, &heartbeat(group, "", 0, Some(vec!["raw"])));
+    assert_eq!(r.error_code, 42);
+    // An unknown assignor: UNSUPPORTED_ASSIGNOR (112).
+    let r = raw.request(
+        1,
+        &heartbeat(group, "m1", 0, Some(vec!["raw"]))
+            .with_server_assignor(Some(StrBytes::from_static_str("sticky"))),
+    );
+    assert_eq!(r.error_code, 112);
+    // An invalid regex: INVALID_REGULAR_EXPRESSION (128).
+    let r = raw.request(
+        1,
+        &heartbeat(group, "m1", 0, None)
+            .with_subscribed_topic_regex(Some(StrBytes::from_static_str("(unclosed"))),
+    );
+    assert_eq!(r.error_code, 128);
+    // A heartbeat with an epoch to a group that does not exist: GROUP_ID_NOT_FOUND (69).
+    let mut other = coordinator(&broker, "kip848-none");
+    let r = other.request(1, &heartbeat("kip848-none", "m1", 3, None));
+    assert_eq!(r.error_code, 69);
+
+    // Join: the member gets the whole topic at once (nobody else holds it).
+    let r = raw.request(1, &heartbeat(group, "m1", 0, Some(vec!["raw"])));
+    assert_eq!(r.error_code, 0);
+    let epoch = r.member_epoch;
+    assert!(epoch > 0);
+    assert_eq!(r.heartbeat_interval_ms, 300);
+    let owned = r.assignment.expect("an assignment on join").topic_partitions;
+    assert_eq!(owned[0].partitions.len(), 4);
+
+    // An epoch from the future: FENCED_MEMBER_EPOCH (110).
+    let r = raw.request(1, &heartbeat(group, "m1", epoch + 5, None));
+    assert_eq!(r.error_code, 110);
+    // An unknown member: UNKNOWN_MEMBER_ID (25).
+    let r = raw.request(1, &heartbeat(group, "nobody", epoch, None));
+    assert_eq!(r.error_code, 25);
+
+    // OffsetCommit with a stale epoch: STALE_MEMBER_EPOCH (113); with the
+    // current one: accepted.
+    let commit = |epoch: i32| {
+        OffsetCommitRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.into())))
+            .with_member_id(StrBytes::from_static_str("m1"))
+            .with_generation_id_or_member_epoch(epoch)
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("raw")))
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(0)])])
+    };
+    let r = raw.request(9, &commit(epoch - 1));
+    assert_eq!(r.topics[0].partitions[0].error_code, 113);
+    let r = raw.request(9, &commit(epoch));
+    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+
+    // A classic member cannot join the consumer group:
+    // INCONSISTENT_GROUP_PROTOCOL (23).
+    let r = raw.request(
+        9,
+        &JoinGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.into())))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_member_id(StrBytes::from_static_str(""))
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![
+                kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol::default()
+                    .with_name(StrBytes::from_static_str("range"))
+                    .with_metadata(bytes::Bytes::from_static(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0])),
+            ]),
+    );
+    assert_eq!(r.error_code, 23);
+
+    // ListGroups shows the group as a consumer group; ConsumerGroupDescribe
+    // describes it.
+    let r = raw.request(5, &ListGroupsRequest::default());
+    let listed = r
+        .groups
+        .iter()
+        .find(|g| g.group_id.as_str() == group)
+        .expect("the group is listed");
+    assert_eq!(listed.group_type.as_str(), "consumer");
+    assert_eq!(listed.protocol_type.as_str(), "consumer");
+    assert_eq!(listed.group_state.as_str(), "Stable");
+    let r = raw.request(
+        1,
+        &ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(StrBytes::from_string(group.into()))]),
+    );
+    let d = &r.groups[0];
+    assert_eq!(d.error_code, 0);
+    assert_eq!(d.group_state.as_str(), "Stable");
+    assert_eq!(d.assignor_name.as_str(), "uniform");
+    assert_eq!(d.members.len(), 1);
+    assert_eq!(d.members[0].member_epoch, epoch);
+    assert_eq!(d.members[0].assignment.topic_partitions[0].partitions.len(), 4);
+
+    // Leaving: epoch -1 answered with -1; the member is gone.
+    let r = raw.request(1, &heartbeat(group, "m1", -1, None));
+    assert_eq!((r.error_code, r.member_epoch), (0, -1));
+    let r = raw.request(1, &heartbeat(group, "m1", epoch, None));
+    assert_eq!(r.error_code, 25);
+}
+
+#[test]
+fn a_consumer_member_cannot_take_over_a_classic_group_in_use() {
+    let broker = broker();
+    let bs = broker.bootstrap();
+    create_topic(&bs, "classic", 2, &[]);
+    let group = "kip848-classic";
+    let classic = client::consumer(
+        &bs,
+        &[
+            ("group.id", group),
+            ("auto.offset.reset", "earliest"),
+            ("enable.partition.eof", "false"),
+        ],
+    );
+    classic.subscribe(&["classic"]).expect("subscribe");
+    let deadline = Instant::now() + TIMEOUT;
+    while classic.assignment().map(|a| a.count()).unwrap_or(0) < 2 {
+        assert!(Instant::now() < deadline, "classic member assigned");
+        classic.poll(Duration::from_millis(50));
+    }
+    let mut raw = coordinator(&broker, group);
+    let r = raw.request(1, &heartbeat(group, "m1", 0, Some(vec!["classic"])));
+    assert_eq!(r.error_code, 69, "GROUP_ID_NOT_FOUND: not a consumer group");
+    drop(classic);
+}
