@@ -98,7 +98,12 @@ impl Seen {
 }
 
 /// Polls every member until `done` holds.
-fn poll_until(members: &[&Member], seen: &mut Seen, what: &str, mut done: impl FnMut(&Seen) -> bool) {
+fn poll_until(
+    members: &[&Member],
+    seen: &mut Seen,
+    what: &str,
+    mut done: impl FnMut(&Seen) -> bool,
+) {
     let deadline = Instant::now() + TIMEOUT;
     while !done(seen) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -166,10 +171,17 @@ fn members_share_a_topic_disjointly_while_joining_and_leaving() {
     a.subscribe(&["shared"]).expect("subscribe a");
     b.subscribe(&["shared"]).expect("subscribe b");
     let mut seen = Seen::default();
-    settle_disjoint(&[&a, &b], &mut seen, PARTITIONS as usize, "two members assigned");
+    settle_disjoint(
+        &[&a, &b],
+        &mut seen,
+        PARTITIONS as usize,
+        "two members assigned",
+    );
 
     produce(&bs, "shared", 0..3_000);
-    poll_until(&[&a, &b], &mut seen, "the first 3000", |s| s.by_id.len() >= 3_000);
+    poll_until(&[&a, &b], &mut seen, "the first 3000", |s| {
+        s.by_id.len() >= 3_000
+    });
 
     // A third member joins while messages flow.
     let c = member(&bs, group, &[("group.remote.assignor", "uniform")]);
@@ -178,9 +190,16 @@ fn members_share_a_topic_disjointly_while_joining_and_leaving() {
         let bs = bs.clone();
         move || produce(&bs, "shared", 3_000..6_000)
     });
-    settle_disjoint(&[&a, &b, &c], &mut seen, PARTITIONS as usize, "three members assigned");
+    settle_disjoint(
+        &[&a, &b, &c],
+        &mut seen,
+        PARTITIONS as usize,
+        "three members assigned",
+    );
     producing.join().expect("producer thread");
-    poll_until(&[&a, &b, &c], &mut seen, "6000 messages", |s| s.by_id.len() >= 6_000);
+    poll_until(&[&a, &b, &c], &mut seen, "6000 messages", |s| {
+        s.by_id.len() >= 6_000
+    });
     for m in [&a, &b, &c] {
         m.commit_consumer_state(CommitMode::Sync).expect("commit");
     }
@@ -188,8 +207,15 @@ fn members_share_a_topic_disjointly_while_joining_and_leaving() {
     // b leaves (a leave heartbeat on close); a and c take its partitions.
     drop(b);
     produce(&bs, "shared", 6_000..9_000);
-    settle_disjoint(&[&a, &c], &mut seen, PARTITIONS as usize, "two members after a leave");
-    poll_until(&[&a, &c], &mut seen, "9000 messages", |s| s.by_id.len() >= 9_000);
+    settle_disjoint(
+        &[&a, &c],
+        &mut seen,
+        PARTITIONS as usize,
+        "two members after a leave",
+    );
+    poll_until(&[&a, &c], &mut seen, "9000 messages", |s| {
+        s.by_id.len() >= 9_000
+    });
     assert!(
         seen.duplicates.is_empty(),
         "read twice after a commit: {:?}",
@@ -207,13 +233,19 @@ fn a_regex_subscription_picks_up_a_topic_created_later() {
     let a = member(&bs, "kip848-regex", &[]);
     a.subscribe(&["^rx-.*"]).expect("subscribe to a regex");
     let mut seen = Seen::default();
-    poll_until(&[&a], &mut seen, "rx-first assigned", |_| assigned(&a).len() == 3);
+    poll_until(&[&a], &mut seen, "rx-first assigned", |_| {
+        assigned(&a).len() == 3
+    });
     assert!(assigned(&a).iter().all(|(t, _)| t == "rx-first"));
 
     create_topic(&bs, "rx-later", 4, &[]);
-    poll_until(&[&a], &mut seen, "rx-later assigned too", |_| assigned(&a).len() == 7);
+    poll_until(&[&a], &mut seen, "rx-later assigned too", |_| {
+        assigned(&a).len() == 7
+    });
     produce(&bs, "rx-later", 0..500);
-    poll_until(&[&a], &mut seen, "messages of rx-later", |s| s.by_id.len() >= 500);
+    poll_until(&[&a], &mut seen, "messages of rx-later", |s| {
+        s.by_id.len() >= 500
+    });
     assert!(seen.duplicates.is_empty());
 }
 
@@ -228,7 +260,9 @@ fn the_group_resumes_after_a_broker_restart() {
         let a = member(&bs, group, &[]);
         a.subscribe(&["durable"]).expect("subscribe");
         produce(&bs, "durable", 0..1_000);
-        poll_until(&[&a], &mut seen, "the first 1000", |s| s.by_id.len() >= 1_000);
+        poll_until(&[&a], &mut seen, "the first 1000", |s| {
+            s.by_id.len() >= 1_000
+        });
         a.commit_consumer_state(CommitMode::Sync).expect("commit");
         // a leaves on drop; the group and its offsets stay.
     }
@@ -237,7 +271,9 @@ fn the_group_resumes_after_a_broker_restart() {
     produce(&bs, "durable", 1_000..2_000);
     let a = member(&bs, group, &[]);
     a.subscribe(&["durable"]).expect("subscribe again");
-    poll_until(&[&a], &mut seen, "the next 1000", |s| s.by_id.len() >= 2_000);
+    poll_until(&[&a], &mut seen, "the next 1000", |s| {
+        s.by_id.len() >= 2_000
+    });
     assert!(
         seen.duplicates.is_empty(),
         "committed messages read again after the restart: {:?}",
@@ -281,9 +317,11 @@ fn heartbeat(
         .with_member_id(StrBytes::from_string(member.into()))
         .with_member_epoch(epoch)
         .with_rebalance_timeout_ms(if epoch == 0 { 30_000 } else { -1 })
-        .with_subscribed_topic_names(
-            topics.map(|ts| ts.into_iter().map(|t| TopicName(StrBytes::from_string(t.into()))).collect()),
-        )
+        .with_subscribed_topic_names(topics.map(|ts| {
+            ts.into_iter()
+                .map(|t| TopicName(StrBytes::from_string(t.into())))
+                .collect()
+        }))
         .with_topic_partitions(if epoch == 0 { Some(vec![]) } else { None })
 }
 
@@ -325,7 +363,10 @@ fn heartbeat_errors_are_kafkas() {
     let epoch = r.member_epoch;
     assert!(epoch > 0);
     assert_eq!(r.heartbeat_interval_ms, 300);
-    let owned = r.assignment.expect("an assignment on join").topic_partitions;
+    let owned = r
+        .assignment
+        .expect("an assignment on join")
+        .topic_partitions;
     assert_eq!(owned[0].partitions.len(), 4);
 
     // An epoch from the future: FENCED_MEMBER_EPOCH (110).
@@ -393,7 +434,10 @@ fn heartbeat_errors_are_kafkas() {
     assert_eq!(d.assignor_name.as_str(), "uniform");
     assert_eq!(d.members.len(), 1);
     assert_eq!(d.members[0].member_epoch, epoch);
-    assert_eq!(d.members[0].assignment.topic_partitions[0].partitions.len(), 4);
+    assert_eq!(
+        d.members[0].assignment.topic_partitions[0].partitions.len(),
+        4
+    );
 
     // Leaving: epoch -1 answered with -1; the member is gone.
     let r = raw.request(1, &heartbeat(group, "m1", -1, None));

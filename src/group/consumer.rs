@@ -425,9 +425,11 @@ impl ConsumerGroup {
             ConsumerGroupState::Empty
         } else if self.group_epoch > self.assignment_epoch {
             ConsumerGroupState::Assigning
-        } else if self.members.values().any(|m| {
-            m.state != MemberState::Stable || m.member_epoch != self.assignment_epoch
-        }) {
+        } else if self
+            .members
+            .values()
+            .any(|m| m.state != MemberState::Stable || m.member_epoch != self.assignment_epoch)
+        {
             ConsumerGroupState::Reconciling
         } else {
             ConsumerGroupState::Stable
@@ -977,7 +979,11 @@ impl ConsumerGroup {
 
     /// Checks an OffsetFetch by a member (Kafka's
     /// `ConsumerGroup.validateOffsetFetch`).
-    pub fn validate_offset_fetch(&self, member_id: &str, member_epoch: i32) -> Result<(), GroupError> {
+    pub fn validate_offset_fetch(
+        &self,
+        member_id: &str,
+        member_epoch: i32,
+    ) -> Result<(), GroupError> {
         let Some(m) = self.members.get(member_id) else {
             return Err(GroupError::UnknownMemberId);
         };
@@ -1299,6 +1305,8 @@ mod tests {
         assert_eq!(count(r.assignment.as_ref().unwrap()), 6);
         assert_eq!(g.members["a"].state, MemberState::UnrevokedPartitions);
         g.check_invariants();
+        // a revokes what it was told to.
+        held.insert("a".to_string(), (r.member_epoch, r.assignment.unwrap()));
         settle(&mut g, &t, &mut held);
         assert_eq!(g.state(), ConsumerGroupState::Stable);
         let (a, b) = (&held["a"].1, &held["b"].1);
@@ -1373,8 +1381,13 @@ mod tests {
         g.heartbeat(beat("a", ea, &oa), &cfg, &t, 1_000).unwrap();
         assert_eq!(g.members["a"].state, MemberState::UnrevokedPartitions);
         assert!(g.poll(&cfg, &t, 30_999).is_empty());
-        g.heartbeat(beat("b", g.members["b"].member_epoch, &Assignment::new()), &cfg, &t, 30_000)
-            .unwrap();
+        g.heartbeat(
+            beat("b", g.members["b"].member_epoch, &Assignment::new()),
+            &cfg,
+            &t,
+            30_000,
+        )
+        .unwrap();
         assert_eq!(g.poll(&cfg, &t, 31_000), vec!["a".to_string()]);
         g.check_invariants();
         // b's session then ends 45 s after its last heartbeat.
@@ -1398,7 +1411,12 @@ mod tests {
         g.poll(&cfg, &t2, 1);
         assert!(g.group_epoch > before);
         let r = g
-            .heartbeat(beat("a", r.member_epoch, r.assignment.as_ref().unwrap()), &cfg, &t2, 2)
+            .heartbeat(
+                beat("a", r.member_epoch, r.assignment.as_ref().unwrap()),
+                &cfg,
+                &t2,
+                2,
+            )
             .unwrap();
         assert_eq!(count(r.assignment.as_ref().unwrap()), 7);
     }

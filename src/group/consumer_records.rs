@@ -639,7 +639,11 @@ mod tests {
             member: "m".into(),
         };
         let mut c = ConsumerGroup::new();
-        for v in [&[][..], &[0, 0, 0][..], &[0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 200][..]] {
+        for v in [
+            &[][..],
+            &[0, 0, 0][..],
+            &[0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 200][..],
+        ] {
             assert!(apply(&mut c, &key, Some(v), &image, 0).is_err());
         }
     }

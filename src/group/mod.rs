@@ -50,14 +50,13 @@ pub mod state;
 use crate::clock::now_ms;
 use crate::log::{LogError, PartitionLog};
 use crate::metadata::{internal, MetadataImage};
-use consumer::{ConsumerGroup, ConsumerGroupConfig, HeartbeatAnswer, HeartbeatRequest};
-use std::sync::Arc;
 use crate::partition::{AppendError, Partition};
 use crate::record::batch::{BatchHeader, Compression};
 use crate::record::builder::{BatchBuilder, NewRecord};
 use crate::record::records::{decode_batch, parse_control_key, ControlType};
 use crate::types::Offset;
 use bytes::Bytes;
+use consumer::{ConsumerGroup, ConsumerGroupConfig, HeartbeatAnswer, HeartbeatRequest};
 use error::GroupError;
 use futures::channel::oneshot;
 use records::{GroupMetadataValue, RecordFormatError, RecordKey};
@@ -68,6 +67,7 @@ use state::{
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How often the timer task polls every group (session expiry, join
@@ -1195,7 +1195,9 @@ impl GroupCoordinator {
                         continue;
                     }
                     match &g.consumer {
-                        Some(c) => recs.extend(consumer_records::all_records(&g.group_id, c, &image)?),
+                        Some(c) => {
+                            recs.extend(consumer_records::all_records(&g.group_id, c, &image)?)
+                        }
                         None => recs.push(group_record(g)?),
                     }
                     for ((t, part), o) in &g.offsets {
@@ -1335,7 +1337,8 @@ impl Replay {
         let c = g
             .consumer
             .get_or_insert_with(|| Box::new(ConsumerGroup::new()));
-        let keep = consumer_records::apply(c, &key, value, &image, now).map_err(|e| e.to_string())?;
+        let keep =
+            consumer_records::apply(c, &key, value, &image, now).map_err(|e| e.to_string())?;
         if !keep {
             g.consumer = None;
         }

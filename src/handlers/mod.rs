@@ -218,8 +218,12 @@ fn dispatch_other(
         ApiKey::DescribeGroups => {
             async move { group::admin::describe_groups(&ctx, &header, &mut body) }.boxed_local()
         }
-        ApiKey::ConsumerGroupHeartbeat => async move { group::consumer::heartbeat(&ctx, &header, &mut body).await }.boxed_local(),
-        ApiKey::ConsumerGroupDescribe => async move { group::consumer::describe(&ctx, &header, &mut body) }.boxed_local(),
+        ApiKey::ConsumerGroupHeartbeat => {
+            async move { group::consumer::heartbeat(&ctx, &header, &mut body).await }.boxed_local()
+        }
+        ApiKey::ConsumerGroupDescribe => {
+            async move { group::consumer::describe(&ctx, &header, &mut body) }.boxed_local()
+        }
         ApiKey::DeleteGroups => {
             async move { group::admin::delete_groups(&ctx, &header, &mut body).await }.boxed_local()
         }

@@ -51,11 +51,9 @@ fn by_id<'a>(
     image: &'a MetadataImage,
     a: &'a Assignment,
 ) -> impl Iterator<Item = (Uuid, &'a String, &'a BTreeSet<i32>)> + 'a {
-    a.iter().filter(|(_, ps)| !ps.is_empty()).filter_map(|(t, ps)| {
-        image
-            .topic(t)
-            .map(|m| (Uuid::from_bytes(m.id), t, ps))
-    })
+    a.iter()
+        .filter(|(_, ps)| !ps.is_empty())
+        .filter_map(|(t, ps)| image.topic(t).map(|m| (Uuid::from_bytes(m.id), t, ps)))
 }
 
 /// The message Kafka puts next to an error code, where there is one.
