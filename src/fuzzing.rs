@@ -953,6 +953,16 @@ pub fn group_records(data: &[u8]) {
         let enc = group_records::group_metadata_value(&g).expect("a decoded value re-encodes");
         assert_eq!(group_records::parse_group_metadata_value(&enc), Ok(g));
     }
+    // KIP-848 consumer-group records: replaying any value (or a
+    // tombstone) of any consumer key is an error or a change, never a
+    // panic.
+    if let Ok(k) = crate::group::consumer_records::parse_key(key) {
+        let image = MetadataImage::default();
+        let mut c = crate::group::consumer::ConsumerGroup::new();
+        let _ = crate::group::consumer_records::apply(&mut c, &k, Some(value), &image, 0);
+        let _ = crate::group::consumer_records::apply(&mut c, &k, None, &image, 0);
+        crate::group::consumer_records::finish_replay(&mut c, 0);
+    }
 }
 
 /// An OffsetCommitValue decodes to what was encoded (the v1 record written

@@ -14,9 +14,10 @@ use common::{Broker, BrokerOpts};
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::{
     ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, FindCoordinatorRequest, GroupId,
-    JoinGroupRequest, ListGroupsRequest, OffsetCommitRequest, TopicName,
+    JoinGroupRequest, ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
@@ -394,6 +395,24 @@ fn heartbeat_errors_are_kafkas() {
     let r = raw.request(9, &commit(epoch));
     assert_eq!(r.topics[0].partitions[0].error_code, 0);
 
+    // OffsetFetch v9 by the member: its current epoch is accepted, an old
+    // one is STALE_MEMBER_EPOCH (113), an unknown member UNKNOWN_MEMBER_ID.
+    let fetch = |member: &str, epoch: i32| {
+        OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.into())))
+            .with_member_id(Some(StrBytes::from_string(member.into())))
+            .with_member_epoch(epoch)
+            .with_topics(None)])
+    };
+    let r = raw.request(9, &fetch("m1", epoch));
+    assert_eq!(r.groups[0].error_code, 0);
+    let committed = &r.groups[0].topics[0].partitions[0];
+    assert_eq!(committed.committed_offset, 0);
+    let r = raw.request(9, &fetch("m1", epoch - 1));
+    assert_eq!(r.groups[0].error_code, 113);
+    let r = raw.request(9, &fetch("nobody", epoch));
+    assert_eq!(r.groups[0].error_code, 25);
+
     // A classic member cannot join the consumer group:
     // INCONSISTENT_GROUP_PROTOCOL (23).
     let r = raw.request(
@@ -438,6 +457,14 @@ fn heartbeat_errors_are_kafkas() {
         d.members[0].assignment.topic_partitions[0].partitions.len(),
         4
     );
+
+    // A group that is not there: GROUP_ID_NOT_FOUND (69).
+    let r = other.request(
+        1,
+        &ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(StrBytes::from_static_str("kip848-none"))]),
+    );
+    assert_eq!(r.groups[0].error_code, 69);
 
     // Leaving: epoch -1 answered with -1; the member is gone.
     let r = raw.request(1, &heartbeat(group, "m1", -1, None));

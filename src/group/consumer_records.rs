@@ -582,17 +582,95 @@ pub fn describe(key: &ConsumerKey, value: Option<&[u8]>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::group::consumer::{ConsumerGroupConfig, HeartbeatRequest};
+    use crate::group::consumer::{ConsumerGroupConfig, ConsumerGroupState, HeartbeatRequest};
     use crate::metadata::{MetadataImage, MetadataRecord};
+
+    fn image_with(topic: &str, partitions: usize) -> MetadataImage {
+        MetadataImage::default().apply(&MetadataRecord::CreateTopic {
+            name: topic.into(),
+            id: crate::metadata::new_topic_id(),
+            shards: vec![0; partitions],
+            configs: Default::default(),
+        })
+    }
+
+    fn join(member: &str) -> HeartbeatRequest {
+        HeartbeatRequest {
+            member_id: member.into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            owned: Some(Assignment::new()),
+            ..HeartbeatRequest::default()
+        }
+    }
+
+    fn beat(member: &str, epoch: i32, owned: Assignment) -> HeartbeatRequest {
+        HeartbeatRequest {
+            member_id: member.into(),
+            member_epoch: epoch,
+            rebalance_timeout_ms: -1,
+            owned: Some(owned),
+            ..HeartbeatRequest::default()
+        }
+    }
+
+    /// A restart while a member still has to revoke: the replayed group
+    /// carries on from the same epochs and reaches a disjoint, complete
+    /// assignment.
+    #[test]
+    fn a_restart_during_a_rebalance_converges() {
+        let image = image_with("t", 4);
+        let cfg = ConsumerGroupConfig::default();
+        let mut c = ConsumerGroup::new();
+        let mut log = Vec::new();
+        let a = c.heartbeat(join("a"), &cfg, &image, 0).unwrap();
+        log.extend(take_dirty_records("g", &mut c, &image).unwrap());
+        let b = c.heartbeat(join("b"), &cfg, &image, 1).unwrap();
+        log.extend(take_dirty_records("g", &mut c, &image).unwrap());
+        let r = c
+            .heartbeat(
+                beat("a", a.member_epoch, a.assignment.clone().unwrap()),
+                &cfg,
+                &image,
+                2,
+            )
+            .unwrap();
+        assert_eq!(c.members["a"].state, MemberState::UnrevokedPartitions);
+        log.extend(take_dirty_records("g", &mut c, &image).unwrap());
+
+        let mut back = ConsumerGroup::new();
+        for (k, v) in &log {
+            let key = parse_key(k).unwrap();
+            assert!(apply(&mut back, &key, v.as_deref(), &image, 10).unwrap());
+        }
+        finish_replay(&mut back, 10);
+        back.check_invariants();
+        assert_eq!(back.members["a"].state, MemberState::UnrevokedPartitions);
+        assert_eq!(back.group_epoch, c.group_epoch);
+
+        let mut held_a = (r.member_epoch, r.assignment.unwrap());
+        let mut held_b = (b.member_epoch, b.assignment.unwrap());
+        for now in 11..20 {
+            let ra = back
+                .heartbeat(beat("a", held_a.0, held_a.1.clone()), &cfg, &image, now)
+                .unwrap();
+            held_a = (ra.member_epoch, ra.assignment.unwrap_or(held_a.1));
+            let rb = back
+                .heartbeat(beat("b", held_b.0, held_b.1.clone()), &cfg, &image, now)
+                .unwrap();
+            held_b = (rb.member_epoch, rb.assignment.unwrap_or(held_b.1));
+            back.check_invariants();
+        }
+        assert_eq!(back.group_epoch, c.group_epoch, "no rebalance for the restart");
+        assert_eq!(back.state(), ConsumerGroupState::Stable);
+        assert_eq!(held_a.1["t"].len() + held_b.1["t"].len(), 4);
+        assert!(held_a.1["t"].is_disjoint(&held_b.1["t"]));
+    }
 
     #[test]
     fn a_group_round_trips_through_its_records() {
-        let image = MetadataImage::default().apply(&MetadataRecord::CreateTopic {
-            name: "t".into(),
-            id: crate::metadata::new_topic_id(),
-            shards: vec![0; 4],
-            configs: Default::default(),
-        });
+        let image = image_with("t", 4);
         let cfg = ConsumerGroupConfig::default();
         let mut c = ConsumerGroup::new();
         let req = HeartbeatRequest {

@@ -25,6 +25,19 @@
 //! COMMIT/ABORT marker for that producer ([`GroupCoordinator::complete_transaction`],
 //! and control batches during replay).
 //!
+//! Two kinds of group share this coordinator, as in Kafka 4.x: classic
+//! groups ([`state`]: JoinGroup/SyncGroup) and KIP-848 consumer groups
+//! ([`consumer`]: ConsumerGroupHeartbeat, the assignment computed here).
+//! A consumer group is a [`state::Group`] whose `consumer` part is set; its
+//! offsets live where a classic group's do, so commits, retention,
+//! OffsetDelete, DeleteGroups and compaction serve both. Its membership is
+//! persisted as Kafka's consumer-group records ([`consumer_records`]),
+//! written before the heartbeat that changed it is answered, and replayed
+//! with the rest. An empty group of one kind becomes the other kind when a
+//! member of the other protocol arrives; a group with members refuses the
+//! other protocol (mixed groups are not served yet): see
+//! `docs/consumer-groups.md`.
+//!
 //! Limits: a group has at most `group.max.size` members ([`state`]); ids
 //! and names that the records hold as i16-length strings (group id, member
 //! and instance ids, client id, protocol type and names) are refused when
