@@ -104,6 +104,11 @@ pub async fn heartbeat(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut By
             ctx.groups.consumer_heartbeat(&group_id, hb).await
         }
     };
+    // The image the coordinator assigned with may be newer than the one
+    // the request was read with (a topic created meanwhile): map the
+    // answer with the current one, or a new topic's partitions would be
+    // left out of the answer while the coordinator counts them as sent.
+    let image = ctx.groups.image();
     let resp = match result {
         Ok(a) => {
             let assignment = a.assignment.map(|asg| {
