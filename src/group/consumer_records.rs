@@ -662,7 +662,10 @@ mod tests {
             held_b = (rb.member_epoch, rb.assignment.unwrap_or(held_b.1));
             back.check_invariants();
         }
-        assert_eq!(back.group_epoch, c.group_epoch, "no rebalance for the restart");
+        assert_eq!(
+            back.group_epoch, c.group_epoch,
+            "no rebalance for the restart"
+        );
         assert_eq!(back.state(), ConsumerGroupState::Stable);
         assert_eq!(held_a.1["t"].len() + held_b.1["t"].len(), 4);
         assert!(held_a.1["t"].is_disjoint(&held_b.1["t"]));
