@@ -45,7 +45,16 @@ top_level!(
     EndTxnResponse,
     InitProducerIdResponse,
     ListTransactionsResponse,
+    kafka_protocol::messages::ConsumerGroupHeartbeatResponse,
 );
+
+impl ResponseErrors for kafka_protocol::messages::ConsumerGroupDescribeResponse {
+    fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
+        for g in &self.groups {
+            count(g.error_code);
+        }
+    }
+}
 
 impl ResponseErrors for ProduceResponse {
     fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
