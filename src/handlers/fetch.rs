@@ -26,7 +26,7 @@
 //! current leader (v12+) and, on v16, that node's endpoint.
 
 use super::error_counts::ResponseErrors;
-use super::list_offsets::{check_leader_epoch, LEADER_EPOCH, READ_COMMITTED};
+use super::list_offsets::{check_leader_epoch, READ_COMMITTED};
 use super::{decode, errors, led_partition, Outcome};
 use crate::partition::Partition;
 use crate::protocol::fetch::{
@@ -64,8 +64,9 @@ struct Wanted {
     partition: i32,
     fetch_offset: i64,
     partition_max_bytes: i32,
-    /// The partition if this shard leads it, else the error to answer.
-    target: Result<Rc<Partition>, (ResponseError, Option<i32>)>,
+    /// The partition if this shard leads it, else the error to answer and
+    /// the leader (node id, leader epoch) to name with it.
+    target: Result<Rc<Partition>, (ResponseError, Option<(i32, i32)>)>,
 }
 
 pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
@@ -124,11 +125,16 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
             let target = match meta {
                 None => Err((unknown, None)),
                 Some(_) => match led_partition(ctx, &image, &name, p.partition) {
-                    Err((e, leader)) => Err((e, leader.map(|s| ctx.config.node_id_of(s)))),
-                    Ok(state) => match check_leader_epoch(p.current_leader_epoch) {
-                        Some(e) => Err((e, None)),
-                        None => Ok(state),
-                    },
+                    Err((e, leader)) => Err((
+                        e,
+                        leader.map(|s| (ctx.config.node_id_of(s), image.leader_epoch())),
+                    )),
+                    Ok(state) => {
+                        match check_leader_epoch(p.current_leader_epoch, state.log.leader_epoch()) {
+                            Some(e) => Err((e, None)),
+                            None => Ok(state),
+                        }
+                    }
                 },
             };
             let entry = Wanted {
@@ -272,7 +278,7 @@ async fn read_all(
             Ok(state) => state,
             Err((e, leader)) => {
                 p.error_code = e.code();
-                p.current_leader = leader.map(|id| (id, LEADER_EPOCH));
+                p.current_leader = *leader;
                 any_error = true;
                 out.push(p);
                 continue;

@@ -19,13 +19,16 @@ pub const MAX_TIMESTAMP: i64 = -3;
 pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 /// Isolation level read_committed.
 pub const READ_COMMITTED: i8 = 1;
-pub use crate::types::LEADER_EPOCH;
 
-/// Checks a client's leader epoch against ours (Kafka's FENCED / UNKNOWN).
-pub fn check_leader_epoch(current_leader_epoch: i32) -> Option<ResponseError> {
+/// Checks a client's leader epoch against the partition's, `leader_epoch`
+/// (Kafka's `Partition.checkCurrentLeaderEpoch`): a negative one is "not
+/// given"; an older one is FENCED_LEADER_EPOCH (the client's metadata is
+/// stale: it refreshes it), a newer one UNKNOWN_LEADER_EPOCH (the broker's
+/// is: the client retries).
+pub fn check_leader_epoch(current_leader_epoch: i32, leader_epoch: i32) -> Option<ResponseError> {
     match current_leader_epoch {
-        e if e < 0 || e == LEADER_EPOCH => None,
-        e if e < LEADER_EPOCH => Some(ResponseError::FencedLeaderEpoch),
+        e if e < 0 || e == leader_epoch => None,
+        e if e < leader_epoch => Some(ResponseError::FencedLeaderEpoch),
         _ => Some(ResponseError::UnknownLeaderEpoch),
     }
 }
@@ -53,7 +56,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                     continue;
                 }
             };
-            if let Some(e) = check_leader_epoch(p.current_leader_epoch) {
+            if let Some(e) = check_leader_epoch(p.current_leader_epoch, state.log.leader_epoch()) {
                 partitions.push(fail(e));
                 continue;
             }
@@ -77,7 +80,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 Ok(Some((offset, ts))) if header.api_version >= 4 => base
                     .with_offset(offset)
                     .with_timestamp(ts)
-                    .with_leader_epoch(LEADER_EPOCH),
+                    .with_leader_epoch(log.leader_epoch()),
                 Ok(Some((offset, ts))) => base.with_offset(offset).with_timestamp(ts),
                 Ok(None) => base,
                 Err(code) => base.with_error_code(code),

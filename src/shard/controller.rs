@@ -40,8 +40,8 @@ use super::ShardCtx;
 use crate::config::BrokerConfig;
 use crate::log::partition_meta;
 use crate::metadata::{
-    new_topic_id, store, topic_config, validate_topic_name, MetadataImage, MetadataRecord,
-    PRODUCER_ID_BLOCK_SIZE,
+    new_topic_id, next_leader_epoch, store, topic_config, validate_topic_name, MetadataImage,
+    MetadataRecord, PRODUCER_ID_BLOCK_SIZE,
 };
 use glommio::sync::Semaphore;
 use std::cell::RefCell;
@@ -95,9 +95,16 @@ impl Controller {
         for r in &records {
             image = image.apply(r);
         }
+        // This start leads every partition in a new leader epoch, durable
+        // before any shard opens a log and stamps it (`types::FIRST_LEADER_EPOCH`).
+        let epoch = next_leader_epoch(&image, !records.is_empty());
+        let record = MetadataRecord::LeaderEpoch { epoch };
+        self.persist(vec![record.clone()]).await?;
+        image = image.apply(&record);
         tracing::info!(
             records = records.len(),
             topics = image.topics.len(),
+            leader_epoch = epoch,
             "metadata log replayed"
         );
         // Before any shard opens a log: directories of topics deleted while

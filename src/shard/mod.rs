@@ -149,10 +149,11 @@ impl ShardCtx {
         self.partitions.borrow().values().cloned().collect()
     }
 
-    /// The log config a partition of a topic with `tc` runs with. Internal
-    /// topics have 50 partitions each and little traffic, so their files
-    /// grow in small steps instead of the default preallocation.
-    pub fn log_config(&self, tc: &TopicConfig, internal: bool) -> LogConfig {
+    /// The log config a partition of a topic with `tc` runs with, led in
+    /// `leader_epoch`. Internal topics have 50 partitions each and little
+    /// traffic, so their files grow in small steps instead of the default
+    /// preallocation.
+    pub fn log_config(&self, tc: &TopicConfig, internal: bool, leader_epoch: i32) -> LogConfig {
         let preallocate_bytes = if internal {
             INTERNAL_PREALLOCATE_BYTES
         } else {
@@ -171,6 +172,7 @@ impl ShardCtx {
             fsync_acks: self.config.fsync_acks,
             direct_writes: self.config.direct_writes,
             catch_up_reads: self.config.catch_up_reads,
+            leader_epoch,
             ..LogConfig::default()
         }
     }
@@ -215,13 +217,16 @@ impl ShardCtx {
                 let existing = self.partition(&tp);
                 match existing {
                     Some(p) if *p.config() == tc => {}
-                    Some(p) => p.set_config(tc.clone(), self.log_config(&tc, topic.is_internal())),
+                    Some(p) => p.set_config(
+                        tc.clone(),
+                        self.log_config(&tc, topic.is_internal(), image.leader_epoch()),
+                    ),
                     None => match self
                         .logs
                         .open_topic(
                             &tp,
                             Some(topic.id),
-                            self.log_config(&tc, topic.is_internal()),
+                            self.log_config(&tc, topic.is_internal(), image.leader_epoch()),
                         )
                         .await
                     {
