@@ -74,6 +74,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::TxnOffsetCommit, 0, 5),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
 ];
 
 /// The supported version range of `api_key`, if fjord serves it at all.
