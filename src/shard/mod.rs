@@ -25,6 +25,7 @@
 //! each answers on a timeout.
 
 pub mod controller;
+pub mod fetch_sessions;
 pub mod messages;
 pub mod metrics;
 pub mod router;
@@ -75,6 +76,8 @@ pub struct ShardCtx {
     pub txn: TxnCoordinator,
     /// The groups whose `__consumer_offsets` partition this shard leads.
     pub groups: Rc<GroupCoordinator>,
+    /// Incremental fetch sessions opened with this shard (KIP-227).
+    pub fetch_sessions: RefCell<fetch_sessions::FetchSessionCache>,
 }
 
 impl ShardCtx {
@@ -110,6 +113,7 @@ impl ShardCtx {
             produce_count: Cell::new(0),
             txn: TxnCoordinator::default(),
             groups,
+            fetch_sessions: RefCell::new(fetch_sessions::FetchSessionCache::default()),
         })
     }
 
