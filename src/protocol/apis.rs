@@ -216,7 +216,12 @@ mod tests {
         assert!(supported(ApiKey::OffsetForLeaderEpoch as i16, 2));
         assert!(supported(ApiKey::OffsetForLeaderEpoch as i16, 4));
         assert!(!supported(ApiKey::OffsetForLeaderEpoch as i16, 1));
-        assert_eq!(SUPPORTED.len(), 35);
+        assert!(supported(ApiKey::DescribeTopicPartitions as i16, 0));
+        assert!(!supported(ApiKey::DescribeTopicPartitions as i16, 1));
+        // Not advertised, as stock Kafka 4.4 without a metrics plugin.
+        assert!(!supported(ApiKey::GetTelemetrySubscriptions as i16, 0));
+        assert!(!supported(ApiKey::PushTelemetry as i16, 0));
+        assert_eq!(SUPPORTED.len(), 36);
         // Every advertised range lies within what Kafka 4.1's schemas define.
         for &(key, min, max) in SUPPORTED {
             let v = key.valid_versions();
