@@ -487,6 +487,17 @@ fn metadata_epoch(raw: &mut RawClient, topic: &str, partition: i32) -> i32 {
 /// One partition's ListOffsets (latest) answer with `current_leader_epoch`:
 /// (error, leader epoch).
 fn list_latest(raw: &mut RawClient, topic: &str, current_leader_epoch: i32) -> (i16, i32) {
+    list_at(raw, topic, current_leader_epoch, -1)
+}
+
+/// One partition's ListOffsets answer for `timestamp` (-1 latest, -2
+/// earliest) with `current_leader_epoch`: (error, leader epoch).
+fn list_at(
+    raw: &mut RawClient,
+    topic: &str,
+    current_leader_epoch: i32,
+    timestamp: i64,
+) -> (i16, i32) {
     use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
     let req = kafka_protocol::messages::ListOffsetsRequest::default()
         .with_replica_id((-1).into())
@@ -495,7 +506,7 @@ fn list_latest(raw: &mut RawClient, topic: &str, current_leader_epoch: i32) -> (
             .with_partitions(vec![ListOffsetsPartition::default()
                 .with_partition_index(0)
                 .with_current_leader_epoch(current_leader_epoch)
-                .with_timestamp(-1)])]);
+                .with_timestamp(timestamp)])]);
     let resp = raw.request(7, &req);
     let p = &resp.topics[0].partitions[0];
     (p.error_code, p.leader_epoch)
@@ -569,6 +580,9 @@ fn every_restart_starts_a_new_leader_epoch() {
         assert_eq!(list_latest(&mut raw, topic, epoch + 1).0, unknown);
         assert_eq!(list_latest(&mut raw, topic, epoch), (NONE, epoch));
         assert_eq!(list_latest(&mut raw, topic, -1), (NONE, epoch));
+        // The earliest offset was appended in epoch 0: its epoch, as Kafka
+        // reports the epoch of the offset answered.
+        assert_eq!(list_at(&mut raw, topic, -1, -2), (NONE, 0));
         // Fetch.
         assert_eq!(fetch_at(&mut raw, topic, 0, stale).0, fenced);
         assert_eq!(fetch_at(&mut raw, topic, 0, epoch + 1).0, unknown);

@@ -1,9 +1,15 @@
-//! ListOffsets: earliest, latest (HW or LSO by isolation), max-timestamp,
-//! earliest-local, and lookup by timestamp through the time index.
+//! ListOffsets (v1-10): earliest, latest (HW or LSO by isolation),
+//! max-timestamp, earliest-local, and lookup by timestamp through the time
+//! index. Latest-tiered (-5, v9+) is answered as Kafka answers it for a log
+//! without tiered storage: offset and timestamp -1, no epoch. v10 only adds
+//! a timeout for remote-storage lookups, which fjord has none of. The
+//! leader epoch answered is the current one for the latest offset, else
+//! the epoch the offset was appended in (Kafka's `epochForOffset`).
 
 use super::{decode, errors, led_partition, respond, Outcome};
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
+use crate::types::Offset;
 use bytes::BytesMut;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -76,11 +82,19 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 },
                 _ => Ok(None),
             };
+            // The epoch of the answer, as Kafka's fetchOffsetByTimestamp
+            // gives it: the current one for the latest offset, else the
+            // epoch the offset was appended in (after a restart the log
+            // start's epoch is an older one).
+            let epoch_of = |offset: i64| match p.timestamp {
+                LATEST_TIMESTAMP => log.leader_epoch(),
+                _ => log.epoch_for_offset(Offset(offset)),
+            };
             partitions.push(match found {
                 Ok(Some((offset, ts))) if header.api_version >= 4 => base
                     .with_offset(offset)
                     .with_timestamp(ts)
-                    .with_leader_epoch(log.leader_epoch()),
+                    .with_leader_epoch(epoch_of(offset)),
                 Ok(Some((offset, ts))) => base.with_offset(offset).with_timestamp(ts),
                 Ok(None) => base,
                 Err(code) => base.with_error_code(code),

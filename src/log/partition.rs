@@ -412,6 +412,15 @@ impl PartitionLog {
             .end_offset_for(epoch, self.log_end.get())
     }
 
+    /// The leader epoch `offset` was appended in, or -1 (Kafka's
+    /// `epochForOffset`, what ListOffsets reports with an offset).
+    pub fn epoch_for_offset(&self, offset: Offset) -> i32 {
+        self.epochs
+            .borrow()
+            .epoch_for_offset(offset.0)
+            .unwrap_or(super::leader_epoch::UNDEFINED_EPOCH)
+    }
+
     /// The leader epoch this node leads the partition in; see
     /// `types::FIRST_LEADER_EPOCH`.
     pub fn leader_epoch(&self) -> i32 {
