@@ -39,9 +39,9 @@ pub const PRODUCE_ADVERTISED_MIN_VERSION: i16 = 0;
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 16),
-    (ApiKey::ListOffsets, 1, 8),
+    (ApiKey::ListOffsets, 1, 10),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
-    (ApiKey::Metadata, 0, 12),
+    (ApiKey::Metadata, 0, 13),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
@@ -52,7 +52,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
-    (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
     (ApiKey::EndTxn, 0, 5),
@@ -216,6 +216,9 @@ mod tests {
         assert!(supported(ApiKey::OffsetForLeaderEpoch as i16, 2));
         assert!(supported(ApiKey::OffsetForLeaderEpoch as i16, 4));
         assert!(!supported(ApiKey::OffsetForLeaderEpoch as i16, 1));
+        assert!(supported(ApiKey::ListOffsets as i16, 10));
+        assert!(supported(ApiKey::Metadata as i16, 13));
+        assert!(supported(ApiKey::DescribeCluster as i16, 2));
         assert!(supported(ApiKey::DescribeTopicPartitions as i16, 0));
         assert!(!supported(ApiKey::DescribeTopicPartitions as i16, 1));
         // Not advertised, as stock Kafka 4.4 without a metrics plugin.
