@@ -6,16 +6,17 @@
 
 use std::fmt;
 
-/// The leader epoch of every partition this node leads: 0 for the whole
-/// life of a partition, because on one node leadership never moves (a
-/// partition is led by one shard, decided at creation) and so no election
-/// ever starts a new epoch. It is stamped as `partitionLeaderEpoch` in every
+/// The leader epoch of every partition on a broker's first start. Each
+/// later start of the broker begins a new epoch (`metadata`'s
+/// `MetadataRecord::LeaderEpoch`): a restart is when a single node
+/// re-establishes the leadership of all its partitions, as a Kafka broker's
+/// re-registration makes the controller elect it leader again with a higher
+/// epoch. The current epoch is stamped as `partitionLeaderEpoch` in every
 /// batch the log appends, recorded in the `leader-epoch-checkpoint`,
-/// reported by Metadata, Produce, Fetch and ListOffsets, and checked
-/// against `current_leader_epoch` (FENCED_LEADER_EPOCH below it,
-/// UNKNOWN_LEADER_EPOCH above it). Replication (DESIGN.md §6) makes it a
-/// per-partition value that elections raise.
-pub const LEADER_EPOCH: i32 = 0;
+/// reported by Metadata, Produce, Fetch and ListOffsets, and checked against
+/// `current_leader_epoch` (FENCED_LEADER_EPOCH below it,
+/// UNKNOWN_LEADER_EPOCH above it).
+pub const FIRST_LEADER_EPOCH: i32 = 0;
 
 macro_rules! newtype {
     ($(#[$m:meta])* $name:ident($inner:ty)) => {

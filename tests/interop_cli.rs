@@ -1528,3 +1528,59 @@ fn dump_log_reads_fjord_segments() {
         "an ongoing transaction lists {TOPIC}-0"
     );
 }
+
+/// Replication factors as Connect and Schema Registry ask for them, through
+/// kafka-topics (the Java admin client): each of fjord's shards is
+/// advertised as a broker, so a factor up to the shard count is accepted
+/// as Kafka accepts it on that many brokers, and the topic has one replica
+/// per partition, which --describe shows (docs/replication-factor.md).
+/// Schema Registry asks for min(3, brokers); Connect's internal topics for
+/// 3. Above the broker count: Kafka's INVALID_REPLICATION_FACTOR message.
+#[test]
+fn replication_factors_of_connect_and_schema_registry_on_one_node() {
+    let broker = Broker::start(broker_opts().cores(3));
+    let b = broker.bootstrap();
+    let bs = ["--bootstrap-server", b.as_str()];
+    let topics = |args: &[&str]| kafka_tool("kafka-topics", &[&bs[..], args].concat());
+    for (topic, rf) in [("_schemas", "3"), ("connect-configs", "3"), ("rf-two", "2")] {
+        let out = topics(&[
+            "--create",
+            "--topic",
+            topic,
+            "--partitions",
+            "1",
+            "--replication-factor",
+            rf,
+            "--config",
+            "cleanup.policy=delete",
+        ]);
+        assert!(
+            out.ok().contains(&format!("Created topic {topic}.")),
+            "RF {rf} accepted"
+        );
+        let described = topics(&["--describe", "--topic", topic]);
+        let header = described
+            .ok()
+            .lines()
+            .map(tab_fields)
+            .find(|f| f.contains_key("PartitionCount"))
+            .expect("a topic line");
+        assert_eq!(num(&header, "ReplicationFactor"), 1, "{topic}: one replica");
+    }
+    let out = topics(&[
+        "--create",
+        "--topic",
+        "rf-four",
+        "--partitions",
+        "1",
+        "--replication-factor",
+        "4",
+    ]);
+    assert!(!out.success(), "RF 4 on 3 advertised brokers is refused");
+    let message =
+        "The target replication factor of 4 cannot be reached because only 3 broker(s) are registered";
+    assert!(
+        out.stdout.contains(message) || out.stderr.contains(message),
+        "Kafka's message"
+    );
+}

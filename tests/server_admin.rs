@@ -88,6 +88,18 @@ fn create_topic_and_its_errors() {
         Err(("bad/name!".to_string(), RDKafkaErrorCode::InvalidTopic))
     );
 
+    // A replication factor up to the brokers advertised (the two shards)
+    // is accepted, as Kafka accepts it, and the topic has one replica per
+    // partition (docs/replication-factor.md); above it is refused.
+    let rf2 = NewTopic::new("admin-rf2", 2, TopicReplication::Fixed(2));
+    assert_eq!(create_one(&broker, &rf2), Ok("admin-rf2".to_string()));
+    let c = client::consumer(&broker.bootstrap(), &[]);
+    let md = c
+        .fetch_metadata(Some("admin-rf2"), Duration::from_secs(10))
+        .expect("metadata");
+    for p in md.topics()[0].partitions() {
+        assert_eq!(p.replicas(), &[p.leader()], "one replica, the leader");
+    }
     let rf3 = NewTopic::new("admin-rf3", 1, TopicReplication::Fixed(3));
     assert_eq!(
         create_one(&broker, &rf3),
@@ -120,7 +132,7 @@ fn create_topic_and_its_errors() {
         .filter(|n| !fjord::metadata::internal::is_internal(n))
         .collect();
     names.sort_unstable();
-    assert_eq!(names, vec!["admin-created"]);
+    assert_eq!(names, vec!["admin-created", "admin-rf2"]);
 }
 
 #[test]
@@ -288,6 +300,125 @@ fn describe_alter_and_incrementally_alter_configs() {
         stored[0].header.compression().ok(),
         Some(fjord::record::Compression::Gzip)
     );
+}
+
+/// Every Kafka 4.4 topic config fjord accepts (all but the compaction
+/// ones), each set to a value other than its default: accepted by
+/// CreateTopics, described back as the topic's own with the same value,
+/// then removed again by an empty AlterConfigs and described as defaults.
+/// Values Kafka refuses are refused with its message; the broker reports
+/// the broker configs clients look up.
+#[test]
+fn every_kafka_topic_config_is_accepted_stored_and_described() {
+    let broker = Broker::start(BrokerOpts::default());
+    let topic = "admin-all-configs";
+    let set: &[(&str, &str)] = &[
+        ("compression.gzip.level", "5"),
+        ("compression.lz4.level", "3"),
+        ("compression.zstd.level", "-5"),
+        ("errors.deadletterqueue.group.enable", "true"),
+        ("file.delete.delay.ms", "1000"),
+        ("follower.replication.throttled.replicas", "0:0,1:1"),
+        ("leader.replication.throttled.replicas", "*"),
+        ("local.retention.bytes", "1000000"),
+        ("local.retention.ms", "60000"),
+        ("max.decompressed.message.bytes", "1048576"),
+        ("message.timestamp.after.max.ms", "7200000"),
+        ("message.timestamp.before.max.ms", "86400000"),
+        ("min.insync.replicas", "2"),
+        ("preallocate", "true"),
+        ("remote.copy.lag.bytes", "100"),
+        ("remote.copy.lag.ms", "100"),
+        ("remote.log.copy.disable", "true"),
+        ("remote.log.delete.on.disable", "true"),
+        ("remote.storage.enable", "false"),
+        ("segment.jitter.ms", "1000"),
+        ("unclean.leader.election.enable", "true"),
+    ];
+    create_topic(&broker.bootstrap(), topic, 1, set);
+    let configs = describe(&broker, topic);
+    for (key, v) in set {
+        assert_eq!(value(&configs, key).as_deref(), Some(*v), "{key}");
+        assert_eq!(configs[*key].1, "dynamic-topic", "{key}");
+    }
+    // AlterConfigs with no entry drops every override.
+    let a = admin(&broker.bootstrap());
+    let alter = AlterConfig::new(ResourceSpecifier::Topic(topic));
+    let results = block_on(a.alter_configs([&alter], &admin_opts())).expect("alter_configs");
+    assert!(results[0].is_ok(), "alter_configs: {:?}", results[0]);
+    let configs = describe(&broker, topic);
+    for (key, default) in [
+        ("unclean.leader.election.enable", "false"),
+        ("follower.replication.throttled.replicas", ""),
+        ("local.retention.ms", "-2"),
+        ("message.timestamp.after.max.ms", "3600000"),
+        ("max.decompressed.message.bytes", "2147483639"),
+    ] {
+        assert_eq!(value(&configs, key).as_deref(), Some(default), "{key}");
+        assert_eq!(configs[key].1, "default", "{key}");
+    }
+
+    // Refused as stock Kafka 4.4 refuses them, by IncrementalAlterConfigs.
+    let mut raw = RawClient::connect(broker.port);
+    for (key, v, message) in [
+        (
+            "unclean.leader.election.enable",
+            "yes",
+            "Invalid value yes for configuration unclean.leader.election.enable: Expected value to be either true or false",
+        ),
+        (
+            "remote.storage.enable",
+            "true",
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.",
+        ),
+        (
+            "message.downconversion.enable",
+            "true",
+            "Unknown topic config name: message.downconversion.enable",
+        ),
+    ] {
+        let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(TOPIC_RESOURCE_TYPE)
+                .with_resource_name(StrBytes::from_static_str(topic))
+                .with_configs(vec![AlterableConfig::default()
+                    .with_name(StrBytes::from_static_str(key))
+                    .with_config_operation(0)
+                    .with_value(Some(StrBytes::from_static_str(v)))]),
+        ]);
+        let resp = raw.request(1, &req);
+        assert_eq!(
+            resp.responses[0].error_code,
+            ResponseError::InvalidConfig.code(),
+            "{key}={v}"
+        );
+        assert_eq!(
+            resp.responses[0].error_message.as_deref(),
+            Some(message),
+            "{key}={v}"
+        );
+    }
+
+    // The broker configs clients look up, with their values.
+    let results = block_on(a.describe_configs([&ResourceSpecifier::Broker(0)], &admin_opts()))
+        .expect("describe_configs");
+    let resource = results[0].as_ref().expect("describe succeeded");
+    let broker_configs: HashMap<&str, Option<&str>> = resource
+        .entries
+        .iter()
+        .map(|e| (e.name.as_str(), e.value.as_deref()))
+        .collect();
+    for (key, v) in [
+        ("default.replication.factor", "1"),
+        ("num.partitions", "1"),
+        ("min.insync.replicas", "1"),
+        ("log.retention.ms", "604800000"),
+        ("offsets.topic.replication.factor", "1"),
+        ("transaction.state.log.replication.factor", "1"),
+        ("unclean.leader.election.enable", "false"),
+    ] {
+        assert_eq!(broker_configs.get(key), Some(&Some(v)), "{key}");
+    }
 }
 
 #[test]

@@ -296,23 +296,25 @@ fn checkpoint_follows_truncation_and_delete_records_and_is_rebuilt() {
     tear_tail(&data, topic, 10);
     std::fs::write(checkpoint_path(&data, topic), "0\n2\n0 0\n3 5\n").unwrap();
     broker.restart();
-    assert_eq!(read_checkpoint(&data, topic), "0\n1\n0 2\n");
+    // The restart leads the partition in epoch 1, from the log end on.
+    assert_eq!(read_checkpoint(&data, topic), "0\n2\n0 2\n1 4\n");
     let mut raw = RawClient::connect(port);
     assert_eq!(
-        triple(&ask(&mut raw, OFLE_VERSION, topic, 0, 0, 0)),
+        triple(&ask(&mut raw, OFLE_VERSION, topic, 0, 1, 0)),
         (0, 0, RECORDS - 1),
         "epoch 0 ends at the log end recovery left"
     );
     assert_eq!(
-        triple(&ask(&mut raw, OFLE_VERSION, topic, 0, 0, 3)),
+        triple(&ask(&mut raw, OFLE_VERSION, topic, 0, 1, 3)),
         (0, -1, -1),
         "epoch 3 is gone with the torn tail"
     );
     drop(raw);
 
     // A missing checkpoint is rebuilt from the batches' epochs (and the
-    // log start); so is a malformed one.
-    for damage in [None, Some("0\n7\n")] {
+    // log start); so is a malformed one. Each restart starts a new epoch
+    // (2, then 3) at the log end.
+    for (damage, epoch) in [(None, 2), (Some("0\n7\n"), 3)] {
         broker.stop();
         match damage {
             None => std::fs::remove_file(checkpoint_path(&data, topic)).unwrap(),
@@ -321,7 +323,7 @@ fn checkpoint_follows_truncation_and_delete_records_and_is_rebuilt() {
         broker.restart();
         assert_eq!(
             read_checkpoint(&data, topic),
-            "0\n1\n0 2\n",
+            format!("0\n2\n0 2\n{epoch} 4\n"),
             "rebuilt after {damage:?}"
         );
         let mut raw = RawClient::connect(port);
@@ -464,6 +466,234 @@ fn librdkafka_validates_its_position_and_finds_a_truncated_tail() {
     let detected = capture.any("truncation detected").unwrap();
     assert!(detected.contains("broker end offset is 9"), "{detected}");
     // ... and the application hears of it as a consumer error.
+    poll_until(&consumer, "the consumer error reached poll", |more| {
+        !errors.is_empty() || !more.is_empty()
+    });
+    assert_eq!(capture.any("validation skipped"), None);
+}
+
+/// The leader epoch of `topic`-`partition` as Metadata reports it.
+fn metadata_epoch(raw: &mut RawClient, topic: &str, partition: i32) -> i32 {
+    let md = raw.request(
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                .with_name(Some(name(topic))),
+        ])),
+    );
+    md.topics[0].partitions[partition as usize].leader_epoch
+}
+
+/// One partition's ListOffsets (latest) answer with `current_leader_epoch`:
+/// (error, leader epoch).
+fn list_latest(raw: &mut RawClient, topic: &str, current_leader_epoch: i32) -> (i16, i32) {
+    list_at(raw, topic, current_leader_epoch, -1)
+}
+
+/// One partition's ListOffsets answer for `timestamp` (-1 latest, -2
+/// earliest) with `current_leader_epoch`: (error, leader epoch).
+fn list_at(
+    raw: &mut RawClient,
+    topic: &str,
+    current_leader_epoch: i32,
+    timestamp: i64,
+) -> (i16, i32) {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let req = kafka_protocol::messages::ListOffsetsRequest::default()
+        .with_replica_id((-1).into())
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(name(topic))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_current_leader_epoch(current_leader_epoch)
+                .with_timestamp(timestamp)])]);
+    let resp = raw.request(7, &req);
+    let p = &resp.topics[0].partitions[0];
+    (p.error_code, p.leader_epoch)
+}
+
+/// One partition's Fetch v12 answer with `current_leader_epoch`: (error,
+/// records returned, the leader named with an error).
+fn fetch_at(
+    raw: &mut RawClient,
+    topic: &str,
+    partition: i32,
+    current_leader_epoch: i32,
+) -> (i16, usize, (i32, i32)) {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    let req = kafka_protocol::messages::FetchRequest::default()
+        .with_replica_id((-1).into())
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(name(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_current_leader_epoch(current_leader_epoch)
+                .with_fetch_offset(0)
+                .with_last_fetched_epoch(-1)
+                .with_log_start_offset(-1)
+                .with_partition_max_bytes(1 << 20)])]);
+    let resp = raw.request(12, &req);
+    let p = &resp.responses[0].partitions[0];
+    let records = p.records.as_ref().map_or(0, |r| r.len());
+    (
+        p.error_code,
+        records,
+        (p.current_leader.leader_id.0, p.current_leader.leader_epoch),
+    )
+}
+
+/// Every start of the broker leads its partitions in a new leader epoch
+/// (Kafka's leader epoch grows each time leadership is established): the
+/// epoch is reported by Metadata and with NOT_LEADER_OR_FOLLOWER, stamped
+/// in the batches appended after the restart, recorded in the checkpoint,
+/// and a client's `current_leader_epoch` from before the restart is fenced
+/// in Fetch, ListOffsets and OffsetForLeaderEpoch, one from the future is
+/// unknown.
+#[test]
+fn every_restart_starts_a_new_leader_epoch() {
+    let mut broker = Broker::start(BrokerOpts::default().cores(2));
+    let topic = "ofle-restart";
+    create_topic(&broker.bootstrap(), topic, 2, &[]);
+    let port0 = leader_port(&broker, topic, 0);
+    let port1 = leader_port(&broker, topic, 1);
+    assert_ne!(port0, port1);
+    let mut raw = RawClient::connect(port0);
+    assert_eq!(metadata_epoch(&mut raw, topic, 0), 0, "a fresh broker");
+    produce_records(&mut raw, topic, 0, 3);
+    drop(raw);
+
+    for epoch in [1, 2] {
+        broker.stop();
+        broker.restart();
+        let mut raw = RawClient::connect(port0);
+        assert_eq!(metadata_epoch(&mut raw, topic, 0), epoch);
+        assert_eq!(metadata_epoch(&mut raw, topic, 1), epoch);
+        let stale = epoch - 1;
+        let fenced = ResponseError::FencedLeaderEpoch.code();
+        let unknown = ResponseError::UnknownLeaderEpoch.code();
+        // ListOffsets.
+        assert_eq!(list_latest(&mut raw, topic, stale).0, fenced);
+        assert_eq!(list_latest(&mut raw, topic, epoch + 1).0, unknown);
+        assert_eq!(list_latest(&mut raw, topic, epoch), (NONE, epoch));
+        assert_eq!(list_latest(&mut raw, topic, -1), (NONE, epoch));
+        // The earliest offset was appended in epoch 0: its epoch, as Kafka
+        // reports the epoch of the offset answered.
+        assert_eq!(list_at(&mut raw, topic, -1, -2), (NONE, 0));
+        // Fetch.
+        assert_eq!(fetch_at(&mut raw, topic, 0, stale).0, fenced);
+        assert_eq!(fetch_at(&mut raw, topic, 0, epoch + 1).0, unknown);
+        let (error, records, _) = fetch_at(&mut raw, topic, 0, epoch);
+        assert_eq!(error, NONE);
+        assert!(records > 0);
+        // A partition of the other shard: NOT_LEADER_OR_FOLLOWER naming the
+        // leader and its epoch.
+        let (error, _, leader) = fetch_at(&mut raw, topic, 1, -1);
+        assert_eq!(error, ResponseError::NotLeaderOrFollower.code());
+        assert_eq!(leader.1, epoch);
+        let resp = raw.request(10, &produce_request(topic, 1, 1, one_record("x")));
+        let p = only_partition(&resp);
+        assert_eq!(p.error_code, ResponseError::NotLeaderOrFollower.code());
+        assert_eq!(p.current_leader.leader_epoch, epoch);
+        // OffsetForLeaderEpoch.
+        assert_eq!(
+            ask(&mut raw, OFLE_VERSION, topic, 0, stale, 0).error_code,
+            fenced
+        );
+        assert_eq!(
+            ask(&mut raw, OFLE_VERSION, topic, 0, epoch + 1, 0).error_code,
+            unknown
+        );
+        produce_records(&mut raw, topic, 0, 1);
+    }
+    // Offsets 0-2 in epoch 0, 3 in epoch 1, 4 in epoch 2.
+    let mut raw = RawClient::connect(port0);
+    assert_eq!(
+        triple(&ask(&mut raw, OFLE_VERSION, topic, 0, 2, 0)),
+        (NONE, 0, 3)
+    );
+    assert_eq!(
+        triple(&ask(&mut raw, OFLE_VERSION, topic, 0, 2, 1)),
+        (NONE, 1, 4)
+    );
+    assert_eq!(
+        triple(&ask(&mut raw, OFLE_VERSION, topic, 0, 2, 2)),
+        (NONE, 2, 5)
+    );
+    let stored = common::disk::batches(&broker.first_segment(topic, 0));
+    let epochs: Vec<i32> = stored
+        .iter()
+        .map(|b| b.header.partition_leader_epoch)
+        .collect();
+    assert_eq!(epochs, vec![0, 0, 0, 1, 2]);
+    assert_eq!(
+        read_checkpoint(&broker.data_dir(), topic),
+        "0\n3\n0 0\n1 3\n2 4\n"
+    );
+}
+
+/// The case the epoch bump exists for: a consumer read up to offset 10 in
+/// epoch 0; the broker restarts, recovery truncates a torn tail (the log
+/// ends at 9) and producers append past the consumer's position again in
+/// the new epoch. Without a new epoch, epoch 0 would end at the new log end
+/// and the consumer would carry on from 10, never seeing the records that
+/// replaced 9. librdkafka sees the new epoch in Metadata, validates its
+/// position (OffsetForLeaderEpoch says epoch 0 ends at 9) and reports the
+/// truncation — with no seek from the application.
+#[test]
+fn librdkafka_detects_a_truncation_after_a_restart_with_new_appends() {
+    let mut broker = Broker::start(BrokerOpts::default().cores(1));
+    let topic = "ofle-rdkafka-restart";
+    create_topic(&broker.bootstrap(), topic, 1, &[]);
+    let send_one_batch_each = |broker: &Broker, n: usize| {
+        let p = producer(&broker.bootstrap(), &[("linger.ms", "0")]);
+        for i in 0..n {
+            p.send(BaseRecord::<(), str, _>::with_opaque_to(topic, i).payload("value"))
+                .expect("enqueue");
+            p.flush(Duration::from_millis(CLIENT_REQUEST_TIMEOUT_MS))
+                .expect("flush");
+        }
+    };
+    send_one_batch_each(&broker, 10);
+
+    let capture = LogCapture::default();
+    let consumer: BaseConsumer<LogCapture> = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", "ofle-validate-restart")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "error")
+        .set("fetch.wait.max.ms", "100")
+        .set("topic.metadata.refresh.interval.ms", "1000")
+        .set("debug", "fetch,topic,metadata")
+        .set_log_level(RDKafkaLogLevel::Debug)
+        .create_with_context(capture.clone())
+        .expect("create consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .expect("add partition");
+    consumer.assign(&tpl).expect("assign");
+    let mut last = -1;
+    let deadline = Instant::now() + CLIENT_WAIT;
+    while last < 9 {
+        assert!(Instant::now() < deadline, "consumed up to {last}");
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            last = m.expect("consume").offset();
+        }
+    }
+
+    broker.stop();
+    tear_tail(&broker.data_dir(), topic, 10);
+    broker.restart();
+    // Offsets 9, 10 and 11 again, in epoch 1.
+    send_one_batch_each(&broker, 3);
+    let errors = poll_until(&consumer, "librdkafka detected the truncation", |_| {
+        capture.any("truncation detected").is_some()
+    });
+    let detected = capture.any("truncation detected").unwrap();
+    assert!(detected.contains("broker end offset is 9"), "{detected}");
     poll_until(&consumer, "the consumer error reached poll", |more| {
         !errors.is_empty() || !more.is_empty()
     });

@@ -51,6 +51,76 @@ fn broker_configs(
             "true".to_string(),
         ),
         ("broker.id", c.node_id.to_string(), T::Int, String::new()),
+        // One replica per partition whatever a client asks for
+        // (docs/replication-factor.md), hence 1 wherever Kafka has a
+        // replication factor or an in-sync minimum.
+        ("default.replication.factor", "1".into(), T::Int, "1".into()),
+        (
+            "group.initial.rebalance.delay.ms",
+            c.group_initial_rebalance_delay_ms.to_string(),
+            T::Int,
+            "3000".into(),
+        ),
+        (
+            "group.max.size",
+            c.group_max_size.to_string(),
+            T::Int,
+            "2147483647".into(),
+        ),
+        (
+            "max.connections",
+            c.max_connections_per_shard.to_string(),
+            T::Int,
+            "2147483647".into(),
+        ),
+        (
+            "connections.max.idle.ms",
+            c.connections_max_idle_ms.to_string(),
+            T::Long,
+            "600000".into(),
+        ),
+        (
+            "offsets.retention.minutes",
+            c.offsets_retention_minutes.to_string(),
+            T::Int,
+            "10080".into(),
+        ),
+        (
+            "offsets.topic.num.partitions",
+            internal::INTERNAL_TOPIC_PARTITIONS.to_string(),
+            T::Int,
+            "50".into(),
+        ),
+        (
+            "offsets.topic.replication.factor",
+            "1".into(),
+            T::Short,
+            "3".into(),
+        ),
+        (
+            "transaction.state.log.min.isr",
+            "1".into(),
+            T::Int,
+            "2".into(),
+        ),
+        (
+            "transaction.state.log.num.partitions",
+            internal::INTERNAL_TOPIC_PARTITIONS.to_string(),
+            T::Int,
+            "50".into(),
+        ),
+        (
+            "transaction.state.log.replication.factor",
+            "1".into(),
+            T::Short,
+            "3".into(),
+        ),
+        (
+            "transactional.id.expiration.ms",
+            c.transactional_id_expiration_ms.to_string(),
+            T::Int,
+            "604800000".into(),
+        ),
         (
             "log.dirs",
             c.data_dir.display().to_string(),
@@ -90,11 +160,19 @@ fn broker_configs(
 /// `ServerTopicConfigSynonyms`), with that broker config's default in Kafka.
 const TOPIC_CONFIG_SYNONYMS: &[(&str, &str, &str)] = &[
     ("cleanup.policy", "log.cleanup.policy", "delete"),
+    ("compression.gzip.level", "compression.gzip.level", "-1"),
+    ("compression.lz4.level", "compression.lz4.level", "9"),
     ("compression.type", "compression.type", "producer"),
+    ("compression.zstd.level", "compression.zstd.level", "3"),
     (
         "delete.retention.ms",
         "log.cleaner.delete.retention.ms",
         "86400000",
+    ),
+    (
+        "file.delete.delay.ms",
+        "log.segment.delete.delay.ms",
+        "60000",
     ),
     (
         "flush.messages",
@@ -103,12 +181,29 @@ const TOPIC_CONFIG_SYNONYMS: &[(&str, &str, &str)] = &[
     ),
     ("flush.ms", "log.flush.interval.ms", "9223372036854775807"),
     ("index.interval.bytes", "log.index.interval.bytes", "4096"),
+    ("local.retention.bytes", "log.local.retention.bytes", "-2"),
+    ("local.retention.ms", "log.local.retention.ms", "-2"),
     (
         "max.compaction.lag.ms",
         "log.cleaner.max.compaction.lag.ms",
         "9223372036854775807",
     ),
+    (
+        "max.decompressed.message.bytes",
+        "max.decompressed.message.bytes",
+        "2147483639",
+    ),
     ("max.message.bytes", "message.max.bytes", "1048588"),
+    (
+        "message.timestamp.after.max.ms",
+        "log.message.timestamp.after.max.ms",
+        "3600000",
+    ),
+    (
+        "message.timestamp.before.max.ms",
+        "log.message.timestamp.before.max.ms",
+        "9223372036854775807",
+    ),
     (
         "message.timestamp.type",
         "log.message.timestamp.type",
@@ -125,6 +220,9 @@ const TOPIC_CONFIG_SYNONYMS: &[(&str, &str, &str)] = &[
         "0",
     ),
     ("min.insync.replicas", "min.insync.replicas", "1"),
+    ("preallocate", "log.preallocate", "false"),
+    ("remote.copy.lag.bytes", "log.remote.copy.lag.bytes", "-1"),
+    ("remote.copy.lag.ms", "log.remote.copy.lag.ms", "0"),
     ("retention.bytes", "log.retention.bytes", "-1"),
     ("retention.ms", "log.retention.ms", "604800000"),
     ("segment.bytes", "log.segment.bytes", "1073741824"),
@@ -134,6 +232,11 @@ const TOPIC_CONFIG_SYNONYMS: &[(&str, &str, &str)] = &[
         "10485760",
     ),
     ("segment.ms", "log.roll.ms", "604800000"),
+    (
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+        "false",
+    ),
 ];
 
 /// DEFAULT_CONFIG when `value` is Kafka's default, else STATIC_BROKER_CONFIG.

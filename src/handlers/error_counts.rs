@@ -318,6 +318,17 @@ impl ResponseErrors for crate::protocol::fetch::FetchResponse {
     }
 }
 
+impl ResponseErrors for DescribeTopicPartitionsResponse {
+    fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
+        for t in &self.topics {
+            for p in &t.partitions {
+                count(p.error_code);
+            }
+            count(t.error_code);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

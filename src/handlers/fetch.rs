@@ -12,8 +12,15 @@
 //! Long poll: while fewer than `min_bytes` are available the request parks
 //! until some requested partition's high watermark (LSO for read_committed)
 //! moves past its fetch offset, or `max_wait_ms` passes; appends on this
-//! shard wake it. Fetch sessions (KIP-227) are not kept: every response says
-//! session 0, which clients treat as "full fetch each time".
+//! shard wake it.
+//!
+//! Fetch sessions (KIP-227, `shard::fetch_sessions`): a full fetch with
+//! session epoch 0 opens a session; an incremental fetch names only the
+//! partitions whose position changed (and those it forgets), reads every
+//! partition of its session, and answers only those with news: records, an
+//! error, or a high watermark, last stable offset or log start other than
+//! the session last told the client. Session errors are answered at the top
+//! level with no partitions, as Kafka does.
 //!
 //! read_committed reads stop at the last stable offset and carry the aborted
 //! transactions overlapping the range (clients drop those batches).
@@ -26,7 +33,7 @@
 //! current leader (v12+) and, on v16, that node's endpoint.
 
 use super::error_counts::ResponseErrors;
-use super::list_offsets::{check_leader_epoch, LEADER_EPOCH, READ_COMMITTED};
+use super::list_offsets::{check_leader_epoch, READ_COMMITTED};
 use super::{decode, errors, led_partition, Outcome};
 use crate::partition::Partition;
 use crate::protocol::fetch::{
@@ -36,6 +43,9 @@ use crate::protocol::header::write_response_header;
 use crate::protocol::RequestHeader;
 use crate::record::RecordsChunk;
 use crate::runtime::OneWaker;
+use crate::shard::fetch_sessions::{
+    SessionError, SessionKey, SessionPartition, FINAL_EPOCH, INITIAL_EPOCH,
+};
 use crate::shard::ShardCtx;
 use crate::types::Offset;
 use bytes::BytesMut;
@@ -44,6 +54,7 @@ use futures::FutureExt;
 use kafka_protocol::messages::FetchRequest;
 use kafka_protocol::ResponseError;
 use std::collections::hash_map::{Entry, HashMap};
+use std::collections::HashSet;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -58,15 +69,40 @@ pub const MAX_WAIT_MS_CAP: i32 = 30_000;
 /// and wait on.
 pub const FETCH_PARTITIONS_MAX: usize = 100_000;
 
+/// One partition a fetch reads, as the request names it or as its session
+/// remembers it.
+struct Asked {
+    key: SessionKey,
+    fetch_offset: i64,
+    partition_max_bytes: i32,
+    current_leader_epoch: i32,
+}
+
+/// What a request does with fetch sessions (see `shard::fetch_sessions`).
+enum SessionMode {
+    /// A full fetch, no session.
+    Sessionless,
+    /// A full fetch that opens a session.
+    Open,
+    /// An incremental fetch of this session.
+    Incremental(i32),
+}
+
 /// One requested partition, resolved.
 struct Wanted {
+    key: SessionKey,
     topic_index: usize,
     partition: i32,
     fetch_offset: i64,
     partition_max_bytes: i32,
-    /// The partition if this shard leads it, else the error to answer.
-    target: Result<Rc<Partition>, (ResponseError, Option<i32>)>,
+    current_leader_epoch: i32,
+    /// The partition if this shard leads it, else the error to answer and
+    /// the leader (node id, leader epoch) to name with it.
+    target: Result<Rc<Partition>, (ResponseError, Option<LeaderHint>)>,
 }
+
+/// A partition's leader as a response names it: (node id, leader epoch).
+type LeaderHint = (i32, i32);
 
 pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
     let Some(req) = decode::<FetchRequest>(header, body) else {
@@ -89,66 +125,161 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         );
         return Outcome::Close;
     }
-    let mut topics: Vec<FetchTopicResponse> = Vec::with_capacity(req.topics.len());
-    let mut wanted: Vec<Wanted> = Vec::new();
-    let mut topic_at: HashMap<String, usize> = HashMap::new();
-    let mut wanted_at: HashMap<(usize, i32), usize> = HashMap::new();
-    for t in &req.topics {
-        let meta = if version >= 13 {
-            image.topic_by_id(t.topic_id.as_bytes())
+    let uses_topic_ids = version >= 13;
+    let key_of = |topic: &kafka_protocol::messages::TopicName, id: &uuid::Uuid, partition: i32| {
+        if uses_topic_ids {
+            SessionKey {
+                topic_id: *id.as_bytes(),
+                topic: String::new(),
+                partition,
+            }
         } else {
-            image.topic(t.topic.0.as_str())
+            SessionKey {
+                topic_id: [0; 16],
+                topic: topic.0.to_string(),
+                partition,
+            }
+        }
+    };
+    let mode = match (req.session_id, req.session_epoch) {
+        (0, FINAL_EPOCH) => SessionMode::Sessionless,
+        (id, FINAL_EPOCH) => {
+            ctx.fetch_sessions.borrow_mut().remove(id);
+            SessionMode::Sessionless
+        }
+        (id, INITIAL_EPOCH) => {
+            if id != 0 {
+                ctx.fetch_sessions.borrow_mut().remove(id);
+            }
+            SessionMode::Open
+        }
+        (id, _) => SessionMode::Incremental(id),
+    };
+    let asked: Vec<Asked> = match mode {
+        SessionMode::Sessionless | SessionMode::Open => req
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(move |p| Asked {
+                    key: key_of(&t.topic, &t.topic_id, p.partition),
+                    fetch_offset: p.fetch_offset,
+                    partition_max_bytes: p.partition_max_bytes,
+                    current_leader_epoch: p.current_leader_epoch,
+                })
+            })
+            .collect(),
+        SessionMode::Incremental(id) => {
+            let mut cache = ctx.fetch_sessions.borrow_mut();
+            let now_ms = crate::clock::now_ms();
+            if let Err(e) = cache.begin_incremental(id, req.session_epoch, uses_topic_ids, now_ms) {
+                return session_error_response(header, version, e);
+            }
+            let changed = cache.update(id, |s| {
+                for t in &req.topics {
+                    for p in &t.partitions {
+                        s.upsert(
+                            key_of(&t.topic, &t.topic_id, p.partition),
+                            p.fetch_offset,
+                            p.partition_max_bytes,
+                            p.current_leader_epoch,
+                        );
+                    }
+                }
+                for f in &req.forgotten_topics_data {
+                    for &partition in &f.partitions {
+                        s.forget(&key_of(&f.topic, &f.topic_id, partition));
+                    }
+                }
+            });
+            if let Err(e) = changed {
+                return session_error_response(header, version, e);
+            }
+            let Some(session) = cache.get_mut(id) else {
+                return session_error_response(header, version, SessionError::NotFound);
+            };
+            if session.len() > FETCH_PARTITIONS_MAX {
+                tracing::warn!(
+                    partitions = session.len(),
+                    limit = FETCH_PARTITIONS_MAX,
+                    "a fetch session holds more partitions than fjord serves in one request: closing it and the connection"
+                );
+                cache.remove(id);
+                return Outcome::Close;
+            }
+            session
+                .partitions()
+                .map(|(k, p)| Asked {
+                    key: k.clone(),
+                    fetch_offset: p.fetch_offset,
+                    partition_max_bytes: p.partition_max_bytes,
+                    current_leader_epoch: p.current_leader_epoch,
+                })
+                .collect()
+        }
+    };
+
+    let mut topics: Vec<FetchTopicResponse> = Vec::new();
+    let mut wanted: Vec<Wanted> = Vec::with_capacity(asked.len());
+    let mut topic_at: HashMap<(String, [u8; 16]), usize> = HashMap::new();
+    let mut wanted_at: HashMap<(usize, i32), usize> = HashMap::new();
+    for a in asked {
+        let meta = if uses_topic_ids {
+            image.topic_by_id(&a.key.topic_id)
+        } else {
+            image.topic(&a.key.topic)
         };
-        let unknown = if version >= 13 {
+        let unknown = if uses_topic_ids {
             ResponseError::UnknownTopicId
         } else {
             ResponseError::UnknownTopicOrPartition
         };
         let name = meta
             .map(|m| m.name.clone())
-            .unwrap_or_else(|| t.topic.0.to_string());
-        let key = if version >= 13 {
-            uuid::Uuid::from_bytes(*t.topic_id.as_bytes()).to_string()
-        } else {
-            name.clone()
-        };
-        let topic_index = *topic_at.entry(key).or_insert_with(|| {
-            topics.push(FetchTopicResponse {
-                name: name.clone(),
-                topic_id: *t.topic_id.as_bytes(),
-                partitions: Vec::with_capacity(t.partitions.len()),
+            .unwrap_or_else(|| a.key.topic.clone());
+        let topic_index = *topic_at
+            .entry((a.key.topic.clone(), a.key.topic_id))
+            .or_insert_with(|| {
+                topics.push(FetchTopicResponse {
+                    name: name.clone(),
+                    topic_id: a.key.topic_id,
+                    partitions: Vec::new(),
+                });
+                topics.len() - 1
             });
-            topics.len() - 1
-        });
-        for p in &t.partitions {
-            let target = match meta {
-                None => Err((unknown, None)),
-                Some(_) => match led_partition(ctx, &image, &name, p.partition) {
-                    Err((e, leader)) => Err((e, leader.map(|s| ctx.config.node_id_of(s)))),
-                    Ok(state) => match check_leader_epoch(p.current_leader_epoch) {
+        let partition = a.key.partition;
+        let target = match meta {
+            None => Err((unknown, None)),
+            Some(_) => match led_partition(ctx, &image, &name, partition) {
+                Err((e, leader)) => Err((
+                    e,
+                    leader.map(|s| (ctx.config.node_id_of(s), image.leader_epoch())),
+                )),
+                Ok(state) => {
+                    match check_leader_epoch(a.current_leader_epoch, state.log.leader_epoch()) {
                         Some(e) => Err((e, None)),
                         None => Ok(state),
-                    },
-                },
-            };
-            let entry = Wanted {
-                topic_index,
-                partition: p.partition,
-                fetch_offset: p.fetch_offset,
-                partition_max_bytes: p.partition_max_bytes,
-                target,
-            };
-            match wanted_at.entry((topic_index, p.partition)) {
-                Entry::Occupied(at) => wanted[*at.get()] = entry,
-                Entry::Vacant(at) => {
-                    at.insert(wanted.len());
-                    wanted.push(entry);
+                    }
                 }
+            },
+        };
+        let entry = Wanted {
+            key: a.key,
+            topic_index,
+            partition,
+            fetch_offset: a.fetch_offset,
+            partition_max_bytes: a.partition_max_bytes,
+            current_leader_epoch: a.current_leader_epoch,
+            target,
+        };
+        match wanted_at.entry((topic_index, partition)) {
+            Entry::Occupied(at) => wanted[*at.get()] = entry,
+            Entry::Vacant(at) => {
+                at.insert(wanted.len());
+                wanted.push(entry);
             }
         }
     }
 
-    let session_error = req.session_id != 0;
     let max_wait = Duration::from_millis(req.max_wait_ms.clamp(0, MAX_WAIT_MS_CAP) as u64);
     let deadline = crate::clock::monotonic() + max_wait;
     let max_bytes = if version >= 3 {
@@ -161,7 +292,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
     let partitions = loop {
         let (partitions, bytes, any_error) = read_all(&wanted, read_committed, max_bytes).await;
         let now = crate::clock::monotonic();
-        if session_error || any_error || bytes >= min_bytes || now >= deadline {
+        if any_error || bytes >= min_bytes || now >= deadline {
             break partitions;
         }
         // Park until a partition has something new: its high watermark
@@ -197,8 +328,76 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         }
     };
 
-    for (w, p) in wanted.iter().zip(partitions) {
-        topics[w.topic_index].partitions.push(p);
+    let session_id = match mode {
+        SessionMode::Sessionless => 0,
+        SessionMode::Open => {
+            let cached = wanted
+                .iter()
+                .zip(&partitions)
+                .map(|(w, p)| {
+                    let mut s = SessionPartition::new(
+                        w.fetch_offset,
+                        w.partition_max_bytes,
+                        w.current_leader_epoch,
+                    );
+                    s.remember(p.high_watermark, p.last_stable_offset, p.log_start_offset);
+                    (w.key.clone(), s)
+                })
+                .collect();
+            let partitions = wanted.len();
+            let opened = ctx.fetch_sessions.borrow_mut().create(
+                cached,
+                uses_topic_ids,
+                crate::clock::now_ms(),
+            );
+            tracing::debug!(
+                session = opened,
+                partitions,
+                "full fetch with epoch 0: fetch session opened (None: no slot)"
+            );
+            opened.unwrap_or(0)
+        }
+        SessionMode::Incremental(id) => id,
+    };
+    match mode {
+        SessionMode::Incremental(id) => {
+            // Only the partitions with news, as Kafka's
+            // IncrementalFetchContext answers; those that returned records
+            // are read last next time.
+            let mut cache = ctx.fetch_sessions.borrow_mut();
+            let mut session = cache.get_mut(id);
+            let mut with_records = HashSet::new();
+            for (w, p) in wanted.iter().zip(partitions) {
+                let cached = session.as_mut().and_then(|s| s.get_mut(&w.key));
+                let news = match cached {
+                    None => true,
+                    Some(c) => {
+                        let news = !p.records.is_empty()
+                            || p.error_code != errors::NONE
+                            || c.high_watermark != p.high_watermark
+                            || c.last_stable_offset != p.last_stable_offset
+                            || c.log_start_offset != p.log_start_offset;
+                        c.remember(p.high_watermark, p.last_stable_offset, p.log_start_offset);
+                        news
+                    }
+                };
+                if !p.records.is_empty() {
+                    with_records.insert(w.key.clone());
+                }
+                if news {
+                    topics[w.topic_index].partitions.push(p);
+                }
+            }
+            if let Some(s) = session {
+                s.reorder(&with_records);
+            }
+            topics.retain(|t| !t.partitions.is_empty());
+        }
+        SessionMode::Sessionless | SessionMode::Open => {
+            for (w, p) in wanted.iter().zip(partitions) {
+                topics[w.topic_index].partitions.push(p);
+            }
+        }
     }
     let mut node_endpoints = Vec::new();
     if version >= 16 {
@@ -222,15 +421,34 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
     }
     let resp = FetchResponse {
         throttle_time_ms: 0,
-        error_code: if session_error {
-            ResponseError::FetchSessionIdNotFound.code()
-        } else {
-            errors::NONE
-        },
-        session_id: 0,
-        topics: if session_error { Vec::new() } else { topics },
+        error_code: errors::NONE,
+        session_id,
+        topics,
         node_endpoints,
     };
+    encode(header, version, resp)
+}
+
+/// Kafka's answer to a fetch whose session cannot be used: the error at
+/// the top level, session 0, no partitions.
+fn session_error_response(header: &RequestHeader, version: i16, e: SessionError) -> Outcome {
+    let error = match e {
+        SessionError::NotFound => ResponseError::FetchSessionIdNotFound,
+        SessionError::InvalidEpoch => ResponseError::InvalidFetchSessionEpoch,
+        SessionError::TopicIdMismatch => ResponseError::FetchSessionTopicIdError,
+    };
+    let resp = FetchResponse {
+        throttle_time_ms: 0,
+        error_code: error.code(),
+        session_id: 0,
+        topics: Vec::new(),
+        node_endpoints: Vec::new(),
+    };
+    encode(header, version, resp)
+}
+
+/// Frames a fetch response: length, response header, then the body's parts.
+fn encode(header: &RequestHeader, version: i16, resp: FetchResponse) -> Outcome {
     crate::metrics::record_errors(header.api_key, |counts| {
         resp.error_codes(version, &mut |code| counts.count(code))
     });
@@ -272,7 +490,7 @@ async fn read_all(
             Ok(state) => state,
             Err((e, leader)) => {
                 p.error_code = e.code();
-                p.current_leader = leader.map(|id| (id, LEADER_EPOCH));
+                p.current_leader = *leader;
                 any_error = true;
                 out.push(p);
                 continue;

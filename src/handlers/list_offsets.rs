@@ -1,9 +1,15 @@
-//! ListOffsets: earliest, latest (HW or LSO by isolation), max-timestamp,
-//! earliest-local, and lookup by timestamp through the time index.
+//! ListOffsets (v1-10): earliest, latest (HW or LSO by isolation),
+//! max-timestamp, earliest-local, and lookup by timestamp through the time
+//! index. Latest-tiered (-5, v9+) is answered as Kafka answers it for a log
+//! without tiered storage: offset and timestamp -1, no epoch. v10 only adds
+//! a timeout for remote-storage lookups, which fjord has none of. The
+//! leader epoch answered is the current one for the latest offset, else
+//! the epoch the offset was appended in (Kafka's `epochForOffset`).
 
 use super::{decode, errors, led_partition, respond, Outcome};
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
+use crate::types::Offset;
 use bytes::BytesMut;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -19,13 +25,16 @@ pub const MAX_TIMESTAMP: i64 = -3;
 pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 /// Isolation level read_committed.
 pub const READ_COMMITTED: i8 = 1;
-pub use crate::types::LEADER_EPOCH;
 
-/// Checks a client's leader epoch against ours (Kafka's FENCED / UNKNOWN).
-pub fn check_leader_epoch(current_leader_epoch: i32) -> Option<ResponseError> {
+/// Checks a client's leader epoch against the partition's, `leader_epoch`
+/// (Kafka's `Partition.checkCurrentLeaderEpoch`): a negative one is "not
+/// given"; an older one is FENCED_LEADER_EPOCH (the client's metadata is
+/// stale: it refreshes it), a newer one UNKNOWN_LEADER_EPOCH (the broker's
+/// is: the client retries).
+pub fn check_leader_epoch(current_leader_epoch: i32, leader_epoch: i32) -> Option<ResponseError> {
     match current_leader_epoch {
-        e if e < 0 || e == LEADER_EPOCH => None,
-        e if e < LEADER_EPOCH => Some(ResponseError::FencedLeaderEpoch),
+        e if e < 0 || e == leader_epoch => None,
+        e if e < leader_epoch => Some(ResponseError::FencedLeaderEpoch),
         _ => Some(ResponseError::UnknownLeaderEpoch),
     }
 }
@@ -53,7 +62,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                     continue;
                 }
             };
-            if let Some(e) = check_leader_epoch(p.current_leader_epoch) {
+            if let Some(e) = check_leader_epoch(p.current_leader_epoch, state.log.leader_epoch()) {
                 partitions.push(fail(e));
                 continue;
             }
@@ -73,11 +82,19 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 },
                 _ => Ok(None),
             };
+            // The epoch of the answer, as Kafka's fetchOffsetByTimestamp
+            // gives it: the current one for the latest offset, else the
+            // epoch the offset was appended in (after a restart the log
+            // start's epoch is an older one).
+            let epoch_of = |offset: i64| match p.timestamp {
+                LATEST_TIMESTAMP => log.leader_epoch(),
+                _ => log.epoch_for_offset(Offset(offset)),
+            };
             partitions.push(match found {
                 Ok(Some((offset, ts))) if header.api_version >= 4 => base
                     .with_offset(offset)
                     .with_timestamp(ts)
-                    .with_leader_epoch(LEADER_EPOCH),
+                    .with_leader_epoch(epoch_of(offset)),
                 Ok(Some((offset, ts))) => base.with_offset(offset).with_timestamp(ts),
                 Ok(None) => base,
                 Err(code) => base.with_error_code(code),

@@ -11,7 +11,6 @@ use crate::metadata::{internal, validate_topic_name, MetadataImage, TopicMeta};
 use crate::protocol::RequestHeader;
 use crate::shard::messages::{ControllerRequest, NewTopic};
 use crate::shard::ShardCtx;
-use crate::types::LEADER_EPOCH;
 use bytes::BytesMut;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -34,7 +33,7 @@ pub fn brokers(ctx: &ShardCtx) -> Vec<MetadataResponseBroker> {
         .collect()
 }
 
-fn topic_entry(ctx: &ShardCtx, t: &TopicMeta) -> MetadataResponseTopic {
+fn topic_entry(ctx: &ShardCtx, t: &TopicMeta, leader_epoch: i32) -> MetadataResponseTopic {
     let partitions = t
         .shards
         .iter()
@@ -44,7 +43,7 @@ fn topic_entry(ctx: &ShardCtx, t: &TopicMeta) -> MetadataResponseTopic {
             MetadataResponsePartition::default()
                 .with_partition_index(i as i32)
                 .with_leader_id(leader)
-                .with_leader_epoch(LEADER_EPOCH)
+                .with_leader_epoch(leader_epoch)
                 .with_replica_nodes(vec![leader])
                 .with_isr_nodes(vec![leader])
         })
@@ -92,7 +91,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
             list.iter()
                 .map(|t| match &t.name {
                     Some(name) => match image.topic(name.0.as_str()) {
-                        Some(meta) => topic_entry(ctx, meta),
+                        Some(meta) => topic_entry(ctx, meta, image.leader_epoch()),
                         None if validate_topic_name(name.0.as_str()).is_err() => error_entry(
                             Some(name.0.to_string()),
                             Uuid::nil(),
@@ -105,7 +104,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                         ),
                     },
                     None => match image.topic_by_id(t.topic_id.as_bytes()) {
-                        Some(meta) => topic_entry(ctx, meta),
+                        Some(meta) => topic_entry(ctx, meta, image.leader_epoch()),
                         None => error_entry(None, t.topic_id, ResponseError::UnknownTopicId),
                     },
                 })
@@ -121,7 +120,11 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
 }
 
 fn all_topics(ctx: &ShardCtx, image: &MetadataImage) -> Vec<MetadataResponseTopic> {
-    image.topics.values().map(|t| topic_entry(ctx, t)).collect()
+    image
+        .topics
+        .values()
+        .map(|t| topic_entry(ctx, t, image.leader_epoch()))
+        .collect()
 }
 
 /// Creates `names` with the broker's defaults. Failures (a concurrent

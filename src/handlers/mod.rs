@@ -14,6 +14,7 @@ pub mod api_versions;
 pub mod cluster;
 pub mod configs;
 pub mod delete_records;
+pub mod describe_topic_partitions;
 pub mod error_counts;
 pub mod errors;
 pub mod fetch;
@@ -138,6 +139,9 @@ fn dispatch_other(
         }
         ApiKey::CreatePartitions => {
             async move { topics::create_partitions(&ctx, &header, &mut body).await }.boxed_local()
+        }
+        ApiKey::DescribeTopicPartitions => {
+            async move { describe_topic_partitions::handle(&ctx, &header, &mut body) }.boxed_local()
         }
         ApiKey::DescribeConfigs => {
             async move { configs::describe(&ctx, &header, &mut body) }.boxed_local()

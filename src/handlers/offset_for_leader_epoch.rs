@@ -21,7 +21,6 @@
 use super::{decode, led_partition, respond, Outcome};
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
-use crate::types::LEADER_EPOCH;
 use bytes::BytesMut;
 use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
@@ -37,12 +36,12 @@ const NO_CURRENT_LEADER_EPOCH: i32 = -1;
 /// Kafka's `Partition.checkCurrentLeaderEpoch` as this API reaches it:
 /// only -1 means "not given" (`ReplicaManager.lastOffsetForLeaderEpoch`
 /// maps exactly that value to an empty epoch), so any other value below the
-/// partition's epoch, negative ones too, is fenced.
-fn check_current_leader_epoch(current: i32) -> Option<ResponseError> {
+/// partition's epoch (`leader_epoch`), negative ones too, is fenced.
+fn check_current_leader_epoch(current: i32, leader_epoch: i32) -> Option<ResponseError> {
     match current {
         NO_CURRENT_LEADER_EPOCH => None,
-        e if e < LEADER_EPOCH => Some(ResponseError::FencedLeaderEpoch),
-        e if e > LEADER_EPOCH => Some(ResponseError::UnknownLeaderEpoch),
+        e if e < leader_epoch => Some(ResponseError::FencedLeaderEpoch),
+        e if e > leader_epoch => Some(ResponseError::UnknownLeaderEpoch),
         _ => None,
     }
 }
@@ -66,7 +65,9 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -
                         Ok(state) => state,
                         Err((e, _)) => return base.with_error_code(e.code()),
                     };
-                    if let Some(e) = check_current_leader_epoch(p.current_leader_epoch) {
+                    if let Some(e) =
+                        check_current_leader_epoch(p.current_leader_epoch, state.log.leader_epoch())
+                    {
                         return base.with_error_code(e.code());
                     }
                     let (epoch, end_offset) = state.log.end_offset_for_epoch(p.leader_epoch);

@@ -64,7 +64,7 @@ use crate::record::RecordsError;
 use crate::shard::messages::ShardMessage;
 use crate::shard::ShardCtx;
 use crate::txn::coordinator::TxnError;
-use crate::types::{Offset, TopicPartition, LEADER_EPOCH};
+use crate::types::{Offset, TopicPartition};
 use bytes::BytesMut;
 use futures::future::{self, Either, LocalBoxFuture};
 use futures::FutureExt;
@@ -719,7 +719,7 @@ fn response(
                         p = p.with_current_leader(
                             LeaderIdAndEpoch::default()
                                 .with_leader_id(BrokerId(leader))
-                                .with_leader_epoch(LEADER_EPOCH),
+                                .with_leader_epoch(ctx.image().leader_epoch()),
                         );
                     }
                     p

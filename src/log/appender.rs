@@ -47,7 +47,6 @@ use super::segment::Segment;
 use super::syncer::SyncFiles;
 use super::{LogConfig, LogError, PAGE_BYTES, STAGING_CHUNK_MAX_BYTES};
 use crate::record::batch::{self, BatchHeader};
-use crate::types::LEADER_EPOCH;
 use bytes::BytesMut;
 use glommio::io::DmaFile;
 use std::collections::VecDeque;
@@ -417,8 +416,12 @@ impl Appender {
 
 /// Checks ONE v2 batch (its header, its size, its counts) and patches its
 /// `baseOffset` to `base` and its `partitionLeaderEpoch` to
-/// [`LEADER_EPOCH`], both outside the CRC; returns its header as patched.
-pub(super) fn prepare_batch(batch: &mut BytesMut, base: i64) -> Result<BatchHeader, LogError> {
+/// `leader_epoch`, both outside the CRC; returns its header as patched.
+pub(super) fn prepare_batch(
+    batch: &mut BytesMut,
+    base: i64,
+    leader_epoch: i32,
+) -> Result<BatchHeader, LogError> {
     let h = BatchHeader::parse(batch)?;
     if h.total_size() != batch.len() {
         return Err(LogError::InvalidBatch(batch::BatchError::Truncated {
@@ -428,10 +431,10 @@ pub(super) fn prepare_batch(batch: &mut BytesMut, base: i64) -> Result<BatchHead
     }
     h.check_counts()?;
     batch::set_base_offset(batch, base);
-    batch::set_partition_leader_epoch(batch, LEADER_EPOCH);
+    batch::set_partition_leader_epoch(batch, leader_epoch);
     Ok(BatchHeader {
         base_offset: base,
-        partition_leader_epoch: LEADER_EPOCH,
+        partition_leader_epoch: leader_epoch,
         ..h
     })
 }

@@ -151,6 +151,16 @@ impl LeaderEpochCache {
         }
     }
 
+    /// Kafka's `epochForOffset`: the epoch `offset` was appended in (the
+    /// newest epoch starting at or before it), if the log knows one.
+    pub fn epoch_for_offset(&self, offset: i64) -> Option<i32> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|e| e.start_offset <= offset)
+            .map(|e| e.epoch)
+    }
+
     /// The file's text.
     pub fn encode(&self) -> String {
         let mut s = format!(
@@ -265,6 +275,11 @@ mod tests {
         assert_eq!(c.end_offset_for(-1, 42), (-1, -1));
         // An empty cache knows no epoch.
         assert_eq!(LeaderEpochCache::default().end_offset_for(0, 42), (-1, -1));
+        // The epoch an offset was appended in.
+        assert_eq!(c.epoch_for_offset(9), None);
+        assert_eq!(c.epoch_for_offset(10), Some(1));
+        assert_eq!(c.epoch_for_offset(29), Some(3));
+        assert_eq!(c.epoch_for_offset(1000), Some(5));
     }
 
     #[test]

@@ -153,6 +153,11 @@ pub struct LogConfig {
     pub preallocate_bytes: u64,
     /// `--catch-up-reads`: how reads past the tail cache reach the socket.
     pub catch_up_reads: CatchUpReads,
+    /// The leader epoch this node leads the partition in (the broker's
+    /// current one, `types::FIRST_LEADER_EPOCH`): recovery starts it at the
+    /// log end and every append stamps it. Read at open only; a later
+    /// `set_config` cannot change the epoch of an open log.
+    pub leader_epoch: i32,
 }
 
 impl Default for LogConfig {
@@ -171,6 +176,7 @@ impl Default for LogConfig {
             write_chunk_bytes: WRITE_CHUNK_DEFAULT_BYTES,
             preallocate_bytes: PREALLOCATE_DEFAULT_BYTES,
             catch_up_reads: CatchUpReads::Direct,
+            leader_epoch: crate::types::FIRST_LEADER_EPOCH,
         }
     }
 }

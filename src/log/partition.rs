@@ -105,6 +105,9 @@ pub struct PartitionLog {
     /// Where each leader epoch starts (`leader_epoch`), kept on disk in
     /// `leader-epoch-checkpoint`.
     pub(super) epochs: RefCell<LeaderEpochCache>,
+    /// The epoch this log was opened in (`LogConfig::leader_epoch`), which
+    /// recovery made the newest of `epochs` and every append stamps.
+    pub(super) leader_epoch: i32,
     pub(super) self_weak: Weak<PartitionLog>,
 }
 
@@ -275,7 +278,7 @@ impl PartitionLog {
         // the producer retries, nothing of this batch is written.
         self.health.check_writable()?;
         let base = self.log_end.get();
-        let h = appender::prepare_batch(&mut batch, base)?;
+        let h = appender::prepare_batch(&mut batch, base, self.leader_epoch)?;
         // The epoch stamped is the one recovery assigned at open, so no
         // append starts a new epoch (the checkpoint needs no write here).
         debug_assert_eq!(
@@ -407,6 +410,21 @@ impl PartitionLog {
         self.epochs
             .borrow()
             .end_offset_for(epoch, self.log_end.get())
+    }
+
+    /// The leader epoch `offset` was appended in, or -1 (Kafka's
+    /// `epochForOffset`, what ListOffsets reports with an offset).
+    pub fn epoch_for_offset(&self, offset: Offset) -> i32 {
+        self.epochs
+            .borrow()
+            .epoch_for_offset(offset.0)
+            .unwrap_or(super::leader_epoch::UNDEFINED_EPOCH)
+    }
+
+    /// The leader epoch this node leads the partition in; see
+    /// `types::FIRST_LEADER_EPOCH`.
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
     }
 
     pub fn log_end_offset(&self) -> LogEndOffset {

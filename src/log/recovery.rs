@@ -47,7 +47,7 @@ use super::watch::OffsetWatch;
 use super::writer::{write_indexes_off_shard, DirSyncs, WriterTask};
 use super::{now_ms, LogConfig, LogError, SPARE_SEGMENT_FILES_MAX};
 use crate::record::batch::{BatchHeader, BATCH_HEADER_BYTES};
-use crate::types::{TopicPartition, LEADER_EPOCH};
+use crate::types::TopicPartition;
 use glommio::io::OpenOptions;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -80,7 +80,8 @@ pub(super) async fn open(
         .max(first_base)
         .min(log_end);
     let max_ts = max_timestamp(&segments);
-    let epochs = recover_epochs(&dir, &tp, &segments, log_start, log_end)?;
+    let leader_epoch = config.leader_epoch;
+    let epochs = recover_epochs(&dir, &tp, &segments, log_start, log_end, leader_epoch)?;
     Ok(Rc::new_cyclic(|w| PartitionLog {
         tp,
         dir,
@@ -102,6 +103,7 @@ pub(super) async fn open(
         dir_syncs,
         segments_scanned,
         epochs: RefCell::new(epochs),
+        leader_epoch,
         self_weak: w.clone(),
     }))
 }
@@ -109,7 +111,7 @@ pub(super) async fn open(
 /// The log's leader-epoch cache after recovery (`leader_epoch`'s module
 /// doc): the checkpoint file, or the batches' epochs if it is missing or
 /// malformed, cut to [`log_start`, `log_end`], with this node's epoch
-/// ([`LEADER_EPOCH`]) starting at the log end unless it already started;
+/// (`leader_epoch`) starting at the log end unless it already started;
 /// written back if that changed it.
 fn recover_epochs(
     dir: &Path,
@@ -117,6 +119,7 @@ fn recover_epochs(
     segments: &BTreeMap<i64, Rc<Segment>>,
     log_start: i64,
     log_end: i64,
+    leader_epoch: i32,
 ) -> Result<LeaderEpochCache, LogError> {
     let loaded = LeaderEpochCache::read(dir);
     let mut epochs = match &loaded {
@@ -128,7 +131,7 @@ fn recover_epochs(
             "recovery dropped leader epochs starting after the log end");
     }
     epochs.truncate_from_start(log_start);
-    epochs.assign(LEADER_EPOCH, log_end);
+    epochs.assign(leader_epoch, log_end);
     if loaded.as_ref() != Some(&epochs) {
         epochs.write(dir)?;
     }

@@ -65,6 +65,12 @@ pub enum MetadataRecord {
     ProducerIdBlock {
         next: i64,
     },
+    /// The broker started, and leads every partition in leader epoch
+    /// `epoch` from now on (one more than at its previous start; see
+    /// [`next_leader_epoch`]).
+    LeaderEpoch {
+        epoch: i32,
+    },
 }
 
 /// One topic as the image sees it.
@@ -121,9 +127,19 @@ pub struct MetadataImage {
     pub next_producer_id: i64,
     /// The shard that receives the next new partition.
     pub next_shard: usize,
+    /// The leader epoch of every partition (`types::FIRST_LEADER_EPOCH`):
+    /// the last [`MetadataRecord::LeaderEpoch`] replayed, None before any.
+    pub leader_epoch: Option<i32>,
 }
 
 impl MetadataImage {
+    /// The leader epoch this node leads every partition in
+    /// (`types::FIRST_LEADER_EPOCH` until the start-up record is applied).
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+            .unwrap_or(crate::types::FIRST_LEADER_EPOCH)
+    }
+
     pub fn topic(&self, name: &str) -> Option<&Arc<TopicMeta>> {
         self.topics.get(name)
     }
@@ -208,8 +224,27 @@ impl MetadataImage {
             MetadataRecord::ProducerIdBlock { next: n } => {
                 next.next_producer_id = next.next_producer_id.max(*n);
             }
+            MetadataRecord::LeaderEpoch { epoch } => {
+                next.leader_epoch = Some(next.leader_epoch.map_or(*epoch, |e| e.max(*epoch)));
+            }
         }
         next
+    }
+}
+
+/// The leader epoch a broker starts in, given the image its metadata log
+/// replays to (`had_records`: the log was not empty). Every start begins a
+/// new epoch, so that data appended after a restart (which may have
+/// truncated a torn tail) is told apart from what a consumer read before it
+/// (OffsetForLeaderEpoch, KIP-320). A broker's very first start leads in
+/// epoch 0, as a new Kafka partition does; a data dir written before the
+/// epoch was recorded has batches of epoch 0 and starts in epoch 1. Epochs
+/// stop growing at `i32::MAX` (two billion restarts).
+pub fn next_leader_epoch(image: &MetadataImage, had_records: bool) -> i32 {
+    match image.leader_epoch {
+        Some(epoch) => epoch.saturating_add(1),
+        None if had_records => crate::types::FIRST_LEADER_EPOCH + 1,
+        None => crate::types::FIRST_LEADER_EPOCH,
     }
 }
 
@@ -284,6 +319,23 @@ mod tests {
         assert!(img.topic_by_id(&id).is_some());
         let img = img.apply(&MetadataRecord::DeleteTopic { name: "a".into() });
         assert!(img.topic("a").is_none() && img.topic_by_id(&id).is_none());
+    }
+
+    #[test]
+    fn every_start_begins_a_new_leader_epoch() {
+        let img = MetadataImage::default();
+        assert_eq!(img.leader_epoch(), 0);
+        assert_eq!(next_leader_epoch(&img, false), 0, "a fresh broker");
+        assert_eq!(next_leader_epoch(&img, true), 1, "data of epoch 0 exists");
+        let img = img.apply(&MetadataRecord::LeaderEpoch { epoch: 0 });
+        assert_eq!(next_leader_epoch(&img, true), 1);
+        let img = img.apply(&MetadataRecord::LeaderEpoch { epoch: 1 });
+        assert_eq!(img.leader_epoch(), 1);
+        // Replayed out of order (never written so), an epoch does not go back.
+        let img = img.apply(&MetadataRecord::LeaderEpoch { epoch: 0 });
+        assert_eq!(img.leader_epoch(), 1);
+        let img = img.apply(&MetadataRecord::LeaderEpoch { epoch: i32::MAX });
+        assert_eq!(next_leader_epoch(&img, true), i32::MAX);
     }
 
     #[test]

@@ -1,10 +1,20 @@
-//! Topic configs: the keys fjord understands, their defaults (from the broker
-//! config, as Kafka derives `retention.ms` from `log.retention.ms`), their
-//! validation, and the resolved [`TopicConfig`] a partition runs with.
+//! Topic configs: every key of Kafka 4.4's topic config (`LogConfig`), its
+//! default (from the broker config, as Kafka derives `retention.ms` from
+//! `log.retention.ms`), its validation (Kafka's validators, error texts
+//! included), and the resolved [`TopicConfig`] a partition runs with.
 //!
-//! A key Kafka has but fjord does not implement is rejected with
-//! INVALID_CONFIG rather than silently accepted: a user who sets it must not
-//! believe it takes effect.
+//! Every key Kafka 4.4 accepts is accepted, stored and described, because
+//! topic-management tools (Terraform, Strimzi, Cruise Control, Connect's
+//! and Streams' topic creation) set keys such as
+//! `unclean.leader.election.enable` or the replication throttles and fail
+//! when a broker refuses them. Each key's [`Effect`] says whether fjord
+//! applies it, whether it cannot matter on a single node with one replica
+//! per partition, or whether it is stored without being applied yet; the
+//! DescribeConfigs documentation of the key says the same, and
+//! `docs/topic-configs.md` lists them. A key Kafka 4.4 does not know
+//! (including the ones Kafka 4.0 removed, such as
+//! `message.downconversion.enable` and `message.format.version`) is refused
+//! with INVALID_CONFIG, as Kafka refuses it.
 //!
 //! Compaction (issue 26): `cleanup.policy` takes `delete`, `compact` or both
 //! (a comma-separated list, as Kafka's `ValidList`), and the cleaner's topic
@@ -36,6 +46,9 @@ pub enum ConfigError {
     /// Two configs that are each valid contradict each other.
     #[error("{0}")]
     Conflict(String),
+    /// A valid value this broker cannot serve, with Kafka's message.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// The type Kafka reports for a config in DescribeConfigs v3+.
@@ -52,12 +65,28 @@ pub enum ConfigType {
     Password = 9,
 }
 
-/// One supported key: name, type, and its default given the broker config.
+/// What setting a key does in fjord.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Applied as Kafka applies it.
+    Applied,
+    /// About replicas, leader elections or tiered storage: nothing to do on
+    /// a single node where each partition has one replica and no remote
+    /// tier. Stored and described.
+    SingleNode,
+    /// Stored and described, not applied yet (the doc says what fjord
+    /// does instead).
+    NotApplied,
+}
+
+/// One supported key: name, type, its default given the broker config, and
+/// what it does in fjord.
 pub struct ConfigKey {
     pub name: &'static str,
     pub kind: ConfigType,
     pub default: fn(&BrokerConfig) -> String,
     pub doc: &'static str,
+    pub effect: Effect,
 }
 
 const FOREVER: i64 = i64::MAX;
@@ -69,102 +98,259 @@ pub const KEYS: &[ConfigKey] = &[
         kind: ConfigType::List,
         default: |_| CLEANUP_POLICY_DELETE.into(),
         doc: "'delete' removes whole segments by retention; 'compact' keeps the latest record per key (the cleaner is not built yet: a compacted topic keeps every record); 'compact,delete' both.",
+        effect: Effect::Applied,
+    },
+    ConfigKey {
+        name: "compression.gzip.level",
+        kind: ConfigType::Int,
+        default: |_| "-1".into(),
+        doc: "Stored, not applied: fjord recompresses gzip at its codec default level.",
+        effect: Effect::NotApplied,
+    },
+    ConfigKey {
+        name: "compression.lz4.level",
+        kind: ConfigType::Int,
+        default: |_| "9".into(),
+        doc: "Stored, not applied: fjord recompresses lz4 at its codec default level.",
+        effect: Effect::NotApplied,
     },
     ConfigKey {
         name: "compression.type",
         kind: ConfigType::String,
         default: |_| "producer".into(),
         doc: "'producer' keeps the producer's codec; a codec name recompresses to it.",
+        effect: Effect::Applied,
+    },
+    ConfigKey {
+        name: "compression.zstd.level",
+        kind: ConfigType::Int,
+        default: |_| "3".into(),
+        doc: "Stored, not applied: fjord recompresses zstd at its codec default level.",
+        effect: Effect::NotApplied,
     },
     ConfigKey {
         name: "delete.retention.ms",
         kind: ConfigType::Long,
         default: |b| b.log_cleaner_delete_retention_ms.to_string(),
         doc: "How long a tombstone of a compacted topic is kept after the cleaning that first saw it.",
+        effect: Effect::NotApplied,
+    },
+    ConfigKey {
+        name: "errors.deadletterqueue.group.enable",
+        kind: ConfigType::Boolean,
+        default: |_| "false".into(),
+        doc: "Stored, not applied: fjord has no share groups, whose dead-letter queue this enables.",
+        effect: Effect::NotApplied,
+    },
+    ConfigKey {
+        name: "file.delete.delay.ms",
+        kind: ConfigType::Long,
+        default: |_| "60000".into(),
+        doc: "Stored, not applied: fjord deletes a segment file when retention removes it, without delay.",
+        effect: Effect::NotApplied,
     },
     ConfigKey {
         name: "flush.messages",
         kind: ConfigType::Long,
         default: |_| FOREVER.to_string(),
         doc: "fdatasync after this many messages.",
+        effect: Effect::Applied,
     },
     ConfigKey {
         name: "flush.ms",
         kind: ConfigType::Long,
         default: |_| FOREVER.to_string(),
         doc: "fdatasync at least this often.",
+        effect: Effect::Applied,
+    },
+    ConfigKey {
+        name: "follower.replication.throttled.replicas",
+        kind: ConfigType::List,
+        default: |_| String::new(),
+        doc: "No effect on a single node: there are no followers to throttle.",
+        effect: Effect::SingleNode,
     },
     ConfigKey {
         name: "index.interval.bytes",
         kind: ConfigType::Int,
         default: |_| "4096".into(),
         doc: "Bytes appended between offset index entries.",
+        effect: Effect::Applied,
+    },
+    ConfigKey {
+        name: "leader.replication.throttled.replicas",
+        kind: ConfigType::List,
+        default: |_| String::new(),
+        doc: "No effect on a single node: there are no followers to throttle.",
+        effect: Effect::SingleNode,
+    },
+    ConfigKey {
+        name: "local.retention.bytes",
+        kind: ConfigType::Long,
+        default: |_| "-2".into(),
+        doc: "No effect without tiered storage: the whole log is local (-2 = retention.bytes).",
+        effect: Effect::SingleNode,
+    },
+    ConfigKey {
+        name: "local.retention.ms",
+        kind: ConfigType::Long,
+        default: |_| "-2".into(),
+        doc: "No effect without tiered storage: the whole log is local (-2 = retention.ms).",
+        effect: Effect::SingleNode,
     },
     ConfigKey {
         name: "max.compaction.lag.ms",
         kind: ConfigType::Long,
         default: |b| b.log_cleaner_max_compaction_lag_ms.to_string(),
         doc: "Longest a record may stay uncompacted in a compacted topic.",
+        effect: Effect::NotApplied,
+    },
+    ConfigKey {
+        name: "max.decompressed.message.bytes",
+        kind: ConfigType::Int,
+        default: |_| "2147483639".into(),
+        doc: "Stored, not applied: fjord bounds what a recompressed batch may decompress to with --batch-decompressed-bytes-max.",
+        effect: Effect::NotApplied,
     },
     ConfigKey {
         name: "max.message.bytes",
         kind: ConfigType::Int,
         default: |b| b.message_max_bytes.to_string(),
         doc: "Largest record batch accepted.",
+        effect: Effect::Applied,
+    },
+    ConfigKey {
+        name: "message.timestamp.after.max.ms",
+        kind: ConfigType::Long,
+        default: |_| "3600000".into(),
+        doc: "Stored, not applied: fjord does not refuse batches timestamped in the future.",
+        effect: Effect::NotApplied,
+    },
+    ConfigKey {
+        name: "message.timestamp.before.max.ms",
+        kind: ConfigType::Long,
+        default: |_| FOREVER.to_string(),
+        doc: "Stored, not applied: fjord does not refuse batches timestamped in the past.",
+        effect: Effect::NotApplied,
     },
     ConfigKey {
         name: "message.timestamp.type",
         kind: ConfigType::String,
         default: |_| "CreateTime".into(),
         doc: "CreateTime keeps the producer's timestamps; LogAppendTime sets the broker's.",
+        effect: Effect::Applied,
     },
     ConfigKey {
         name: "min.cleanable.dirty.ratio",
         kind: ConfigType::Double,
         default: |b| format_double(b.log_cleaner_min_cleanable_ratio),
         doc: "Share of a compacted log not yet cleaned above which the cleaner takes it.",
+        effect: Effect::NotApplied,
     },
     ConfigKey {
         name: "min.compaction.lag.ms",
         kind: ConfigType::Long,
         default: |b| b.log_cleaner_min_compaction_lag_ms.to_string(),
         doc: "Shortest time a record stays uncompacted in a compacted topic.",
+        effect: Effect::NotApplied,
     },
     ConfigKey {
         name: "min.insync.replicas",
         kind: ConfigType::Int,
         default: |_| "1".into(),
         doc: "Effective value is min(this, replicas) = 1 on one node.",
+        effect: Effect::Applied,
+    },
+    ConfigKey {
+        name: "preallocate",
+        kind: ConfigType::Boolean,
+        default: |_| "false".into(),
+        doc: "Stored, not applied: fjord always grows segment files by fallocate in steps.",
+        effect: Effect::NotApplied,
+    },
+    ConfigKey {
+        name: "remote.copy.lag.bytes",
+        kind: ConfigType::Long,
+        default: |_| "-1".into(),
+        doc: "No effect without tiered storage.",
+        effect: Effect::SingleNode,
+    },
+    ConfigKey {
+        name: "remote.copy.lag.ms",
+        kind: ConfigType::Long,
+        default: |_| "0".into(),
+        doc: "No effect without tiered storage.",
+        effect: Effect::SingleNode,
+    },
+    ConfigKey {
+        name: "remote.log.copy.disable",
+        kind: ConfigType::Boolean,
+        default: |_| "false".into(),
+        doc: "No effect without tiered storage.",
+        effect: Effect::SingleNode,
+    },
+    ConfigKey {
+        name: "remote.log.delete.on.disable",
+        kind: ConfigType::Boolean,
+        default: |_| "false".into(),
+        doc: "No effect without tiered storage.",
+        effect: Effect::SingleNode,
+    },
+    ConfigKey {
+        name: "remote.storage.enable",
+        kind: ConfigType::Boolean,
+        default: |_| "false".into(),
+        doc: "Tiered storage; fjord has none, so only false is accepted (as Kafka without remote.log.storage.system.enable).",
+        effect: Effect::SingleNode,
     },
     ConfigKey {
         name: "retention.bytes",
         kind: ConfigType::Long,
         default: |_| "-1".into(),
         doc: "Delete old segments beyond this size per partition; -1 = no limit.",
+        effect: Effect::Applied,
     },
     ConfigKey {
         name: "retention.ms",
         kind: ConfigType::Long,
         default: |b| b.log_retention_ms.to_string(),
         doc: "Delete segments older than this; -1 = keep forever.",
+        effect: Effect::Applied,
     },
     ConfigKey {
         name: "segment.bytes",
         kind: ConfigType::Int,
         default: |b| b.log_segment_bytes.to_string(),
         doc: "Roll to a new segment at this size.",
+        effect: Effect::Applied,
     },
     ConfigKey {
         name: "segment.index.bytes",
         kind: ConfigType::Int,
         default: |_| (10 * 1024 * 1024).to_string(),
         doc: "Maximum size of an offset or time index file.",
+        effect: Effect::Applied,
+    },
+    ConfigKey {
+        name: "segment.jitter.ms",
+        kind: ConfigType::Long,
+        default: |_| "0".into(),
+        doc: "Stored, not applied: segments roll at segment.ms without jitter.",
+        effect: Effect::NotApplied,
     },
     ConfigKey {
         name: "segment.ms",
         kind: ConfigType::Long,
         default: |_| (7i64 * 24 * 60 * 60 * 1000).to_string(),
         doc: "Roll to a new segment after this long.",
+        effect: Effect::Applied,
+    },
+    ConfigKey {
+        name: "unclean.leader.election.enable",
+        kind: ConfigType::Boolean,
+        default: |_| "false".into(),
+        doc: "No effect on a single node: the only replica is always the leader.",
+        effect: Effect::SingleNode,
     },
 ];
 
@@ -223,7 +409,20 @@ fn parse_long(key: &str, value: &str, min: i64) -> Result<i64, ConfigError> {
     let v: i64 = value
         .trim()
         .parse()
-        .map_err(|_| invalid(key, value, "not a number"))?;
+        .map_err(|_| invalid(key, value, "Not a number of type LONG"))?;
+    at_least(key, value, v, min)
+}
+
+fn parse_int(key: &str, value: &str, min: i64) -> Result<i64, ConfigError> {
+    let v: i32 = value
+        .trim()
+        .parse()
+        .map_err(|_| invalid(key, value, "Not a number of type INT"))?;
+    at_least(key, value, v as i64, min)
+}
+
+/// Kafka's `ConfigDef.Range.atLeast`.
+fn at_least(key: &str, value: &str, v: i64, min: i64) -> Result<i64, ConfigError> {
     if v < min {
         return Err(invalid(
             key,
@@ -234,12 +433,56 @@ fn parse_long(key: &str, value: &str, min: i64) -> Result<i64, ConfigError> {
     Ok(v)
 }
 
-fn parse_int(key: &str, value: &str, min: i64) -> Result<i64, ConfigError> {
-    let v = parse_long(key, value, min)?;
-    if v > i32::MAX as i64 {
-        return Err(invalid(key, value, "must fit in an int"));
+/// Kafka's `ConfigDef.Range.between`, for an INT.
+fn int_between(key: &str, value: &str, min: i64, max: i64) -> Result<i64, ConfigError> {
+    let v = parse_int(key, value, min)?;
+    if v > max {
+        return Err(invalid(
+            key,
+            value,
+            &format!("Value must be no more than {max}"),
+        ));
     }
     Ok(v)
+}
+
+/// Kafka's BOOLEAN parsing: `true` or `false` in any case, trimmed.
+fn parse_bool(key: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(invalid(
+            key,
+            value,
+            "Expected value to be either true or false",
+        )),
+    }
+}
+
+/// Kafka's `ThrottledReplicaListValidator`: `*`, or a comma-separated list
+/// of `partitionId:brokerId` (empty allowed). Its error names the value as
+/// the list Kafka parsed it into.
+fn validate_throttled_replicas(key: &str, value: &str) -> Result<(), ConfigError> {
+    let items: Vec<&str> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let replica = |s: &str| {
+        s.split_once(':')
+            .is_some_and(|(p, b)| digits(p) && digits(b))
+    };
+    if items == ["*"] || items.iter().all(|s| replica(s)) {
+        return Ok(());
+    }
+    Err(ConfigError::InvalidValue {
+        key: key.into(),
+        value: format!("[{}]", items.join(", ")),
+        reason: format!(
+            "{key} must be the literal '*' or a list of replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],..."
+        ),
+    })
 }
 
 /// A double in [0, 1], as Kafka's `Range.between(0, 1)` for
@@ -310,8 +553,58 @@ pub fn validate(key: &str, value: &str) -> Result<(), ConfigError> {
         "index.interval.bytes" | "max.message.bytes" => {
             parse_int(key, value, 0)?;
         }
-        "min.insync.replicas" => {
+        "min.insync.replicas" | "max.decompressed.message.bytes" => {
             parse_int(key, value, 1)?;
+        }
+        "compression.gzip.level" => {
+            let v: i32 = value
+                .trim()
+                .parse()
+                .map_err(|_| invalid(key, value, "Not a number of type INT"))?;
+            if v != -1 && !(1..=9).contains(&v) {
+                return Err(invalid(
+                    key,
+                    value,
+                    "Value must be between 1 and 9 or equal to -1",
+                ));
+            }
+        }
+        "compression.lz4.level" => {
+            int_between(key, value, 1, 17)?;
+        }
+        "compression.zstd.level" => {
+            int_between(key, value, -131072, 22)?;
+        }
+        "file.delete.delay.ms"
+        | "message.timestamp.after.max.ms"
+        | "message.timestamp.before.max.ms"
+        | "segment.jitter.ms" => {
+            parse_long(key, value, 0)?;
+        }
+        "local.retention.bytes" | "local.retention.ms" => {
+            parse_long(key, value, -2)?;
+        }
+        "remote.copy.lag.bytes" | "remote.copy.lag.ms" => {
+            parse_long(key, value, -1)?;
+        }
+        "errors.deadletterqueue.group.enable"
+        | "preallocate"
+        | "remote.log.copy.disable"
+        | "remote.log.delete.on.disable"
+        | "unclean.leader.election.enable" => {
+            parse_bool(key, value)?;
+        }
+        "remote.storage.enable" => {
+            if parse_bool(key, value)? {
+                // Kafka's answer on a broker without
+                // remote.log.storage.system.enable, which fjord has not.
+                return Err(ConfigError::Refused(
+                    "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.".into(),
+                ));
+            }
+        }
+        "follower.replication.throttled.replicas" | "leader.replication.throttled.replicas" => {
+            validate_throttled_replicas(key, value)?;
         }
         _ => return Err(ConfigError::UnknownKey(key.into())),
     }
@@ -603,6 +896,82 @@ mod tests {
         ));
         let o = BTreeMap::from([("min.compaction.lag.ms".to_string(), "10".to_string())]);
         assert!(validate_all(&o, &broker()).is_ok());
+    }
+
+    #[test]
+    fn every_kafka_topic_config_is_accepted_with_kafkas_validation() {
+        // Kafka 4.4's topic configs (kafka-configs --describe --all on a
+        // stock broker).
+        for key in [
+            "cleanup.policy",
+            "delete.retention.ms",
+            "max.compaction.lag.ms",
+            "min.cleanable.dirty.ratio",
+            "min.compaction.lag.ms",
+            "compression.gzip.level",
+            "compression.lz4.level",
+            "compression.type",
+            "compression.zstd.level",
+            "errors.deadletterqueue.group.enable",
+            "file.delete.delay.ms",
+            "flush.messages",
+            "flush.ms",
+            "follower.replication.throttled.replicas",
+            "index.interval.bytes",
+            "leader.replication.throttled.replicas",
+            "local.retention.bytes",
+            "local.retention.ms",
+            "max.decompressed.message.bytes",
+            "max.message.bytes",
+            "message.timestamp.after.max.ms",
+            "message.timestamp.before.max.ms",
+            "message.timestamp.type",
+            "min.insync.replicas",
+            "preallocate",
+            "remote.copy.lag.bytes",
+            "remote.copy.lag.ms",
+            "remote.log.copy.disable",
+            "remote.log.delete.on.disable",
+            "remote.storage.enable",
+            "retention.bytes",
+            "retention.ms",
+            "segment.bytes",
+            "segment.index.bytes",
+            "segment.jitter.ms",
+            "segment.ms",
+            "unclean.leader.election.enable",
+        ] {
+            let k = KEYS.iter().find(|k| k.name == key).expect(key);
+            assert_eq!(validate(key, &(k.default)(&broker())), Ok(()), "{key}");
+        }
+        // Stock Kafka 4.4's answers, message for message.
+        let refused = |key: &str, value: &str| validate(key, value).unwrap_err().to_string();
+        for (key, value, message) in [
+            ("max.decompressed.message.bytes", "0", "Invalid value 0 for configuration max.decompressed.message.bytes: Value must be at least 1"),
+            ("max.decompressed.message.bytes", "3000000000", "Invalid value 3000000000 for configuration max.decompressed.message.bytes: Not a number of type INT"),
+            ("compression.gzip.level", "0", "Invalid value 0 for configuration compression.gzip.level: Value must be between 1 and 9 or equal to -1"),
+            ("compression.lz4.level", "18", "Invalid value 18 for configuration compression.lz4.level: Value must be no more than 17"),
+            ("compression.zstd.level", "-131073", "Invalid value -131073 for configuration compression.zstd.level: Value must be at least -131072"),
+            ("unclean.leader.election.enable", "yes", "Invalid value yes for configuration unclean.leader.election.enable: Expected value to be either true or false"),
+            ("local.retention.ms", "-3", "Invalid value -3 for configuration local.retention.ms: Value must be at least -2"),
+            ("remote.copy.lag.ms", "-2", "Invalid value -2 for configuration remote.copy.lag.ms: Value must be at least -1"),
+            ("follower.replication.throttled.replicas", "0:x", "Invalid value [0:x] for configuration follower.replication.throttled.replicas: follower.replication.throttled.replicas must be the literal '*' or a list of replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],..."),
+            ("remote.storage.enable", "true", "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage."),
+            ("message.downconversion.enable", "true", "Unknown topic config name: message.downconversion.enable"),
+        ] {
+            assert_eq!(refused(key, value), message);
+        }
+        for (key, value) in [
+            ("compression.gzip.level", "5"),
+            ("compression.zstd.level", "-131072"),
+            ("unclean.leader.election.enable", "TRUE"),
+            ("local.retention.bytes", "-2"),
+            ("follower.replication.throttled.replicas", "0:1,1:1"),
+            ("leader.replication.throttled.replicas", "*"),
+            ("remote.storage.enable", "false"),
+        ] {
+            assert_eq!(validate(key, value), Ok(()), "{key}={value}");
+        }
     }
 
     #[test]

@@ -39,9 +39,9 @@ pub const PRODUCE_ADVERTISED_MIN_VERSION: i16 = 0;
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 16),
-    (ApiKey::ListOffsets, 1, 8),
+    (ApiKey::ListOffsets, 1, 10),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
-    (ApiKey::Metadata, 0, 12),
+    (ApiKey::Metadata, 0, 13),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
@@ -52,7 +52,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
-    (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
     (ApiKey::EndTxn, 0, 5),
@@ -76,6 +76,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::TxnOffsetCommit, 0, 5),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
 ];
 
 /// The supported version range of `api_key`, if fjord serves it at all.
@@ -217,7 +218,15 @@ mod tests {
         assert!(supported(ApiKey::OffsetForLeaderEpoch as i16, 2));
         assert!(supported(ApiKey::OffsetForLeaderEpoch as i16, 4));
         assert!(!supported(ApiKey::OffsetForLeaderEpoch as i16, 1));
-        assert_eq!(SUPPORTED.len(), 35);
+        assert!(supported(ApiKey::ListOffsets as i16, 10));
+        assert!(supported(ApiKey::Metadata as i16, 13));
+        assert!(supported(ApiKey::DescribeCluster as i16, 2));
+        assert!(supported(ApiKey::DescribeTopicPartitions as i16, 0));
+        assert!(!supported(ApiKey::DescribeTopicPartitions as i16, 1));
+        // Not advertised, as stock Kafka 4.4 without a metrics plugin.
+        assert!(!supported(ApiKey::GetTelemetrySubscriptions as i16, 0));
+        assert!(!supported(ApiKey::PushTelemetry as i16, 0));
+        assert_eq!(SUPPORTED.len(), 38);
         // Every advertised range lies within what Kafka 4.1's schemas define.
         for &(key, min, max) in SUPPORTED {
             let v = key.valid_versions();

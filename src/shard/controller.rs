@@ -40,8 +40,8 @@ use super::ShardCtx;
 use crate::config::BrokerConfig;
 use crate::log::partition_meta;
 use crate::metadata::{
-    new_topic_id, store, topic_config, validate_topic_name, MetadataImage, MetadataRecord,
-    PRODUCER_ID_BLOCK_SIZE,
+    new_topic_id, next_leader_epoch, store, topic_config, validate_topic_name, MetadataImage,
+    MetadataRecord, PRODUCER_ID_BLOCK_SIZE,
 };
 use glommio::sync::Semaphore;
 use std::cell::RefCell;
@@ -95,9 +95,16 @@ impl Controller {
         for r in &records {
             image = image.apply(r);
         }
+        // This start leads every partition in a new leader epoch, durable
+        // before any shard opens a log and stamps it (`types::FIRST_LEADER_EPOCH`).
+        let epoch = next_leader_epoch(&image, !records.is_empty());
+        let record = MetadataRecord::LeaderEpoch { epoch };
+        self.persist(vec![record.clone()]).await?;
+        image = image.apply(&record);
         tracing::info!(
             records = records.len(),
             topics = image.topics.len(),
+            leader_epoch = epoch,
             "metadata log replayed"
         );
         // Before any shard opens a log: directories of topics deleted while
@@ -419,20 +426,7 @@ impl Controller {
                     "Number of partitions {count} exceeds the limit of {PARTITIONS_PER_TOPIC_MAX}."
                 )));
             }
-            match t.replication_factor {
-                -1 | 1 => {}
-                n if n < 1 => {
-                    return Err(ControllerError::InvalidReplicationFactor(
-                        "Replication factor must be larger than 0, or -1 to use the default value."
-                            .into(),
-                    ))
-                }
-                n => {
-                    return Err(ControllerError::InvalidReplicationFactor(format!(
-                        "Unable to replicate the partition {n} time(s): fjord keeps a single replica of each partition."
-                    )))
-                }
-            }
+            check_replication_factor(t.replication_factor, cores)?;
             image.assign_shards(count as usize, cores)
         };
         Ok(MetadataRecord::CreateTopic {
@@ -476,6 +470,28 @@ impl Controller {
 }
 
 /// A deadline that does not come (waits that are deliberately unbounded).
+/// Kafka's check of a CreateTopics replication factor (`-1`: the broker's
+/// `default.replication.factor`, 1), against the brokers a client sees:
+/// one per shard. A factor up to that count is accepted and the topic gets
+/// one replica per partition, which Metadata and DescribeTopicPartitions
+/// report as it is; see `docs/replication-factor.md` for why. Above it,
+/// INVALID_REPLICATION_FACTOR with Kafka's message.
+pub fn check_replication_factor(
+    replication_factor: i16,
+    brokers: usize,
+) -> Result<(), ControllerError> {
+    match replication_factor {
+        -1 => Ok(()),
+        n if n < 1 => Err(ControllerError::InvalidReplicationFactor(
+            "Replication factor must be larger than 0, or -1 to use the default value.".into(),
+        )),
+        n if n as usize > brokers => Err(ControllerError::InvalidReplicationFactor(format!(
+            "Unable to replicate the partition {n} time(s): The target replication factor of {n} cannot be reached because only {brokers} broker(s) are registered or some brokers have all their log directories cordoned."
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn far_future() -> Instant {
     const YEAR: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
     crate::clock::monotonic() + YEAR

@@ -25,6 +25,7 @@
 //! each answers on a timeout.
 
 pub mod controller;
+pub mod fetch_sessions;
 pub mod messages;
 pub mod metrics;
 pub mod router;
@@ -76,6 +77,8 @@ pub struct ShardCtx {
     pub txn: TxnCoordinator,
     /// The groups whose `__consumer_offsets` partition this shard leads.
     pub groups: Rc<GroupCoordinator>,
+    /// Incremental fetch sessions opened with this shard (KIP-227).
+    pub fetch_sessions: RefCell<fetch_sessions::FetchSessionCache>,
 }
 
 impl ShardCtx {
@@ -116,6 +119,7 @@ impl ShardCtx {
             produce_count: Cell::new(0),
             txn: TxnCoordinator::default(),
             groups,
+            fetch_sessions: RefCell::new(fetch_sessions::FetchSessionCache::default()),
         })
     }
 
@@ -155,10 +159,11 @@ impl ShardCtx {
         self.partitions.borrow().values().cloned().collect()
     }
 
-    /// The log config a partition of a topic with `tc` runs with. Internal
-    /// topics have 50 partitions each and little traffic, so their files
-    /// grow in small steps instead of the default preallocation.
-    pub fn log_config(&self, tc: &TopicConfig, internal: bool) -> LogConfig {
+    /// The log config a partition of a topic with `tc` runs with, led in
+    /// `leader_epoch`. Internal topics have 50 partitions each and little
+    /// traffic, so their files grow in small steps instead of the default
+    /// preallocation.
+    pub fn log_config(&self, tc: &TopicConfig, internal: bool, leader_epoch: i32) -> LogConfig {
         let preallocate_bytes = if internal {
             INTERNAL_PREALLOCATE_BYTES
         } else {
@@ -177,6 +182,7 @@ impl ShardCtx {
             fsync_acks: self.config.fsync_acks,
             direct_writes: self.config.direct_writes,
             catch_up_reads: self.config.catch_up_reads,
+            leader_epoch,
             ..LogConfig::default()
         }
     }
@@ -224,13 +230,16 @@ impl ShardCtx {
                 let existing = self.partition(&tp);
                 match existing {
                     Some(p) if *p.config() == tc => {}
-                    Some(p) => p.set_config(tc.clone(), self.log_config(&tc, topic.is_internal())),
+                    Some(p) => p.set_config(
+                        tc.clone(),
+                        self.log_config(&tc, topic.is_internal(), image.leader_epoch()),
+                    ),
                     None => match self
                         .logs
                         .open_topic(
                             &tp,
                             Some(topic.id),
-                            self.log_config(&tc, topic.is_internal()),
+                            self.log_config(&tc, topic.is_internal(), image.leader_epoch()),
                         )
                         .await
                     {

@@ -1,0 +1,203 @@
+//! DescribeTopicPartitions (API key 75, v0): topics and their partitions,
+//! a page at a time. The Java admin client (3.8+) describes topics with it
+//! (`kafka-topics --describe`), because a Metadata response for a topic of
+//! many thousands of partitions is one huge frame; this API pages through
+//! them with a cursor instead.
+//!
+//! Answered from the shard's metadata image alone (every shard holds all
+//! of it), in Kafka's order (`DescribeTopicPartitionsRequestHandler`,
+//! `KRaftMetadataCache.describeTopicResponse`):
+//! - The topics are the ones named (each once), or every topic when none
+//!   is named, keeping only names not below the cursor's topic, sorted by
+//!   name. A cursor whose topic is not among the named ones is
+//!   INVALID_REQUEST for every named topic.
+//! - Partitions are listed from the cursor's partition in the cursor's
+//!   topic (from 0 in the others) until `response_partition_limit`, capped
+//!   at [`PARTITIONS_PER_RESPONSE_MAX`] (Kafka's
+//!   `max.request.partition.size.limit`), is used up. A topic cut short
+//!   sets `next_cursor` to its first partition left out; a topic reached
+//!   with nothing left sets it to that topic's partition 0. Either way the
+//!   response ends there.
+//! - A named topic that does not exist is UNKNOWN_TOPIC_OR_PARTITION (or
+//!   INVALID_TOPIC_EXCEPTION for a name Kafka would never accept) with the
+//!   zero topic id, taking no partition from the limit; when listing every
+//!   topic there is no such entry.
+//!
+//! Each partition is led by the shard that owns it, in the broker's leader
+//! epoch, with that shard as its only replica and in-sync replica (as
+//! Metadata reports it), no eligible leader replicas and none offline.
+//! Without authorization, every topic operation is allowed, which
+//! `topic_authorized_operations` says as Kafka does with no authorizer.
+
+use super::{decode, respond, str_bytes, Outcome};
+use crate::metadata::{validate_topic_name, MetadataImage, TopicMeta};
+use crate::protocol::RequestHeader;
+use crate::shard::ShardCtx;
+use bytes::BytesMut;
+use kafka_protocol::messages::describe_topic_partitions_response::{
+    Cursor, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
+};
+use kafka_protocol::messages::{
+    BrokerId, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, TopicName,
+};
+use kafka_protocol::ResponseError;
+use std::collections::BTreeSet;
+use std::rc::Rc;
+use uuid::Uuid;
+
+/// Most partitions one response lists, whatever the client asks (Kafka's
+/// `max.request.partition.size.limit`, default 2000).
+pub const PARTITIONS_PER_RESPONSE_MAX: i32 = 2000;
+
+/// The topic operations a client may do on any topic without an authorizer
+/// (Kafka's `AclOperation` codes READ 3, WRITE 4, CREATE 5, DELETE 6,
+/// ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, as a bit
+/// set).
+pub const TOPIC_AUTHORIZED_OPERATIONS: i32 =
+    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+
+pub fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    let Some(req) = decode::<DescribeTopicPartitionsRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let image = ctx.image();
+    let response = match describe(ctx, &image, &req) {
+        Ok(response) => response,
+        // Kafka's error response: every named topic with the error.
+        Err(e) => DescribeTopicPartitionsResponse::default().with_topics(
+            req.topics
+                .iter()
+                .map(|t| {
+                    DescribeTopicPartitionsResponseTopic::default()
+                        .with_error_code(e.code())
+                        .with_name(Some(t.name.clone()))
+                })
+                .collect(),
+        ),
+    };
+    respond(header, &response)
+}
+
+/// The answer to `req` from `image`; Err: the error for the whole request.
+fn describe(
+    ctx: &ShardCtx,
+    image: &MetadataImage,
+    req: &DescribeTopicPartitionsRequest,
+) -> Result<DescribeTopicPartitionsResponse, ResponseError> {
+    let list_all = req.topics.is_empty();
+    let (cursor_topic, cursor_partition) = match &req.cursor {
+        Some(c) => (c.topic_name.0.as_str(), c.partition_index),
+        None => ("", 0),
+    };
+    let names: BTreeSet<&str> = if list_all {
+        image
+            .topics
+            .keys()
+            .map(String::as_str)
+            .filter(|n| *n >= cursor_topic)
+            .collect()
+    } else {
+        let named: BTreeSet<&str> = req
+            .topics
+            .iter()
+            .map(|t| t.name.0.as_str())
+            .filter(|n| *n >= cursor_topic)
+            .collect();
+        if req.cursor.is_some() && !named.contains(cursor_topic) {
+            return Err(ResponseError::InvalidRequest);
+        }
+        named
+    };
+    let mut remaining = req
+        .response_partition_limit
+        .min(PARTITIONS_PER_RESPONSE_MAX);
+    let mut response = DescribeTopicPartitionsResponse::default();
+    for name in names {
+        if remaining <= 0 {
+            // Kafka sets the cursor only when the limit is used up exactly
+            // (a limit asked below 1 lists nothing and no cursor).
+            if remaining == 0 {
+                response.next_cursor = Some(
+                    Cursor::default()
+                        .with_topic_name(topic_name(name))
+                        .with_partition_index(0),
+                );
+            }
+            break;
+        }
+        let Some(topic) = image.topic(name) else {
+            if !list_all {
+                let error = match validate_topic_name(name) {
+                    Ok(()) => ResponseError::UnknownTopicOrPartition,
+                    Err(_) => ResponseError::InvalidTopicException,
+                };
+                response.topics.push(
+                    DescribeTopicPartitionsResponseTopic::default()
+                        .with_error_code(error.code())
+                        .with_name(Some(topic_name(name)))
+                        .with_is_internal(crate::metadata::internal::is_internal(name))
+                        .with_topic_authorized_operations(TOPIC_AUTHORIZED_OPERATIONS),
+                );
+            }
+            continue;
+        };
+        let start = if name == cursor_topic {
+            cursor_partition
+        } else {
+            0
+        };
+        let (partitions, next) = partitions_from(ctx, image, topic, start, remaining);
+        remaining -= partitions.len() as i32;
+        response.topics.push(
+            DescribeTopicPartitionsResponseTopic::default()
+                .with_name(Some(topic_name(name)))
+                .with_topic_id(Uuid::from_bytes(topic.id))
+                .with_is_internal(topic.is_internal())
+                .with_partitions(partitions)
+                .with_topic_authorized_operations(TOPIC_AUTHORIZED_OPERATIONS),
+        );
+        if let Some(next) = next {
+            response.next_cursor = Some(
+                Cursor::default()
+                    .with_topic_name(topic_name(name))
+                    .with_partition_index(next),
+            );
+            break;
+        }
+    }
+    Ok(response)
+}
+
+/// The partitions of `topic` from index `start` on, at most `max` of them,
+/// and the first index left out if any (Kafka's
+/// `getPartitionMetadataForDescribeTopicResponse`: indexes below 0 are
+/// skipped, yet count against `max`).
+fn partitions_from(
+    ctx: &ShardCtx,
+    image: &MetadataImage,
+    topic: &TopicMeta,
+    start: i32,
+    max: i32,
+) -> (Vec<DescribeTopicPartitionsResponsePartition>, Option<i32>) {
+    let count = topic.partition_count();
+    let upper = count.min(start.saturating_add(max));
+    let partitions = (start.max(0)..upper)
+        .map(|index| {
+            let shard = topic.shards[index as usize] % ctx.cores();
+            let leader = BrokerId(ctx.config.node_id_of(shard));
+            DescribeTopicPartitionsResponsePartition::default()
+                .with_partition_index(index)
+                .with_leader_id(leader)
+                .with_leader_epoch(image.leader_epoch())
+                .with_replica_nodes(vec![leader])
+                .with_isr_nodes(vec![leader])
+                .with_eligible_leader_replicas(Some(Vec::new()))
+                .with_last_known_elr(Some(Vec::new()))
+        })
+        .collect();
+    (partitions, (upper < count).then_some(upper))
+}
+
+fn topic_name(name: &str) -> TopicName {
+    TopicName(str_bytes(name))
+}

@@ -1,0 +1,235 @@
+//! Incremental fetch sessions (KIP-227) through the raw protocol: a full
+//! fetch opens a session, incremental fetches answer only partitions with
+//! news and take new positions and forgotten partitions, a session is
+//! closed with epoch -1, the two session errors (FETCH_SESSION_ID_NOT_FOUND,
+//! INVALID_FETCH_SESSION_EPOCH), topic ids (v13), and eviction when the
+//! shard's 1000 slots (Kafka's `max.incremental.fetch.session.cache.slots`)
+//! are full.
+
+mod common;
+
+use bytes::Bytes;
+use common::client::create_topic;
+use common::raw::{only_partition, produce_request, RawClient};
+use common::{Broker, BrokerOpts};
+use fjord::record::{BatchBuilder, Compression};
+use fjord::shard::fetch_sessions::FETCH_SESSION_CACHE_SLOTS;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{FetchRequest, FetchResponse, MetadataRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+const TOPIC: &str = "sessions";
+/// Fetch by topic name, as the Java client does before topic ids.
+const BY_NAME: i16 = 12;
+const BY_ID: i16 = 13;
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn produce(raw: &mut RawClient, topic: &str, partition: i32, n: usize) {
+    for i in 0..n {
+        let batch: Bytes = BatchBuilder::new(Compression::None)
+            .record(
+                None,
+                Some(format!("v{i}").as_bytes()),
+                &[],
+                1_700_000_000_000,
+            )
+            .build()
+            .freeze();
+        let resp = raw.request(9, &produce_request(topic, partition, 1, batch));
+        assert_eq!(only_partition(&resp).error_code, 0);
+    }
+}
+
+/// A fetch of `partitions` (index, fetch offset) of `topic` in session
+/// (`id`, `epoch`), forgetting `forget`.
+fn fetch(
+    raw: &mut RawClient,
+    version: i16,
+    topic: (&str, uuid::Uuid),
+    session: (i32, i32),
+    partitions: &[(i32, i64)],
+    forget: &[i32],
+) -> FetchResponse {
+    let mut t = FetchTopic::default().with_partitions(
+        partitions
+            .iter()
+            .map(|&(p, offset)| {
+                FetchPartition::default()
+                    .with_partition(p)
+                    .with_current_leader_epoch(-1)
+                    .with_fetch_offset(offset)
+                    .with_last_fetched_epoch(-1)
+                    .with_log_start_offset(-1)
+                    .with_partition_max_bytes(1 << 20)
+            })
+            .collect(),
+    );
+    let mut f = ForgottenTopic::default().with_partitions(forget.to_vec());
+    if version >= 13 {
+        t = t.with_topic_id(topic.1);
+        f = f.with_topic_id(topic.1);
+    } else {
+        t = t.with_topic(name(topic.0));
+        f = f.with_topic(name(topic.0));
+    }
+    let req = FetchRequest::default()
+        .with_replica_id((-1).into())
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(50 << 20)
+        .with_session_id(session.0)
+        .with_session_epoch(session.1)
+        .with_topics(if partitions.is_empty() {
+            vec![]
+        } else {
+            vec![t]
+        })
+        .with_forgotten_topics_data(if forget.is_empty() { vec![] } else { vec![f] });
+    raw.request(version, &req)
+}
+
+/// (partition, records bytes, high watermark) of each partition answered.
+fn answered(resp: &FetchResponse) -> Vec<(i32, usize, i64)> {
+    resp.responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| {
+            (
+                p.partition_index,
+                p.records.as_ref().map_or(0, |r| r.len()),
+                p.high_watermark,
+            )
+        })
+        .collect()
+}
+
+fn topic_id(raw: &mut RawClient, topic: &str) -> uuid::Uuid {
+    let md = raw.request(
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![
+            MetadataRequestTopic::default().with_name(Some(name(topic)))
+        ])),
+    );
+    md.topics[0].topic_id
+}
+
+#[test]
+fn full_incremental_forget_close_and_errors() {
+    let broker = Broker::start(BrokerOpts::default().cores(1));
+    let mut raw = RawClient::connect(broker.port_of(0));
+    for version in [BY_NAME, BY_ID] {
+        let topic = format!("{TOPIC}-v{version}");
+        let topic = topic.as_str();
+        create_topic(&broker.bootstrap(), topic, 2, &[]);
+        let id = topic_id(&mut raw, topic);
+        produce(&mut raw, topic, 0, 3);
+        let t = (topic, id);
+        // A full fetch with epoch 0 opens a session and answers everything.
+        let full = fetch(&mut raw, version, t, (0, 0), &[(0, 0), (1, 0)], &[]);
+        assert_eq!(full.error_code, 0);
+        let session = full.session_id;
+        assert_ne!(session, 0, "v{version}: a session was opened");
+        let got = answered(&full);
+        assert_eq!(got.len(), 2);
+        assert!(
+            got[0].1 > 0 && got[0].2 == 3 && got[1] == (1, 0, 0),
+            "{got:?}"
+        );
+
+        // Epoch 1: p0 moves to its end; nothing has news, nothing is
+        // answered, the session goes on.
+        let r = fetch(&mut raw, version, t, (session, 1), &[(0, 3)], &[]);
+        assert_eq!((r.error_code, r.session_id), (0, session));
+        assert_eq!(answered(&r), vec![]);
+
+        // Records arrive on p1 (still at offset 0 in the session): only
+        // p1 is answered, without being named.
+        produce(&mut raw, topic, 1, 2);
+        let r = fetch(&mut raw, version, t, (session, 2), &[], &[]);
+        let got = answered(&r);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!((got[0].0, got[0].2), (1, 2));
+        assert!(got[0].1 > 0);
+
+        // p1 is forgotten: more records there are not answered; p0's new
+        // records are.
+        produce(&mut raw, topic, 1, 1);
+        produce(&mut raw, topic, 0, 1);
+        let r = fetch(&mut raw, version, t, (session, 3), &[], &[1]);
+        let got = answered(&r);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!((got[0].0, got[0].2), (0, 4));
+
+        // An epoch used already: INVALID_FETCH_SESSION_EPOCH, nothing else.
+        let r = fetch(&mut raw, version, t, (session, 3), &[], &[]);
+        assert_eq!(
+            (r.error_code, r.session_id, r.responses.len()),
+            (ResponseError::InvalidFetchSessionEpoch.code(), 0, 0)
+        );
+        // The session survives a wrong epoch.
+        let r = fetch(&mut raw, version, t, (session, 4), &[(0, 4)], &[]);
+        assert_eq!((r.error_code, r.session_id), (0, session));
+
+        // Epoch -1 closes it, with a full answer and no session.
+        let r = fetch(&mut raw, version, t, (session, -1), &[(0, 0)], &[]);
+        assert_eq!((r.error_code, r.session_id), (0, 0));
+        assert_eq!(answered(&r).len(), 1);
+        let r = fetch(&mut raw, version, t, (session, 5), &[], &[]);
+        assert_eq!(
+            (r.error_code, r.session_id, r.responses.len()),
+            (ResponseError::FetchSessionIdNotFound.code(), 0, 0)
+        );
+        // A full fetch with epoch -1 opens none.
+        let r = fetch(&mut raw, version, t, (0, -1), &[(0, 0)], &[]);
+        assert_eq!((r.error_code, r.session_id), (0, 0));
+    }
+
+    // A session opened by name is not used by id (Kafka's
+    // FETCH_SESSION_TOPIC_ID_ERROR).
+    let topic = format!("{TOPIC}-v{BY_NAME}");
+    let t = (topic.as_str(), topic_id(&mut raw, &topic));
+    let full = fetch(&mut raw, BY_NAME, t, (0, 0), &[(0, 0)], &[]);
+    let r = fetch(&mut raw, BY_ID, t, (full.session_id, 1), &[], &[]);
+    assert_eq!(r.error_code, ResponseError::FetchSessionTopicIdError.code());
+    // An id never handed out.
+    let r = fetch(&mut raw, BY_NAME, t, (12345, 1), &[], &[]);
+    assert_eq!(r.error_code, ResponseError::FetchSessionIdNotFound.code());
+}
+
+#[test]
+fn a_full_cache_evicts_only_for_a_larger_session() {
+    let broker = Broker::start(BrokerOpts::default().cores(1));
+    create_topic(&broker.bootstrap(), TOPIC, 2, &[]);
+    let mut raw = RawClient::connect(broker.port_of(0));
+    let t = (TOPIC, uuid::Uuid::nil());
+    let sessions: Vec<i32> = (0..FETCH_SESSION_CACHE_SLOTS)
+        .map(|_| {
+            let r = fetch(&mut raw, BY_NAME, t, (0, 0), &[(0, 0)], &[]);
+            assert_ne!(r.session_id, 0);
+            r.session_id
+        })
+        .collect();
+    // Every slot taken by a 1-partition session used just now: another
+    // 1-partition fetch gets no session...
+    let r = fetch(&mut raw, BY_NAME, t, (0, 0), &[(0, 0)], &[]);
+    assert_eq!((r.error_code, r.session_id), (0, 0));
+    // ... a 2-partition one evicts one of them.
+    let r = fetch(&mut raw, BY_NAME, t, (0, 0), &[(0, 0), (1, 0)], &[]);
+    let big = r.session_id;
+    assert_ne!(big, 0);
+    let gone = sessions
+        .iter()
+        .filter(|&&s| {
+            let r = fetch(&mut raw, BY_NAME, t, (s, 1), &[], &[]);
+            r.error_code == ResponseError::FetchSessionIdNotFound.code()
+        })
+        .count();
+    assert_eq!(gone, 1, "exactly one session was evicted");
+    let r = fetch(&mut raw, BY_NAME, t, (big, 1), &[], &[]);
+    assert_eq!((r.error_code, r.session_id), (0, big));
+}
