@@ -4,12 +4,15 @@
 //! a regex subscription that picks up a topic created later, a broker
 //! restart the group resumes from, and raw-protocol checks of the errors
 //! Kafka answers (fenced and stale epochs, unknown members, invalid
-//! requests, a classic member meeting a consumer group).
+//! requests, a classic member meeting a consumer group), and KIP-1251's
+//! assignment epochs (a commit built before the member read its new epoch;
+//! `FJORD_TEST_BROKER=kafka:HOST:PORT` runs that one against stock Kafka).
 
 mod common;
 
 use common::client::{self, await_deliveries, create_topic, send, TestMessage};
 use common::raw::RawClient;
+use common::target::Target;
 use common::{Broker, BrokerOpts};
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
@@ -497,4 +500,181 @@ fn a_consumer_member_cannot_take_over_a_classic_group_in_use() {
     let r = raw.request(1, &heartbeat(group, "m1", 0, Some(vec!["classic"])));
     assert_eq!(r.error_code, 69, "GROUP_ID_NOT_FOUND: not a consumer group");
     drop(classic);
+}
+
+/// The coordinator of `group` on `target`, by FindCoordinator.
+fn coordinator_of(target: &Target, group: &str) -> RawClient {
+    let mut raw = RawClient::connect(target.port());
+    let resp = raw.request(
+        4,
+        &FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![StrBytes::from_string(group.into())]),
+    );
+    let c = &resp.coordinators[0];
+    assert_eq!(c.error_code, 0, "FindCoordinator failed");
+    RawClient::connect(c.port as u16)
+}
+
+type Owned = Vec<(uuid::Uuid, Vec<i32>)>;
+
+/// A heartbeat's answer: (error, member epoch, assignment if sent).
+fn beat_owned(
+    raw: &mut RawClient,
+    req: ConsumerGroupHeartbeatRequest,
+    owned: Option<&Owned>,
+) -> (i16, i32, Option<Owned>) {
+    use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+    let req = match owned {
+        Some(o) => req.with_topic_partitions(Some(
+            o.iter()
+                .map(|(id, ps)| {
+                    TopicPartitions::default()
+                        .with_topic_id(*id)
+                        .with_partitions(ps.clone())
+                })
+                .collect(),
+        )),
+        None => req,
+    };
+    let r = raw.request(1, &req);
+    let assignment = r.assignment.map(|a| {
+        a.topic_partitions
+            .into_iter()
+            .map(|tp| (tp.topic_id, tp.partitions))
+            .collect()
+    });
+    (r.error_code, r.member_epoch, assignment)
+}
+
+/// KIP-1251 (Kafka 4.3+): a member that acknowledged a revocation is moved
+/// to a new epoch in that heartbeat's answer; an OffsetCommit it built
+/// before reading the answer carries the old epoch. The coordinator
+/// accepts it when the member has held every partition of it since that
+/// epoch, and refuses it whole with STALE_MEMBER_EPOCH (113) when one of
+/// them was given up; an epoch above the member's is stale. Stock Kafka
+/// 4.4.0 answers the same (`FJORD_TEST_BROKER=kafka:HOST:PORT`).
+#[test]
+fn a_commit_with_the_epoch_before_a_revocation_commits_the_kept_partitions() {
+    let target = Target::start(BrokerOpts::default().cores(2));
+    let topic = target.name("kip1251");
+    let group = target.name("kip1251-g");
+    create_topic(&target.bootstrap(), &topic, 4, &[]);
+    let mut raw = coordinator_of(&target, &group);
+    let join = |member: &str| heartbeat(&group, member, 0, Some(vec![topic.as_str()]));
+    let beat = |member: &str, epoch: i32| heartbeat(&group, member, epoch, None);
+
+    // m1 joins and, alone, gets the four partitions.
+    let (code, mut e1, first) = beat_owned(&mut raw, join("m1"), None);
+    assert_eq!(code, 0);
+    let mut all: Owned = first.unwrap_or_default();
+    let deadline = Instant::now() + TIMEOUT;
+    while all.iter().map(|(_, ps)| ps.len()).sum::<usize>() < 4 {
+        assert!(Instant::now() < deadline, "m1 never got the 4 partitions");
+        std::thread::sleep(Duration::from_millis(100));
+        let (code, e, a) = beat_owned(&mut raw, beat("m1", e1), Some(&all));
+        assert_eq!(code, 0);
+        e1 = e;
+        if let Some(a) = a {
+            all = a;
+        }
+    }
+    let topic_id = all[0].0;
+
+    // m2 joins; m1's next heartbeat tells it to give two up, at its epoch.
+    let (code, _, _) = beat_owned(&mut raw, join("m2"), None);
+    assert_eq!(code, 0);
+    // (Kafka 4.4 may compute the new target assignment a little later:
+    // heartbeat until it arrives.)
+    let kept: Vec<i32> = loop {
+        assert!(Instant::now() < deadline, "m1 was never told to revoke");
+        let (code, epoch, a) = beat_owned(&mut raw, beat("m1", e1), Some(&all));
+        assert_eq!(
+            (code, epoch),
+            (0, e1),
+            "m1 keeps its epoch until it revokes"
+        );
+        match a {
+            Some(a) if a[0].1.len() < 4 => break a[0].1.clone(),
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    assert_eq!(kept.len(), 2);
+    let revoked: Vec<i32> = (0..4).filter(|p| !kept.contains(p)).collect();
+
+    // m1 revokes and says so: its epoch moves on.
+    let (code, e1_new, _) = beat_owned(
+        &mut raw,
+        beat("m1", e1),
+        Some(&vec![(topic_id, kept.clone())]),
+    );
+    assert_eq!(code, 0);
+    assert!(
+        e1_new > e1,
+        "acknowledging the revocation moves m1 to a new epoch"
+    );
+
+    let commit = |epoch: i32, partitions: &[i32]| {
+        OffsetCommitRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.clone())))
+            .with_member_id(StrBytes::from_static_str("m1"))
+            .with_generation_id_or_member_epoch(epoch)
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.clone())))
+                .with_partitions(
+                    partitions
+                        .iter()
+                        .map(|p| {
+                            OffsetCommitRequestPartition::default()
+                                .with_partition_index(*p)
+                                .with_committed_offset(0)
+                        })
+                        .collect(),
+                )])
+    };
+    let codes = |r: kafka_protocol::messages::OffsetCommitResponse| -> Vec<(i32, i16)> {
+        r.topics[0]
+            .partitions
+            .iter()
+            .map(|p| (p.partition_index, p.error_code))
+            .collect()
+    };
+    // With the old epoch, a commit that includes a partition m1 gave up is
+    // refused whole: STALE_MEMBER_EPOCH for every partition.
+    let r = raw.request(9, &commit(e1, &[kept[0], revoked[0]]));
+    assert_eq!(codes(r), vec![(kept[0], 113), (revoked[0], 113)]);
+    // With the old epoch, a commit of a kept partition is accepted.
+    let r = raw.request(9, &commit(e1, &[kept[0]]));
+    assert_eq!(codes(r), vec![(kept[0], 0)]);
+    // The current epoch commits; one above it is stale.
+    let r = raw.request(9, &commit(e1_new, &[kept[1]]));
+    assert_eq!(codes(r), vec![(kept[1], 0)]);
+    let r = raw.request(9, &commit(e1_new + 1, &[kept[1]]));
+    assert_eq!(codes(r), vec![(kept[1], 113)]);
+
+    // What was committed is there: the kept partitions, not the revoked one.
+    let r = raw.request(
+        9,
+        &OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.clone())))
+            .with_member_id(Some(StrBytes::from_static_str("m1")))
+            .with_member_epoch(e1_new)
+            .with_topics(None)]),
+    );
+    assert_eq!(r.groups[0].error_code, 0);
+    let mut committed: Vec<i32> = r.groups[0]
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| p.partition_index))
+        .collect();
+    committed.sort();
+    let mut expected = kept.clone();
+    expected.sort();
+    assert_eq!(
+        committed, expected,
+        "the revoked partition was not committed"
+    );
+    for m in ["m1", "m2"] {
+        raw.request(1, &heartbeat(&group, m, -1, None));
+    }
 }

@@ -233,6 +233,14 @@ pub struct ConsumerMember {
     pub assigned: Assignment,
     /// What the member still holds but must give up.
     pub pending_revocation: Assignment,
+    /// For every partition the member holds (assigned or pending
+    /// revocation), the member epoch at which it was assigned to the
+    /// member (KIP-1251's assignment epoch): an OffsetCommit with an
+    /// older member epoch than the member's may still commit a partition
+    /// held since that epoch ([`ConsumerGroup::committable`]). Not
+    /// persisted: a replay sets it to the member epoch (see
+    /// `consumer_records::finish_replay`).
+    pub assignment_epochs: BTreeMap<(String, i32), i32>,
     pub last_heartbeat_ms: i64,
     /// When a member that must revoke is fenced if it has not.
     pub revocation_deadline_ms: Option<i64>,
@@ -255,9 +263,18 @@ impl ConsumerMember {
             state: MemberState::Stable,
             assigned: Assignment::new(),
             pending_revocation: Assignment::new(),
+            assignment_epochs: BTreeMap::new(),
             last_heartbeat_ms: now_ms,
             revocation_deadline_ms: None,
         }
+    }
+
+    /// Sets every held partition's assignment epoch to the member epoch
+    /// (after a replay, which does not keep them: commits with an older
+    /// epoch are then refused, Kafka's rule before KIP-1251).
+    pub fn reset_assignment_epochs(&mut self) {
+        let epoch = self.member_epoch;
+        self.assignment_epochs = held(self).map(|tp| (tp, epoch)).collect();
     }
 
     fn set_epoch(&mut self, epoch: i32) {
@@ -572,6 +589,15 @@ impl ConsumerGroup {
         let full = req.rebalance_timeout_ms != -1
             && (req.subscribed_topic_names.is_some() || req.subscribed_topic_regex.is_some())
             && req.owned.is_some();
+        tracing::debug!(
+            member_id = %m.member_id,
+            received = req_epoch,
+            epoch = m.member_epoch,
+            state = ?m.state,
+            group_epoch = self.group_epoch,
+            assignment_epoch = self.assignment_epoch,
+            "consumer group heartbeat"
+        );
         let mut a = answer(&m.member_id, m.member_epoch);
         if joining
             || full
@@ -640,6 +666,12 @@ impl ConsumerGroup {
                 m.previous_member_epoch = -1;
                 m.state = MemberState::Stable;
                 m.instance_id = Some(instance.clone());
+                // The new incarnation starts at epoch 0 and may commit
+                // what it took over (Kafka resets the assignment epochs
+                // of a static member that leaves).
+                for e in m.assignment_epochs.values_mut() {
+                    *e = 0;
+                }
                 for tp in held(&m) {
                     self.owners.insert(tp, req.member_id.clone());
                 }
@@ -844,6 +876,10 @@ impl ConsumerGroup {
         m.assigned = assigned;
         m.pending_revocation = revoking;
         let new_held: BTreeSet<(String, i32)> = held(m).collect();
+        m.assignment_epochs.retain(|tp, _| new_held.contains(tp));
+        for tp in new_held.difference(&old_held) {
+            m.assignment_epochs.insert(tp.clone(), epoch);
+        }
         for tp in old_held.difference(&new_held) {
             if self.owners.get(tp).map(String::as_str) == Some(member_id) {
                 self.owners.remove(tp);
@@ -953,28 +989,48 @@ impl ConsumerGroup {
     }
 
     /// Checks an OffsetCommit against the group (Kafka's
-    /// `ConsumerGroup.validateOffsetCommit`): `member_epoch` < 0 with an
-    /// empty member id is an admin commit, allowed only when the group is
-    /// empty.
+    /// `ConsumerGroup.validateOffsetCommit` with KIP-1251's assignment
+    /// epochs, Kafka 4.3+): `member_epoch` < 0 with an empty member id is
+    /// an admin commit, allowed only when the group is empty. An epoch
+    /// above the member's is stale; the member's own epoch may commit
+    /// anything. An older epoch (a heartbeat moved the member on and the
+    /// client has not read the answer yet) returns `Some(epoch)`: each
+    /// partition is then checked with [`Self::committable`].
     pub fn validate_offset_commit(
         &self,
         member_id: &str,
         member_epoch: i32,
         transactional: bool,
-    ) -> Result<(), GroupError> {
+    ) -> Result<Option<i32>, GroupError> {
         if member_epoch < 0 && self.members.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let Some(m) = self.members.get(member_id) else {
             return Err(GroupError::UnknownMemberId);
         };
-        if member_epoch != m.member_epoch {
-            if transactional {
-                return Err(GroupError::IllegalGeneration);
-            }
-            return Err(GroupError::StaleMemberEpoch);
+        if member_epoch == m.member_epoch {
+            return Ok(None);
         }
-        Ok(())
+        if member_epoch > m.member_epoch {
+            tracing::debug!(
+                member_id,
+                received = member_epoch,
+                expected = m.member_epoch,
+                "offset commit with a member epoch above the member's"
+            );
+            return Err(stale_commit_error(transactional));
+        }
+        Ok(Some(member_epoch))
+    }
+
+    /// Whether a commit with the older member epoch `epoch` may commit
+    /// `topic`-`partition`: the member holds it and has held it since
+    /// `epoch` or before (assignment epoch <= `epoch`).
+    pub fn committable(&self, member_id: &str, epoch: i32, topic: &str, partition: i32) -> bool {
+        self.members
+            .get(member_id)
+            .and_then(|m| m.assignment_epochs.get(&(topic.to_string(), partition)))
+            .is_some_and(|&assigned_at| assigned_at <= epoch)
     }
 
     /// Checks an OffsetFetch by a member (Kafka's
@@ -1058,6 +1114,16 @@ pub fn subscription_hash(subscribed: &BTreeMap<String, i32>) -> i64 {
         eat(&n.to_be_bytes());
     }
     h as i64
+}
+
+/// The error of a commit refused for its member epoch: STALE_MEMBER_EPOCH,
+/// or ILLEGAL_GENERATION for TxnOffsetCommit (as Kafka answers both).
+pub fn stale_commit_error(transactional: bool) -> GroupError {
+    if transactional {
+        GroupError::IllegalGeneration
+    } else {
+        GroupError::StaleMemberEpoch
+    }
 }
 
 /// Every (topic, partition) a member holds: assigned or pending revocation.
@@ -1354,10 +1420,17 @@ mod tests {
             Err(GroupError::UnknownMemberId)
         );
         assert_eq!(g.members["a"].previous_member_epoch, 0);
-        assert_eq!(g.validate_offset_commit("a", e, false), Ok(()));
+        assert_eq!(g.validate_offset_commit("a", e, false), Ok(None));
+        // An older epoch is checked partition by partition (KIP-1251).
+        assert_eq!(g.validate_offset_commit("a", e - 1, false), Ok(Some(e - 1)));
+        assert!(!g.committable("a", e - 1, "t", 0), "assigned at epoch {e}");
         assert_eq!(
-            g.validate_offset_commit("a", e - 1, false),
+            g.validate_offset_commit("a", e + 1, false),
             Err(GroupError::StaleMemberEpoch)
+        );
+        assert_eq!(
+            g.validate_offset_commit("a", e + 1, true),
+            Err(GroupError::IllegalGeneration)
         );
         assert_eq!(
             g.validate_offset_commit("b", e, false),
@@ -1366,6 +1439,47 @@ mod tests {
         assert_eq!(
             g.validate_offset_commit("", -1, false),
             Err(GroupError::UnknownMemberId)
+        );
+    }
+
+    /// KIP-1251: a member that acknowledged a revocation moves to a new
+    /// epoch; a commit it built before reading that answer carries the
+    /// old epoch and may still commit the partitions it kept, not those
+    /// it gave up.
+    #[test]
+    fn a_commit_with_the_epoch_before_a_bump_commits_what_was_held_since() {
+        let cfg = ConsumerGroupConfig::default();
+        let t = topics(&[("t", 4)]);
+        let mut g = ConsumerGroup::new();
+        let r = g.heartbeat(join("a", &["t"]), &cfg, &t, 0).unwrap();
+        let all = r.assignment.unwrap();
+        let ea = r.member_epoch;
+        assert_eq!(all["t"].len(), 4);
+        g.heartbeat(join("b", &["t"]), &cfg, &t, 1).unwrap();
+        let revoking = g.heartbeat(beat("a", ea, &all), &cfg, &t, 2).unwrap();
+        assert_eq!(
+            revoking.member_epoch, ea,
+            "a keeps its epoch until it revokes"
+        );
+        let kept = revoking.assignment.unwrap();
+        assert_eq!(kept["t"].len(), 2);
+        let acked = g.heartbeat(beat("a", ea, &kept), &cfg, &t, 3).unwrap();
+        assert!(acked.member_epoch > ea);
+        assert_eq!(g.validate_offset_commit("a", ea, false), Ok(Some(ea)));
+        for p in &kept["t"] {
+            assert!(g.committable("a", ea, "t", *p), "kept partition {p}");
+        }
+        for p in all["t"].difference(&kept["t"]) {
+            assert!(!g.committable("a", ea, "t", *p), "revoked partition {p}");
+        }
+        // The current epoch may commit; one above it may not.
+        assert_eq!(
+            g.validate_offset_commit("a", acked.member_epoch, false),
+            Ok(None)
+        );
+        assert_eq!(
+            g.validate_offset_commit("a", acked.member_epoch + 1, false),
+            Err(GroupError::StaleMemberEpoch)
         );
     }
 

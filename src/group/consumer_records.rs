@@ -544,6 +544,7 @@ pub fn finish_replay(c: &mut ConsumerGroup, now_ms: i64) {
     for m in c.members.values_mut() {
         m.last_heartbeat_ms = now_ms;
         m.revocation_deadline_ms = None;
+        m.reset_assignment_epochs();
         if m.state == MemberState::UnrevokedPartitions {
             m.revocation_deadline_ms = Some(now_ms + i64::from(m.rebalance_timeout_ms.max(0)));
         }

@@ -145,6 +145,39 @@ pub struct GroupDescription {
 /// A committed offset to write: topic, partition, value.
 pub type OffsetToCommit = (String, i32, CommittedOffset);
 
+/// A consumer-group commit with an older member epoch (`older`, from
+/// `Group::validate_offset_commit`) is accepted only if the member has
+/// held every partition of it since that epoch (KIP-1251); otherwise the
+/// whole request is refused, as Kafka 4.4 refuses it (its per-partition
+/// check throws out of the whole commit).
+fn check_held_since(
+    g: &Group,
+    member_id: &str,
+    older: Option<i32>,
+    offsets: &[OffsetToCommit],
+    transactional: bool,
+) -> Result<(), GroupError> {
+    let Some(epoch) = older else {
+        return Ok(());
+    };
+    match offsets
+        .iter()
+        .find(|(t, p, _)| !g.committable(member_id, epoch, t, *p))
+    {
+        None => Ok(()),
+        Some((t, p, _)) => {
+            tracing::debug!(
+                member_id,
+                epoch,
+                topic = %t,
+                partition = p,
+                "commit with an older member epoch for a partition not held since"
+            );
+            Err(consumer::stale_commit_error(transactional))
+        }
+    }
+}
+
 /// The groups of one `__consumer_offsets` partition.
 struct OffsetsPartition {
     partition: Rc<Partition>,
@@ -801,7 +834,8 @@ impl GroupCoordinator {
         let create = generation_id < 0;
         let now = now_ms();
         match self.with_group(group_id, create, |g, _| {
-            g.validate_offset_commit(member_id, instance_id, generation_id, false)?;
+            let older = g.validate_offset_commit(member_id, instance_id, generation_id, false)?;
+            check_held_since(g, member_id, older, &offsets, false)?;
             // A commit keeps the member's session alive, as in Kafka.
             g.touch_if_active(member_id, now);
             Ok(())
@@ -839,7 +873,8 @@ impl GroupCoordinator {
         let p = self.check(group_id)?;
         // Only a simple consumer (generation < 0) may create the group.
         match self.with_group(group_id, generation_id < 0, |g, _| {
-            g.validate_offset_commit(member_id, instance_id, generation_id, true)
+            let older = g.validate_offset_commit(member_id, instance_id, generation_id, true)?;
+            check_held_since(g, member_id, older, &offsets, true)
         }) {
             Err(GroupError::GroupIdNotFound) => return Err(GroupError::IllegalGeneration),
             other => other?,

@@ -987,14 +987,17 @@ impl Group {
     }
 
     /// Checks an OffsetCommit (or TxnOffsetCommit) against the group, as
-    /// Kafka's `ClassicGroup.validateOffsetCommit`.
+    /// Kafka's `ClassicGroup.validateOffsetCommit` (a consumer group's:
+    /// [`ConsumerGroup::validate_offset_commit`]). `Ok(Some(epoch))`: a
+    /// consumer-group member committing with an older member epoch; each
+    /// partition is then checked with [`Self::committable`].
     pub fn validate_offset_commit(
         &self,
         member_id: &str,
         instance_id: Option<&str>,
         generation_id: i32,
         transactional: bool,
-    ) -> Result<(), GroupError> {
+    ) -> Result<Option<i32>, GroupError> {
         if self.is(GroupState::Dead) {
             return Err(GroupError::CoordinatorNotAvailable);
         }
@@ -1004,7 +1007,7 @@ impl Group {
         }
         if generation_id < 0 && self.is(GroupState::Empty) {
             // An admin or simple-consumer commit.
-            return Ok(());
+            return Ok(None);
         }
         if generation_id >= 0 || !member_id.is_empty() || instance_id.is_some() {
             self.validate_member(member_id, instance_id)?;
@@ -1017,7 +1020,16 @@ impl Group {
         if self.is(GroupState::CompletingRebalance) {
             return Err(GroupError::RebalanceInProgress);
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// Whether a consumer-group commit with the older member epoch `epoch`
+    /// (what [`Self::validate_offset_commit`] returned) may commit
+    /// `topic`-`partition` (KIP-1251).
+    pub fn committable(&self, member_id: &str, epoch: i32, topic: &str, partition: i32) -> bool {
+        self.consumer
+            .as_ref()
+            .is_some_and(|c| c.committable(member_id, epoch, topic, partition))
     }
 
     /// Records a (written) commit.
@@ -1758,9 +1770,9 @@ mod tests {
     fn offset_commit_validation() {
         let c = cfg(0);
         let mut g = Group::new("g", 0);
-        assert_eq!(g.validate_offset_commit("", None, -1, false), Ok(()));
+        assert_eq!(g.validate_offset_commit("", None, -1, false), Ok(None));
         g = stable_pair(&c);
-        assert_eq!(g.validate_offset_commit("m1", None, 1, false), Ok(()));
+        assert_eq!(g.validate_offset_commit("m1", None, 1, false), Ok(None));
         assert_eq!(
             g.validate_offset_commit("m1", None, 0, false),
             Err(GroupError::IllegalGeneration)
