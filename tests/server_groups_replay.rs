@@ -27,7 +27,13 @@ fn offset(o: i64) -> CommittedOffset {
         offset: o,
         leader_epoch: -1,
         metadata: format!("m{o}"),
-        commit_timestamp_ms: 1_700_000_000_000,
+        // Now: a fixed date in the past would be older than the offsets'
+        // retention, and the coordinator's expiry task (which may run while
+        // a test runs) would drop the commits.
+        commit_timestamp_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_millis() as i64,
         expire_timestamp_ms: None,
     }
 }
