@@ -578,3 +578,61 @@ fn the_log_level_changes_at_run_time_through_the_endpoint() {
     );
     assert!(broker.stderr_since(0).contains("log filter changed"));
 }
+
+/// A JoinGroup that waits for the rebalance to complete spends that wait
+/// as remote time (Kafka's join purgatory): member B joins a group whose
+/// member A rejoins only 300 ms later, so B's JoinGroup waits that long.
+#[test]
+fn a_join_waiting_for_the_rebalance_is_remote_time() {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::{FindCoordinatorRequest, GroupId, JoinGroupRequest};
+    const REJOIN_AFTER_MS: u64 = 300;
+    let (broker, addr) = start();
+    let group = "remote-join";
+    let mut find = RawClient::connect(broker.port_of(0));
+    let resp = find.request(
+        3,
+        &FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_static_str(group))
+            .with_key_type(0),
+    );
+    assert_eq!(resp.error_code, 0);
+    let port = resp.port as u16;
+    let join = |member: &str| {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str(group)))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_member_id(StrBytes::from_string(member.to_string()))
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str("range"))
+                .with_metadata(bytes::Bytes::from_static(&[0, 0, 0, 0, 0, 0, 0, 0]))])
+    };
+    // A joins alone (JoinGroup v3: no MEMBER_ID_REQUIRED round trip).
+    let mut a = RawClient::connect(port);
+    let ra = a.request(3, &join(""));
+    assert_eq!(ra.error_code, 0);
+    let a_id = ra.member_id.to_string();
+    let before = samples(&http_get(&addr, "/metrics", None).2);
+
+    // B joins: the rebalance waits for A, which rejoins 300 ms later.
+    let b = std::thread::spawn(move || {
+        let mut b = RawClient::connect(port);
+        b.request(3, &join("")).error_code
+    });
+    std::thread::sleep(Duration::from_millis(REJOIN_AFTER_MS));
+    let ra = a.request(3, &join(&a_id));
+    assert_eq!(ra.error_code, 0);
+    assert_eq!(b.join().expect("member B"), 0);
+
+    let after = samples(&http_get(&addr, "/metrics", None).2);
+    let api = ["api=\"JoinGroup\""];
+    let delta = |name: &str| sum(&after, name, &api) - sum(&before, name, &api);
+    assert_eq!(delta("fjord_request_remote_seconds_count"), 2.0);
+    let remote = delta("fjord_request_remote_seconds_sum");
+    assert!(
+        remote >= 0.9 * REJOIN_AFTER_MS as f64 / 1000.0,
+        "remote time {remote} s for a join that waited {REJOIN_AFTER_MS} ms"
+    );
+}

@@ -63,6 +63,7 @@ pub mod state;
 use crate::clock::now_ms;
 use crate::log::{LogError, PartitionLog};
 use crate::metadata::{internal, MetadataImage};
+use crate::metrics;
 use crate::partition::{AppendError, Partition};
 use crate::record::batch::{BatchHeader, Compression};
 use crate::record::builder::{BatchBuilder, NewRecord};
@@ -560,9 +561,9 @@ impl GroupCoordinator {
     }
 
     /// Waits until an appended batch is written (or durable with
-    /// `--fsync-acks`).
+    /// `--fsync-acks`); counted as the request's remote time.
     async fn wait(&self, log: Rc<PartitionLog>, last: Offset) -> Result<(), GroupError> {
-        log.wait_acked(last, self.fsync_acks)
+        metrics::remote_wait(log.wait_acked(last, self.fsync_acks))
             .await
             .map_err(|e| GroupError::Storage(e.to_string()))
     }
@@ -701,7 +702,10 @@ impl GroupCoordinator {
         }
         match rx {
             Err(now_result) => Ok(now_result),
-            Ok(rx) => rx.await.unwrap_or(Err(GroupError::RebalanceInProgress)),
+            // Waiting for the rebalance is remote time (Kafka's join purgatory).
+            Ok(rx) => metrics::remote_wait(rx)
+                .await
+                .unwrap_or(Err(GroupError::RebalanceInProgress)),
         }
     }
 
@@ -763,7 +767,9 @@ impl GroupCoordinator {
             }),
             SyncReply::Pending => {
                 self.sync_waiters.borrow_mut().insert(key, tx);
-                rx.await.unwrap_or(Err(GroupError::RebalanceInProgress))
+                metrics::remote_wait(rx)
+                    .await
+                    .unwrap_or(Err(GroupError::RebalanceInProgress))
             }
             SyncReply::Persist { generation } => {
                 self.sync_waiters.borrow_mut().insert(key, tx);
@@ -779,7 +785,9 @@ impl GroupCoordinator {
                     g.assignment_persisted(generation, written, &cfg, now, out);
                     Ok(())
                 });
-                rx.await.unwrap_or(Err(GroupError::RebalanceInProgress))
+                metrics::remote_wait(rx)
+                    .await
+                    .unwrap_or(Err(GroupError::RebalanceInProgress))
             }
         }
     }

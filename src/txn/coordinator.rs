@@ -142,7 +142,7 @@ impl TxnCoordinator {
                 list.push(tx);
             }
             let timer = Box::pin(glommio::timer::sleep(left));
-            let _ = futures::future::select(rx, timer).await;
+            let _ = crate::metrics::remote_wait(futures::future::select(rx, timer)).await;
         }
     }
 
@@ -737,10 +737,11 @@ async fn append_acked<E: TxnEnv>(
     batch: bytes::BytesMut,
 ) -> Result<(), crate::partition::AppendError> {
     let info = partition.append_internal(batch)?;
-    Ok(partition
+    // The wait for the log is the request's remote time.
+    let acked = partition
         .log
-        .wait_acked(info.last_offset, env.config().fsync_acks)
-        .await?)
+        .wait_acked(info.last_offset, env.config().fsync_acks);
+    Ok(crate::metrics::remote_wait(acked).await?)
 }
 
 /// Starts writing a transaction's markers unless a task already is.
