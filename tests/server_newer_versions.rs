@@ -1,7 +1,8 @@
 //! The newest versions of existing APIs that Kafka 4.4's clients send:
 //! ListOffsets v9–10 (LATEST_TIERED_TIMESTAMP, the timeout field), Metadata
-//! v13 (the top-level error code) and DescribeCluster v2 (fenced brokers),
-//! through the raw protocol. Runs against fjord, or against stock Kafka with
+//! v13 (the top-level error code), DescribeCluster v2 (fenced brokers),
+//! ListTransactions v2 (the transactional-id pattern) and DescribeGroups v6
+//! (GROUP_ID_NOT_FOUND with a message), through the raw protocol. Runs against fjord, or against stock Kafka with
 //! `FJORD_TEST_BROKER=kafka:HOST:PORT` (the differential run these
 //! expectations were checked with).
 
@@ -125,5 +126,163 @@ fn newest_versions_answer_as_kafka_does() {
         assert_eq!(resp.error_code, 0);
         assert!(!resp.brokers.is_empty());
         assert!(resp.brokers.iter().all(|b| !b.is_fenced));
+    }
+}
+
+/// Every broker's port, from Metadata (fjord advertises each shard as a
+/// broker; an admin client asks each for its transactions).
+fn broker_ports(raw: &mut RawClient) -> Vec<u16> {
+    let resp = raw.request(12, &MetadataRequest::default().with_topics(Some(vec![])));
+    resp.brokers.iter().map(|b| b.port as u16).collect()
+}
+
+/// The transactional ids every broker lists with `pattern` (v2), or the
+/// first error code.
+fn list_ids(ports: &[u16], pattern: Option<&str>) -> Result<Vec<String>, i16> {
+    use kafka_protocol::messages::ListTransactionsRequest;
+    let mut ids = Vec::new();
+    for &port in ports {
+        let mut raw = RawClient::connect(port);
+        let req = ListTransactionsRequest::default()
+            .with_transactional_id_pattern(pattern.map(|p| StrBytes::from_string(p.to_string())));
+        let resp = raw.request(2, &req);
+        if resp.error_code != 0 {
+            return Err(resp.error_code);
+        }
+        ids.extend(
+            resp.transaction_states
+                .iter()
+                .map(|t| t.transactional_id.0.to_string()),
+        );
+    }
+    ids.sort();
+    Ok(ids)
+}
+
+/// ListTransactions v2 keeps the ids its pattern matches whole (RE2
+/// syntax, as Kafka's `matches()`): a prefix alone matches nothing, null or
+/// empty matches everything, and an invalid pattern is
+/// INVALID_REGULAR_EXPRESSION (128). DescribeGroups v6 answers
+/// GROUP_ID_NOT_FOUND (69) with Kafka's message for a missing group and
+/// for a consumer (KIP-848) group, where v5 answered a Dead group with no
+/// error.
+#[test]
+fn list_transactions_v2_pattern_and_describe_groups_v6_answer_as_kafka_does() {
+    use kafka_protocol::messages::{
+        ConsumerGroupHeartbeatRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId,
+    };
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use std::time::Duration;
+    let target = Target::start(BrokerOpts::default().cores(2));
+    let topic = target.name("txn-pattern");
+    create_topic(&target.bootstrap(), &topic, 1, &[]);
+    // Two open transactions.
+    let ids: Vec<String> = ["txpat-alpha", "txpat-beta"]
+        .iter()
+        .map(|b| target.name(b))
+        .collect();
+    let producers: Vec<BaseProducer> = ids
+        .iter()
+        .map(|id| {
+            let p: BaseProducer = common::client::base_config(&target.bootstrap())
+                .set("transactional.id", id)
+                .create()
+                .expect("transactional producer");
+            p.init_transactions(Duration::from_secs(30)).expect("init");
+            p.begin_transaction().expect("begin");
+            p.send(BaseRecord::<(), str>::to(&topic).payload("x"))
+                .expect("send");
+            p.flush(Duration::from_secs(30)).expect("flush");
+            p
+        })
+        .collect();
+    let mut raw = RawClient::connect(target.port());
+    let ports = broker_ports(&mut raw);
+    // Only this run's ids (an external broker keeps earlier runs').
+    let ours = |r: Result<Vec<String>, i16>| {
+        r.map(|all| {
+            all.into_iter()
+                .filter(|i| ids.contains(i))
+                .collect::<Vec<_>>()
+        })
+    };
+    let alpha_pattern = ids[0].replacen("alpha", "al.*", 1);
+    assert_eq!(
+        ours(list_ids(&ports, Some(&alpha_pattern))),
+        Ok(vec![ids[0].clone()])
+    );
+    assert_eq!(
+        ours(list_ids(&ports, Some("txpat-al"))),
+        Ok(vec![]),
+        "a prefix is not a match"
+    );
+    assert_eq!(ours(list_ids(&ports, Some(""))), Ok(ids.clone()));
+    assert_eq!(ours(list_ids(&ports, None)), Ok(ids.clone()));
+    assert_eq!(list_ids(&ports, Some("(unclosed")), Err(128));
+
+    // DescribeGroups, at each group's coordinator.
+    let describe = |group: &str, version: i16| {
+        let mut raw = RawClient::connect(target.port());
+        let found = raw.request(
+            4,
+            &FindCoordinatorRequest::default()
+                .with_key_type(0)
+                .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]),
+        );
+        let mut coordinator = RawClient::connect(found.coordinators[0].port as u16);
+        let resp = coordinator.request(
+            version,
+            &DescribeGroupsRequest::default()
+                .with_groups(vec![GroupId(StrBytes::from_string(group.to_string()))]),
+        );
+        let g = &resp.groups[0];
+        (
+            g.error_code,
+            g.error_message.as_ref().map(|m| m.to_string()),
+            g.group_state.to_string(),
+        )
+    };
+    let missing = target.name("dg-missing");
+    assert_eq!(describe(&missing, 5), (0, None, "Dead".to_string()));
+    assert_eq!(
+        describe(&missing, 6),
+        (
+            69,
+            Some(format!("Group {missing} not found.")),
+            "Dead".to_string()
+        )
+    );
+    // A consumer group, made by one ConsumerGroupHeartbeat.
+    let consumer = target.name("dg-consumer");
+    let mut raw = RawClient::connect(target.port());
+    let found = raw.request(
+        4,
+        &FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![StrBytes::from_string(consumer.clone())]),
+    );
+    let mut coordinator = RawClient::connect(found.coordinators[0].port as u16);
+    let hb = coordinator.request(
+        1,
+        &ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(consumer.clone())))
+            .with_member_id(StrBytes::from_static_str("m1"))
+            .with_member_epoch(0)
+            .with_rebalance_timeout_ms(30_000)
+            .with_subscribed_topic_names(Some(vec![name(&topic)]))
+            .with_topic_partitions(Some(vec![])),
+    );
+    assert_eq!(hb.error_code, 0);
+    assert_eq!(describe(&consumer, 5), (0, None, "Dead".to_string()));
+    assert_eq!(
+        describe(&consumer, 6),
+        (
+            69,
+            Some(format!("Group {consumer} is not a classic group.")),
+            "Dead".to_string()
+        )
+    );
+    for p in producers {
+        p.abort_transaction(Duration::from_secs(30)).expect("abort");
     }
 }

@@ -110,11 +110,35 @@ pub fn list_transactions(
         .filter(|f| !TXN_STATE_NAMES.contains(&f.as_str()))
         .cloned()
         .collect();
+    // v2 (KIP-1152): only ids the pattern matches whole (RE2 syntax, as
+    // Kafka's RE2/J `matches()`); null or empty matches everything.
+    let pattern = match req
+        .transactional_id_pattern
+        .as_ref()
+        .filter(|p| !p.is_empty())
+        .map(|p| regex::Regex::new(&format!("^(?:{})$", p.as_str())))
+    {
+        None => None,
+        Some(Ok(re)) => Some(re),
+        Some(Err(_)) => {
+            return respond(
+                header,
+                &ListTransactionsResponse::default().with_error_code(
+                    kafka_protocol::ResponseError::InvalidRegularExpression.code(),
+                ),
+            );
+        }
+    };
     let now = crate::clock::now_ms();
     let mut states: Vec<_> = ctx
         .txn
         .all()
         .into_iter()
+        .filter(|m| {
+            pattern
+                .as_ref()
+                .is_none_or(|re| re.is_match(&m.transactional_id))
+        })
         .filter(|m| {
             req.state_filters.is_empty()
                 || req

@@ -73,9 +73,18 @@ pub fn describe_groups(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut By
                 Err(e) => base
                     .with_error_code(errors::group(&e))
                     .with_group_state(str_bytes("")),
-                Ok(None) if v >= 6 => base
-                    .with_error_code(errors::group(&GroupError::GroupIdNotFound))
-                    .with_group_state(str_bytes(GroupState::Dead.name())),
+                // v6+ (KIP-1043) names a missing group, and a consumer
+                // group, which DescribeGroups does not describe.
+                Ok(None) if v >= 6 => {
+                    let message = if ctx.groups.consumer_describe(id).is_ok() {
+                        format!("Group {} is not a classic group.", id.as_str())
+                    } else {
+                        format!("Group {} not found.", id.as_str())
+                    };
+                    base.with_error_code(errors::group(&GroupError::GroupIdNotFound))
+                        .with_error_message(Some(str_bytes(message)))
+                        .with_group_state(str_bytes(GroupState::Dead.name()))
+                }
                 Ok(None) => base
                     .with_error_code(errors::NONE)
                     .with_group_state(str_bytes(GroupState::Dead.name())),
