@@ -65,6 +65,9 @@ pub const GROUP_MAX_SIZE_DEFAULT: usize = 10_000;
 pub const GROUP_CONSUMER_SESSION_TIMEOUT_MS_DEFAULT: i32 = 45_000;
 /// Kafka's `group.consumer.heartbeat.interval.ms` default.
 pub const GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT: i32 = 5_000;
+/// Kafka's `max.incremental.fetch.session.cache.slots` default: fetch
+/// sessions one shard keeps (each shard is its own broker).
+pub const FETCH_SESSION_CACHE_SLOTS_DEFAULT: usize = 1000;
 /// Kafka's `transactional.id.expiration.ms` default (7 days).
 pub const TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: i64 = 7 * 24 * 60 * 60 * 1000;
 /// Longest a shard waits for another shard's answer (Kafka's
@@ -232,6 +235,9 @@ pub struct ServeArgs {
     /// Kafka `group.consumer.heartbeat.interval.ms`: how often members of a consumer-protocol (KIP-848) group are told to heartbeat [default: 5000].
     #[arg(long)]
     pub group_consumer_heartbeat_interval_ms: Option<i32>,
+    /// Kafka `max.incremental.fetch.session.cache.slots`: incremental fetch sessions (KIP-227) each shard keeps; 0 turns them off, so every fetch is a full one [default: 1000].
+    #[arg(long)]
+    pub max_incremental_fetch_session_cache_slots: Option<usize>,
     /// Kafka `transactional.id.expiration.ms`: a transactional id with no transaction for this long is forgotten [default: 7 days].
     #[arg(long)]
     pub transactional_id_expiration_ms: Option<i64>,
@@ -320,6 +326,7 @@ pub struct BrokerConfig {
     pub group_max_size: usize,
     pub group_consumer_session_timeout_ms: i32,
     pub group_consumer_heartbeat_interval_ms: i32,
+    pub fetch_session_cache_slots: usize,
     pub transactional_id_expiration_ms: i64,
     pub cross_shard_timeout_ms: u64,
     /// The metrics endpoint's address (None = `--metrics-listen none`).
@@ -420,6 +427,9 @@ impl ServeArgs {
             group_consumer_heartbeat_interval_ms: self
                 .group_consumer_heartbeat_interval_ms
                 .or(file.group_consumer_heartbeat_interval_ms),
+            max_incremental_fetch_session_cache_slots: self
+                .max_incremental_fetch_session_cache_slots
+                .or(file.max_incremental_fetch_session_cache_slots),
             transactional_id_expiration_ms: self
                 .transactional_id_expiration_ms
                 .or(file.transactional_id_expiration_ms),
@@ -600,6 +610,9 @@ impl ServeArgs {
                 .group_consumer_heartbeat_interval_ms
                 .unwrap_or(GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT)
                 .max(1),
+            fetch_session_cache_slots: a
+                .max_incremental_fetch_session_cache_slots
+                .unwrap_or(FETCH_SESSION_CACHE_SLOTS_DEFAULT),
             transactional_id_expiration_ms: a
                 .transactional_id_expiration_ms
                 .unwrap_or(TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT)

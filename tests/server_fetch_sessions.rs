@@ -233,3 +233,30 @@ fn a_full_cache_evicts_only_for_a_larger_session() {
     let r = fetch(&mut raw, BY_NAME, t, (big, 1), &[], &[]);
     assert_eq!((r.error_code, r.session_id), (0, big));
 }
+
+/// `--max-incremental-fetch-session-cache-slots 0` (Kafka's
+/// `max.incremental.fetch.session.cache.slots=0`) turns sessions off: a
+/// fetch asking for a new session is answered in full with session id 0,
+/// and an incremental fetch finds no session.
+#[test]
+fn zero_cache_slots_turn_sessions_off() {
+    let broker = Broker::start(
+        BrokerOpts::default()
+            .cores(1)
+            .arg("--max-incremental-fetch-session-cache-slots")
+            .arg("0"),
+    );
+    create_topic(&broker.bootstrap(), TOPIC, 2, &[]);
+    let mut raw = RawClient::connect(broker.port_of(0));
+    produce(&mut raw, TOPIC, 0, 3);
+    let t = (TOPIC, uuid::Uuid::nil());
+    let r = fetch(&mut raw, BY_NAME, t, (0, 0), &[(0, 0), (1, 0)], &[]);
+    assert_eq!((r.error_code, r.session_id), (0, 0), "no session opened");
+    let got = answered(&r);
+    assert_eq!(got.len(), 2, "both partitions answered: {got:?}");
+    assert!(got
+        .iter()
+        .any(|&(p, bytes, hw)| p == 0 && bytes > 0 && hw == 3));
+    let r = fetch(&mut raw, BY_NAME, t, (1, 1), &[], &[]);
+    assert_eq!(r.error_code, ResponseError::FetchSessionIdNotFound.code());
+}

@@ -41,8 +41,9 @@
 use std::collections::HashMap;
 
 /// Kafka's `max.incremental.fetch.session.cache.slots` default: sessions
-/// one shard keeps.
-pub const FETCH_SESSION_CACHE_SLOTS: usize = 1000;
+/// one shard keeps (`serve --max-incremental-fetch-session-cache-slots`;
+/// 0 turns sessions off).
+pub const FETCH_SESSION_CACHE_SLOTS: usize = crate::config::FETCH_SESSION_CACHE_SLOTS_DEFAULT;
 /// Kafka's `min.incremental.fetch.session.eviction.ms` default: a session
 /// unused this long may be evicted for a new one.
 pub const FETCH_SESSION_EVICTION_MS: i64 = 120_000;

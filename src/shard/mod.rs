@@ -104,6 +104,10 @@ impl ShardCtx {
             max_size: config.group_max_size,
         };
         let groups = GroupCoordinator::new(group_config, consumer_config, config.fsync_acks);
+        let fetch_sessions = fetch_sessions::FetchSessionCache::new(
+            config.fetch_session_cache_slots,
+            fetch_sessions::FETCH_SESSION_PARTITIONS_MAX,
+        );
         Rc::new(ShardCtx {
             shard,
             config,
@@ -119,7 +123,7 @@ impl ShardCtx {
             produce_count: Cell::new(0),
             txn: TxnCoordinator::default(),
             groups,
-            fetch_sessions: RefCell::new(fetch_sessions::FetchSessionCache::default()),
+            fetch_sessions: RefCell::new(fetch_sessions),
         })
     }
 
