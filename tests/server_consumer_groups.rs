@@ -298,7 +298,12 @@ fn the_group_resumes_after_a_broker_restart() {
 // ---- raw protocol ----
 
 fn coordinator(broker: &Broker, group: &str) -> RawClient {
-    let mut raw = RawClient::connect(broker.port_of(0));
+    coordinator_at(broker.port_of(0), group)
+}
+
+/// The coordinator of `group`, found by FindCoordinator at `port`.
+fn coordinator_at(port: u16, group: &str) -> RawClient {
+    let mut raw = RawClient::connect(port);
     let resp = raw.request(
         4,
         &FindCoordinatorRequest::default()
@@ -502,20 +507,6 @@ fn a_consumer_member_cannot_take_over_a_classic_group_in_use() {
     drop(classic);
 }
 
-/// The coordinator of `group` on `target`, by FindCoordinator.
-fn coordinator_of(target: &Target, group: &str) -> RawClient {
-    let mut raw = RawClient::connect(target.port());
-    let resp = raw.request(
-        4,
-        &FindCoordinatorRequest::default()
-            .with_key_type(0)
-            .with_coordinator_keys(vec![StrBytes::from_string(group.into())]),
-    );
-    let c = &resp.coordinators[0];
-    assert_eq!(c.error_code, 0, "FindCoordinator failed");
-    RawClient::connect(c.port as u16)
-}
-
 type Owned = Vec<(uuid::Uuid, Vec<i32>)>;
 
 /// A heartbeat's answer: (error, member epoch, assignment if sent).
@@ -560,7 +551,7 @@ fn a_commit_with_the_epoch_before_a_revocation_commits_the_kept_partitions() {
     let topic = target.name("kip1251");
     let group = target.name("kip1251-g");
     create_topic(&target.bootstrap(), &topic, 4, &[]);
-    let mut raw = coordinator_of(&target, &group);
+    let mut raw = coordinator_at(target.port(), &group);
     let join = |member: &str| heartbeat(&group, member, 0, Some(vec![topic.as_str()]));
     let beat = |member: &str, epoch: i32| heartbeat(&group, member, epoch, None);
 

@@ -129,6 +129,23 @@ fn newest_versions_answer_as_kafka_does() {
     }
 }
 
+/// The coordinator of `group`, found by FindCoordinator at `port`.
+fn coordinator_at(port: u16, group: &str) -> RawClient {
+    use kafka_protocol::messages::FindCoordinatorRequest;
+    let mut raw = RawClient::connect(port);
+    let found = raw.request(
+        4,
+        &FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]),
+    );
+    assert_eq!(
+        found.coordinators[0].error_code, 0,
+        "FindCoordinator failed"
+    );
+    RawClient::connect(found.coordinators[0].port as u16)
+}
+
 /// Every broker's port, from Metadata (fjord advertises each shard as a
 /// broker; an admin client asks each for its transactions).
 fn broker_ports(raw: &mut RawClient) -> Vec<u16> {
@@ -168,9 +185,7 @@ fn list_ids(ports: &[u16], pattern: Option<&str>) -> Result<Vec<String>, i16> {
 /// error.
 #[test]
 fn list_transactions_v2_pattern_and_describe_groups_v6_answer_as_kafka_does() {
-    use kafka_protocol::messages::{
-        ConsumerGroupHeartbeatRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId,
-    };
+    use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, DescribeGroupsRequest, GroupId};
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     use std::time::Duration;
     let target = Target::start(BrokerOpts::default().cores(2));
@@ -222,14 +237,7 @@ fn list_transactions_v2_pattern_and_describe_groups_v6_answer_as_kafka_does() {
 
     // DescribeGroups, at each group's coordinator.
     let describe = |group: &str, version: i16| {
-        let mut raw = RawClient::connect(target.port());
-        let found = raw.request(
-            4,
-            &FindCoordinatorRequest::default()
-                .with_key_type(0)
-                .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]),
-        );
-        let mut coordinator = RawClient::connect(found.coordinators[0].port as u16);
+        let mut coordinator = coordinator_at(target.port(), group);
         let resp = coordinator.request(
             version,
             &DescribeGroupsRequest::default()
@@ -254,14 +262,7 @@ fn list_transactions_v2_pattern_and_describe_groups_v6_answer_as_kafka_does() {
     );
     // A consumer group, made by one ConsumerGroupHeartbeat.
     let consumer = target.name("dg-consumer");
-    let mut raw = RawClient::connect(target.port());
-    let found = raw.request(
-        4,
-        &FindCoordinatorRequest::default()
-            .with_key_type(0)
-            .with_coordinator_keys(vec![StrBytes::from_string(consumer.clone())]),
-    );
-    let mut coordinator = RawClient::connect(found.coordinators[0].port as u16);
+    let mut coordinator = coordinator_at(target.port(), &consumer);
     let hb = coordinator.request(
         1,
         &ConsumerGroupHeartbeatRequest::default()
