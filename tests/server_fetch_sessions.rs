@@ -8,11 +8,9 @@
 
 mod common;
 
-use bytes::Bytes;
 use common::client::create_topic;
-use common::raw::{only_partition, produce_request, RawClient};
+use common::raw::{produce_values, RawClient};
 use common::{Broker, BrokerOpts};
-use fjord::record::{BatchBuilder, Compression};
 use fjord::shard::fetch_sessions::FETCH_SESSION_CACHE_SLOTS;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
@@ -27,22 +25,6 @@ const BY_ID: i16 = 13;
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
-}
-
-fn produce(raw: &mut RawClient, topic: &str, partition: i32, n: usize) {
-    for i in 0..n {
-        let batch: Bytes = BatchBuilder::new(Compression::None)
-            .record(
-                None,
-                Some(format!("v{i}").as_bytes()),
-                &[],
-                1_700_000_000_000,
-            )
-            .build()
-            .freeze();
-        let resp = raw.request(9, &produce_request(topic, partition, 1, batch));
-        assert_eq!(only_partition(&resp).error_code, 0);
-    }
 }
 
 /// A fetch of `partitions` (index, fetch offset) of `topic` in session
@@ -127,7 +109,7 @@ fn full_incremental_forget_close_and_errors() {
         let topic = topic.as_str();
         create_topic(&broker.bootstrap(), topic, 2, &[]);
         let id = topic_id(&mut raw, topic);
-        produce(&mut raw, topic, 0, 3);
+        produce_values(&mut raw, topic, 0, 3);
         let t = (topic, id);
         // A full fetch with epoch 0 opens a session and answers everything.
         let full = fetch(&mut raw, version, t, (0, 0), &[(0, 0), (1, 0)], &[]);
@@ -149,7 +131,7 @@ fn full_incremental_forget_close_and_errors() {
 
         // Records arrive on p1 (still at offset 0 in the session): only
         // p1 is answered, without being named.
-        produce(&mut raw, topic, 1, 2);
+        produce_values(&mut raw, topic, 1, 2);
         let r = fetch(&mut raw, version, t, (session, 2), &[], &[]);
         let got = answered(&r);
         assert_eq!(got.len(), 1, "{got:?}");
@@ -158,8 +140,8 @@ fn full_incremental_forget_close_and_errors() {
 
         // p1 is forgotten: more records there are not answered; p0's new
         // records are.
-        produce(&mut raw, topic, 1, 1);
-        produce(&mut raw, topic, 0, 1);
+        produce_values(&mut raw, topic, 1, 1);
+        produce_values(&mut raw, topic, 0, 1);
         let r = fetch(&mut raw, version, t, (session, 3), &[], &[1]);
         let got = answered(&r);
         assert_eq!(got.len(), 1, "{got:?}");
@@ -248,7 +230,7 @@ fn zero_cache_slots_turn_sessions_off() {
     );
     create_topic(&broker.bootstrap(), TOPIC, 2, &[]);
     let mut raw = RawClient::connect(broker.port_of(0));
-    produce(&mut raw, TOPIC, 0, 3);
+    produce_values(&mut raw, TOPIC, 0, 3);
     let t = (TOPIC, uuid::Uuid::nil());
     let r = fetch(&mut raw, BY_NAME, t, (0, 0), &[(0, 0), (1, 0)], &[]);
     assert_eq!((r.error_code, r.session_id), (0, 0), "no session opened");

@@ -9,10 +9,9 @@
 mod common;
 
 use common::client::create_topic;
-use common::raw::{only_partition, produce_request, RawClient};
+use common::raw::{produce_values, RawClient};
 use common::target::Target;
 use common::BrokerOpts;
-use fjord::record::{BatchBuilder, Compression};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
@@ -50,19 +49,7 @@ fn newest_versions_answer_as_kafka_does() {
     let topic = target.name("newer-versions");
     create_topic(&target.bootstrap(), &topic, 1, &[]);
     let mut raw = RawClient::connect(target.port());
-    for i in 0..3 {
-        let batch = BatchBuilder::new(Compression::None)
-            .record(
-                None,
-                Some(format!("v{i}").as_bytes()),
-                &[],
-                1_700_000_000_000,
-            )
-            .build()
-            .freeze();
-        let resp = raw.request(9, &produce_request(&topic, 0, 1, batch));
-        assert_eq!(only_partition(&resp).error_code, 0);
-    }
+    produce_values(&mut raw, &topic, 0, 3);
 
     let av = raw.request(
         3,

@@ -401,29 +401,39 @@ fn poll_until(
     errors
 }
 
-#[test]
-fn librdkafka_validates_its_position_and_finds_a_truncated_tail() {
-    let mut broker = Broker::start(BrokerOpts::default().cores(1));
-    let topic = "ofle-rdkafka";
-    create_topic(&broker.bootstrap(), topic, 1, &[]);
+/// Produces `n` records to partition 0 of `topic`, one batch each, so that
+/// tearing the log's tail takes exactly one record.
+fn send_one_batch_each(broker: &Broker, topic: &str, n: usize) {
     let p = producer(&broker.bootstrap(), &[("linger.ms", "0")]);
-    for i in 0..10 {
+    for i in 0..n {
         p.send(BaseRecord::<(), str, _>::with_opaque_to(topic, i).payload("value"))
             .expect("enqueue");
-        // One batch per record, so that tearing the tail takes one.
         p.flush(Duration::from_millis(CLIENT_REQUEST_TIMEOUT_MS))
             .expect("flush");
     }
-    drop(p);
+}
 
+/// A librdkafka consumer (group `group`, `auto.offset.reset=error`, its
+/// debug log captured, `extra` settings on top) assigned partition 0 of
+/// `topic` from the beginning, returned once it has read offsets 0 to 9.
+fn consumer_through_9(
+    broker: &Broker,
+    topic: &str,
+    group: &str,
+    extra: &[(&str, &str)],
+) -> (BaseConsumer<LogCapture>, LogCapture) {
     let capture = LogCapture::default();
-    let consumer: BaseConsumer<LogCapture> = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", broker.bootstrap())
-        .set("group.id", "ofle-validate")
+        .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "error")
-        .set("fetch.wait.max.ms", "100")
-        .set("debug", "fetch,topic")
+        .set("fetch.wait.max.ms", "100");
+    for (k, v) in extra {
+        config.set(*k, *v);
+    }
+    let consumer: BaseConsumer<LogCapture> = config
         .set_log_level(RDKafkaLogLevel::Debug)
         .create_with_context(capture.clone())
         .expect("create consumer");
@@ -439,6 +449,17 @@ fn librdkafka_validates_its_position_and_finds_a_truncated_tail() {
             last = m.expect("consume").offset();
         }
     }
+    (consumer, capture)
+}
+
+#[test]
+fn librdkafka_validates_its_position_and_finds_a_truncated_tail() {
+    let mut broker = Broker::start(BrokerOpts::default().cores(1));
+    let topic = "ofle-rdkafka";
+    create_topic(&broker.bootstrap(), topic, 1, &[]);
+    send_one_batch_each(&broker, topic, 10);
+    let (consumer, capture) =
+        consumer_through_9(&broker, topic, "ofle-validate", &[("debug", "fetch,topic")]);
 
     // The position after offset 9, read in epoch 0: validated, not skipped.
     seek_with_epoch(&consumer, topic, 10, 0);
@@ -648,47 +669,22 @@ fn librdkafka_detects_a_truncation_after_a_restart_with_new_appends() {
     let mut broker = Broker::start(BrokerOpts::default().cores(1));
     let topic = "ofle-rdkafka-restart";
     create_topic(&broker.bootstrap(), topic, 1, &[]);
-    let send_one_batch_each = |broker: &Broker, n: usize| {
-        let p = producer(&broker.bootstrap(), &[("linger.ms", "0")]);
-        for i in 0..n {
-            p.send(BaseRecord::<(), str, _>::with_opaque_to(topic, i).payload("value"))
-                .expect("enqueue");
-            p.flush(Duration::from_millis(CLIENT_REQUEST_TIMEOUT_MS))
-                .expect("flush");
-        }
-    };
-    send_one_batch_each(&broker, 10);
-
-    let capture = LogCapture::default();
-    let consumer: BaseConsumer<LogCapture> = ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .set("group.id", "ofle-validate-restart")
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "error")
-        .set("fetch.wait.max.ms", "100")
-        .set("topic.metadata.refresh.interval.ms", "1000")
-        .set("debug", "fetch,topic,metadata")
-        .set_log_level(RDKafkaLogLevel::Debug)
-        .create_with_context(capture.clone())
-        .expect("create consumer");
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .expect("add partition");
-    consumer.assign(&tpl).expect("assign");
-    let mut last = -1;
-    let deadline = Instant::now() + CLIENT_WAIT;
-    while last < 9 {
-        assert!(Instant::now() < deadline, "consumed up to {last}");
-        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
-            last = m.expect("consume").offset();
-        }
-    }
+    send_one_batch_each(&broker, topic, 10);
+    let (consumer, capture) = consumer_through_9(
+        &broker,
+        topic,
+        "ofle-validate-restart",
+        &[
+            ("topic.metadata.refresh.interval.ms", "1000"),
+            ("debug", "fetch,topic,metadata"),
+        ],
+    );
 
     broker.stop();
     tear_tail(&broker.data_dir(), topic, 10);
     broker.restart();
     // Offsets 9, 10 and 11 again, in epoch 1.
-    send_one_batch_each(&broker, 3);
+    send_one_batch_each(&broker, topic, 3);
     let errors = poll_until(&consumer, "librdkafka detected the truncation", |_| {
         capture.any("truncation detected").is_some()
     });

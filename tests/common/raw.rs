@@ -218,6 +218,26 @@ pub fn produce_request(
                 .with_records(Some(records))])])
 }
 
+/// Produces `n` records of values `v0`, `v1`, ... to `partition` of `topic`
+/// through `raw`, one batch each (Produce v9, acks=1), asserting each is
+/// accepted.
+pub fn produce_values(raw: &mut RawClient, topic: &str, partition: i32, n: usize) {
+    use fjord::record::{BatchBuilder, Compression};
+    for i in 0..n {
+        let batch = BatchBuilder::new(Compression::None)
+            .record(
+                None,
+                Some(format!("v{i}").as_bytes()),
+                &[],
+                1_700_000_000_000,
+            )
+            .build()
+            .freeze();
+        let resp = raw.request(9, &produce_request(topic, partition, 1, batch));
+        assert_eq!(only_partition(&resp).error_code, 0);
+    }
+}
+
 /// The single partition answer of a one-partition Produce response.
 pub fn only_partition(
     resp: &kafka_protocol::messages::ProduceResponse,
