@@ -11,7 +11,7 @@
 mod common;
 
 use common::client::{self, await_deliveries, create_topic, send, TestMessage};
-use common::raw::RawClient;
+use common::raw::{group_coordinator_port, RawClient};
 use common::target::Target;
 use common::{Broker, BrokerOpts};
 use kafka_protocol::messages::offset_commit_request::{
@@ -19,8 +19,8 @@ use kafka_protocol::messages::offset_commit_request::{
 };
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::{
-    ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, FindCoordinatorRequest, GroupId,
-    JoinGroupRequest, ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest, TopicName,
+    ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, GroupId, JoinGroupRequest,
+    ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
@@ -298,21 +298,7 @@ fn the_group_resumes_after_a_broker_restart() {
 // ---- raw protocol ----
 
 fn coordinator(broker: &Broker, group: &str) -> RawClient {
-    coordinator_at(broker.port_of(0), group)
-}
-
-/// The coordinator of `group`, found by FindCoordinator at `port`.
-fn coordinator_at(port: u16, group: &str) -> RawClient {
-    let mut raw = RawClient::connect(port);
-    let resp = raw.request(
-        4,
-        &FindCoordinatorRequest::default()
-            .with_key_type(0)
-            .with_coordinator_keys(vec![StrBytes::from_string(group.into())]),
-    );
-    let c = &resp.coordinators[0];
-    assert_eq!(c.error_code, 0, "FindCoordinator failed");
-    RawClient::connect(c.port as u16)
+    RawClient::connect(group_coordinator_port(broker.port_of(0), group))
 }
 
 fn heartbeat(
@@ -551,7 +537,7 @@ fn a_commit_with_the_epoch_before_a_revocation_commits_the_kept_partitions() {
     let topic = target.name("kip1251");
     let group = target.name("kip1251-g");
     create_topic(&target.bootstrap(), &topic, 4, &[]);
-    let mut raw = coordinator_at(target.port(), &group);
+    let mut raw = RawClient::connect(group_coordinator_port(target.port(), &group));
     let join = |member: &str| heartbeat(&group, member, 0, Some(vec![topic.as_str()]));
     let beat = |member: &str, epoch: i32| heartbeat(&group, member, epoch, None);
 

@@ -585,19 +585,11 @@ fn the_log_level_changes_at_run_time_through_the_endpoint() {
 #[test]
 fn a_join_waiting_for_the_rebalance_is_remote_time() {
     use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
-    use kafka_protocol::messages::{FindCoordinatorRequest, GroupId, JoinGroupRequest};
+    use kafka_protocol::messages::{GroupId, JoinGroupRequest};
     const REJOIN_AFTER_MS: u64 = 300;
     let (broker, addr) = start();
     let group = "remote-join";
-    let mut find = RawClient::connect(broker.port_of(0));
-    let resp = find.request(
-        3,
-        &FindCoordinatorRequest::default()
-            .with_key(StrBytes::from_static_str(group))
-            .with_key_type(0),
-    );
-    assert_eq!(resp.error_code, 0);
-    let port = resp.port as u16;
+    let port = common::raw::group_coordinator_port(broker.port_of(0), group);
     let join = |member: &str| {
         JoinGroupRequest::default()
             .with_group_id(GroupId(StrBytes::from_static_str(group)))

@@ -9,7 +9,7 @@
 mod common;
 
 use common::client::create_topic;
-use common::raw::{produce_values, RawClient};
+use common::raw::{group_coordinator_port, produce_values, RawClient};
 use common::target::Target;
 use common::BrokerOpts;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -116,23 +116,6 @@ fn newest_versions_answer_as_kafka_does() {
     }
 }
 
-/// The coordinator of `group`, found by FindCoordinator at `port`.
-fn coordinator_at(port: u16, group: &str) -> RawClient {
-    use kafka_protocol::messages::FindCoordinatorRequest;
-    let mut raw = RawClient::connect(port);
-    let found = raw.request(
-        4,
-        &FindCoordinatorRequest::default()
-            .with_key_type(0)
-            .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]),
-    );
-    assert_eq!(
-        found.coordinators[0].error_code, 0,
-        "FindCoordinator failed"
-    );
-    RawClient::connect(found.coordinators[0].port as u16)
-}
-
 /// Every broker's port, from Metadata (fjord advertises each shard as a
 /// broker; an admin client asks each for its transactions).
 fn broker_ports(raw: &mut RawClient) -> Vec<u16> {
@@ -224,7 +207,7 @@ fn list_transactions_v2_pattern_and_describe_groups_v6_answer_as_kafka_does() {
 
     // DescribeGroups, at each group's coordinator.
     let describe = |group: &str, version: i16| {
-        let mut coordinator = coordinator_at(target.port(), group);
+        let mut coordinator = RawClient::connect(group_coordinator_port(target.port(), group));
         let resp = coordinator.request(
             version,
             &DescribeGroupsRequest::default()
@@ -249,7 +232,7 @@ fn list_transactions_v2_pattern_and_describe_groups_v6_answer_as_kafka_does() {
     );
     // A consumer group, made by one ConsumerGroupHeartbeat.
     let consumer = target.name("dg-consumer");
-    let mut coordinator = coordinator_at(target.port(), &consumer);
+    let mut coordinator = RawClient::connect(group_coordinator_port(target.port(), &consumer));
     let hb = coordinator.request(
         1,
         &ConsumerGroupHeartbeatRequest::default()

@@ -238,6 +238,24 @@ pub fn produce_values(raw: &mut RawClient, topic: &str, partition: i32, n: usize
     }
 }
 
+/// The port of `group`'s coordinator, asked with FindCoordinator v4 of the
+/// broker at `port`.
+pub fn group_coordinator_port(port: u16, group: &str) -> u16 {
+    use kafka_protocol::messages::FindCoordinatorRequest;
+    let mut raw = RawClient::connect(port);
+    let found = raw.request(
+        4,
+        &FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]),
+    );
+    assert_eq!(
+        found.coordinators[0].error_code, 0,
+        "FindCoordinator failed"
+    );
+    found.coordinators[0].port as u16
+}
+
 /// The single partition answer of a one-partition Produce response.
 pub fn only_partition(
     resp: &kafka_protocol::messages::ProduceResponse,
