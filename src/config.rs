@@ -40,6 +40,12 @@ pub const LOG_CLEANER_MIN_COMPACTION_LAG_MS_DEFAULT: i64 = 0;
 pub const LOG_CLEANER_MAX_COMPACTION_LAG_MS_DEFAULT: i64 = i64::MAX;
 /// Kafka's `log.cleaner.min.cleanable.ratio` default.
 pub const LOG_CLEANER_MIN_CLEANABLE_RATIO_DEFAULT: f64 = 0.5;
+/// Kafka's `log.cleaner.backoff.ms` default: how long the cleaner sleeps
+/// when no log needs cleaning.
+pub const LOG_CLEANER_BACKOFF_MS_DEFAULT: u64 = 15_000;
+/// Kafka's `log.cleaner.dedupe.buffer.size` default (128 MiB): the memory
+/// of the cleaner's key → offset map.
+pub const LOG_CLEANER_DEDUPE_BUFFER_SIZE_DEFAULT: usize = 128 << 20;
 /// Requests read from one connection before the first is answered.
 pub const INFLIGHT_REQUESTS_MAX_DEFAULT: usize = 64;
 
@@ -188,6 +194,18 @@ pub struct ServeArgs {
     /// Kafka `log.cleaner.min.cleanable.ratio`, default of a topic's `min.cleanable.dirty.ratio` [default: 0.5].
     #[arg(long)]
     pub log_cleaner_min_cleanable_ratio: Option<f64>,
+    /// Kafka `log.cleaner.enable`: run the log cleaner of compacted topics [default: true].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub log_cleaner_enable: Option<bool>,
+    /// Kafka `log.cleaner.backoff.ms`: the cleaner's sleep when no log needs cleaning [default: 15000].
+    #[arg(long)]
+    pub log_cleaner_backoff_ms: Option<u64>,
+    /// Kafka `log.cleaner.dedupe.buffer.size`: memory of the cleaner's key → offset map [default: 134217728].
+    #[arg(long)]
+    pub log_cleaner_dedupe_buffer_size: Option<usize>,
+    /// Kafka `log.cleaner.io.max.bytes.per.second`: the cleaner's read + write rate cap [default: unlimited].
+    #[arg(long)]
+    pub log_cleaner_io_max_bytes_per_second: Option<f64>,
     /// Kafka `producer.id.expiration.ms`: idle producers' state is dropped [default: 1 day].
     #[arg(long)]
     pub producer_id_expiration_ms: Option<i64>,
@@ -311,6 +329,11 @@ pub struct BrokerConfig {
     pub log_cleaner_min_compaction_lag_ms: i64,
     pub log_cleaner_max_compaction_lag_ms: i64,
     pub log_cleaner_min_cleanable_ratio: f64,
+    pub log_cleaner_enable: bool,
+    pub log_cleaner_backoff_ms: u64,
+    pub log_cleaner_dedupe_buffer_size: usize,
+    /// `f64::INFINITY` when unlimited.
+    pub log_cleaner_io_max_bytes_per_second: f64,
     pub producer_id_expiration_ms: i64,
     pub producers_per_partition_max: usize,
     pub group_initial_rebalance_delay_ms: i64,
@@ -388,6 +411,14 @@ impl ServeArgs {
             log_cleaner_min_cleanable_ratio: self
                 .log_cleaner_min_cleanable_ratio
                 .or(file.log_cleaner_min_cleanable_ratio),
+            log_cleaner_enable: self.log_cleaner_enable.or(file.log_cleaner_enable),
+            log_cleaner_backoff_ms: self.log_cleaner_backoff_ms.or(file.log_cleaner_backoff_ms),
+            log_cleaner_dedupe_buffer_size: self
+                .log_cleaner_dedupe_buffer_size
+                .or(file.log_cleaner_dedupe_buffer_size),
+            log_cleaner_io_max_bytes_per_second: self
+                .log_cleaner_io_max_bytes_per_second
+                .or(file.log_cleaner_io_max_bytes_per_second),
             producer_id_expiration_ms: self
                 .producer_id_expiration_ms
                 .or(file.producer_id_expiration_ms),
@@ -518,6 +549,21 @@ impl ServeArgs {
             (0.0..=1.0).contains(&log_cleaner_min_cleanable_ratio),
             "--log-cleaner-min-cleanable-ratio must be between 0 and 1"
         );
+        let log_cleaner_dedupe_buffer_size = a
+            .log_cleaner_dedupe_buffer_size
+            .unwrap_or(LOG_CLEANER_DEDUPE_BUFFER_SIZE_DEFAULT);
+        anyhow::ensure!(
+            log_cleaner_dedupe_buffer_size >= crate::log::cleaner::DEDUPE_BUFFER_MIN_BYTES,
+            "--log-cleaner-dedupe-buffer-size must be at least {} bytes",
+            crate::log::cleaner::DEDUPE_BUFFER_MIN_BYTES
+        );
+        let log_cleaner_io_max_bytes_per_second = a
+            .log_cleaner_io_max_bytes_per_second
+            .unwrap_or(f64::INFINITY);
+        anyhow::ensure!(
+            log_cleaner_io_max_bytes_per_second > 0.0,
+            "--log-cleaner-io-max-bytes-per-second must be above 0"
+        );
         let metrics_listen = match a.metrics_listen.as_deref() {
             Some("none") => None,
             Some(addr) => Some(addr.parse().map_err(|e| {
@@ -557,6 +603,13 @@ impl ServeArgs {
             log_cleaner_min_compaction_lag_ms,
             log_cleaner_max_compaction_lag_ms,
             log_cleaner_min_cleanable_ratio,
+            log_cleaner_enable: a.log_cleaner_enable.unwrap_or(true),
+            log_cleaner_backoff_ms: a
+                .log_cleaner_backoff_ms
+                .unwrap_or(LOG_CLEANER_BACKOFF_MS_DEFAULT)
+                .max(1),
+            log_cleaner_dedupe_buffer_size,
+            log_cleaner_io_max_bytes_per_second,
             producer_id_expiration_ms: a
                 .producer_id_expiration_ms
                 .unwrap_or(PRODUCER_ID_EXPIRATION_MS_DEFAULT),

@@ -295,6 +295,42 @@ async fn shard_main(
         background,
     )
     .map_err(|e| anyhow::anyhow!("cannot spawn producer maintenance: {e}"))?;
+    // The log cleaner of compacted topics (`partition::compaction`): one
+    // log per round, the filthiest; a pause of `log.cleaner.backoff.ms`
+    // when none needs cleaning. Dropped at stop like the maintenance task
+    // (an interrupted cleaning leaves `.cleaned` files or a committed swap,
+    // which the next open deletes or finishes).
+    let cleaner = if config.log_cleaner_enable {
+        let ctx = ctx.clone();
+        let settings = crate::partition::compaction::CleanerSettings {
+            dedupe_buffer_bytes: config.log_cleaner_dedupe_buffer_size,
+            io_max_bytes_per_second: config.log_cleaner_io_max_bytes_per_second,
+        };
+        let backoff = Duration::from_millis(config.log_cleaner_backoff_ms);
+        Some(
+            glommio::spawn_local_into(
+                async move {
+                    loop {
+                        let partitions = ctx.partitions();
+                        let cleaned = crate::partition::compaction::clean_filthiest(
+                            &partitions,
+                            settings,
+                            crate::clock::now_ms(),
+                        )
+                        .await;
+                        drop(partitions);
+                        if !cleaned {
+                            glommio::timer::sleep(backoff).await;
+                        }
+                    }
+                },
+                background,
+            )
+            .map_err(|e| anyhow::anyhow!("cannot spawn the log cleaner: {e}"))?,
+        )
+    } else {
+        None
+    };
 
     let addr = SocketAddr::new(config.listen, config.port_of(shard));
     let listener = bind_when_free(addr)
@@ -386,6 +422,7 @@ async fn shard_main(
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
     drop(maintenance);
+    drop(cleaner);
     ctx.snapshot_producers_at_stop().await;
     let closed = logs.shutdown().await;
     ctx.router.close();

@@ -3,7 +3,7 @@
 //! defaults, validation and DescribeConfigs answers; records without a key
 //! refused on a compacted topic with Kafka's exact answer; the policy
 //! changed on a live topic both ways; DeleteRecords refused on a
-//! compact-only topic. The log cleaner itself is not built yet.
+//! compact-only topic. The cleaner itself: `server_log_cleaner.rs`.
 //!
 //! Every test here runs against stock Kafka too, with
 //! `FJORD_TEST_BROKER=kafka:HOST:PORT` (`scripts/kafka-peer.sh start`):

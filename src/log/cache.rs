@@ -205,6 +205,25 @@ impl TailCache {
     /// Batches of `log` starting with the one containing (or first after)
     /// `from`, all with `last_offset < upper`, up to `max_bytes` but at least
     /// one. `None` if `from` is before the first cached batch of `log`.
+    /// Drops the cached batches of `log` that end below `offset` (the
+    /// cleaner rewrote them on disk: a fetch must read the cleaned ones).
+    pub(crate) fn remove_below(&self, log: u64, offset: i64) {
+        let mut inner = self.inner.borrow_mut();
+        let Some(q) = inner.logs.get_mut(&log) else {
+            return;
+        };
+        let mut dropped = Vec::new();
+        while q.front().is_some_and(|b| b.last_offset < offset) {
+            dropped.extend(q.pop_front());
+        }
+        if q.is_empty() {
+            inner.logs.remove(&log);
+        }
+        for b in &dropped {
+            inner.forget(b);
+        }
+    }
+
     pub(crate) fn read(
         &self,
         log: u64,

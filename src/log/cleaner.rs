@@ -2,9 +2,9 @@
 //! offset map built over a log's dirty section, and what cleaning does to
 //! one batch. This is Kafka's `Cleaner.buildOffsetMap`,
 //! `shouldRetainRecord` and `MemoryRecords.filterTo` as pure functions; the
-//! part that reads sealed segments, writes `.cleaned` files, swaps them in
-//! crash-safely and runs in the shard's background task queue is not built
-//! yet, so nothing calls this module outside its tests today.
+//! part that reads sealed segments, writes `.cleaned` files and swaps them
+//! in crash-safely is `log::compact`, and the choice of a log and its
+//! cleanable bounds is `partition::compaction`.
 //!
 //! Rules, as Kafka's cleaner applies them:
 //! - A record at an offset above the map's latest offset is kept: the map
@@ -60,6 +60,10 @@ use std::collections::HashMap;
 /// What one map entry costs beyond its key's bytes: the offset, the hash
 /// table's slot and the key's allocation header, rounded up.
 pub const OFFSET_MAP_ENTRY_OVERHEAD_BYTES: usize = 64;
+
+/// The smallest `--log-cleaner-dedupe-buffer-size` fjord takes: 64 KiB
+/// (about a thousand short keys per pass).
+pub const DEDUPE_BUFFER_MIN_BYTES: usize = 64 << 10;
 
 /// Key → offset of its latest record in the section mapped so far.
 pub struct OffsetMap {

@@ -34,6 +34,7 @@ mod appender;
 pub mod cache;
 pub mod checkpoint;
 pub mod cleaner;
+pub mod compact;
 mod copy;
 mod direct;
 pub mod dump;

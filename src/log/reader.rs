@@ -67,6 +67,11 @@ impl TailSlot {
         })
     }
 
+    /// Drops the cached batches that end below `offset`.
+    pub(super) fn remove_below(&self, offset: i64) {
+        self.cache.remove_below(self.id, offset);
+    }
+
     /// Drops every cached batch of the log.
     pub(super) fn remove(&self) {
         self.cache.remove_log(self.id);

@@ -182,6 +182,7 @@ async fn list_or_create(
 ) -> Result<(Vec<i64>, Vec<PathBuf>, DirSyncs), LogError> {
     let dir_created = !dir.exists();
     std::fs::create_dir_all(dir)?;
+    super::compact::recover_swaps(dir)?;
     let (mut bases, spare_files) = list_segments(dir)?;
     if !bases.is_empty() {
         return Ok((bases, spare_files, DirSyncs::new(0, None)));

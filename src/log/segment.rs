@@ -69,6 +69,53 @@ pub(crate) struct Segment {
     pub ahead: RefCell<Option<Rc<ReadAhead>>>,
 }
 
+/// A segment's indexes as they are built batch by batch, apart from the
+/// segment (`Send`: the cleaner builds them on its own thread).
+#[derive(Debug, Default)]
+pub struct SegmentIndexes {
+    pub index: OffsetIndex,
+    pub time_index: TimeIndex,
+    pub bytes_since_index: u64,
+    /// Largest batch max-timestamp so far and the last offset of that batch.
+    pub max_ts: Option<(i64, i64)>,
+}
+
+impl SegmentIndexes {
+    /// Indexes a batch of `len` bytes at `position` of the segment based at
+    /// `base`, as Kafka's `LogSegment.append` does.
+    pub fn on_append(
+        &mut self,
+        base: i64,
+        position: u64,
+        h: &BatchHeader,
+        len: u64,
+        index_interval_bytes: u32,
+    ) {
+        let last = h.last_offset();
+        let rel = (last - base) as u32;
+        match self.max_ts {
+            Some((ts, _)) if ts >= h.max_timestamp => {}
+            _ => self.max_ts = Some((h.max_timestamp, last)),
+        }
+        if self.bytes_since_index > index_interval_bytes as u64 {
+            self.index.push(rel, position as u32);
+            if let Some((ts, off)) = self.max_ts {
+                self.time_index.maybe_push(ts, (off - base) as u32);
+            }
+            self.bytes_since_index = 0;
+        }
+        self.bytes_since_index += len;
+    }
+
+    /// The final time-index entry of a segment that is no longer written
+    /// (Kafka's `onBecomeInactiveSegment`).
+    pub fn final_time_entry(&mut self, base: i64) {
+        if let Some((ts, off)) = self.max_ts {
+            self.time_index.maybe_push(ts, (off - base) as u32);
+        }
+    }
+}
+
 /// How a recovery scan of one segment ended.
 #[derive(Debug)]
 pub(crate) struct ScanOutcome {
@@ -112,26 +159,40 @@ impl Segment {
     /// Records a batch of `len` bytes at `position` in the indexes, exactly
     /// as Kafka's `LogSegment.append` does.
     pub fn on_append(&self, position: u64, h: &BatchHeader, len: u64, index_interval_bytes: u32) {
-        let last = h.last_offset();
-        let rel = (last - self.base_offset) as u32;
-        let max_ts = match self.max_ts.get() {
-            Some((ts, _)) if ts >= h.max_timestamp => self.max_ts.get(),
-            _ => Some((h.max_timestamp, last)),
+        let mut built = SegmentIndexes {
+            index: std::mem::take(&mut *self.index.borrow_mut()),
+            time_index: std::mem::take(&mut *self.time_index.borrow_mut()),
+            bytes_since_index: self.bytes_since_index.get(),
+            max_ts: self.max_ts.get(),
         };
-        self.max_ts.set(max_ts);
-        if self.bytes_since_index.get() > index_interval_bytes as u64 {
-            self.index.borrow_mut().push(rel, position as u32);
-            if let Some((ts, off)) = max_ts {
-                self.time_index
-                    .borrow_mut()
-                    .maybe_push(ts, (off - self.base_offset) as u32);
-            }
-            self.bytes_since_index.set(0);
-        }
-        self.bytes_since_index
-            .set(self.bytes_since_index.get() + len);
+        built.on_append(self.base_offset, position, h, len, index_interval_bytes);
+        *self.index.borrow_mut() = built.index;
+        *self.time_index.borrow_mut() = built.time_index;
+        self.bytes_since_index.set(built.bytes_since_index);
+        self.max_ts.set(built.max_ts);
         self.size.set(position + len);
-        self.next_offset.set(last + 1);
+        self.next_offset.set(h.last_offset() + 1);
+    }
+
+    /// A sealed segment over a file the cleaner wrote (`log::compact`):
+    /// its indexes as the cleaner built them, `size` bytes of batches, and
+    /// `next_offset` where the next segment begins.
+    pub fn cleaned(
+        dir: &Path,
+        base_offset: i64,
+        built: SegmentIndexes,
+        size: u64,
+        next_offset: i64,
+        now_ms: i64,
+    ) -> Segment {
+        let seg = Segment::new(dir, base_offset, now_ms);
+        *seg.index.borrow_mut() = built.index;
+        *seg.time_index.borrow_mut() = built.time_index;
+        seg.max_ts.set(built.max_ts);
+        seg.size.set(size);
+        seg.written_len.set(size);
+        seg.next_offset.set(next_offset);
+        seg
     }
 
     /// Adds the final time-index entry of a segment that stops being active

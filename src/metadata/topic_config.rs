@@ -25,8 +25,8 @@
 //! retention (Kafka's `UnifiedLog.deleteOldSegments`), DeleteRecords on it
 //! gets POLICY_VIOLATION, and a produce of a record without a key to a topic
 //! whose policy has `compact` gets INVALID_RECORD (Kafka's
-//! `LogValidator.validateKey`). The log cleaner itself is not built yet: a
-//! compacted topic keeps every record until it is (see issue 26).
+//! `LogValidator.validateKey`), and the log cleaner
+//! (`partition::compaction`, `log::compact`) cleans it.
 
 use crate::config::BrokerConfig;
 use crate::record::Compression;
@@ -97,7 +97,7 @@ pub const KEYS: &[ConfigKey] = &[
         name: "cleanup.policy",
         kind: ConfigType::List,
         default: |_| CLEANUP_POLICY_DELETE.into(),
-        doc: "'delete' removes whole segments by retention; 'compact' keeps the latest record per key (the cleaner is not built yet: a compacted topic keeps every record); 'compact,delete' both.",
+        doc: "'delete' removes whole segments by retention; 'compact' keeps the latest record per key (the log cleaner); 'compact,delete' both.",
         effect: Effect::Applied,
     },
     ConfigKey {
@@ -133,7 +133,7 @@ pub const KEYS: &[ConfigKey] = &[
         kind: ConfigType::Long,
         default: |b| b.log_cleaner_delete_retention_ms.to_string(),
         doc: "How long a tombstone of a compacted topic is kept after the cleaning that first saw it.",
-        effect: Effect::NotApplied,
+        effect: Effect::Applied,
     },
     ConfigKey {
         name: "errors.deadletterqueue.group.enable",
@@ -203,7 +203,7 @@ pub const KEYS: &[ConfigKey] = &[
         kind: ConfigType::Long,
         default: |b| b.log_cleaner_max_compaction_lag_ms.to_string(),
         doc: "Longest a record may stay uncompacted in a compacted topic.",
-        effect: Effect::NotApplied,
+        effect: Effect::Applied,
     },
     ConfigKey {
         name: "max.decompressed.message.bytes",
@@ -245,14 +245,14 @@ pub const KEYS: &[ConfigKey] = &[
         kind: ConfigType::Double,
         default: |b| format_double(b.log_cleaner_min_cleanable_ratio),
         doc: "Share of a compacted log not yet cleaned above which the cleaner takes it.",
-        effect: Effect::NotApplied,
+        effect: Effect::Applied,
     },
     ConfigKey {
         name: "min.compaction.lag.ms",
         kind: ConfigType::Long,
         default: |b| b.log_cleaner_min_compaction_lag_ms.to_string(),
         doc: "Shortest time a record stays uncompacted in a compacted topic.",
-        effect: Effect::NotApplied,
+        effect: Effect::Applied,
     },
     ConfigKey {
         name: "min.insync.replicas",

@@ -26,6 +26,7 @@
 //! periodically; recovery ([`recovery`]) loads the newest snapshot and
 //! replays the batches after it.
 
+pub mod compaction;
 pub mod recovery;
 #[cfg(test)]
 mod simulation;
@@ -127,6 +128,8 @@ pub struct Partition {
     /// Aborted transactions (for read_committed fetches).
     aborted: RefCell<AbortedTxns>,
     txn_index: Rc<TxnIndexWrites>,
+    /// The cleaner's first dirty offset (`compaction`).
+    first_dirty: Cell<i64>,
 }
 
 /// `.txnindex` appends in flight. No producer snapshot is taken while any
@@ -157,6 +160,7 @@ impl Partition {
             snapshot_offset: Rc::new(Cell::new(recovered.snapshot_offset)),
             aborted: RefCell::new(recovered.aborted),
             txn_index: Rc::default(),
+            first_dirty: Cell::new(0),
         }
     }
 

@@ -52,6 +52,8 @@ pub struct BrokerOpts {
     /// RLIMIT_NOFILE of the broker process, soft and hard (the broker
     /// raises its soft limit to the hard one at start, so both are set).
     pub nofile: Option<u64>,
+    /// Environment variables of the broker process.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for BrokerOpts {
@@ -60,6 +62,7 @@ impl Default for BrokerOpts {
             cores: 2,
             extra_args: Vec::new(),
             nofile: None,
+            env: Vec::new(),
         }
     }
 }
@@ -72,6 +75,11 @@ impl BrokerOpts {
 
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.extra_args.push(arg.into());
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
         self
     }
 
@@ -128,6 +136,11 @@ impl Broker {
 
     pub fn cores(&self) -> usize {
         self.opts.cores
+    }
+
+    /// The options the next [`Broker::restart`] starts the broker with.
+    pub fn opts_mut(&mut self) -> &mut BrokerOpts {
+        &mut self.opts
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -282,6 +295,7 @@ impl Broker {
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
+        cmd.envs(self.opts.env.iter().map(|(k, v)| (k, v)));
         if let Some(files) = self.opts.nofile {
             use std::os::unix::process::CommandExt;
             // SAFETY: only setrlimit(2), async-signal-safe, runs between
