@@ -47,8 +47,8 @@ use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
 use kafka_protocol::messages::{
-    DescribeLogDirsRequest, DescribeLogDirsResponse, GroupId, OffsetCommitRequest, ProducerId,
-    TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    ApiKey, DescribeLogDirsRequest, DescribeLogDirsResponse, GroupId, OffsetCommitRequest,
+    ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use kafka_protocol::protocol::buf::{ByteBuf, ByteBufMut};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
@@ -61,6 +61,15 @@ pub const OFFSET_FETCH_TOPIC_ID_VERSION: i16 = 10;
 pub const WRITE_TXN_MARKERS_TV_VERSION: i16 = 2;
 /// The DescribeLogDirs version with `is_cordoned`.
 pub const DESCRIBE_LOG_DIRS_CORDONED_VERSION: i16 = 5;
+
+/// The versions served beyond the crate's schemas, one per API (each one
+/// above the crate's highest).
+pub const HAND_CODED: &[(ApiKey, i16)] = &[
+    (ApiKey::OffsetCommit, OFFSET_COMMIT_TOPIC_ID_VERSION),
+    (ApiKey::OffsetFetch, OFFSET_FETCH_TOPIC_ID_VERSION),
+    (ApiKey::WriteTxnMarkers, WRITE_TXN_MARKERS_TV_VERSION),
+    (ApiKey::DescribeLogDirs, DESCRIBE_LOG_DIRS_CORDONED_VERSION),
+];
 
 /// The crate's last version of each message, which the unchanged parts
 /// are read and written at.
