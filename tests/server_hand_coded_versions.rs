@@ -37,6 +37,8 @@ use std::time::Duration;
 
 /// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+/// Kafka's GROUP_ID_NOT_FOUND.
+const GROUP_ID_NOT_FOUND: i16 = 69;
 /// Kafka's UNKNOWN_TOPIC_ID.
 const UNKNOWN_TOPIC_ID: i16 = 100;
 /// Kafka's CLUSTER_AUTHORIZATION_FAILED.
@@ -107,17 +109,27 @@ fn topic_id(raw: &mut RawClient, topic: &str) -> TopicId {
 type Commit<'a> = (i32, i64, Option<&'a str>);
 
 /// OffsetCommit v10 of `topics` for `group` as a simple (memberless)
-/// committer; the answer as (topic id, [(partition, error)]), topics in
-/// the broker's order, partitions sorted.
+/// committer; the answer as (topic id, [(partition, error)]), sorted.
 fn commit_v10(
     raw: &mut RawClient,
     group: &str,
     topics: &[(TopicId, Vec<Commit>)],
 ) -> Vec<(TopicId, Vec<(i32, i16)>)> {
+    commit_v10_as(raw, group, (-1, ""), topics)
+}
+
+/// [`commit_v10`] as member `member.1` at generation (or member epoch)
+/// `member.0`.
+fn commit_v10_as(
+    raw: &mut RawClient,
+    group: &str,
+    member: (i32, &str),
+    topics: &[(TopicId, Vec<Commit>)],
+) -> Vec<(TopicId, Vec<(i32, i16)>)> {
     let mut b = BytesMut::new();
     put_string(&mut b, group, true);
-    b.put_i32(-1); // generation id or member epoch
-    put_string(&mut b, "", true); // member id
+    b.put_i32(member.0); // generation id or member epoch
+    put_string(&mut b, member.1, true); // member id
     put_nullable_string(&mut b, None, true); // group instance id
     put_array_len(&mut b, topics.len(), true);
     for (id, partitions) in topics {
@@ -151,7 +163,16 @@ fn commit_v10(
     }
     r.skip_tagged_fields("response").unwrap();
     assert_eq!(r.remaining(), 0, "OffsetCommit v10 has trailing bytes");
+    // Kafka lists the topics it refused first when the group refuses the
+    // rest, last when not; the order carries no meaning.
+    out.sort();
     out
+}
+
+/// `v` sorted, to compare with [`commit_v10`]'s answers.
+fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+    v.sort();
+    v
 }
 
 /// One fetched partition: index, committed offset, metadata, error.
@@ -256,8 +277,10 @@ fn advertised_max(raw: &mut RawClient, key: ApiKey) -> i16 {
 /// OffsetCommit v10 and OffsetFetch v10 name topics by id. An id the
 /// broker does not know is UNKNOWN_TOPIC_ID (100) on each of its
 /// partitions, a known id with a partition it does not have is
-/// UNKNOWN_TOPIC_OR_PARTITION (3), and what v10 commits is what v9 fetches
-/// and the reverse: one group's offsets, whichever version wrote them.
+/// UNKNOWN_TOPIC_OR_PARTITION (3), an unknown id stays UNKNOWN_TOPIC_ID
+/// when the group refuses the commit (GROUP_ID_NOT_FOUND, 69, on the known
+/// topic), and what v10 commits is what v9 fetches and the reverse: one
+/// group's offsets, whichever version wrote them.
 #[test]
 fn offset_commit_and_fetch_v10_use_topic_ids_and_share_offsets_with_v9() {
     let target = Target::start(BrokerOpts::default().cores(2));
@@ -282,10 +305,10 @@ fn offset_commit_and_fetch_v10_use_topic_ids_and_share_offsets_with_v9() {
     );
     assert_eq!(
         answer,
-        vec![
+        sorted(vec![
             (id, vec![(0, 0), (2, UNKNOWN_TOPIC_OR_PARTITION)]),
             (UNKNOWN_ID, vec![(0, UNKNOWN_TOPIC_ID)]),
-        ]
+        ])
     );
 
     // v9 sees it by name, and commits partition 1.
@@ -362,6 +385,21 @@ fn offset_commit_and_fetch_v10_use_topic_ids_and_share_offsets_with_v9() {
             id,
             vec![(0, 5, Some("m10".into()), 0), (1, 7, Some("m9".into()), 0)]
         )]
+    );
+    // A member of a group that does not exist: the group's error on the
+    // known topic, UNKNOWN_TOPIC_ID still on the unknown one.
+    let answer = commit_v10_as(
+        &mut coord,
+        &target.name("offsets-by-id-no-such-group"),
+        (3, "no-such-member"),
+        &[(id, vec![(0, 1, None)]), (UNKNOWN_ID, vec![(0, 1, None)])],
+    );
+    assert_eq!(
+        answer,
+        sorted(vec![
+            (id, vec![(0, GROUP_ID_NOT_FOUND)]),
+            (UNKNOWN_ID, vec![(0, UNKNOWN_TOPIC_ID)]),
+        ])
     );
     // A v10 commit overwrites what v9 committed.
     let answer = commit_v10(&mut coord, &group, &[(id, vec![(1, 8, None)])]);
