@@ -4,8 +4,8 @@
 //!
 //! - OffsetCommit v10 and OffsetFetch v10 (KIP-848 era): topics are named
 //!   by topic id, with no name on the wire, in the request and the
-//!   response. The Java consumer (`group.protocol=consumer`) sends them as
-//!   soon as the broker advertises them and it knows every topic's id.
+//!   response. The Java consumer (4.x, either group protocol) sends them
+//!   as soon as the broker advertises them and it knows every topic's id.
 //! - WriteTxnMarkers v2: each marker carries the transaction version
 //!   (KIP-890) of the transaction it ends; the response is v1's.
 //! - DescribeLogDirs v5: each log directory reports `is_cordoned`
@@ -15,9 +15,11 @@
 //! schemas (`OffsetCommitRequestData.SCHEMAS[10]` and so on). Everything
 //! that did not change between the previous version and this one is left
 //! to the crate's types: a request decodes into the crate's struct of the
-//! previous version plus the new fields, and a response encodes the
-//! crate's sub-structures that did not change at the previous version.
-//! That keeps the handlers on one set of types for every version.
+//! previous version plus the new fields where that struct still fits
+//! (OffsetFetch v10's request, whose groups and topics both change, has
+//! its own), and a response encodes the crate's sub-structures that did
+//! not change at the previous version. That keeps the handlers on one set
+//! of types for every version.
 //!
 //! Requests are read entirely by hand, even DescribeLogDirs v5 whose body
 //! is v4's: the crate's decoders size a vector from a count on the wire
