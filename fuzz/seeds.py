@@ -152,6 +152,17 @@ def main():
         request_header(3, 1, False) + struct.pack(">i", 1) + struct.pack(">h", 1) + b"t",
         request_header(10, 4, True) + b"\x02g\x00\x00",  # FindCoordinator v4
         request_header(12, 4, True) + b"\x02g" + struct.pack(">i", 1) + b"\x02m\x00\x00",
+        # The hand-coded versions (src/protocol/hand_versions.rs), bodies as
+        # Kafka 4.4's kafka-clients serializes them (the unit tests' bytes).
+        request_header(8, 10, True) + bytes.fromhex(
+            "026700000003026d00020102030405060708090a0b0c0d0e0f10"
+            "0200000001000000000000002a00000005036d64000000"),  # OffsetCommit v10
+        request_header(9, 10, True) + bytes.fromhex(
+            "030267026d00000004020102030405060708090a0b0c0d0e0f10"
+            "0300000000000000010000026800ffffffff00000100"),  # OffsetFetch v10
+        request_header(27, 2, True) + bytes.fromhex(
+            "0200000000000000070001010202740300000000000000020000000003020000"),
+        request_header(35, 5, True) + bytes.fromhex("02027402000000000000"),
     ]
     for i, f in enumerate(frames):
         write("request_frame", "frame-%d" % i, b"\x00" + f)

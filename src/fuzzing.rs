@@ -185,8 +185,10 @@ pub fn request_frame(data: &[u8]) {
 }
 
 /// Decodes a request body as `handlers::dispatch` would route it: Produce
-/// with fjord's decoder, every other supported api with kafka-protocol's
-/// request type through `handlers::decode`. ApiVersions' handler reads no
+/// with fjord's decoder, the versions newer than kafka-protocol's schemas
+/// with fjord's hand codecs (`protocol::hand_versions`), every other
+/// supported api with kafka-protocol's request type through
+/// `handlers::decode`. ApiVersions' handler reads no
 /// body; it is decoded here all the same, as clients send one.
 fn request_body(header: &RequestHeader, mut body: BytesMut) {
     use crate::handlers::decode;
@@ -202,8 +204,21 @@ fn request_body(header: &RequestHeader, mut body: BytesMut) {
             let _ = decode::<$t>(header, &mut body);
         }};
     }
+    use crate::protocol::hand_versions::*;
+    let v = header.api_version;
     match key {
         ApiKey::Produce => produce_request_body(body, header.api_version),
+        // The versions newer than the crate's schemas, decoded by hand.
+        ApiKey::OffsetCommit if v >= OFFSET_COMMIT_TOPIC_ID_VERSION => {
+            kp!(OffsetCommitRequestV10)
+        }
+        ApiKey::OffsetFetch if v >= OFFSET_FETCH_TOPIC_ID_VERSION => kp!(OffsetFetchRequestV10),
+        ApiKey::WriteTxnMarkers if v >= WRITE_TXN_MARKERS_TV_VERSION => {
+            kp!(WriteTxnMarkersRequestV2)
+        }
+        ApiKey::DescribeLogDirs if v >= DESCRIBE_LOG_DIRS_CORDONED_VERSION => {
+            kp!(DescribeLogDirsRequestV5)
+        }
         ApiKey::Fetch => kp!(FetchRequest),
         ApiKey::ListOffsets => kp!(ListOffsetsRequest),
         ApiKey::Metadata => kp!(MetadataRequest),

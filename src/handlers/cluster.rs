@@ -5,6 +5,9 @@
 //! shard that answers.
 
 use super::{decode, respond, str_bytes, Outcome};
+use crate::protocol::hand_versions::{
+    DescribeLogDirsRequestV5, DescribeLogDirsResponseV5, DESCRIBE_LOG_DIRS_CORDONED_VERSION,
+};
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
 use bytes::BytesMut;
@@ -68,7 +71,13 @@ pub fn describe_log_dirs(
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
-    let Some(req) = decode::<DescribeLogDirsRequest>(header, body) else {
+    let v = header.api_version;
+    let req = if v >= DESCRIBE_LOG_DIRS_CORDONED_VERSION {
+        decode::<DescribeLogDirsRequestV5>(header, body).map(|r| r.0)
+    } else {
+        decode::<DescribeLogDirsRequest>(header, body)
+    };
+    let Some(req) = req else {
         return Outcome::Close;
     };
     let wanted = |topic: &str, partition: i32| match &req.topics {
@@ -100,12 +109,22 @@ pub fn describe_log_dirs(
     let mut result = DescribeLogDirsResult::default()
         .with_log_dir(str_bytes(dir.display().to_string()))
         .with_topics(topics);
-    if header.api_version >= 4 {
+    if v >= 4 {
         let (total, usable) = disk_space(&dir);
         result = result.with_total_bytes(total).with_usable_bytes(usable);
     }
-    respond(
-        header,
-        &DescribeLogDirsResponse::default().with_results(vec![result]),
-    )
+    let resp = DescribeLogDirsResponse::default().with_results(vec![result]);
+    if v >= DESCRIBE_LOG_DIRS_CORDONED_VERSION {
+        // v5 (KIP-1066): fjord has one log directory and no way to cordon
+        // it, so it always takes new partitions.
+        respond(
+            header,
+            &DescribeLogDirsResponseV5 {
+                response: resp,
+                cordoned: vec![false],
+            },
+        )
+    } else {
+        respond(header, &resp)
+    }
 }

@@ -255,6 +255,45 @@ impl ResponseErrors for WriteTxnMarkersResponse {
     }
 }
 
+/// The hand-coded versions (`protocol::hand_versions`) count as the
+/// crate's previous version of the same response does.
+impl ResponseErrors for crate::protocol::hand_versions::OffsetCommitResponseV10 {
+    fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
+        for (_, partitions) in &self.topics {
+            for p in partitions {
+                count(p.error_code);
+            }
+        }
+    }
+}
+
+impl ResponseErrors for crate::protocol::hand_versions::OffsetFetchResponseV10 {
+    fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
+        for g in &self.groups {
+            count(g.error_code);
+        }
+        for g in &self.groups {
+            for (_, partitions) in &g.topics {
+                for p in partitions {
+                    count(p.error_code);
+                }
+            }
+        }
+    }
+}
+
+impl ResponseErrors for crate::protocol::hand_versions::WriteTxnMarkersResponseV2 {
+    fn error_codes(&self, version: i16, count: &mut impl FnMut(i16)) {
+        self.0.error_codes(version, count);
+    }
+}
+
+impl ResponseErrors for crate::protocol::hand_versions::DescribeLogDirsResponseV5 {
+    fn error_codes(&self, version: i16, count: &mut impl FnMut(i16)) {
+        self.response.error_codes(version, count);
+    }
+}
+
 impl ResponseErrors for DescribeTransactionsResponse {
     fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
         for s in &self.transaction_states {

@@ -11,6 +11,9 @@
 
 use super::{decode, led_partition, respond, str_bytes, Outcome};
 use crate::metadata::internal::TRANSACTION_STATE;
+use crate::protocol::hand_versions::{
+    WriteTxnMarkersRequestV2, WriteTxnMarkersResponseV2, WRITE_TXN_MARKERS_TV_VERSION,
+};
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
 use bytes::BytesMut;
@@ -229,9 +232,15 @@ pub fn describe_producers(
 /// caller can be told apart from a client forging COMMIT or ABORT markers
 /// for other producers' transactions: every marker is refused with
 /// CLUSTER_AUTHORIZATION_FAILED, which is what Kafka answers a client that
-/// lacks CLUSTER_ACTION.
+/// lacks CLUSTER_ACTION. v2 adds each marker's transaction version
+/// (KIP-890), which changes nothing about that refusal.
 pub fn write_txn_markers(header: &RequestHeader, body: &mut BytesMut) -> Outcome {
-    let Some(req) = decode::<WriteTxnMarkersRequest>(header, body) else {
+    let req = if header.api_version >= WRITE_TXN_MARKERS_TV_VERSION {
+        decode::<WriteTxnMarkersRequestV2>(header, body).map(|r| r.request)
+    } else {
+        decode::<WriteTxnMarkersRequest>(header, body)
+    };
+    let Some(req) = req else {
         return Outcome::Close;
     };
     let refused = ResponseError::ClusterAuthorizationFailed.code();
@@ -262,8 +271,10 @@ pub fn write_txn_markers(header: &RequestHeader, body: &mut BytesMut) -> Outcome
                 )
         })
         .collect();
-    respond(
-        header,
-        &WriteTxnMarkersResponse::default().with_markers(results),
-    )
+    let resp = WriteTxnMarkersResponse::default().with_markers(results);
+    if header.api_version >= WRITE_TXN_MARKERS_TV_VERSION {
+        respond(header, &WriteTxnMarkersResponseV2(resp))
+    } else {
+        respond(header, &resp)
+    }
 }

@@ -7,7 +7,9 @@
 //! and is tested without sockets. The control plane (ApiVersions bodies,
 //! Metadata, CreateTopics, ...) uses `kafka-protocol`'s generated types; only
 //! Produce and Fetch are hand-written, because they must keep record bytes
-//! as zero-copy slices of the received frame or of the log.
+//! as zero-copy slices of the received frame or of the log; so are the few
+//! control-plane versions newer than the crate's schemas
+//! ([`hand_versions`]).
 //!
 //! Invariant: bytes from the network never cause a panic here. Malformed
 //! input is a [`ProtocolError`]; the caller answers with an error code or
@@ -16,6 +18,7 @@
 pub mod apis;
 pub mod fetch;
 pub mod frame;
+pub mod hand_versions;
 pub mod header;
 pub mod produce;
 pub mod wire;

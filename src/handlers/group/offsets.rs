@@ -1,6 +1,8 @@
-//! OffsetCommit v2-9, OffsetFetch v1-9 (several groups from v8),
-//! OffsetDelete v0 and TxnOffsetCommit v0-5. Partitions of unknown topics
-//! get UNKNOWN_TOPIC_OR_PARTITION on commit; a group-level refusal
+//! OffsetCommit v2-10, OffsetFetch v1-10 (several groups from v8, topics
+//! by id at v10, resolved to names here so that the group layer sees only
+//! names), OffsetDelete v0 and TxnOffsetCommit v0-5. Partitions of unknown
+//! topics get UNKNOWN_TOPIC_OR_PARTITION on commit (UNKNOWN_TOPIC_ID for an
+//! unknown topic id at v10); a group-level refusal
 //! (NOT_COORDINATOR, ILLEGAL_GENERATION, ...) is reported on every
 //! partition of a commit, as Kafka does. (v0/v1 of OffsetCommit and v0 of
 //! OffsetFetch are not in kafka-protocol 0.18's schemas, so not served.)
@@ -11,9 +13,15 @@ use crate::group::state::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
 use crate::group::OffsetToCommit;
 use crate::handlers::errors;
 use crate::handlers::{decode, respond, str_bytes, Outcome};
+use crate::protocol::hand_versions::{
+    OffsetCommitRequestV10, OffsetCommitResponseV10, OffsetFetchGroupResponseV10,
+    OffsetFetchRequestV10, OffsetFetchResponseV10, TopicId, OFFSET_COMMIT_TOPIC_ID_VERSION,
+    OFFSET_FETCH_TOPIC_ID_VERSION,
+};
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
 use bytes::BytesMut;
+use kafka_protocol::messages::offset_commit_request::OffsetCommitRequestTopic;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -33,7 +41,8 @@ use kafka_protocol::messages::{
     TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use std::collections::BTreeMap;
+use kafka_protocol::ResponseError;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 /// OffsetCommit v2-v4's `retention_time_ms` meaning "the broker's".
@@ -120,10 +129,102 @@ pub async fn offset_commit(
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
+    if header.api_version >= OFFSET_COMMIT_TOPIC_ID_VERSION {
+        return offset_commit_by_id(ctx, header, body).await;
+    }
     let Some(req) = decode::<OffsetCommitRequest>(header, body) else {
         return Outcome::Close;
     };
-    let v = header.api_version;
+    let rows = commit_rows(ctx, header.api_version, &req).await;
+    let topics = by_topic(rows)
+        .into_iter()
+        .map(|(t, parts)| {
+            OffsetCommitResponseTopic::default()
+                .with_name(TopicName(str_bytes(t)))
+                .with_partitions(commit_partitions(parts))
+        })
+        .collect();
+    respond(header, &OffsetCommitResponse::default().with_topics(topics))
+}
+
+/// OffsetCommit v10, whose topics are named by id. The ids are resolved to
+/// names here, and the commit goes on as at v9; the answer names the
+/// topics by the ids asked for. An id no topic has is UNKNOWN_TOPIC_ID on
+/// each of its partitions, whatever the group's answer, as Kafka does.
+async fn offset_commit_by_id(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
+    let Some(req) = decode::<OffsetCommitRequestV10>(header, body) else {
+        return Outcome::Close;
+    };
+    let mut named = req.request;
+    let mut ids: HashMap<String, TopicId> = HashMap::new();
+    let mut unknown = Vec::new();
+    {
+        let image = ctx.image();
+        for (id, partitions) in req.topics {
+            match image.topic_by_id(&id) {
+                Some(topic) => {
+                    ids.insert(topic.name.clone(), id);
+                    named.topics.push(
+                        OffsetCommitRequestTopic::default()
+                            .with_name(TopicName(str_bytes(topic.name.clone())))
+                            .with_partitions(partitions),
+                    );
+                }
+                None => unknown.push((
+                    id,
+                    commit_partitions(
+                        partitions
+                            .iter()
+                            .map(|p| (p.partition_index, ResponseError::UnknownTopicId.code()))
+                            .collect(),
+                    ),
+                )),
+            }
+        }
+    }
+    let rows = commit_rows(ctx, header.api_version, &named).await;
+    let mut topics: Vec<_> = by_topic(rows)
+        .into_iter()
+        .map(|(t, parts)| {
+            let id = *ids
+                .get(&t)
+                .expect("every committed topic was resolved from an id");
+            (id, commit_partitions(parts))
+        })
+        .collect();
+    topics.extend(unknown);
+    respond(
+        header,
+        &OffsetCommitResponseV10 {
+            throttle_time_ms: 0,
+            topics,
+        },
+    )
+}
+
+/// The response partitions of (partition, error) rows.
+fn commit_partitions(parts: Vec<(i32, i16)>) -> Vec<OffsetCommitResponsePartition> {
+    parts
+        .into_iter()
+        .map(|(p, c)| {
+            OffsetCommitResponsePartition::default()
+                .with_partition_index(p)
+                .with_error_code(c)
+        })
+        .collect()
+}
+
+/// Commits what `req` (OffsetCommit at `v`, topics by name) asks; the
+/// error of every partition, in request order.
+async fn commit_rows(
+    ctx: &Rc<ShardCtx>,
+    v: i16,
+    req: &OffsetCommitRequest,
+) -> Vec<(String, i32, i16)> {
     let now = now_ms();
     // v2-v4 may override the retention; -1 means the broker's.
     let expire = (v <= 4 && req.retention_time_ms != DEFAULT_RETENTION_TIME_MS)
@@ -151,7 +252,7 @@ pub async fn offset_commit(
     } else {
         GroupError::IllegalGeneration
     };
-    let rows = commit_checked(checked, |valid| async {
+    commit_checked(checked, |valid| async {
         ctx.groups.check(&group_id)?;
         ctx.groups
             .commit_offsets(
@@ -164,25 +265,7 @@ pub async fn offset_commit(
             )
             .await
     })
-    .await;
-    let topics = by_topic(rows)
-        .into_iter()
-        .map(|(t, parts)| {
-            OffsetCommitResponseTopic::default()
-                .with_name(TopicName(str_bytes(t)))
-                .with_partitions(
-                    parts
-                        .into_iter()
-                        .map(|(p, c)| {
-                            OffsetCommitResponsePartition::default()
-                                .with_partition_index(p)
-                                .with_error_code(c)
-                        })
-                        .collect(),
-                )
-        })
-        .collect();
-    respond(header, &OffsetCommitResponse::default().with_topics(topics))
+    .await
 }
 
 pub async fn txn_offset_commit(
@@ -338,7 +421,129 @@ fn fetch_group(
     Ok(out)
 }
 
+/// One group of an OffsetFetch v9+ (the member is checked first; KIP-848
+/// consumer groups) or v8.
+fn fetch_member_group(
+    ctx: &ShardCtx,
+    v: i16,
+    group_id: &str,
+    member: (Option<&str>, i32),
+    topics: Option<Vec<(String, Vec<i32>)>>,
+    require_stable: bool,
+) -> FetchRows {
+    if v >= 9 {
+        ctx.groups
+            .validate_offset_fetch(group_id, member.0, member.1)?;
+    }
+    fetch_group(ctx, group_id, topics, require_stable)
+}
+
+/// The v8+ response partitions of fetched rows.
+fn fetch_partitions(parts: Vec<FetchRow>) -> Vec<OffsetFetchResponsePartitions> {
+    parts
+        .into_iter()
+        .map(|(p, o, e, m, c)| {
+            OffsetFetchResponsePartitions::default()
+                .with_partition_index(p)
+                .with_committed_offset(o)
+                .with_committed_leader_epoch(e)
+                .with_metadata(Some(str_bytes(m)))
+                .with_error_code(c)
+        })
+        .collect()
+}
+
+/// OffsetFetch v10, whose topics are named by id. The ids asked for are
+/// resolved to names here and fetched as at v9; an id no topic has is
+/// UNKNOWN_TOPIC_ID on each of its partitions (offset -1, as Kafka
+/// answers), after the known ones. Asked for all topics, the group's
+/// topics are named by their current ids; offsets left of a deleted topic,
+/// which has none, are not listed.
+fn offset_fetch_by_id(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    let Some(req) = decode::<OffsetFetchRequestV10>(header, body) else {
+        return Outcome::Close;
+    };
+    let v = header.api_version;
+    let image = ctx.image();
+    let groups = req
+        .groups
+        .iter()
+        .map(|g| {
+            let mut ids: HashMap<String, TopicId> = HashMap::new();
+            let mut unknown = Vec::new();
+            let topics = g.topics.as_ref().map(|ts| {
+                let mut named = Vec::new();
+                for (id, partitions) in ts {
+                    match image.topic_by_id(id) {
+                        Some(topic) => {
+                            ids.insert(topic.name.clone(), *id);
+                            named.push((topic.name.clone(), partitions.clone()));
+                        }
+                        None => unknown.push((
+                            *id,
+                            fetch_partitions(
+                                partitions
+                                    .iter()
+                                    .map(|&p| {
+                                        (
+                                            p,
+                                            -1,
+                                            -1,
+                                            String::new(),
+                                            ResponseError::UnknownTopicId.code(),
+                                        )
+                                    })
+                                    .collect(),
+                            ),
+                        )),
+                    }
+                }
+                named
+            });
+            let fetched = fetch_member_group(
+                ctx,
+                v,
+                &g.group_id,
+                (g.member_id.as_deref(), g.member_epoch),
+                topics,
+                req.require_stable,
+            );
+            let mut group = OffsetFetchGroupResponseV10 {
+                group_id: g.group_id.clone(),
+                ..Default::default()
+            };
+            match fetched {
+                Err(e) => group.error_code = errors::group(&e),
+                Ok(rows) => {
+                    group.topics = rows
+                        .into_iter()
+                        .filter_map(|(t, parts)| {
+                            let id = ids
+                                .get(&t)
+                                .copied()
+                                .or_else(|| image.topic(&t).map(|m| m.id))?;
+                            Some((id, fetch_partitions(parts)))
+                        })
+                        .collect();
+                    group.topics.extend(unknown);
+                }
+            }
+            group
+        })
+        .collect();
+    respond(
+        header,
+        &OffsetFetchResponseV10 {
+            throttle_time_ms: 0,
+            groups,
+        },
+    )
+}
+
 pub fn offset_fetch(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    if header.api_version >= OFFSET_FETCH_TOPIC_ID_VERSION {
+        return offset_fetch_by_id(ctx, header, body);
+    }
     let Some(req) = decode::<OffsetFetchRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -355,17 +560,14 @@ pub fn offset_fetch(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                         .collect()
                 });
                 let base = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-                let member = if v >= 9 {
-                    ctx.groups.validate_offset_fetch(
-                        &g.group_id,
-                        g.member_id.as_deref(),
-                        g.member_epoch,
-                    )
-                } else {
-                    Ok(())
-                };
-                let fetched =
-                    member.and_then(|()| fetch_group(ctx, &g.group_id, topics, require_stable));
+                let fetched = fetch_member_group(
+                    ctx,
+                    v,
+                    &g.group_id,
+                    (g.member_id.as_deref(), g.member_epoch),
+                    topics,
+                    require_stable,
+                );
                 match fetched {
                     Err(e) => base.with_error_code(errors::group(&e)),
                     Ok(rows) => base.with_topics(
@@ -373,19 +575,7 @@ pub fn offset_fetch(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                             .map(|(t, parts)| {
                                 OffsetFetchResponseTopics::default()
                                     .with_name(TopicName(str_bytes(t)))
-                                    .with_partitions(
-                                        parts
-                                            .into_iter()
-                                            .map(|(p, o, e, m, c)| {
-                                                OffsetFetchResponsePartitions::default()
-                                                    .with_partition_index(p)
-                                                    .with_committed_offset(o)
-                                                    .with_committed_leader_epoch(e)
-                                                    .with_metadata(Some(str_bytes(m)))
-                                                    .with_error_code(c)
-                                            })
-                                            .collect(),
-                                    )
+                                    .with_partitions(fetch_partitions(parts))
                             })
                             .collect(),
                     ),
