@@ -40,6 +40,11 @@ pub const LOG_CLEANER_MIN_COMPACTION_LAG_MS_DEFAULT: i64 = 0;
 pub const LOG_CLEANER_MAX_COMPACTION_LAG_MS_DEFAULT: i64 = i64::MAX;
 /// Kafka's `log.cleaner.min.cleanable.ratio` default.
 pub const LOG_CLEANER_MIN_CLEANABLE_RATIO_DEFAULT: f64 = 0.5;
+/// Kafka's lower bound for `segment.bytes` (1 MiB since Kafka 4.0).
+pub const SEGMENT_BYTES_MIN: i64 = 1024 * 1024;
+/// Kafka's `offsets.topic.segment.bytes` and
+/// `transaction.state.log.segment.bytes` defaults (100 MiB).
+pub const INTERNAL_TOPIC_SEGMENT_BYTES_DEFAULT: u64 = 100 * 1024 * 1024;
 /// Kafka's `log.cleaner.backoff.ms` default: how long the cleaner sleeps
 /// when no log needs cleaning.
 pub const LOG_CLEANER_BACKOFF_MS_DEFAULT: u64 = 15_000;
@@ -194,6 +199,12 @@ pub struct ServeArgs {
     /// Kafka `log.cleaner.min.cleanable.ratio`, default of a topic's `min.cleanable.dirty.ratio` [default: 0.5].
     #[arg(long)]
     pub log_cleaner_min_cleanable_ratio: Option<f64>,
+    /// Kafka `offsets.topic.segment.bytes`: segment size of `__consumer_offsets`, set when it is created [default: 104857600].
+    #[arg(long)]
+    pub offsets_topic_segment_bytes: Option<u64>,
+    /// Kafka `transaction.state.log.segment.bytes`: segment size of `__transaction_state`, set when it is created [default: 104857600].
+    #[arg(long)]
+    pub transaction_state_log_segment_bytes: Option<u64>,
     /// Kafka `log.cleaner.enable`: run the log cleaner of compacted topics [default: true].
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub log_cleaner_enable: Option<bool>,
@@ -330,6 +341,8 @@ pub struct BrokerConfig {
     pub log_cleaner_max_compaction_lag_ms: i64,
     pub log_cleaner_min_cleanable_ratio: f64,
     pub log_cleaner_enable: bool,
+    pub offsets_topic_segment_bytes: u64,
+    pub transaction_state_log_segment_bytes: u64,
     pub log_cleaner_backoff_ms: u64,
     pub log_cleaner_dedupe_buffer_size: usize,
     /// `f64::INFINITY` when unlimited.
@@ -412,6 +425,12 @@ impl ServeArgs {
                 .log_cleaner_min_cleanable_ratio
                 .or(file.log_cleaner_min_cleanable_ratio),
             log_cleaner_enable: self.log_cleaner_enable.or(file.log_cleaner_enable),
+            offsets_topic_segment_bytes: self
+                .offsets_topic_segment_bytes
+                .or(file.offsets_topic_segment_bytes),
+            transaction_state_log_segment_bytes: self
+                .transaction_state_log_segment_bytes
+                .or(file.transaction_state_log_segment_bytes),
             log_cleaner_backoff_ms: self.log_cleaner_backoff_ms.or(file.log_cleaner_backoff_ms),
             log_cleaner_dedupe_buffer_size: self
                 .log_cleaner_dedupe_buffer_size
@@ -549,6 +568,22 @@ impl ServeArgs {
             (0.0..=1.0).contains(&log_cleaner_min_cleanable_ratio),
             "--log-cleaner-min-cleanable-ratio must be between 0 and 1"
         );
+        let internal_segment_bytes = |v: Option<u64>, flag: &str| {
+            let bytes = v.unwrap_or(INTERNAL_TOPIC_SEGMENT_BYTES_DEFAULT);
+            anyhow::ensure!(
+                bytes >= SEGMENT_BYTES_MIN as u64 && bytes <= i32::MAX as u64,
+                "--{flag} must be between {} and {}",
+                SEGMENT_BYTES_MIN,
+                i32::MAX
+            );
+            Ok(bytes)
+        };
+        let offsets_topic_segment_bytes =
+            internal_segment_bytes(a.offsets_topic_segment_bytes, "offsets-topic-segment-bytes")?;
+        let transaction_state_log_segment_bytes = internal_segment_bytes(
+            a.transaction_state_log_segment_bytes,
+            "transaction-state-log-segment-bytes",
+        )?;
         let log_cleaner_dedupe_buffer_size = a
             .log_cleaner_dedupe_buffer_size
             .unwrap_or(LOG_CLEANER_DEDUPE_BUFFER_SIZE_DEFAULT);
@@ -604,6 +639,8 @@ impl ServeArgs {
             log_cleaner_max_compaction_lag_ms,
             log_cleaner_min_cleanable_ratio,
             log_cleaner_enable: a.log_cleaner_enable.unwrap_or(true),
+            offsets_topic_segment_bytes,
+            transaction_state_log_segment_bytes,
             log_cleaner_backoff_ms: a
                 .log_cleaner_backoff_ms
                 .unwrap_or(LOG_CLEANER_BACKOFF_MS_DEFAULT)

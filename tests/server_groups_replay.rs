@@ -1,7 +1,7 @@
 //! The group coordinator over a real `__consumer_offsets` partition log,
 //! without a network: committed offsets and transactional offsets are
-//! rebuilt by replaying the log (honouring COMMIT/ABORT markers), and
-//! compaction bounds the log while keeping the state.
+//! rebuilt by replaying the log (honouring COMMIT/ABORT markers). The log
+//! cleaner bounds the topic: `server_log_cleaner.rs`.
 
 mod log_util;
 
@@ -158,54 +158,6 @@ fn replay_rebuilds_offsets_and_honours_transaction_markers() {
         assert_eq!(fetch(&again, true)[3], ("t".into(), 3, Some(-99)));
         again.complete_transaction(p, 9, true);
         assert_eq!(fetch(&again, false)[3], ("t".into(), 3, Some(13)));
-        mgr.shutdown().await.expect("shutdown");
-    });
-}
-
-#[test]
-fn compaction_drops_old_segments_and_keeps_the_live_state() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().to_path_buf();
-    log_util::run(data.clone(), move || async move {
-        let mgr = LogManager::new_for_shard(data, TailCache::new(1 << 20), 0);
-        let p = group_partition();
-        let tp = TopicPartition::new("__consumer_offsets", p);
-        let config = LogConfig {
-            segment_bytes: 4096,
-            preallocate_bytes: 64 * 1024,
-            ..LogConfig::default()
-        };
-        let log = mgr.open(&tp, config).await.expect("open");
-        let coord = loaded(log.clone()).await;
-        // 400 commits of 4 partitions: many segments of superseded values.
-        for i in 0..400i64 {
-            let part = (i % 4) as i32;
-            coord
-                .commit_offsets(
-                    GROUP,
-                    "",
-                    None,
-                    -1,
-                    vec![("t".into(), part, offset(i))],
-                    GroupError::IllegalGeneration,
-                )
-                .await
-                .expect("commit");
-        }
-        let before = fetch(&coord, false);
-        let segments_before = log.segment_count();
-        assert!(segments_before > 5, "{segments_before} segments");
-        coord.compact(p).await.expect("compact");
-        let segments_after = log.segment_count();
-        assert!(
-            segments_after <= 2,
-            "compaction left {segments_after} of {segments_before} segments"
-        );
-        assert!(log.log_start_offset().0 > 0, "log start moved");
-        assert_eq!(fetch(&coord, false), before);
-        let again = loaded(log.clone()).await;
-        assert_eq!(fetch(&again, false), before, "replay after compaction");
-        assert_eq!(before[3], ("t".into(), 3, Some(399)));
         mgr.shutdown().await.expect("shutdown");
     });
 }

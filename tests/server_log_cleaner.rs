@@ -367,3 +367,170 @@ fn a_crash_after_the_swap_commits_recovers_the_cleaned_segments() {
 fn a_crash_while_old_segments_are_deleted_recovers_the_cleaned_segments() {
     crash_during_swap("mid-finish", true);
 }
+
+/// Bytes of the `.log` files of `topic`'s partition `partition`.
+fn log_bytes(data_dir: &std::path::Path, topic: &str, partition: i32) -> u64 {
+    let dir = data_dir.join(format!("{topic}-{partition}"));
+    std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// The partition of an internal topic a key (group id, transactional id)
+/// maps to: `abs(javaStringHashCode(key)) % 50`.
+fn internal_partition(key: &str) -> i32 {
+    let h = fjord::metadata::internal::java_string_hash(key);
+    (if h == i32::MIN { 0 } else { h.abs() }) % 50
+}
+
+/// Internal topics' segments of 1 MiB, the smallest segment.bytes.
+const INTERNAL_SEGMENT_BYTES: u64 = 1 << 20;
+/// Bytes written to each internal partition: several segments.
+const INTERNAL_WRITTEN_MIN_BYTES: u64 = 4 * INTERNAL_SEGMENT_BYTES;
+/// What an internal partition may hold once cleaned: its active segment
+/// (at most one segment) and the cleaned live state (a few KiB here).
+const INTERNAL_CLEANED_MAX_BYTES: u64 = INTERNAL_SEGMENT_BYTES + (256 << 10);
+/// Rounds measured before the load, to learn the bytes a round writes (the
+/// active segment, never cleaned, holds them all).
+const MEASURED_ROUNDS: u64 = 20;
+
+/// Runs `round` until it has written `INTERNAL_WRITTEN_MIN_BYTES` to
+/// `partition` of `internal`: the first `MEASURED_ROUNDS` rounds measure
+/// the bytes a round writes. Returns how many rounds ran.
+fn write_internal(
+    data: &std::path::Path,
+    internal: &str,
+    partition: i32,
+    mut round: impl FnMut(u64),
+) -> u64 {
+    let before = log_bytes(data, internal, partition);
+    for r in 0..MEASURED_ROUNDS {
+        round(r);
+    }
+    let per_round = (log_bytes(data, internal, partition) - before).div_ceil(MEASURED_ROUNDS);
+    assert!(
+        per_round > 0,
+        "rounds write nothing to {internal}-{partition}"
+    );
+    let rounds = INTERNAL_WRITTEN_MIN_BYTES
+        .div_ceil(per_round)
+        .max(MEASURED_ROUNDS);
+    for r in MEASURED_ROUNDS..rounds {
+        round(r);
+    }
+    rounds
+}
+
+#[test]
+fn internal_topics_stay_bounded_under_steady_commits_and_transactions() {
+    use common::raw::{self, RawClient};
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{GroupId, OffsetCommitRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let segment = INTERNAL_SEGMENT_BYTES.to_string();
+    let mut b = broker(&[
+        "--offsets-topic-segment-bytes",
+        &segment,
+        "--transaction-state-log-segment-bytes",
+        &segment,
+    ]);
+    let data = b.data_dir();
+    let topic = "bounded";
+    let partitions = 50;
+    client::create_topic(&b.bootstrap(), topic, partitions, &[]);
+
+    // Offsets: one group commits every partition, round after round.
+    let group = "bounded-group";
+    let offsets_partition = internal_partition(group);
+    // FindCoordinator creates `__consumer_offsets` (one shard: this port).
+    let mut c = RawClient::connect(raw::group_coordinator_port(b.port, group));
+    let retry_deadline = Instant::now() + TIMEOUT;
+    let commit = |c: &mut RawClient, round: u64| loop {
+        let req = OffsetCommitRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.into())))
+            .with_generation_id_or_member_epoch(-1)
+            .with_member_id(StrBytes::from_string(String::new()))
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.into())))
+                .with_partitions(
+                    (0..partitions)
+                        .map(|p| {
+                            OffsetCommitRequestPartition::default()
+                                .with_partition_index(p)
+                                .with_committed_offset(round as i64)
+                        })
+                        .collect(),
+                )]);
+        let resp = c.request::<OffsetCommitRequest>(8, &req);
+        let errors: Vec<i16> = resp.topics[0]
+            .partitions
+            .iter()
+            .map(|p| p.error_code)
+            .filter(|&e| e != 0)
+            .collect();
+        // The coordinator loading: retry.
+        if !errors.is_empty() && errors.iter().all(|e| [14, 15, 16].contains(e)) {
+            assert!(Instant::now() < retry_deadline, "no coordinator");
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        assert!(errors.is_empty(), "commit errors {errors:?}");
+        return;
+    };
+    commit(&mut c, 0);
+    let rounds = write_internal(&data, "__consumer_offsets", offsets_partition, |r| {
+        commit(&mut c, r)
+    });
+
+    // Transactions: empty ones (AddPartitionsToTxn then EndTxn, which
+    // still writes a marker) from one transactional id.
+    let id = "bounded-txn";
+    let txn_partition = internal_partition(id);
+    let mut t = RawClient::connect(b.port);
+    let (pid, mut epoch) = raw::init_transactional(&mut t, id).expect("init");
+    write_internal(&data, "__transaction_state", txn_partition, |_| {
+        assert_eq!(
+            raw::add_partition_to_txn_retrying(&mut t, id, pid, epoch, topic, 0),
+            0
+        );
+        let (code, next) = raw::end_txn_v5(&mut t, id, pid, epoch, true);
+        assert_eq!(code, 0, "EndTxn");
+        epoch = next;
+    });
+
+    for (internal, p) in [
+        ("__consumer_offsets", offsets_partition),
+        ("__transaction_state", txn_partition),
+    ] {
+        wait_for(
+            CLEANED_TIMEOUT,
+            "the internal partition to be cleaned",
+            || (log_bytes(&data, internal, p) <= INTERNAL_CLEANED_MAX_BYTES).then_some(()),
+        );
+    }
+
+    // The state replayed from the cleaned logs is the live state.
+    b.kill9();
+    b.restart();
+    let consumer = client::consumer(&b.bootstrap(), &[("group.id", group)]);
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer.committed_offsets(tpl, TIMEOUT).expect("committed");
+    for e in committed.elements() {
+        assert_eq!(e.offset(), Offset::Offset(rounds as i64 - 1), "{e:?}");
+    }
+    let mut t = RawClient::connect(b.port);
+    let (pid_after, epoch_after) = raw::init_transactional(&mut t, id).expect("init after replay");
+    assert_eq!(pid_after, pid, "the transactional id keeps its producer id");
+    assert!(epoch_after > epoch, "epoch {epoch_after} after {epoch}");
+}

@@ -22,10 +22,9 @@ use kafka_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, DescribeProducersRequest, DescribeTransactionsRequest, EndTxnRequest,
-    FetchRequest, FetchResponse, FindCoordinatorRequest, GroupId, InitProducerIdRequest,
-    ListOffsetsRequest, ListTransactionsRequest, ProducerId, TopicName, TransactionalId,
-    TxnOffsetCommitRequest,
+    AddOffsetsToTxnRequest, DescribeProducersRequest, DescribeTransactionsRequest, FetchRequest,
+    FetchResponse, FindCoordinatorRequest, GroupId, ListOffsetsRequest, ListTransactionsRequest,
+    ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -38,46 +37,13 @@ fn s(v: &str) -> StrBytes {
 }
 
 fn init(raw: &mut RawClient, id: &str) -> Result<(i64, i16), i16> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let req = InitProducerIdRequest::default()
-            .with_transactional_id(Some(TransactionalId(s(id))))
-            .with_transaction_timeout_ms(60_000)
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1);
-        let r = raw.request(4, &req);
-        // Retriable while the coordinator loads (and, on stock Kafka, while
-        // `__transaction_state` is being created and its leaders elected).
-        let retriable = [
-            ResponseError::CoordinatorLoadInProgress,
-            ResponseError::NotCoordinator,
-            ResponseError::CoordinatorNotAvailable,
-        ]
-        .iter()
-        .any(|e| e.code() == r.error_code);
-        if retriable && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-            continue;
-        }
-        return if r.error_code == 0 {
-            Ok((r.producer_id.0, r.producer_epoch))
-        } else {
-            Err(r.error_code)
-        };
-    }
+    common::raw::init_transactional(raw, id)
 }
 
-/// AddPartitionsToTxn, retried while the previous transaction's markers
-/// are still being completed (CONCURRENT_TRANSACTIONS), as clients do.
+/// AddPartitionsToTxn of partition 0 of [`TOPIC`], retried while the
+/// previous transaction's markers are still being completed.
 fn add_partition(raw: &mut RawClient, id: &str, pid: i64, epoch: i16) -> i16 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let code = add_partition_once(raw, id, pid, epoch);
-        if code != ResponseError::ConcurrentTransactions.code() || Instant::now() >= deadline {
-            return code;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::raw::add_partition_to_txn_retrying(raw, id, pid, epoch, TOPIC, 0)
 }
 
 /// AddPartitionsToTxn v3 of partition 0 of [`TOPIC`]: its error code.
@@ -112,15 +78,8 @@ fn produce(
     (p.error_code, p.base_offset)
 }
 
-/// EndTxn v5 (transaction version 2): returns (error, new epoch).
 fn end(raw: &mut RawClient, id: &str, pid: i64, epoch: i16, commit: bool) -> (i16, i16) {
-    let req = EndTxnRequest::default()
-        .with_transactional_id(TransactionalId(s(id)))
-        .with_producer_id(ProducerId(pid))
-        .with_producer_epoch(epoch)
-        .with_committed(commit);
-    let r = raw.request(5, &req);
-    (r.error_code, r.producer_epoch)
+    common::raw::end_txn_v5(raw, id, pid, epoch, commit)
 }
 
 /// ListOffsets latest under an isolation level.

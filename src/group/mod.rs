@@ -48,11 +48,13 @@
 //! glommio timer task ticks every [`GROUP_TICK_MS`] and calls
 //! [`state::Group::poll`], which expires sessions and ends join phases.
 //!
-//! Boundedness: when a partition's log has grown by more than
-//! [`OFFSETS_COMPACT_TRIGGER_BYTES`] since its last compaction, the live
-//! state (group records and committed offsets) is re-written at the log
-//! end and every older segment is dropped ([`PartitionLog::delete_segments_below`]),
-//! so the topic holds O(live state), like a compacted topic.
+//! Boundedness: `__consumer_offsets` is a compacted topic, cleaned by the
+//! log cleaner like any other (`partition::compaction`): every record has
+//! a key (group metadata, offset commit, consumer-group records), a group
+//! or offset that goes is tombstoned, and the replay creates a group or
+//! member on the first record it finds of it, in whatever order cleaning
+//! left them, so the log holds O(live state) plus tombstones younger than
+//! `delete.retention.ms`.
 
 pub mod consumer;
 pub mod consumer_records;
@@ -92,11 +94,6 @@ pub const GROUP_TICK_MS: u64 = 100;
 /// `offsets.retention.check.interval.ms` default is 10 minutes; fjord
 /// checks every minute, the check is cheap).
 pub const OFFSETS_RETENTION_CHECK_INTERVAL_MS: i64 = 60_000;
-/// Bytes appended to an offsets partition since its last compaction that
-/// trigger a new one.
-pub const OFFSETS_COMPACT_TRIGGER_BYTES: u64 = 16 * 1024 * 1024;
-/// Records per batch when the coordinator rewrites live state.
-pub const COMPACT_RECORDS_PER_BATCH_MAX: usize = 500;
 /// First pause before a failed load of an offsets partition is retried (an
 /// I/O error may pass; a corrupt record does not, and is logged again each
 /// time).
@@ -184,9 +181,6 @@ struct OffsetsPartition {
     partition: Rc<Partition>,
     loaded: bool,
     groups: HashMap<String, Group>,
-    /// Log size right after the last compaction.
-    compacted_size_bytes: u64,
-    compacting: bool,
 }
 
 type JoinWaiter = oneshot::Sender<Result<JoinResult, GroupError>>;
@@ -277,15 +271,12 @@ impl GroupCoordinator {
     ) {
         self.offsets_partitions.set(partition_count);
         let log = state.log.clone();
-        let size = log.size_bytes();
         self.partitions.borrow_mut().insert(
             partition,
             OffsetsPartition {
                 partition: state,
                 loaded: false,
                 groups: HashMap::new(),
-                compacted_size_bytes: size,
-                compacting: false,
             },
         );
         self.start_ticker();
@@ -432,7 +423,6 @@ impl GroupCoordinator {
             self.last_retention_check_ms.set(now);
             self.expire_offsets(now);
         }
-        self.maybe_compact().await;
     }
 
     fn expire_offsets(&self, now: i64) {
@@ -1209,96 +1199,6 @@ impl GroupCoordinator {
             self.write(p, recs, None).await?;
         }
         Ok(results)
-    }
-
-    /// Compacts every loaded partition whose log grew by more than
-    /// [`OFFSETS_COMPACT_TRIGGER_BYTES`] since the last compaction and
-    /// has no pending transactional offsets (those must stay in their
-    /// producer's transactional batches until the marker).
-    async fn maybe_compact(&self) {
-        let due: Vec<i32> = self
-            .partitions
-            .borrow()
-            .iter()
-            .filter(|(_, op)| {
-                op.loaded
-                    && !op.compacting
-                    && op.partition.log.size_bytes()
-                        > op.compacted_size_bytes + OFFSETS_COMPACT_TRIGGER_BYTES
-                    && op.groups.values().all(|g| g.pending_txn_offsets.is_empty())
-            })
-            .map(|(p, _)| *p)
-            .collect();
-        for p in due {
-            if let Err(e) = self.compact(p).await {
-                tracing::error!(partition = p, error = %e, "compacting offsets partition failed");
-            }
-        }
-    }
-
-    /// Re-writes partition `p`'s live state at the log end, then drops the
-    /// segments wholly below the rewrite. Appends made while waiting land
-    /// after the rewrite, so replay order still gives the newest value.
-    pub async fn compact(&self, p: i32) -> Result<(), GroupError> {
-        let image = self.image.borrow().clone();
-        let (log, recs) = {
-            let mut parts = self.partitions.borrow_mut();
-            let op = parts.get_mut(&p).ok_or(GroupError::NotCoordinator)?;
-            let live = || -> Result<Vec<(Bytes, Option<Bytes>)>, RecordFormatError> {
-                let mut recs = Vec::new();
-                for g in op.groups.values() {
-                    if g.is(GroupState::Dead) {
-                        continue;
-                    }
-                    match &g.consumer {
-                        Some(c) => {
-                            recs.extend(consumer_records::all_records(&g.group_id, c, &image)?)
-                        }
-                        None => recs.push(group_record(g)?),
-                    }
-                    for ((t, part), o) in &g.offsets {
-                        recs.push((
-                            records::offset_commit_key(&g.group_id, t, *part)?,
-                            Some(records::offset_commit_value(o)?),
-                        ));
-                    }
-                }
-                Ok(recs)
-            };
-            // Dropping old segments is only safe when every live record
-            // is re-written.
-            let recs = live()?;
-            op.compacting = true;
-            (op.partition.log.clone(), recs)
-        };
-        // Start the rewrite in a fresh segment so that every older segment
-        // can go once it is written.
-        log.roll();
-        let start = log.log_end_offset().0;
-        let mut last = None;
-        for chunk in recs.chunks(COMPACT_RECORDS_PER_BATCH_MAX) {
-            last = Some(self.append(p, chunk.to_vec(), None)?);
-        }
-        let result = async {
-            if let Some((log, last)) = last {
-                self.wait(log, last).await?;
-            }
-            log.delete_segments_below(Offset(start))
-                .map_err(|e| GroupError::Storage(e.to_string()))
-        }
-        .await;
-        if let Some(op) = self.partitions.borrow_mut().get_mut(&p) {
-            op.compacting = false;
-            op.compacted_size_bytes = op.partition.log.size_bytes();
-        }
-        let deleted = result?;
-        tracing::info!(
-            partition = p,
-            start,
-            deleted_segments = deleted,
-            "offsets partition compacted"
-        );
-        Ok(())
     }
 }
 

@@ -56,7 +56,6 @@ use super::cleaner::{self, Mapped, OffsetMap, SegmentCleaning, SegmentSize, TxnT
 use super::partition::PartitionLog;
 use super::segment::{Segment, SegmentIndexes};
 use super::LogError;
-use crate::producer::txn_index::{self, AbortedTxn};
 use crate::record::batch::BatchHeader;
 use crate::record::BatchIter;
 use std::collections::HashMap;
@@ -78,6 +77,9 @@ const CLEANER_NICE: i32 = 10;
 pub const CLEANED_SUFFIX: &str = ".cleaned";
 /// Suffix of a committed, not yet finished swap.
 pub const SWAP_SUFFIX: &str = ".swap";
+/// Bytes per `.txnindex` entry (Kafka's layout; `producer::txn_index`
+/// reads and writes them, this module only carries whole entries over).
+pub const TXN_INDEX_ENTRY_BYTES: usize = 34;
 /// Index files a cleaned segment comes with.
 const INDEX_EXTS: [&str; 3] = ["index", "timeindex", "txnindex"];
 
@@ -389,22 +391,19 @@ fn clean_group(
         .map_err(|e| LogError::Io(e.into_error()))?;
     file.sync_data()?;
     drop(file);
-    // The group's aborted-transaction entries go with it, merged.
-    let mut aborted: Vec<AbortedTxn> = Vec::new();
+    // The group's aborted-transaction entries go with it: each
+    // `.txnindex` is ordered by last offset and the segments are in order,
+    // so the files one after another are too (whole entries only).
+    let mut txn = Vec::new();
     for seg in segs {
-        let p = job.dir.join(txn_index::file_name(seg.base_offset));
-        let mut bytes = Vec::new();
+        let p = job.dir.join(format!("{}.txnindex", stem(seg.base_offset)));
         if let Ok(mut f) = std::fs::File::open(&p) {
+            let mut bytes = Vec::new();
             f.read_to_end(&mut bytes)?;
+            bytes.truncate(bytes.len() / TXN_INDEX_ENTRY_BYTES * TXN_INDEX_ENTRY_BYTES);
+            txn.extend_from_slice(&bytes);
         }
-        aborted.extend(
-            bytes
-                .chunks_exact(txn_index::ENTRY_BYTES)
-                .filter_map(AbortedTxn::decode),
-        );
     }
-    aborted.sort_by_key(|e| e.last_offset);
-    let txn: Vec<u8> = aborted.iter().flat_map(|e| e.encode()).collect();
     for (ext, bytes) in [
         ("index", indexes.index.encode()),
         ("timeindex", indexes.time_index.encode()),

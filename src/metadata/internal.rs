@@ -15,21 +15,20 @@ pub const TRANSACTION_STATE: &str = "__transaction_state";
 /// Kafka's `offsets.topic.num.partitions` and
 /// `transaction.state.log.num.partitions` defaults.
 pub const INTERNAL_TOPIC_PARTITIONS: i32 = 50;
-/// Kafka's `offsets.topic.segment.bytes` / `transaction.state.log.segment.bytes`.
-pub const INTERNAL_TOPIC_SEGMENT_BYTES: u64 = 100 * 1024 * 1024;
 
 /// Whether `name` is one of Kafka's internal topics.
 pub fn is_internal(name: &str) -> bool {
     name == CONSUMER_OFFSETS || name == TRANSACTION_STATE
 }
 
-/// Topic config overrides of an internal topic: segments of 100 MiB, never
-/// deleted by time or size (the coordinators bound their logs themselves).
-pub fn internal_topic_configs() -> BTreeMap<String, String> {
+/// Topic config overrides of an internal topic, as Kafka creates them:
+/// compacted (the log cleaner bounds them by their live state), with
+/// `segment_bytes` segments (`offsets.topic.segment.bytes` /
+/// `transaction.state.log.segment.bytes`).
+pub fn internal_topic_configs(segment_bytes: u64) -> BTreeMap<String, String> {
     [
-        ("segment.bytes", INTERNAL_TOPIC_SEGMENT_BYTES.to_string()),
-        ("retention.ms", "-1".to_string()),
-        ("retention.bytes", "-1".to_string()),
+        ("cleanup.policy", "compact".to_string()),
+        ("segment.bytes", segment_bytes.to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))

@@ -394,8 +394,7 @@ pub fn parse_cleanup_policy(value: &str) -> Result<(bool, bool), ConfigError> {
     Ok((delete, compact))
 }
 
-/// Kafka's lower bound for `segment.bytes` (1 MiB since Kafka 4.0).
-pub const SEGMENT_BYTES_MIN: i64 = 1024 * 1024;
+pub use crate::config::SEGMENT_BYTES_MIN;
 
 fn invalid(key: &str, value: &str, reason: &str) -> ConfigError {
     ConfigError::InvalidValue {

@@ -228,6 +228,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_cleaner_carries_entries_of_this_size() {
+        assert_eq!(crate::log::compact::TXN_INDEX_ENTRY_BYTES, ENTRY_BYTES);
+    }
+
+    #[test]
     fn rewrite_replaces_a_segment_index_in_marker_order() {
         let e = |first, last| AbortedTxn {
             producer_id: 1,

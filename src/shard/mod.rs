@@ -404,7 +404,11 @@ impl ShardCtx {
                 num_partitions: internal::INTERNAL_TOPIC_PARTITIONS,
                 replication_factor: -1,
                 assignments: Vec::new(),
-                configs: internal::internal_topic_configs(),
+                configs: internal::internal_topic_configs(if name == internal::CONSUMER_OFFSETS {
+                    self.config.offsets_topic_segment_bytes
+                } else {
+                    self.config.transaction_state_log_segment_bytes
+                }),
             }],
             validate_only: false,
         };

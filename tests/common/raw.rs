@@ -295,3 +295,77 @@ pub fn add_partition_to_txn_v3(
     let r = raw.request(3, &req);
     r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
 }
+
+/// InitProducerId for transactional id `id` (transaction timeout 60 s),
+/// retried while the coordinator loads: (producer id, epoch) or the error.
+pub fn init_transactional(raw: &mut RawClient, id: &str) -> Result<(i64, i16), i16> {
+    use kafka_protocol::messages::{InitProducerIdRequest, ProducerId, TransactionalId};
+    use kafka_protocol::ResponseError;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_string(id.to_string()))))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+        let r = raw.request(4, &req);
+        // Retriable while the coordinator loads (and, on stock Kafka, while
+        // `__transaction_state` is being created and its leaders elected).
+        let retriable = [
+            ResponseError::CoordinatorLoadInProgress,
+            ResponseError::NotCoordinator,
+            ResponseError::CoordinatorNotAvailable,
+        ]
+        .iter()
+        .any(|e| e.code() == r.error_code);
+        if retriable && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            continue;
+        }
+        return if r.error_code == 0 {
+            Ok((r.producer_id.0, r.producer_epoch))
+        } else {
+            Err(r.error_code)
+        };
+    }
+}
+
+/// [`add_partition_to_txn_v3`], retried while the previous transaction's
+/// markers are still being completed (CONCURRENT_TRANSACTIONS), as
+/// clients do.
+pub fn add_partition_to_txn_retrying(
+    raw: &mut RawClient,
+    id: &str,
+    producer_id: i64,
+    epoch: i16,
+    topic: &str,
+    partition: i32,
+) -> i16 {
+    let concurrent = kafka_protocol::ResponseError::ConcurrentTransactions.code();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let code = add_partition_to_txn_v3(raw, id, producer_id, epoch, topic, partition);
+        if code != concurrent || std::time::Instant::now() >= deadline {
+            return code;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// EndTxn v5 (transaction version 2): returns (error, new epoch).
+pub fn end_txn_v5(
+    raw: &mut RawClient,
+    id: &str,
+    producer_id: i64,
+    epoch: i16,
+    commit: bool,
+) -> (i16, i16) {
+    use kafka_protocol::messages::{EndTxnRequest, ProducerId, TransactionalId};
+    let req = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(StrBytes::from_string(id.to_string())))
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
+    let r = raw.request(5, &req);
+    (r.error_code, r.producer_epoch)
+}
