@@ -51,9 +51,11 @@ import org.apache.kafka.common.config.ConfigResource;
  * defaults (compacted; 1, 25 and 5 partitions). The only defaults changed are the
  * replication factor of those topics (-1, the broker's default, because Connect's 3
  * needs three brokers), String converters (so that the topic holds the lines as they
- * are), a 1 s offset flush interval (instead of 60 s, to keep the run short) and a 30 s
+ * are), a 1 s offset flush interval (instead of 60 s, to keep the run short), a 30 s
  * graceful task shutdown (instead of 5 s, so that a loaded machine still stops the tasks
- * gracefully; see below).
+ * gracefully; see below) and plugin discovery by ServiceLoader manifests only (what the
+ * worker itself recommends when every plugin has them; the default reflective scan of
+ * the class path costs 15-20 s per start).
  *
  * <p>Through the REST API it creates a FileStreamSource (a temp file → a 1-partition
  * topic) and a FileStreamSink (that topic → another temp file), appends lines and waits
@@ -108,6 +110,13 @@ final class ConnectFileStream {
     private static final ObjectMapper JSON = new ObjectMapper();
 
     private ConnectFileStream() {}
+
+    private static long startedNanos = System.nanoTime();
+
+    /** An info line with the time since the scenario started (where a slow run spent it). */
+    private static void phase(String what) {
+        Check.info(String.format("[+%.1f s] %s", (System.nanoTime() - startedNanos) / 1e9, what));
+    }
 
     /** Kills every worker JVM still running (the watchdog calls this before it halts). */
     static void killChildren() {
@@ -259,6 +268,7 @@ final class ConnectFileStream {
     }
 
     static void run(Main.Args args) throws Exception {
+        startedNanos = System.nanoTime();
         String connectLib = args.require("connect-lib");
         Path dir = Files.createTempDirectory("fjord-connect-");
         Path source = dir.resolve("source.txt");
@@ -306,7 +316,9 @@ final class ConnectFileStream {
 
             // --- First run: the worker creates its topics; the connectors are created over REST.
             first = new Worker("worker-1", command);
+            phase("worker-1 started");
             awaitReady(first, rest);
+            phase("worker-1 ready");
             checkInternalTopics(admin, configTopic, offsetTopic, statusTopic);
 
             Map<String, String> sourceConfig = new LinkedHashMap<>();
@@ -324,13 +336,16 @@ final class ConnectFileStream {
             awaitRunning(first, rest, sourceName, "source");
             awaitRunning(first, rest, sinkName, "sink");
 
+            phase("both connectors RUNNING");
             append(source, expected, LINES_BEFORE);
             awaitSinkHas(first, sink, expected);
             awaitSourceOffsetRest(first, rest, sourceName, Files.size(source));
 
             // --- Graceful stop.
             Worker stopping = first;
+            phase("the sink has the lines; SIGTERM to worker-1");
             int code = stopping.terminate();
+            phase("worker-1 exited");
             Check.that(stopping.loggedStopped(), "worker-1 stopped gracefully on SIGTERM (exit code " + code + ")",
                     "no \"" + STOPPED_LINE + "\" line\n" + stopping.report());
             long position = storedSourcePosition(args.bootstrap, offsetTopic, sourceName, source);
@@ -346,7 +361,9 @@ final class ConnectFileStream {
             // --- Lines written while no worker runs, then the second run.
             append(source, expected, LINES_WHILE_DOWN);
             second = new Worker("worker-2", command);
+            phase("worker-2 started");
             awaitReady(second, rest);
+            phase("worker-2 ready");
             Reply list = rest.get("/connectors");
             Check.that(list != null && list.status() == 200, "GET /connectors after the restart", list);
             Set<String> names = new TreeSet<>();
@@ -357,11 +374,13 @@ final class ConnectFileStream {
             checkConfig(rest, sinkName, sinkConfig);
             awaitRunning(second, rest, sourceName, "source");
             awaitRunning(second, rest, sinkName, "sink");
+            phase("both connectors RUNNING again");
             append(source, expected, LINES_AFTER);
             awaitSinkHas(second, sink, expected);
             awaitSourceOffsetRest(second, rest, sourceName, Files.size(source));
 
             // --- Exactly once: in the topic (the source resumed at its stored position) and in the sink file.
+            phase("the sink has every line");
             List<String> inTopic = readTopic(args.bootstrap, topic, expected.size());
             checkExactlyOnce(expected, inTopic, "the topic " + topic);
             checkExactlyOnce(expected, sinkLines(sink), "the sink file");
@@ -414,6 +433,10 @@ final class ConnectFileStream {
         p.put("rest.advertised.port", Integer.toString(port));
         p.put("offset.flush.interval.ms", "1000");
         p.put("task.shutdown.graceful.timeout.ms", "30000");
+        // The default (hybrid_warn) also scans every class of the class path by
+        // reflection, 15-20 s of a loaded 2-core machine per start, then warns that all
+        // plugins have ServiceLoader manifests and recommends this setting.
+        p.put("plugin.discovery", "service_load");
         try (var w = Files.newBufferedWriter(file, StandardCharsets.UTF_8)) {
             p.store(w, "Kafka Connect distributed worker for the connect-distributed scenario");
         }
