@@ -14,11 +14,15 @@ import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
+import java.util.TreeSet;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -26,6 +30,7 @@ import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.serialization.LongDeserializer;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
@@ -261,12 +266,41 @@ final class StreamsEos {
                     }, () -> "latest counts " + latest + ", expected " + Arrays.toString(expected));
                 }
                 Check.equal((long) n, committedInput(admin, appId, input), "the app's committed input offsets cover the input");
+                checkInternalTopics(admin, appId);
             } finally {
                 second.kill();
             }
         } finally {
             deleteTree(stateDir.toFile());
         }
+    }
+
+    /**
+     * The topics Streams created for itself, with its defaults: the changelog of the
+     * "counts" store compacted, the repartition topic of the groupBy with delete, both
+     * with the input's partition count, replication factor left to the broker (-1).
+     */
+    private static void checkInternalTopics(Admin admin, String appId) {
+        String changelog = appId + "-counts-changelog";
+        String repartition = appId + "-counts-repartition";
+        Set<String> own = new TreeSet<>();
+        for (String t : Kit.get(admin.listTopics().names(), "listTopics")) {
+            if (t.startsWith(appId + "-")) {
+                own.add(t);
+            }
+        }
+        Check.equal(new TreeSet<>(List.of(changelog, repartition)), own, "the topics Kafka Streams created");
+        Map<String, TopicDescription> described = Kit.get(admin.describeTopics(own).allTopicNames(), "describeTopics");
+        Map<ConfigResource, Config> configs = Kit.get(admin.describeConfigs(List.of(
+                new ConfigResource(ConfigResource.Type.TOPIC, changelog),
+                new ConfigResource(ConfigResource.Type.TOPIC, repartition))).all(), "describeConfigs");
+        for (String t : own) {
+            Check.equal(PARTITIONS, described.get(t).partitions().size(), "partitions of " + t);
+        }
+        Check.equal("compact", configs.get(new ConfigResource(ConfigResource.Type.TOPIC, changelog))
+                .get("cleanup.policy").value(), "cleanup.policy of " + changelog);
+        Check.equal("delete", configs.get(new ConfigResource(ConfigResource.Type.TOPIC, repartition))
+                .get("cleanup.policy").value(), "cleanup.policy of " + repartition);
     }
 
     /** The sum of the app's committed offsets on the input topic. */
