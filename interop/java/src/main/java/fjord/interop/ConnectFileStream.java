@@ -284,7 +284,10 @@ final class ConnectFileStream {
         int port = freePort();
         Rest rest = new Rest(port);
         Path props = dir.resolve("worker.properties");
-        writeWorkerProps(props, args.bootstrap, cluster, configTopic, offsetTopic, statusTopic, port);
+        // -1 unless --storage-replication-factor says otherwise; "connect-default" leaves
+        // Connect's own default (3), for a broker that advertises three brokers or more.
+        String replication = args.options.getOrDefault("storage-replication-factor", "-1");
+        writeWorkerProps(props, args.bootstrap, cluster, configTopic, offsetTopic, statusTopic, port, replication);
         Path log4j = dir.resolve("log4j2.properties");
         Files.writeString(log4j, String.join("\n",
                 "status = warn",
@@ -415,7 +418,7 @@ final class ConnectFileStream {
     }
 
     private static void writeWorkerProps(Path file, String bootstrap, String cluster, String configTopic,
-            String offsetTopic, String statusTopic, int port) throws IOException {
+            String offsetTopic, String statusTopic, int port, String replication) throws IOException {
         Properties p = new Properties();
         p.put("bootstrap.servers", bootstrap);
         p.put("group.id", cluster);
@@ -423,9 +426,11 @@ final class ConnectFileStream {
         p.put("offset.storage.topic", offsetTopic);
         p.put("status.storage.topic", statusTopic);
         // Connect's default is 3, which needs three brokers; -1 asks for the broker's default.
-        p.put("config.storage.replication.factor", "-1");
-        p.put("offset.storage.replication.factor", "-1");
-        p.put("status.storage.replication.factor", "-1");
+        if (!replication.equals("connect-default")) {
+            p.put("config.storage.replication.factor", replication);
+            p.put("offset.storage.replication.factor", replication);
+            p.put("status.storage.replication.factor", replication);
+        }
         p.put("key.converter", "org.apache.kafka.connect.storage.StringConverter");
         p.put("value.converter", "org.apache.kafka.connect.storage.StringConverter");
         p.put("listeners", "http://127.0.0.1:" + port);
