@@ -173,6 +173,11 @@ final class ConnectFileStream {
             }
         }
 
+        /** The worker's warnings and errors so far (bounded), for a passing run's output. */
+        synchronized List<String> problems() {
+            return new ArrayList<>(problems);
+        }
+
         synchronized boolean loggedStopped() {
             return stoppedLine;
         }
@@ -288,6 +293,13 @@ final class ConnectFileStream {
         // Connect's own default (3), for a broker that advertises three brokers or more.
         String replication = args.options.getOrDefault("storage-replication-factor", "-1");
         writeWorkerProps(props, args.bootstrap, cluster, configTopic, offsetTopic, statusTopic, port, replication);
+        String eos = args.options.get("exactly-once-source");
+        if (eos != null) {
+            // --exactly-once-source enabled: KIP-618, the worker writes its config topic and
+            // each source task its records and offsets in transactions (a by-hand variant;
+            // the test runs Connect's default, disabled).
+            Files.writeString(props, "exactly.once.source.support=" + eos + "\n", StandardOpenOption.APPEND);
+        }
         Path log4j = dir.resolve("log4j2.properties");
         Files.writeString(log4j, String.join("\n",
                 "status = warn",
@@ -390,6 +402,13 @@ final class ConnectFileStream {
             Check.ok("every line reached the sink file once, across the worker restart ("
                     + LINES_BEFORE + " before, " + LINES_WHILE_DOWN + " while down, " + LINES_AFTER + " after)");
             second.terminate();
+            // What the workers warned about, even on a pass: a difference from Kafka that
+            // Connect tolerates shows up here first.
+            for (Worker w : new Worker[] {first, second}) {
+                List<String> problems = w.problems();
+                Check.info(w.name + " logged " + problems.size() + " warnings and errors");
+                problems.forEach(l -> Check.info(w.name + ": " + l));
+            }
             second = null;
         } catch (Check.Failed e) {
             // The worker's own account of what went wrong (a REST 500 says only "Request failed").
