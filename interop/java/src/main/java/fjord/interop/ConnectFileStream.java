@@ -396,7 +396,7 @@ final class ConnectFileStream {
 
             // --- Exactly once: in the topic (the source resumed at its stored position) and in the sink file.
             phase("the sink has every line");
-            List<String> inTopic = readTopic(args.bootstrap, topic, expected.size());
+            List<String> inTopic = readTopic(args.bootstrap, topic);
             checkExactlyOnce(expected, inTopic, "the topic " + topic);
             checkExactlyOnce(expected, sinkLines(sink), "the sink file");
             Check.ok("every line reached the sink file once, across the worker restart ("
@@ -677,7 +677,7 @@ final class ConnectFileStream {
     }
 
     /** Every record value of the 1-partition topic, from the beginning to its end offset. */
-    private static List<String> readTopic(String bootstrap, String topic, int atLeast) {
+    private static List<String> readTopic(String bootstrap, String topic) {
         List<String> values = new ArrayList<>();
         TopicPartition tp = new TopicPartition(topic, 0);
         try (KafkaConsumer<String, String> c = new KafkaConsumer<>(Kit.stringConsumerProps(bootstrap,
