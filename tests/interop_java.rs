@@ -202,10 +202,10 @@ fn admin() {
     assert_scenario_passes("admin");
 }
 
-/// Kafka Streams with `exactly_once_v2`: its changelog topics are created
-/// with `cleanup.policy=compact`, which fjord accepts (the cleaner that
-/// would compact them is not built yet; the word count only needs them
-/// accepted and readable). The Java side checks the exact word counts.
+/// Kafka Streams with `exactly_once_v2` and every other config at its
+/// default: Streams creates its changelog topic with `cleanup.policy=compact`
+/// and its repartition topic itself. The Java side checks the exact word
+/// counts after a SIGKILL and restart of the app, and those two topics.
 #[test]
 fn streams_eos() {
     assert_scenario_passes("streams-eos");
