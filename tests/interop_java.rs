@@ -7,10 +7,12 @@
 //!
 //! What it owns: one Maven build per test binary ([`java_build`], a
 //! `OnceLock`; offline first, online if offline resolution fails, so that a
-//! clean machine works), and the scenario child processes. Invariants: every
-//! child runs in its own process group and is killed (the whole group, so
-//! also the Kafka Streams child JVM of `streams-eos`) when it outlives its
-//! timeout.
+//! clean machine works), and likewise one resolve of `interop/connect` (the
+//! Kafka Connect worker's jars, [`connect_build`]) for `connect-distributed`;
+//! and the scenario child processes. Invariants: every child runs in its own
+//! process group and is killed (the whole group, so also the Kafka Streams
+//! child JVM of `streams-eos` and the Connect worker JVM of
+//! `connect-distributed`) when it outlives its timeout.
 //!
 //! `FJORD_TEST_BROKER=kafka:HOST:PORT` runs the same scenarios against that
 //! broker instead of starting fjord (the differential run against stock
@@ -47,47 +49,64 @@ fn java_build_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("target/interop-java")
 }
 
-/// Builds the Maven module once per test binary: `mvn -o` (offline, from the
-/// local repository), then, if that fails, online, which downloads what is
-/// missing. Panics with Maven's output when both fail.
+/// Runs `mvn package` on `pom`: offline (`-o`, from the local repository)
+/// first, then, if that fails, online, which downloads what is missing.
+/// Returns Maven's output of both attempts when both fail.
+fn maven_package(pom: &Path) -> Result<(), String> {
+    let mut report = String::new();
+    for offline in [true, false] {
+        let mut cmd = Command::new("mvn");
+        cmd.args(["-q", "-B"]);
+        if offline {
+            cmd.arg("-o");
+        }
+        cmd.arg("-f").arg(pom).arg("package");
+        let out = run_bounded(
+            &mut cmd,
+            format!("mvn -f {} package (offline: {offline})", pom.display()),
+            None,
+            Streams::Merged,
+            Duration::from_millis(MAVEN_TIMEOUT_MS),
+        );
+        if out.success() {
+            return Ok(());
+        }
+        report.push_str(&format!(
+            "--- mvn {} -f {} package: {} ---\n{}\n",
+            if offline { "-o" } else { "(online)" },
+            pom.display(),
+            out.describe_status(),
+            out.stdout
+        ));
+    }
+    Err(report)
+}
+
+/// Builds the Maven module once per test binary ([`maven_package`]).
+/// Panics with Maven's output when that fails.
 fn java_build() {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
-    let result = BUILT.get_or_init(|| {
-        let pom = java_dir().join("pom.xml");
-        let mut report = String::new();
-        for offline in [true, false] {
-            let mut cmd = Command::new("mvn");
-            cmd.args(["-q", "-B"]);
-            if offline {
-                cmd.arg("-o");
-            }
-            cmd.arg("-f").arg(&pom).arg("package");
-            let out = run_bounded(
-                &mut cmd,
-                format!("mvn package (offline: {offline})"),
-                None,
-                Streams::Merged,
-                Duration::from_millis(MAVEN_TIMEOUT_MS),
-            );
-            if out.success() {
-                return Ok(());
-            }
-            report.push_str(&format!(
-                "--- mvn {} package: {} ---\n{}\n",
-                if offline { "-o" } else { "(online)" },
-                out.describe_status(),
-                out.stdout
-            ));
-        }
-        Err(report)
-    });
+    let result = BUILT.get_or_init(|| maven_package(&java_dir().join("pom.xml")));
     if let Err(report) = result {
         panic!("building interop/java with Maven failed (is Maven 3.8+ and Java 17 installed?):\n{report}");
     }
 }
 
-/// Runs scenario `name` against `target` and prints its output.
-fn run_scenario(target: &Target, name: &str) -> ChildRun {
+/// Resolves `interop/connect` (the Kafka Connect worker and the FileStream
+/// connectors) once per test binary and returns the directory of its jars.
+fn connect_build() -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let result = BUILT.get_or_init(|| maven_package(&root.join("interop/connect/pom.xml")));
+    if let Err(report) = result {
+        panic!("resolving interop/connect with Maven failed:\n{report}");
+    }
+    root.join("target/interop-connect/lib")
+}
+
+/// Runs scenario `name` against `target`, with `extra` arguments after the
+/// bootstrap option, and prints its output.
+fn run_scenario(target: &Target, name: &str, extra: &[String]) -> ChildRun {
     java_build();
     let dir = java_build_dir();
     let classpath = format!(
@@ -103,7 +122,8 @@ fn run_scenario(target: &Target, name: &str) -> ChildRun {
         .arg("fjord.interop.Main")
         .arg(name)
         .arg("--bootstrap")
-        .arg(target.bootstrap());
+        .arg(target.bootstrap())
+        .args(extra);
     let out = run_bounded(
         &mut cmd,
         format!("scenario {name}"),
@@ -128,8 +148,13 @@ fn failure_line(out: &ChildRun) -> Option<&str> {
 
 /// Runs `name` and asserts that every check passed.
 fn assert_scenario_passes(name: &str) {
+    assert_scenario_passes_with(name, &[]);
+}
+
+/// Runs `name` with `extra` arguments and asserts that every check passed.
+fn assert_scenario_passes_with(name: &str, extra: &[String]) {
     let mut target = Target::start(BrokerOpts::default());
-    let out = run_scenario(&target, name);
+    let out = run_scenario(&target, name, extra);
     if let Target::Fjord(b) = &mut target {
         b.assert_alive();
     }
@@ -177,11 +202,30 @@ fn admin() {
     assert_scenario_passes("admin");
 }
 
-/// Kafka Streams with `exactly_once_v2`: its changelog topics are created
-/// with `cleanup.policy=compact`, which fjord accepts (the cleaner that
-/// would compact them is not built yet; the word count only needs them
-/// accepted and readable). The Java side checks the exact word counts.
+/// Kafka Streams with `exactly_once_v2` and every other config at its
+/// default: Streams creates its changelog topic with `cleanup.policy=compact`
+/// and its repartition topic itself. The Java side checks the exact word
+/// counts after a SIGKILL and restart of the app, and those two topics.
 #[test]
 fn streams_eos() {
     assert_scenario_passes("streams-eos");
+}
+
+/// Kafka Connect in distributed mode (stock `ConnectDistributed` 4.3.1 from
+/// `interop/connect`, in a child JVM of the scenario, so in its process
+/// group) with the FileStream connectors: Connect creates its compacted
+/// config, offset and status topics itself, a FileStreamSource and a
+/// FileStreamSink created over REST carry lines from one temp file to
+/// another, and across a SIGTERM and restart of the worker the connectors
+/// come back RUNNING from the config topic, the source resumes from the
+/// position it stored in the offsets topic, and every line reaches the sink
+/// file exactly once. The Java side (`ConnectFileStream.java`) says why
+/// exactly once holds for a graceful restart.
+#[test]
+fn connect_distributed() {
+    let lib = connect_build();
+    assert_scenario_passes_with(
+        "connect-distributed",
+        &["--connect-lib".to_string(), lib.display().to_string()],
+    );
 }

@@ -75,6 +75,8 @@ public final class Main {
         s.put("streams-eos", StreamsEos::run);
         // The Kafka Streams application itself, started by streams-eos in a child JVM.
         s.put(StreamsEos.APP_SCENARIO, StreamsEos::runApp);
+        // Needs --connect-lib DIR: the jars of interop/connect (the Connect worker).
+        s.put("connect-distributed", ConnectFileStream::run);
         return s;
     }
 
@@ -140,6 +142,7 @@ public final class Main {
             }
             System.out.flush();
             StreamsEos.killChildren();
+            ConnectFileStream.killChildren();
             Runtime.getRuntime().halt(EXIT_TIMEOUT);
         }, "watchdog");
         t.setDaemon(true);
