@@ -102,6 +102,9 @@ type LeaderHint = (i32, i32);
 
 type Target = Result<Rc<Partition>, (ResponseError, Option<LeaderHint>)>;
 
+/// A topic as the request's image knows it (None: no such topic).
+type MetaRef<'a> = Option<&'a Arc<TopicMeta>>;
+
 pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
     let Some(req) = decode::<FetchRequest>(header, body) else {
         return Outcome::Close;
@@ -151,7 +154,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
             // an insertion-ordered map the same way).
             let mut topic_by_name: HashMap<&str, usize> = HashMap::new();
             let mut topic_by_id: HashMap<[u8; 16], usize> = HashMap::new();
-            let mut metas: Vec<Option<&Arc<TopicMeta>>> = Vec::new();
+            let mut metas: Vec<MetaRef<'_>> = Vec::new();
             let mut wanted_at: HashMap<(usize, i32), usize> = HashMap::new();
             for t in &req.topics {
                 let name: &str = &t.topic.0;
@@ -262,8 +265,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
             wanted.reserve(session.len());
             // Per session topic: its place in the response and its
             // metadata, set at its first partition in reading order.
-            let mut topic_at: Vec<Option<(usize, Option<&Arc<TopicMeta>>)>> =
-                vec![None; session.topic_slots()];
+            let mut topic_at: Vec<Option<(usize, MetaRef<'_>)>> = vec![None; session.topic_slots()];
             session.for_each_partition(|slot, topic, p| {
                 let (topic_index, meta) = *topic_at[p.topic as usize].get_or_insert_with(|| {
                     let meta = if uses_topic_ids {
@@ -473,7 +475,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
 fn resolve(
     ctx: &ShardCtx,
     image: &MetadataImage,
-    meta: Option<&Arc<TopicMeta>>,
+    meta: MetaRef<'_>,
     uses_topic_ids: bool,
     partition: i32,
 ) -> Target {
