@@ -279,6 +279,14 @@ impl FetchSession {
         }
     }
 
+    /// Drops every cached partition handle (see
+    /// [`FetchSessionCache::drop_partition_handles`]).
+    fn drop_partition_handles(&mut self) {
+        for p in &mut self.slots {
+            p.resolved = None;
+        }
+    }
+
     /// The partition in `slot`, if that slot holds one.
     pub fn slot_mut(&mut self, slot: u32) -> Option<&mut SessionPartition> {
         self.slots.get_mut(slot as usize).filter(|p| p.live)
@@ -503,6 +511,16 @@ impl FetchSessionCache {
         let g = self.next_generation;
         self.next_generation += 1;
         g
+    }
+
+    /// Drops the partition handles of every session, for when partitions
+    /// leave the shard: a `Weak` handle frees the partition but not its
+    /// allocation, and an idle session would otherwise keep that of every
+    /// deleted partition it held. Sessions re-resolve on their next fetch.
+    pub fn drop_partition_handles(&mut self) {
+        for s in self.sessions.values_mut() {
+            s.drop_partition_handles();
+        }
     }
 
     /// Closes session `id` (if it exists).
@@ -813,6 +831,27 @@ mod tests {
         .unwrap();
         assert_eq!(c.get_mut(id).unwrap().len(), 2);
         assert_eq!(c.partitions_total(), 2);
+    }
+
+    #[test]
+    fn partition_handles_can_be_dropped_in_every_session() {
+        let mut c = FetchSessionCache::new(10, 100);
+        let ids: Vec<i32> = (0..2).map(|_| create(&mut c, 3, 0).unwrap()).collect();
+        for &id in &ids {
+            let s = c.get_mut(id).unwrap();
+            s.for_each_partition(|_, _, p| {
+                p.resolved = Some(Resolved {
+                    partition: Weak::new(),
+                    stamp: (1, 1),
+                })
+            });
+        }
+        c.drop_partition_handles();
+        for &id in &ids {
+            let s = c.get_mut(id).unwrap();
+            assert!(s.partitions().all(|(_, p)| p.resolved.is_none()));
+            assert_eq!(s.len(), 3, "only the handles go");
+        }
     }
 
     #[test]

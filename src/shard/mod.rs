@@ -243,12 +243,18 @@ impl ShardCtx {
             .filter(|p| image.topic(&p.tp.topic).is_none_or(|t| t.id != p.topic_id))
             .map(|p| p.tp.clone())
             .collect();
+        let any_gone = !gone.is_empty();
         for tp in gone {
             self.partitions.borrow_mut().remove(&tp);
             self.partition_set_changed();
             if let Err(e) = self.logs.delete(&tp).await {
                 tracing::error!(%tp, error = %e, "deleting partition log failed");
             }
+        }
+        if any_gone {
+            // After every removal: a fetch during the deletes above may
+            // have cached a handle of one removed later.
+            self.fetch_sessions.borrow_mut().drop_partition_handles();
         }
         // New partitions and config changes.
         let mut opened_txn_partitions = Vec::new();
