@@ -109,6 +109,56 @@ impl TopicPartition {
     }
 }
 
+/// A topic and partition as a map key, owned ([`TopicPartition`]) or
+/// borrowed (`(&str, PartitionId)`), so that a
+/// `HashMap<TopicPartition, _>` can be searched without allocating the
+/// topic: `map.get(&(topic, partition) as &dyn TopicPartitionKey)`. Hashes
+/// and compares exactly as `TopicPartition`'s derived `Hash` and `Eq` do.
+pub trait TopicPartitionKey {
+    fn topic(&self) -> &str;
+    fn partition(&self) -> PartitionId;
+}
+
+impl TopicPartitionKey for TopicPartition {
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+    fn partition(&self) -> PartitionId {
+        self.partition
+    }
+}
+
+impl TopicPartitionKey for (&str, PartitionId) {
+    fn topic(&self) -> &str {
+        self.0
+    }
+    fn partition(&self) -> PartitionId {
+        self.1
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn TopicPartitionKey + 'a> for TopicPartition {
+    fn borrow(&self) -> &(dyn TopicPartitionKey + 'a) {
+        self
+    }
+}
+
+impl std::hash::Hash for dyn TopicPartitionKey + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // The field order and types of `TopicPartition`'s derived Hash.
+        self.topic().hash(state);
+        self.partition().hash(state);
+    }
+}
+
+impl PartialEq for dyn TopicPartitionKey + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.topic() == other.topic() && self.partition() == other.partition()
+    }
+}
+
+impl Eq for dyn TopicPartitionKey + '_ {}
+
 impl fmt::Display for TopicPartition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}-{}", self.topic, self.partition.0)
@@ -164,7 +214,27 @@ pub fn base64url_decode(text: &str) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
-    use super::{base64url, base64url_decode};
+    use super::{base64url, base64url_decode, PartitionId, TopicPartition, TopicPartitionKey};
+
+    #[test]
+    fn a_borrowed_key_finds_what_the_owned_key_stored() {
+        let mut map = std::collections::HashMap::new();
+        for topic in ["a", "orders", "orders-1", ""] {
+            for p in 0..3 {
+                map.insert(TopicPartition::new(topic, p), (topic, p));
+            }
+        }
+        for topic in ["a", "orders", "orders-1", ""] {
+            for p in 0..3 {
+                let key = (topic, PartitionId(p));
+                assert_eq!(map.get(&key as &dyn TopicPartitionKey), Some(&(topic, p)));
+            }
+        }
+        let missing = ("orders", PartitionId(3));
+        assert_eq!(map.get(&missing as &dyn TopicPartitionKey), None);
+        let missing = ("order", PartitionId(0));
+        assert_eq!(map.get(&missing as &dyn TopicPartitionKey), None);
+    }
 
     #[test]
     fn base64url_matches_rfc4648() {

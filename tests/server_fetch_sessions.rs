@@ -9,14 +9,16 @@
 mod common;
 
 use common::client::create_topic;
+use common::client::{admin, admin_opts, block_on};
 use common::raw::{produce_values, RawClient};
-use common::{Broker, BrokerOpts};
+use common::{wait_for, Broker, BrokerOpts};
 use fjord::shard::fetch_sessions::FETCH_SESSION_CACHE_SLOTS;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{FetchRequest, FetchResponse, MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use std::time::Duration;
 
 const TOPIC: &str = "sessions";
 /// Fetch by topic name, as the Java client does before topic ids.
@@ -37,6 +39,18 @@ fn fetch(
     partitions: &[(i32, i64)],
     forget: &[i32],
 ) -> FetchResponse {
+    let req = fetch_request(version, topic, session, partitions, forget);
+    raw.request(version, &req)
+}
+
+/// The request [`fetch`] sends (50 MiB `max_bytes`, no wait).
+fn fetch_request(
+    version: i16,
+    topic: (&str, uuid::Uuid),
+    session: (i32, i32),
+    partitions: &[(i32, i64)],
+    forget: &[i32],
+) -> FetchRequest {
     let mut t = FetchTopic::default().with_partitions(
         partitions
             .iter()
@@ -59,7 +73,7 @@ fn fetch(
         t = t.with_topic(name(topic.0));
         f = f.with_topic(name(topic.0));
     }
-    let req = FetchRequest::default()
+    FetchRequest::default()
         .with_replica_id((-1).into())
         .with_max_wait_ms(0)
         .with_min_bytes(0)
@@ -71,8 +85,7 @@ fn fetch(
         } else {
             vec![t]
         })
-        .with_forgotten_topics_data(if forget.is_empty() { vec![] } else { vec![f] });
-    raw.request(version, &req)
+        .with_forgotten_topics_data(if forget.is_empty() { vec![] } else { vec![f] })
 }
 
 /// (partition, records bytes, high watermark) of each partition answered.
@@ -241,4 +254,93 @@ fn zero_cache_slots_turn_sessions_off() {
         .any(|&(p, bytes, hw)| p == 0 && bytes > 0 && hw == 3));
     let r = fetch(&mut raw, BY_NAME, t, (1, 1), &[], &[]);
     assert_eq!(r.error_code, ResponseError::FetchSessionIdNotFound.code());
+}
+
+/// Partitions that returned records are read last by the next incremental
+/// fetch (Kafka's session reordering), so that with a response byte limit
+/// a partition with records cannot starve the others.
+#[test]
+fn partitions_that_returned_records_are_read_last() {
+    let broker = Broker::start(BrokerOpts::default().cores(1));
+    create_topic(&broker.bootstrap(), TOPIC, 2, &[]);
+    let mut raw = RawClient::connect(broker.port_of(0));
+    produce_values(&mut raw, TOPIC, 0, 3);
+    produce_values(&mut raw, TOPIC, 1, 3);
+    let t = (TOPIC, uuid::Uuid::nil());
+    // `max_bytes` 1: only the first partition read with records returns
+    // any (it may exceed the limit by a batch, KIP-74).
+    let mut limited = |session: (i32, i32), partitions: &[(i32, i64)]| {
+        let req = fetch_request(BY_NAME, t, session, partitions, &[]).with_max_bytes(1);
+        let r: FetchResponse = raw.request(BY_NAME, &req);
+        assert_eq!(r.error_code, 0);
+        let with_records: Vec<i32> = answered(&r)
+            .into_iter()
+            .filter(|&(_, bytes, _)| bytes > 0)
+            .map(|(p, _, _)| p)
+            .collect();
+        (r.session_id, with_records)
+    };
+    let (session, got) = limited((0, 0), &[(0, 0), (1, 0)]);
+    assert_ne!(session, 0);
+    assert_eq!(got, vec![0], "the full fetch reads in request order");
+    // Positions unchanged: p0 still comes first and returns records
+    // again; then it is read after p1.
+    assert_eq!(limited((session, 1), &[]), (session, vec![0]));
+    assert_eq!(limited((session, 2), &[]), (session, vec![1]));
+    assert_eq!(limited((session, 3), &[]), (session, vec![0]));
+}
+
+/// A session outlives its topic: once the topic is deleted its partition
+/// is answered with UNKNOWN_TOPIC_OR_PARTITION, and once a topic of the
+/// same name is created again, the session (by name) reads the new one.
+#[test]
+fn a_session_follows_its_topic_through_delete_and_recreate() {
+    let broker = Broker::start(BrokerOpts::default().cores(1));
+    let topic = "sessions-recreated";
+    create_topic(&broker.bootstrap(), topic, 1, &[]);
+    let mut raw = RawClient::connect(broker.port_of(0));
+    produce_values(&mut raw, topic, 0, 2);
+    let t = (topic, uuid::Uuid::nil());
+    let full = fetch(&mut raw, BY_NAME, t, (0, 0), &[(0, 0)], &[]);
+    let session = full.session_id;
+    assert_ne!(session, 0);
+    let mut epoch = 1;
+    let r = fetch(&mut raw, BY_NAME, t, (session, epoch), &[(0, 2)], &[]);
+    assert_eq!(answered(&r), vec![], "at its end, nothing new");
+
+    let deleted = block_on(admin(&broker.bootstrap()).delete_topics(&[topic], &admin_opts()))
+        .expect("delete_topics");
+    assert!(deleted.iter().all(|r| r.is_ok()), "{deleted:?}");
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
+    wait_for(
+        Duration::from_secs(10),
+        "the deletion to be answered",
+        || {
+            epoch += 1;
+            let r = fetch(&mut raw, BY_NAME, t, (session, epoch), &[], &[]);
+            assert_eq!((r.error_code, r.session_id), (0, session));
+            let p = r.responses.first()?.partitions.first()?;
+            (p.error_code == unknown).then_some(())
+        },
+    );
+
+    create_topic(&broker.bootstrap(), topic, 1, &[]);
+    wait_for(
+        Duration::from_secs(10),
+        "the new topic to be served",
+        || {
+            epoch += 1;
+            // Position 0: the new partition is read from its start.
+            let r = fetch(&mut raw, BY_NAME, t, (session, epoch), &[(0, 0)], &[]);
+            assert_eq!((r.error_code, r.session_id), (0, session));
+            let p = r.responses.first()?.partitions.first()?;
+            (p.error_code == 0).then_some(())
+        },
+    );
+    produce_values(&mut raw, topic, 0, 1);
+    epoch += 1;
+    let r = fetch(&mut raw, BY_NAME, t, (session, epoch), &[], &[]);
+    let got = answered(&r);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(got[0].0 == 0 && got[0].1 > 0 && got[0].2 == 1, "{got:?}");
 }

@@ -34,7 +34,8 @@
 
 use super::error_counts::ResponseErrors;
 use super::list_offsets::{check_leader_epoch, READ_COMMITTED};
-use super::{decode, errors, led_partition, Outcome};
+use super::{decode, errors, Outcome};
+use crate::metadata::{MetadataImage, TopicMeta};
 use crate::partition::Partition;
 use crate::protocol::fetch::{
     encode_fetch_response, FetchPartitionResponse, FetchResponse, FetchTopicResponse, NodeEndpoint,
@@ -44,7 +45,7 @@ use crate::protocol::RequestHeader;
 use crate::record::RecordsChunk;
 use crate::runtime::OneWaker;
 use crate::shard::fetch_sessions::{
-    SessionError, SessionKey, SessionPartition, FINAL_EPOCH, INITIAL_EPOCH,
+    Resolved, SessionError, SessionPartition, SessionTopic, FINAL_EPOCH, INITIAL_EPOCH,
 };
 use crate::shard::ShardCtx;
 use crate::types::Offset;
@@ -54,8 +55,8 @@ use futures::FutureExt;
 use kafka_protocol::messages::FetchRequest;
 use kafka_protocol::ResponseError;
 use std::collections::hash_map::{Entry, HashMap};
-use std::collections::HashSet;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest a fetch may park, whatever the client asks (Kafka has no cap;
@@ -69,40 +70,40 @@ pub const MAX_WAIT_MS_CAP: i32 = 30_000;
 /// and wait on.
 pub const FETCH_PARTITIONS_MAX: usize = 100_000;
 
-/// One partition a fetch reads, as the request names it or as its session
-/// remembers it.
-struct Asked {
-    key: SessionKey,
-    fetch_offset: i64,
-    partition_max_bytes: i32,
-    current_leader_epoch: i32,
-}
-
 /// What a request does with fetch sessions (see `shard::fetch_sessions`).
 enum SessionMode {
     /// A full fetch, no session.
     Sessionless,
     /// A full fetch that opens a session.
     Open,
-    /// An incremental fetch of this session.
-    Incremental(i32),
+    /// An incremental fetch of this session, which had this generation
+    /// when the request read it.
+    Incremental(i32, u64),
 }
 
 /// One requested partition, resolved.
 struct Wanted {
-    key: SessionKey,
+    /// Its topic's place in the response (and, for a full fetch, in the
+    /// request's topics).
     topic_index: usize,
     partition: i32,
     fetch_offset: i64,
     partition_max_bytes: i32,
     current_leader_epoch: i32,
+    /// Its slot in the session (incremental fetches).
+    slot: u32,
     /// The partition if this shard leads it, else the error to answer and
     /// the leader (node id, leader epoch) to name with it.
-    target: Result<Rc<Partition>, (ResponseError, Option<LeaderHint>)>,
+    target: Target,
 }
 
 /// A partition's leader as a response names it: (node id, leader epoch).
 type LeaderHint = (i32, i32);
+
+type Target = Result<Rc<Partition>, (ResponseError, Option<LeaderHint>)>;
+
+/// A topic as the request's image knows it (None: no such topic).
+type MetaRef<'a> = Option<&'a Arc<TopicMeta>>;
 
 pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
     let Some(req) = decode::<FetchRequest>(header, body) else {
@@ -112,10 +113,6 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
     let read_committed = req.isolation_level == READ_COMMITTED;
     let image = ctx.image();
 
-    // Resolve topics and partitions once. A partition named twice is
-    // answered once, at its first place, with the last entry's position and
-    // limits (Kafka collects a request's partitions in an insertion-ordered
-    // map the same way).
     let requested: usize = req.topics.iter().map(|t| t.partitions.len()).sum();
     if requested > FETCH_PARTITIONS_MAX {
         tracing::warn!(
@@ -126,21 +123,6 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         return Outcome::Close;
     }
     let uses_topic_ids = version >= 13;
-    let key_of = |topic: &kafka_protocol::messages::TopicName, id: &uuid::Uuid, partition: i32| {
-        if uses_topic_ids {
-            SessionKey {
-                topic_id: *id.as_bytes(),
-                topic: String::new(),
-                partition,
-            }
-        } else {
-            SessionKey {
-                topic_id: [0; 16],
-                topic: topic.0.to_string(),
-                partition,
-            }
-        }
-    };
     let mode = match (req.session_id, req.session_epoch) {
         (0, FINAL_EPOCH) => SessionMode::Sessionless,
         (id, FINAL_EPOCH) => {
@@ -153,22 +135,94 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
             }
             SessionMode::Open
         }
-        (id, _) => SessionMode::Incremental(id),
+        (id, _) => SessionMode::Incremental(id, 0),
     };
-    let asked: Vec<Asked> = match mode {
-        SessionMode::Sessionless | SessionMode::Open => req
-            .topics
-            .iter()
-            .flat_map(|t| {
-                t.partitions.iter().map(move |p| Asked {
-                    key: key_of(&t.topic, &t.topic_id, p.partition),
-                    fetch_offset: p.fetch_offset,
-                    partition_max_bytes: p.partition_max_bytes,
-                    current_leader_epoch: p.current_leader_epoch,
-                })
-            })
-            .collect(),
-        SessionMode::Incremental(id) => {
+
+    // Resolve topics and partitions once, in reading order; `topics` gets
+    // one (still empty) answer per topic, in the order topics first appear.
+    let mut topics: Vec<FetchTopicResponse> = Vec::new();
+    let mut wanted: Vec<Wanted> = Vec::with_capacity(requested);
+    // The topics of a session this request opens.
+    let mut session_topics: Vec<SessionTopic> = Vec::new();
+    // What the partitions resolved under; see `ShardCtx::partitions_stamp`.
+    let stamp = ctx.partitions_stamp();
+    let mode = match mode {
+        SessionMode::Sessionless | SessionMode::Open => {
+            // A topic named twice is one topic; a partition named twice is
+            // answered once, at its first place, with the last entry's
+            // position and limits (Kafka collects a request's partitions in
+            // an insertion-ordered map the same way).
+            let mut topic_by_name: HashMap<&str, usize> = HashMap::new();
+            let mut topic_by_id: HashMap<[u8; 16], usize> = HashMap::new();
+            let mut metas: Vec<MetaRef<'_>> = Vec::new();
+            let mut wanted_at: HashMap<(usize, i32), usize> = HashMap::new();
+            for t in &req.topics {
+                let name: &str = &t.topic.0;
+                let id = if uses_topic_ids {
+                    *t.topic_id.as_bytes()
+                } else {
+                    [0; 16]
+                };
+                let known = if uses_topic_ids {
+                    topic_by_id.get(&id)
+                } else {
+                    topic_by_name.get(name)
+                };
+                let topic_index = match known {
+                    Some(&i) => i,
+                    None => {
+                        let i = topics.len();
+                        if uses_topic_ids {
+                            topic_by_id.insert(id, i);
+                        } else {
+                            topic_by_name.insert(name, i);
+                        }
+                        let meta = if uses_topic_ids {
+                            image.topic_by_id(&id)
+                        } else {
+                            image.topic(name)
+                        };
+                        // Topics by id have no name in the request.
+                        let key_name = if uses_topic_ids { "" } else { name };
+                        topics.push(FetchTopicResponse {
+                            name: meta.map_or(key_name, |m| m.name.as_str()).to_string(),
+                            topic_id: id,
+                            partitions: Vec::new(),
+                        });
+                        metas.push(meta);
+                        if matches!(mode, SessionMode::Open) {
+                            session_topics.push(SessionTopic {
+                                name: key_name.to_string(),
+                                id,
+                            });
+                        }
+                        i
+                    }
+                };
+                let meta = metas[topic_index];
+                for p in &t.partitions {
+                    let target = resolve(ctx, &image, meta, uses_topic_ids, p.partition);
+                    let entry = Wanted {
+                        topic_index,
+                        partition: p.partition,
+                        fetch_offset: p.fetch_offset,
+                        partition_max_bytes: p.partition_max_bytes,
+                        current_leader_epoch: p.current_leader_epoch,
+                        slot: 0,
+                        target: check_epoch(target, p.current_leader_epoch),
+                    };
+                    match wanted_at.entry((topic_index, p.partition)) {
+                        Entry::Occupied(at) => wanted[*at.get()] = entry,
+                        Entry::Vacant(at) => {
+                            at.insert(wanted.len());
+                            wanted.push(entry);
+                        }
+                    }
+                }
+            }
+            mode
+        }
+        SessionMode::Incremental(id, _) => {
             let mut cache = ctx.fetch_sessions.borrow_mut();
             let now_ms = crate::clock::now_ms();
             if let Err(e) = cache.begin_incremental(id, req.session_epoch, uses_topic_ids, now_ms) {
@@ -178,7 +232,9 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 for t in &req.topics {
                     for p in &t.partitions {
                         s.upsert(
-                            key_of(&t.topic, &t.topic_id, p.partition),
+                            &t.topic.0,
+                            t.topic_id.as_bytes(),
+                            p.partition,
                             p.fetch_offset,
                             p.partition_max_bytes,
                             p.current_leader_epoch,
@@ -187,7 +243,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 }
                 for f in &req.forgotten_topics_data {
                     for &partition in &f.partitions {
-                        s.forget(&key_of(&f.topic, &f.topic_id, partition));
+                        s.forget(&f.topic.0, f.topic_id.as_bytes(), partition);
                     }
                 }
             });
@@ -206,79 +262,57 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 cache.remove(id);
                 return Outcome::Close;
             }
-            session
-                .partitions()
-                .map(|(k, p)| Asked {
-                    key: k.clone(),
+            wanted.reserve(session.len());
+            // Per session topic: its place in the response and its
+            // metadata, set at its first partition in reading order.
+            let mut topic_at: Vec<Option<(usize, MetaRef<'_>)>> = vec![None; session.topic_slots()];
+            session.for_each_partition(|slot, topic, p| {
+                let (topic_index, meta) = *topic_at[p.topic as usize].get_or_insert_with(|| {
+                    let meta = if uses_topic_ids {
+                        image.topic_by_id(&topic.id)
+                    } else {
+                        image.topic(&topic.name)
+                    };
+                    topics.push(FetchTopicResponse {
+                        name: meta
+                            .map_or(topic.name.as_str(), |m| m.name.as_str())
+                            .to_string(),
+                        topic_id: topic.id,
+                        partitions: Vec::new(),
+                    });
+                    (topics.len() - 1, meta)
+                });
+                // The handle the last fetch used while the shard's
+                // partitions are unchanged, else a look-up by name.
+                let cached = p
+                    .resolved
+                    .as_ref()
+                    .filter(|r| r.stamp == stamp)
+                    .and_then(|r| r.partition.upgrade());
+                let target = match cached {
+                    Some(state) => Ok(state),
+                    None => {
+                        let target = resolve(ctx, &image, meta, uses_topic_ids, p.partition);
+                        p.resolved = target.as_ref().ok().map(|state| Resolved {
+                            partition: Rc::downgrade(state),
+                            stamp,
+                        });
+                        target
+                    }
+                };
+                wanted.push(Wanted {
+                    topic_index,
+                    partition: p.partition,
                     fetch_offset: p.fetch_offset,
                     partition_max_bytes: p.partition_max_bytes,
                     current_leader_epoch: p.current_leader_epoch,
-                })
-                .collect()
+                    slot,
+                    target: check_epoch(target, p.current_leader_epoch),
+                });
+            });
+            SessionMode::Incremental(id, session.generation)
         }
     };
-
-    let mut topics: Vec<FetchTopicResponse> = Vec::new();
-    let mut wanted: Vec<Wanted> = Vec::with_capacity(asked.len());
-    let mut topic_at: HashMap<(String, [u8; 16]), usize> = HashMap::new();
-    let mut wanted_at: HashMap<(usize, i32), usize> = HashMap::new();
-    for a in asked {
-        let meta = if uses_topic_ids {
-            image.topic_by_id(&a.key.topic_id)
-        } else {
-            image.topic(&a.key.topic)
-        };
-        let unknown = if uses_topic_ids {
-            ResponseError::UnknownTopicId
-        } else {
-            ResponseError::UnknownTopicOrPartition
-        };
-        let name = meta
-            .map(|m| m.name.clone())
-            .unwrap_or_else(|| a.key.topic.clone());
-        let topic_index = *topic_at
-            .entry((a.key.topic.clone(), a.key.topic_id))
-            .or_insert_with(|| {
-                topics.push(FetchTopicResponse {
-                    name: name.clone(),
-                    topic_id: a.key.topic_id,
-                    partitions: Vec::new(),
-                });
-                topics.len() - 1
-            });
-        let partition = a.key.partition;
-        let target = match meta {
-            None => Err((unknown, None)),
-            Some(_) => match led_partition(ctx, &image, &name, partition) {
-                Err((e, leader)) => Err((
-                    e,
-                    leader.map(|s| (ctx.config.node_id_of(s), image.leader_epoch())),
-                )),
-                Ok(state) => {
-                    match check_leader_epoch(a.current_leader_epoch, state.log.leader_epoch()) {
-                        Some(e) => Err((e, None)),
-                        None => Ok(state),
-                    }
-                }
-            },
-        };
-        let entry = Wanted {
-            key: a.key,
-            topic_index,
-            partition,
-            fetch_offset: a.fetch_offset,
-            partition_max_bytes: a.partition_max_bytes,
-            current_leader_epoch: a.current_leader_epoch,
-            target,
-        };
-        match wanted_at.entry((topic_index, partition)) {
-            Entry::Occupied(at) => wanted[*at.get()] = entry,
-            Entry::Vacant(at) => {
-                at.insert(wanted.len());
-                wanted.push(entry);
-            }
-        }
-    }
 
     let max_wait = Duration::from_millis(req.max_wait_ms.clamp(0, MAX_WAIT_MS_CAP) as u64);
     let deadline = crate::clock::monotonic() + max_wait;
@@ -336,16 +370,23 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 .zip(&partitions)
                 .map(|(w, p)| {
                     let mut s = SessionPartition::new(
+                        w.topic_index as u32,
+                        w.partition,
                         w.fetch_offset,
                         w.partition_max_bytes,
                         w.current_leader_epoch,
                     );
                     s.remember(p.high_watermark, p.last_stable_offset, p.log_start_offset);
-                    (w.key.clone(), s)
+                    s.resolved = w.target.as_ref().ok().map(|state| Resolved {
+                        partition: Rc::downgrade(state),
+                        stamp,
+                    });
+                    s
                 })
                 .collect();
             let partitions = wanted.len();
             let opened = ctx.fetch_sessions.borrow_mut().create(
+                session_topics,
                 cached,
                 uses_topic_ids,
                 crate::clock::now_ms(),
@@ -357,18 +398,19 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
             );
             opened.unwrap_or(0)
         }
-        SessionMode::Incremental(id) => id,
+        SessionMode::Incremental(id, _) => id,
     };
     match mode {
-        SessionMode::Incremental(id) => {
+        SessionMode::Incremental(id, generation) => {
             // Only the partitions with news, as Kafka's
             // IncrementalFetchContext answers; those that returned records
-            // are read last next time.
+            // are read last next time. A session closed or used by another
+            // request while this one waited is left alone, and everything
+            // read is answered.
             let mut cache = ctx.fetch_sessions.borrow_mut();
-            let mut session = cache.get_mut(id);
-            let mut with_records = HashSet::new();
+            let mut session = cache.get_mut(id).filter(|s| s.generation == generation);
             for (w, p) in wanted.iter().zip(partitions) {
-                let cached = session.as_mut().and_then(|s| s.get_mut(&w.key));
+                let cached = session.as_mut().and_then(|s| s.slot_mut(w.slot));
                 let news = match cached {
                     None => true,
                     Some(c) => {
@@ -378,18 +420,16 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                             || c.last_stable_offset != p.last_stable_offset
                             || c.log_start_offset != p.log_start_offset;
                         c.remember(p.high_watermark, p.last_stable_offset, p.log_start_offset);
+                        c.had_records = !p.records.is_empty();
                         news
                     }
                 };
-                if !p.records.is_empty() {
-                    with_records.insert(w.key.clone());
-                }
                 if news {
                     topics[w.topic_index].partitions.push(p);
                 }
             }
             if let Some(s) = session {
-                s.reorder(&with_records);
+                s.reorder();
             }
             topics.retain(|t| !t.partitions.is_empty());
         }
@@ -427,6 +467,49 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         node_endpoints,
     };
     encode(header, version, resp)
+}
+
+/// `handlers::led_partition` with the topic already found (`meta`, None
+/// when the image has no such topic): the partition if this shard leads
+/// it, without allocating.
+fn resolve(
+    ctx: &ShardCtx,
+    image: &MetadataImage,
+    meta: MetaRef<'_>,
+    uses_topic_ids: bool,
+    partition: i32,
+) -> Target {
+    let Some(meta) = meta else {
+        let unknown = if uses_topic_ids {
+            ResponseError::UnknownTopicId
+        } else {
+            ResponseError::UnknownTopicOrPartition
+        };
+        return Err((unknown, None));
+    };
+    let Some(&owner) = usize::try_from(partition)
+        .ok()
+        .and_then(|i| meta.shards.get(i))
+    else {
+        return Err((ResponseError::UnknownTopicOrPartition, None));
+    };
+    let leader = owner % ctx.cores();
+    if leader != ctx.shard {
+        let hint = (ctx.config.node_id_of(leader), image.leader_epoch());
+        return Err((ResponseError::NotLeaderOrFollower, Some(hint)));
+    }
+    ctx.partition_of(&meta.name, partition)
+        .ok_or((ResponseError::NotLeaderOrFollower, None))
+}
+
+/// FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH for a client whose
+/// `current_leader_epoch` is not the partition's.
+fn check_epoch(target: Target, current_leader_epoch: i32) -> Target {
+    let state = target?;
+    match check_leader_epoch(current_leader_epoch, state.log.leader_epoch()) {
+        Some(e) => Err((e, None)),
+        None => Ok(state),
+    }
 }
 
 /// Kafka's answer to a fetch whose session cannot be used: the error at

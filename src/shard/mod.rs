@@ -40,7 +40,7 @@ use crate::metadata::{internal, MetadataImage, TopicConfig};
 use crate::partition::{MarkerError, Partition, TxnMarker};
 use crate::producer::ids::ProducerIdBlocks;
 use crate::txn::coordinator::TxnCoordinator;
-use crate::types::TopicPartition;
+use crate::types::{PartitionId, TopicPartition, TopicPartitionKey};
 use futures::channel::oneshot;
 use messages::{ControllerError, ControllerReply, ControllerRequest, ShardMessage};
 use router::Router;
@@ -62,6 +62,10 @@ pub struct ShardCtx {
     /// Present on shard 0 only.
     pub controller: Option<controller::Controller>,
     partitions: RefCell<HashMap<TopicPartition, Rc<Partition>>>,
+    /// Bumped whenever `partitions` gains or loses one: a partition handle
+    /// cached under the same version and image version is still the one
+    /// [`Self::partition`] finds (fetch sessions keep such handles).
+    partitions_version: Cell<u64>,
     first_image: RefCell<Option<oneshot::Sender<()>>>,
     /// Requests read but not yet answered, on all connections of this shard.
     inflight_requests: Cell<usize>,
@@ -116,6 +120,7 @@ impl ShardCtx {
             router,
             controller,
             partitions: RefCell::new(HashMap::new()),
+            partitions_version: Cell::new(0),
             first_image: RefCell::new(Some(first_image)),
             inflight_requests: Cell::new(0),
             apply_lock: glommio::sync::Semaphore::new(1),
@@ -156,6 +161,28 @@ impl ShardCtx {
     /// The partition if this shard leads it.
     pub fn partition(&self, tp: &TopicPartition) -> Option<Rc<Partition>> {
         self.partitions.borrow().get(tp).cloned()
+    }
+
+    /// [`Self::partition`] without building a [`TopicPartition`] (no
+    /// allocation: the fetch path looks up every partition it reads).
+    pub fn partition_of(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
+        let key = (topic, PartitionId(partition));
+        self.partitions
+            .borrow()
+            .get(&key as &dyn TopicPartitionKey)
+            .cloned()
+    }
+
+    /// The image version and the partition-set version: while both are
+    /// unchanged, a partition handle found by [`Self::partition`] is still
+    /// the one it would find.
+    pub fn partitions_stamp(&self) -> (u64, u64) {
+        (self.image.borrow().version, self.partitions_version.get())
+    }
+
+    fn partition_set_changed(&self) {
+        self.partitions_version
+            .set(self.partitions_version.get().wrapping_add(1));
     }
 
     /// Every partition this shard leads.
@@ -216,11 +243,18 @@ impl ShardCtx {
             .filter(|p| image.topic(&p.tp.topic).is_none_or(|t| t.id != p.topic_id))
             .map(|p| p.tp.clone())
             .collect();
+        let any_gone = !gone.is_empty();
         for tp in gone {
             self.partitions.borrow_mut().remove(&tp);
+            self.partition_set_changed();
             if let Err(e) = self.logs.delete(&tp).await {
                 tracing::error!(%tp, error = %e, "deleting partition log failed");
             }
+        }
+        if any_gone {
+            // After every removal: a fetch during the deletes above may
+            // have cached a handle of one removed later.
+            self.fetch_sessions.borrow_mut().drop_partition_handles();
         }
         // New partitions and config changes.
         let mut opened_txn_partitions = Vec::new();
@@ -266,6 +300,7 @@ impl ShardCtx {
                             self.partitions
                                 .borrow_mut()
                                 .insert(tp.clone(), state.clone());
+                            self.partition_set_changed();
                             if tp.topic == internal::TRANSACTION_STATE {
                                 opened_txn_partitions.push(state);
                             } else if tp.topic == internal::CONSUMER_OFFSETS {
