@@ -70,7 +70,9 @@
 //! - `range`: per topic, the members subscribed to it in member-id order
 //!   get contiguous ranges, the first `partitions % members` one more.
 
+use super::consumer_protocol;
 use super::error::GroupError;
+use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Kafka's `group.consumer.session.timeout.ms` default.
@@ -244,6 +246,59 @@ pub struct ConsumerMember {
     pub last_heartbeat_ms: i64,
     /// When a member that must revoke is fenced if it has not.
     pub revocation_deadline_ms: Option<i64>,
+    /// Set for a member that uses the classic protocol (JoinGroup,
+    /// SyncGroup, Heartbeat) in this consumer group: a mixed group.
+    pub classic: Option<ClassicMemberMetadata>,
+    /// A classic member told to rejoin must rejoin, and one that joined
+    /// must sync, before this time, else it is fenced (Kafka's join and
+    /// sync timeouts, both the member's rebalance timeout).
+    pub classic_deadline_ms: Option<i64>,
+}
+
+/// What a member using the classic protocol keeps (Kafka's
+/// `ClassicMemberMetadata` of the member record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassicMemberMetadata {
+    /// The member's JoinGroup session timeout (it replaces the broker's
+    /// `group.consumer.session.timeout.ms` for this member).
+    pub session_timeout_ms: i32,
+    /// (protocol name, metadata) in the member's order of preference.
+    pub protocols: Vec<(String, Bytes)>,
+}
+
+impl ClassicMemberMetadata {
+    /// The protocol the member is answered with: its first one, as Kafka.
+    pub fn protocol_name(&self) -> &str {
+        self.protocols.first().map_or("", |(n, _)| n.as_str())
+    }
+}
+
+/// A JoinGroup from a classic member to a consumer group.
+#[derive(Debug, Clone)]
+pub struct ClassicJoin {
+    /// The member id: the request's, or one the coordinator generated for
+    /// a request without one (`unknown_member`).
+    pub member_id: String,
+    pub unknown_member: bool,
+    /// JoinGroup v4+: a dynamic member without id is sent its id first
+    /// (MEMBER_ID_REQUIRED).
+    pub require_known_member_id: bool,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+}
+
+/// The answer to a classic member's JoinGroup in a consumer group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassicJoinAnswer {
+    pub member_id: String,
+    /// The member epoch (the classic generation of this member).
+    pub generation_id: i32,
+    pub protocol_name: String,
 }
 
 impl ConsumerMember {
@@ -266,7 +321,17 @@ impl ConsumerMember {
             assignment_epochs: BTreeMap::new(),
             last_heartbeat_ms: now_ms,
             revocation_deadline_ms: None,
+            classic: None,
+            classic_deadline_ms: None,
         }
+    }
+
+    /// The member's session timeout: its own when it uses the classic
+    /// protocol, else the broker's.
+    pub fn session_timeout_ms(&self, cfg: &ConsumerGroupConfig) -> i32 {
+        self.classic
+            .as_ref()
+            .map_or(cfg.session_timeout_ms, |c| c.session_timeout_ms)
     }
 
     /// Sets every held partition's assignment epoch to the member epoch
@@ -392,6 +457,18 @@ pub fn compile_regex(re: &str) -> Result<regex::Regex, GroupError> {
         .size_limit(REGEX_COMPILED_BYTES_MAX)
         .build()
         .map_err(|e| GroupError::InvalidRegularExpression(e.to_string()))
+}
+
+/// A classic group's member as an online upgrade takes it over.
+#[derive(Debug, Clone)]
+pub struct ClassicMemberSnapshot {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: i32,
+    pub session_timeout_ms: i32,
+    pub protocols: Vec<(String, Bytes)>,
 }
 
 /// One consumer group.
@@ -964,13 +1041,13 @@ impl ConsumerGroup {
         topics: &dyn Topics,
         now_ms: i64,
     ) -> Vec<String> {
-        let session_ms = i64::from(cfg.session_timeout_ms);
         let gone: Vec<String> = self
             .members
             .values()
             .filter(|m| {
-                now_ms >= m.last_heartbeat_ms + session_ms
+                now_ms >= m.last_heartbeat_ms + i64::from(m.session_timeout_ms(cfg))
                     || m.revocation_deadline_ms.is_some_and(|d| now_ms >= d)
+                    || m.classic_deadline_ms.is_some_and(|d| now_ms >= d)
             })
             .map(|m| m.member_id.clone())
             .collect();
@@ -980,6 +1057,347 @@ impl ConsumerGroup {
         self.refresh_subscriptions(topics, false);
         self.maybe_compute_target();
         gone
+    }
+
+    /// Builds the consumer group of an online upgrade from a classic
+    /// group's generation and members (Kafka's
+    /// `ConsumerGroup.fromClassicGroup`): every member keeps its classic
+    /// assignment as both its current and its target assignment, at
+    /// member epoch = group epoch = assignment epoch = the generation, so
+    /// nothing moves until the member that triggered the upgrade joins.
+    /// Members are (snapshot, metadata of the group's protocol, current
+    /// assignment bytes). A member whose metadata or assignment does not
+    /// decode makes the upgrade fail (the caller answers
+    /// GROUP_ID_NOT_FOUND, as Kafka does). Partitions of topics that no
+    /// longer exist, and a partition claimed twice, are dropped.
+    pub fn from_classic(
+        generation_id: i32,
+        members: Vec<(ClassicMemberSnapshot, Bytes, Bytes)>,
+        topics: &dyn Topics,
+        now_ms: i64,
+    ) -> Result<ConsumerGroup, GroupError> {
+        let mut c = ConsumerGroup::new();
+        c.group_epoch = generation_id;
+        c.assignment_epoch = generation_id;
+        for (snap, metadata, assignment) in members {
+            let sub = consumer_protocol::decode_subscription(&metadata)
+                .map_err(|_| GroupError::GroupIdNotFound)?;
+            let mut assigned = consumer_protocol::decode_assignment(&assignment)
+                .map_err(|_| GroupError::GroupIdNotFound)?;
+            for (t, ps) in assigned.iter_mut() {
+                let count = topics.partition_count(t).unwrap_or(0);
+                ps.retain(|p| (0..count).contains(p) && !c.owners.contains_key(&(t.clone(), *p)));
+            }
+            assigned.retain(|_, ps| !ps.is_empty());
+            let mut m = ConsumerMember::new(&snap.member_id, now_ms);
+            m.instance_id = snap.instance_id;
+            m.rack_id = sub.rack_id;
+            m.client_id = snap.client_id;
+            m.client_host = snap.client_host;
+            let mut names = sub.topics;
+            names.sort();
+            names.dedup();
+            m.subscribed_topic_names = names;
+            m.rebalance_timeout_ms = snap.rebalance_timeout_ms;
+            m.member_epoch = generation_id;
+            m.previous_member_epoch = generation_id;
+            m.classic = Some(ClassicMemberMetadata {
+                session_timeout_ms: snap.session_timeout_ms,
+                protocols: snap.protocols,
+            });
+            for tp in assigned
+                .iter()
+                .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
+            {
+                c.owners.insert(tp.clone(), m.member_id.clone());
+                m.assignment_epochs.insert(tp, generation_id);
+            }
+            m.assigned = assigned.clone();
+            c.target.insert(m.member_id.clone(), assigned);
+            if let Some(i) = &m.instance_id {
+                c.static_members.insert(i.clone(), m.member_id.clone());
+            }
+            c.touch(&m.member_id);
+            c.members.insert(m.member_id.clone(), m);
+        }
+        // The subscription as of the conversion, without a new epoch: the
+        // joining member's heartbeat bumps it.
+        c.refresh_subscriptions(topics, true);
+        c.group_epoch = generation_id;
+        c.dirty = true;
+        Ok(c)
+    }
+
+    /// Whether every member uses the classic protocol except `except`
+    /// (Kafka's `allMembersUseClassicProtocolExcept`).
+    pub fn all_classic_except(&self, except: &str) -> bool {
+        self.members
+            .values()
+            .all(|m| m.member_id == except || m.classic.is_some())
+    }
+
+    /// Whether a classic member with these protocols may join (Kafka's
+    /// `supportsClassicProtocols`): protocol type `consumer`, and, when
+    /// classic members are present, a protocol all of them support.
+    fn supports_classic_protocols(
+        &self,
+        protocol_type: &str,
+        protocols: &[(String, Bytes)],
+    ) -> bool {
+        if protocol_type != "consumer" || protocols.is_empty() {
+            return false;
+        }
+        let classic: Vec<&ClassicMemberMetadata> = self
+            .members
+            .values()
+            .filter_map(|m| m.classic.as_ref())
+            .collect();
+        classic.is_empty()
+            || protocols.iter().any(|(name, _)| {
+                classic
+                    .iter()
+                    .all(|c| c.protocols.iter().any(|(n, _)| n == name))
+            })
+    }
+
+    /// A JoinGroup from a classic member (Kafka's
+    /// `classicGroupJoinToConsumerGroup`): the member joins or updates its
+    /// subscription from its JoinGroup metadata like a heartbeat would,
+    /// and is reconciled with the partitions its metadata says it owns.
+    /// Its generation is its member epoch, which stays at the old epoch
+    /// while it still must revoke partitions: it gets (through SyncGroup)
+    /// what it may keep, revokes the rest and rejoins.
+    pub fn classic_join(
+        &mut self,
+        req: ClassicJoin,
+        cfg: &ConsumerGroupConfig,
+        topics: &dyn Topics,
+        now_ms: i64,
+    ) -> Result<ClassicJoinAnswer, GroupError> {
+        let known = self.members.contains_key(&req.member_id);
+        if !known && self.members.len() >= cfg.max_size {
+            return Err(GroupError::GroupMaxSizeReached);
+        }
+        if !self.supports_classic_protocols(&req.protocol_type, &req.protocols) {
+            return Err(GroupError::InconsistentGroupProtocol);
+        }
+        if req.unknown_member && req.require_known_member_id && req.instance_id.is_none() {
+            return Err(GroupError::MemberIdRequired(req.member_id));
+        }
+        if let Some(m) = self.members.get(&req.member_id) {
+            if m.classic.is_none() {
+                return Err(GroupError::UnknownMemberId);
+            }
+        }
+        let (_, metadata) = &req.protocols[0];
+        let sub = consumer_protocol::decode_subscription(metadata)
+            .map_err(|_| GroupError::InconsistentGroupProtocol)?;
+        if sub.topics.len() > SUBSCRIBED_TOPIC_NAMES_MAX {
+            return Err(GroupError::InvalidRequest(
+                "SubscribedTopicNames has too many topics.",
+            ));
+        }
+        // A static member coming back under a new member id replaces its
+        // previous incarnation, which leaves the group.
+        if let Some(instance) = &req.instance_id {
+            if let Some(old) = self.static_members.get(instance).cloned() {
+                if old != req.member_id {
+                    if !req.unknown_member {
+                        return Err(GroupError::FencedInstanceId);
+                    }
+                    self.remove_member(&old);
+                }
+            }
+        }
+        let member_epoch = self
+            .members
+            .get(&req.member_id)
+            .map_or(0, |m| m.member_epoch);
+        let hb = HeartbeatRequest {
+            member_id: req.member_id.clone(),
+            member_epoch,
+            instance_id: req.instance_id.clone(),
+            rack_id: sub.rack_id.clone(),
+            rebalance_timeout_ms: req.rebalance_timeout_ms,
+            subscribed_topic_names: Some(sub.topics.clone()),
+            subscribed_topic_regex: None,
+            server_assignor: None,
+            // Kafka reads a subscription without owned partitions (v0) as
+            // owning none: an eager member revoked everything before it
+            // rejoined.
+            owned: Some(sub.owned.clone().unwrap_or_default()),
+            client_id: req.client_id.clone(),
+            client_host: req.client_host.clone(),
+        };
+        // A member that did not exist yet joins at epoch 0, without owned
+        // partitions (the heartbeat path's rule for a join).
+        let hb = if member_epoch == 0 {
+            HeartbeatRequest { owned: None, ..hb }
+        } else {
+            hb
+        };
+        self.heartbeat(hb, cfg, topics, now_ms)?;
+        let classic = ClassicMemberMetadata {
+            session_timeout_ms: req.session_timeout_ms,
+            protocols: req.protocols,
+        };
+        let m = self
+            .members
+            .get_mut(&req.member_id)
+            .expect("the heartbeat added the member");
+        if m.classic.as_ref() != Some(&classic) {
+            m.classic = Some(classic);
+            self.touch(&req.member_id);
+        }
+        let m = &mut self.members.get_mut(&req.member_id).expect("present");
+        // The member must now send SyncGroup within its rebalance timeout.
+        m.classic_deadline_ms = Some(now_ms + i64::from(m.rebalance_timeout_ms.max(0)));
+        Ok(ClassicJoinAnswer {
+            member_id: m.member_id.clone(),
+            generation_id: m.member_epoch,
+            protocol_name: m
+                .classic
+                .as_ref()
+                .map(|c| c.protocol_name().to_string())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// The member a classic request names: validated as Kafka's
+    /// `validateConsumerGroupMember`, then it must use the classic
+    /// protocol (else UNKNOWN_MEMBER_ID) and present its epoch as
+    /// generation (else ILLEGAL_GENERATION).
+    fn classic_member(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+    ) -> Result<&ConsumerMember, GroupError> {
+        self.validate_known_member(member_id, instance_id)?;
+        let m = &self.members[member_id];
+        if m.classic.is_none() {
+            return Err(GroupError::UnknownMemberId);
+        }
+        if m.member_epoch != generation_id {
+            return Err(GroupError::IllegalGeneration);
+        }
+        Ok(m)
+    }
+
+    /// Tells a classic member to rejoin: REBALANCE_IN_PROGRESS, and it is
+    /// fenced if it does not rejoin within its rebalance timeout.
+    fn classic_rejoin(&mut self, member_id: &str, now_ms: i64) -> GroupError {
+        if let Some(m) = self.members.get_mut(member_id) {
+            if m.classic_deadline_ms.is_none() {
+                m.classic_deadline_ms = Some(now_ms + i64::from(m.rebalance_timeout_ms.max(0)));
+            }
+        }
+        GroupError::RebalanceInProgress
+    }
+
+    /// A SyncGroup from a classic member (Kafka's
+    /// `classicGroupSyncToConsumerGroup`): the member's current assignment
+    /// (what it may own now, without what it must revoke), encoded in the
+    /// ConsumerProtocolAssignment version of its metadata.
+    pub fn classic_sync(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        protocol_type: Option<&str>,
+        protocol_name: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Bytes, GroupError> {
+        let m = self.classic_member(member_id, instance_id, generation_id)?;
+        let classic = m.classic.as_ref().expect("checked by classic_member");
+        if protocol_type.is_some_and(|t| t != "consumer")
+            || protocol_name.is_some_and(|n| n != classic.protocol_name())
+        {
+            return Err(GroupError::InconsistentGroupProtocol);
+        }
+        if self.group_epoch > m.member_epoch && m.state != MemberState::UnrevokedPartitions {
+            return Err(self.classic_rejoin(member_id, now_ms));
+        }
+        let version = classic
+            .protocols
+            .first()
+            .and_then(|(_, md)| consumer_protocol::version(md).ok())
+            .unwrap_or(0);
+        let assignment = consumer_protocol::encode_assignment(&m.assigned, version);
+        let m = self.members.get_mut(member_id).expect("present");
+        m.classic_deadline_ms = None;
+        m.last_heartbeat_ms = now_ms;
+        Ok(assignment)
+    }
+
+    /// A Heartbeat from a classic member (Kafka's
+    /// `classicGroupHeartbeatToConsumerGroup`): REBALANCE_IN_PROGRESS
+    /// when the member must rejoin, because the group epoch moved past
+    /// its epoch, it must revoke partitions, or partitions it waits for
+    /// were released.
+    pub fn classic_heartbeat(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        now_ms: i64,
+    ) -> Result<(), GroupError> {
+        let m = self.classic_member(member_id, instance_id, generation_id)?;
+        let rejoin = m.member_epoch < self.group_epoch
+            || m.state == MemberState::UnrevokedPartitions
+            || (m.state == MemberState::UnreleasedPartitions
+                && !self.waiting_on_unreleased_partition(m));
+        self.members
+            .get_mut(member_id)
+            .expect("present")
+            .last_heartbeat_ms = now_ms;
+        if rejoin {
+            return Err(self.classic_rejoin(member_id, now_ms));
+        }
+        Ok(())
+    }
+
+    /// Whether a partition of the member's target is still held by
+    /// another member (Kafka's `waitingOnUnreleasedPartition`).
+    fn waiting_on_unreleased_partition(&self, m: &ConsumerMember) -> bool {
+        self.target.get(&m.member_id).is_some_and(|t| {
+            t.iter().any(|(topic, ps)| {
+                ps.iter().any(|p| {
+                    self.owners
+                        .get(&(topic.clone(), *p))
+                        .is_some_and(|o| *o != m.member_id)
+                })
+            })
+        })
+    }
+
+    /// A LeaveGroup entry (member id, instance id) for this group (Kafka's
+    /// `classicGroupLeaveToConsumerGroup`): only classic members may leave
+    /// this way; an instance id alone names a static member (an admin
+    /// removal). Returns the id of the member removed.
+    pub fn classic_leave(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Result<String, GroupError> {
+        let id = match instance_id {
+            None => member_id.to_string(),
+            Some(instance) => {
+                let Some(id) = self.static_members.get(instance).cloned() else {
+                    return Err(GroupError::UnknownMemberId);
+                };
+                if !member_id.is_empty() && id != member_id {
+                    return Err(GroupError::FencedInstanceId);
+                }
+                id
+            }
+        };
+        match self.members.get(&id) {
+            Some(m) if m.classic.is_some() => {}
+            _ => return Err(GroupError::UnknownMemberId),
+        }
+        self.remove_member(&id);
+        Ok(id)
     }
 
     /// Every partition of every member's current assignment, for
@@ -1010,6 +1428,11 @@ impl ConsumerGroup {
         };
         if member_epoch == m.member_epoch {
             return Ok(None);
+        }
+        if m.classic.is_some() {
+            // A classic member commits with its generation, which must be
+            // its member epoch exactly (Kafka's `validateMemberEpoch`).
+            return Err(GroupError::IllegalGeneration);
         }
         if member_epoch > m.member_epoch {
             tracing::debug!(

@@ -55,6 +55,7 @@
 //! so the topic holds O(live state), like a compacted topic.
 
 pub mod consumer;
+pub mod consumer_protocol;
 pub mod consumer_records;
 pub mod error;
 pub mod records;
@@ -70,7 +71,9 @@ use crate::record::builder::{BatchBuilder, NewRecord};
 use crate::record::records::{decode_batch, parse_control_key, ControlType};
 use crate::types::Offset;
 use bytes::Bytes;
-use consumer::{ConsumerGroup, ConsumerGroupConfig, HeartbeatAnswer, HeartbeatRequest};
+use consumer::{
+    ClassicJoin, ConsumerGroup, ConsumerGroupConfig, HeartbeatAnswer, HeartbeatRequest,
+};
 use error::GroupError;
 use futures::channel::oneshot;
 use records::{GroupMetadataValue, RecordFormatError, RecordKey};
@@ -629,6 +632,48 @@ impl GroupCoordinator {
         result
     }
 
+    /// Runs `f` on the group's consumer part if the group is a consumer
+    /// group (with members, when `with_members`), and takes the records
+    /// of what changed, also when `f` refused (a refusal may still have
+    /// changed the group). None: the group is not such a consumer group.
+    #[allow(clippy::type_complexity)]
+    fn with_consumer_group<T>(
+        &self,
+        group_id: &str,
+        with_members: bool,
+        f: impl FnOnce(&mut ConsumerGroup, &MetadataImage) -> Result<T, GroupError>,
+    ) -> Option<(i32, Result<T, GroupError>, Vec<(Bytes, Option<Bytes>)>)> {
+        let p = self.check(group_id).ok()?;
+        let image = self.image.borrow().clone();
+        let mut parts = self.partitions.borrow_mut();
+        let g = parts.get_mut(&p)?.groups.get_mut(group_id)?;
+        let c = g.consumer.as_mut()?;
+        if with_members && c.is_empty() {
+            return None;
+        }
+        let result = f(c, &image);
+        let recs = if c.needs_write() {
+            match consumer_records::take_dirty_records(group_id, c, &image) {
+                Ok(recs) => recs,
+                Err(e) => return Some((p, Err(e.into()), Vec::new())),
+            }
+        } else {
+            Vec::new()
+        };
+        Some((p, result, recs))
+    }
+
+    /// Writes what [`Self::with_consumer_group`] returned, then answers.
+    async fn finish_consumer_op<T>(
+        &self,
+        (p, result, recs): (i32, Result<T, GroupError>, Vec<(Bytes, Option<Bytes>)>),
+    ) -> Result<T, GroupError> {
+        if !recs.is_empty() {
+            self.write(p, recs, None).await?;
+        }
+        result
+    }
+
     /// JoinGroup: answers at once, or parks until the join phase ends.
     pub async fn join(
         &self,
@@ -663,6 +708,41 @@ impl GroupCoordinator {
         let mut member_id = req.member_id.clone();
         if member_id.is_empty() {
             member_id = req.new_member_id.clone();
+        }
+        // A classic member joining a consumer group with members: a mixed
+        // group, served by the consumer group's assignor.
+        let unknown_member = req.member_id.is_empty();
+        let classic = ClassicJoin {
+            member_id: member_id.clone(),
+            unknown_member,
+            require_known_member_id: req.require_known_member_id,
+            instance_id: req.group_instance_id.clone(),
+            client_id: req.client_id.clone(),
+            client_host: req.client_host.clone(),
+            session_timeout_ms: req.session_timeout_ms,
+            rebalance_timeout_ms: req.rebalance_timeout_ms,
+            protocol_type: req.protocol_type.clone(),
+            protocols: req.protocols.clone(),
+        };
+        let consumer_cfg = self.consumer_config;
+        if let Some(op) = self.with_consumer_group(group_id, true, |c, image| {
+            if classic.session_timeout_ms < cfg.min_session_timeout_ms
+                || classic.session_timeout_ms > cfg.max_session_timeout_ms
+            {
+                return Err(GroupError::InvalidSessionTimeout);
+            }
+            c.classic_join(classic, &consumer_cfg, image, now)
+        }) {
+            let a = self.finish_consumer_op(op).await?;
+            return Ok(JoinResult {
+                generation_id: a.generation_id,
+                protocol_type: Some("consumer".to_string()),
+                protocol_name: Some(a.protocol_name),
+                leader: String::new(),
+                member_id: a.member_id,
+                skip_assignment: false,
+                members: Vec::new(),
+            });
         }
         let converted = RefCell::new(None);
         let rx = self.with_group(group_id, true, |g, out| {
@@ -737,6 +817,23 @@ impl GroupCoordinator {
         assignments: Vec<(String, Bytes)>,
     ) -> Result<SyncAnswer, GroupError> {
         let now = now_ms();
+        if let Some(op) = self.with_consumer_group(group_id, false, |c, _| {
+            c.classic_sync(
+                member_id,
+                instance_id,
+                generation_id,
+                protocol_type,
+                protocol_name,
+                now,
+            )
+            .map(|assignment| SyncAnswer {
+                assignment,
+                protocol_type: protocol_type.map(str::to_string),
+                protocol_name: protocol_name.map(str::to_string),
+            })
+        }) {
+            return self.finish_consumer_op(op).await;
+        }
         let (tx, rx) = oneshot::channel();
         let key = (group_id.to_string(), member_id.to_string());
         let reply = self.with_group(group_id, false, |g, _| {
@@ -800,6 +897,13 @@ impl GroupCoordinator {
         generation_id: i32,
     ) -> Result<(), GroupError> {
         let now = now_ms();
+        if let Some((_, result, recs)) = self.with_consumer_group(group_id, false, |c, _| {
+            c.classic_heartbeat(member_id, instance_id, generation_id, now)
+        }) {
+            // A heartbeat changes nothing that is persisted.
+            debug_assert!(recs.is_empty());
+            return result;
+        }
         match self.with_group(group_id, false, |g, _| {
             g.heartbeat(member_id, instance_id, generation_id, now)
         }) {
@@ -809,13 +913,21 @@ impl GroupCoordinator {
     }
 
     /// LeaveGroup: one result per (member id, instance id).
-    pub fn leave(
+    pub async fn leave(
         &self,
         group_id: &str,
         members: &[(String, Option<String>)],
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
         let now = now_ms();
         let cfg = self.config;
+        if let Some(op) = self.with_consumer_group(group_id, false, |c, _| {
+            Ok(members
+                .iter()
+                .map(|(id, instance)| c.classic_leave(id, instance.as_deref()).map(|_| ()))
+                .collect())
+        }) {
+            return self.finish_consumer_op(op).await;
+        }
         match self.with_group(group_id, false, |g, out| g.leave(members, &cfg, now, out)) {
             Err(GroupError::GroupIdNotFound) => Ok(members
                 .iter()
@@ -990,6 +1102,39 @@ impl GroupCoordinator {
             }
             let g = op.groups.get_mut(group_id).expect("inserted above");
             let mut converted = false;
+            if g.consumer.is_none()
+                && !(g.has_no_members() && g.is(GroupState::Empty))
+                && req.member_epoch == 0
+                && g.upgradable(self.consumer_config.max_size)
+            {
+                // An online upgrade (KIP-848's mixed groups): the classic
+                // members stay, served through the consumer group. Built
+                // aside, so that a refused heartbeat leaves the classic
+                // group as it was.
+                let mut c =
+                    ConsumerGroup::from_classic(g.generation_id, g.classic_snapshots(), &*image, now)
+                        .inspect_err(|_| {
+                            tracing::info!(group = group_id, "online upgrade refused: the members' embedded consumer protocol does not decode");
+                        })?;
+                let answer = c.heartbeat(req, &self.consumer_config, &*image, now)?;
+                let mut recs = vec![(records::group_metadata_key(group_id)?, None)];
+                recs.extend(consumer_records::take_dirty_records(
+                    group_id, &mut c, &image,
+                )?);
+                let mut completions = Vec::new();
+                tracing::info!(
+                    group = group_id,
+                    members = g.members.len(),
+                    generation = g.generation_id,
+                    "classic group upgraded online to a consumer group"
+                );
+                g.become_consumer_group(c, now, &mut completions);
+                let meta = sync_meta(g);
+                drop(parts);
+                self.deliver(group_id, completions, &meta);
+                self.write(p, recs, None).await?;
+                return Ok(answer);
+            }
             if g.consumer.is_none() {
                 if !g.has_no_members() || !g.is(GroupState::Empty) || req.member_epoch != 0 {
                     return Err(GroupError::GroupIdNotFound);
@@ -1477,8 +1622,22 @@ impl Replay {
                 },
                 RecordKey::GroupMetadata { group } => {
                     match r.value.as_deref().map(records::parse_group_metadata_value) {
+                        // The classic group is gone: deleted (its offsets
+                        // were tombstoned before), or upgraded to a
+                        // consumer group (its offsets stay, as in Kafka,
+                        // where offsets are not part of the group).
                         None => {
-                            self.groups.remove(&group);
+                            let now = self.now_ms;
+                            if let Some(g) = self.groups.get_mut(&group) {
+                                if g.offsets.is_empty()
+                                    && g.pending_txn_offsets.is_empty()
+                                    && g.consumer.is_none()
+                                {
+                                    self.groups.remove(&group);
+                                } else {
+                                    g.restore(String::new(), 0, None, None, -1, Vec::new(), now);
+                                }
+                            }
                         }
                         Some(Ok(v)) => {
                             let now = self.now_ms;

@@ -32,7 +32,7 @@
 //! members that rejoin last are shed. A group found over capacity when its
 //! partition is loaded rebalances ([`Group::rebalance_if_over_capacity`]).
 
-use super::consumer::ConsumerGroup;
+use super::consumer::{ClassicMemberSnapshot, ConsumerGroup};
 use super::error::GroupError;
 use crate::config::GROUP_MAX_SIZE_DEFAULT;
 use bytes::Bytes;
@@ -276,6 +276,73 @@ impl Group {
         self.members.is_empty()
             && self.pending_members.is_empty()
             && self.consumer.as_ref().is_none_or(|c| c.is_empty())
+    }
+
+    /// Whether a ConsumerGroupHeartbeat joining this classic group with
+    /// members may upgrade it online to a consumer group (Kafka's
+    /// `validateOnlineUpgrade`, with the migration policy
+    /// `bidirectional`): its members use the `consumer` embedded protocol
+    /// and there are at most `max_size` of them.
+    pub fn upgradable(&self, max_size: usize) -> bool {
+        self.consumer.is_none()
+            && !self.is(GroupState::Dead)
+            && self.protocol_type.as_deref() == Some("consumer")
+            && self.members.len() <= max_size
+    }
+
+    /// The members an online upgrade takes over: each with its metadata for
+    /// the group's protocol (its first protocol when none was selected
+    /// yet) and its current assignment.
+    pub fn classic_snapshots(&self) -> Vec<(ClassicMemberSnapshot, Bytes, Bytes)> {
+        self.members
+            .values()
+            .map(|m| {
+                let metadata = match &self.protocol_name {
+                    Some(p) => m.metadata_for(p),
+                    None => m
+                        .protocols
+                        .first()
+                        .map(|(_, md)| md.clone())
+                        .unwrap_or_default(),
+                };
+                let snap = ClassicMemberSnapshot {
+                    member_id: m.member_id.clone(),
+                    instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    session_timeout_ms: m.session_timeout_ms,
+                    protocols: m.protocols.clone(),
+                };
+                (snap, metadata, m.assignment.clone())
+            })
+            .collect()
+    }
+
+    /// Hands the classic membership over to `consumer` (an online
+    /// upgrade): parked JoinGroup and SyncGroup requests are answered
+    /// REBALANCE_IN_PROGRESS (their members rejoin the consumer group),
+    /// and the classic part is reset to an empty group. Offsets stay.
+    pub fn become_consumer_group(
+        &mut self,
+        consumer: ConsumerGroup,
+        now_ms: i64,
+        out: &mut Vec<Completion>,
+    ) {
+        for (id, m) in &self.members {
+            m.fail_parked(id, GroupError::RebalanceInProgress, out);
+        }
+        self.members.clear();
+        self.static_members.clear();
+        self.pending_members.clear();
+        self.leader = None;
+        self.protocol_type = None;
+        self.protocol_name = None;
+        self.persisting = None;
+        self.initial_join_cap_ms = None;
+        self.metadata_dirty = false;
+        self.transition(GroupState::Empty, now_ms);
+        self.consumer = Some(Box::new(consumer));
     }
 
     /// ListGroups' (protocol type, state, group type) of the group.

@@ -1,0 +1,278 @@
+//! Online upgrade of a classic group to the KIP-848 consumer protocol
+//! (Kafka 4.x's mixed groups), end to end with librdkafka: two classic
+//! members (`group.protocol=classic`, eager `range`) share a 12-partition
+//! topic; they are replaced one by one by `group.protocol=consumer`
+//! members while messages flow. The first consumer-protocol member's
+//! ConsumerGroupHeartbeat converts the group; the classic members stay,
+//! served by the consumer group through JoinGroup/SyncGroup/Heartbeat.
+//! Checked at every step: assignments disjoint and complete, nothing lost,
+//! nothing read twice after a commit; at the end the group is a
+//! `consumer` group (ListGroups, ConsumerGroupDescribe) and survives a
+//! broker restart.
+//!
+//! `FJORD_TEST_BROKER=kafka:HOST:PORT` runs the scenario (without the
+//! restart) against stock Kafka (`scripts/kafka-peer.sh start --fresh`).
+
+mod common;
+
+use common::client::{self, await_deliveries, create_topic, send, TestMessage};
+use common::raw::{group_coordinator_port, RawClient};
+use common::target::Target;
+use common::BrokerOpts;
+use kafka_protocol::messages::{ConsumerGroupDescribeRequest, GroupId, ListGroupsRequest};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::Message;
+use rdkafka::ClientContext;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+const PARTITIONS: i32 = 12;
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Commits what the application consumed before giving partitions up, as
+/// an application using the rebalance callback does.
+#[derive(Default, Clone)]
+struct CommitOnRevoke;
+
+impl ClientContext for CommitOnRevoke {}
+impl ConsumerContext for CommitOnRevoke {
+    fn pre_rebalance(&self, c: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(_) = rebalance {
+            if let Err(e) = c.commit_consumer_state(CommitMode::Sync) {
+                eprintln!("commit on revoke: {e}");
+            }
+        }
+    }
+}
+
+type Member = BaseConsumer<CommitOnRevoke>;
+
+/// A member speaking `protocol` (`classic` or `consumer`).
+fn member(bootstrap: &str, group: &str, protocol: &str) -> Member {
+    let mut c = client::base_config(bootstrap);
+    c.set("group.id", group)
+        .set("group.protocol", protocol)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "100")
+        .set("enable.partition.eof", "false");
+    if protocol == "classic" {
+        c.set("session.timeout.ms", "10000")
+            .set("heartbeat.interval.ms", "300");
+    }
+    let m: Member = c
+        .create_with_context(CommitOnRevoke)
+        .expect("create a consumer");
+    m.subscribe(&["upgrade"]).expect("subscribe");
+    m
+}
+
+fn assigned(c: &Member) -> HashSet<i32> {
+    c.assignment()
+        .map(|tpl| tpl.elements().iter().map(|e| e.partition()).collect())
+        .unwrap_or_default()
+}
+
+/// Every message consumed, by id.
+#[derive(Default)]
+struct Seen {
+    by_id: HashMap<usize, usize>,
+    duplicates: Vec<usize>,
+}
+
+/// Polls every member until `done` holds.
+fn poll_until(
+    members: &[&Member],
+    seen: &mut Seen,
+    what: &str,
+    mut done: impl FnMut(&Seen) -> bool,
+) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !done(seen) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        for (i, c) in members.iter().enumerate() {
+            match c.poll(Duration::from_millis(20)) {
+                None => {}
+                Some(Err(e)) => eprintln!("member {i} error: {e}"),
+                Some(Ok(m)) => {
+                    let id: usize = std::str::from_utf8(m.payload().unwrap_or_default())
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .expect("numeric payload");
+                    if seen.by_id.insert(id, i).is_some() {
+                        seen.duplicates.push(id);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn produce(bootstrap: &str, ids: std::ops::Range<usize>) {
+    let producer = client::producer(bootstrap, &[("acks", "all"), ("linger.ms", "2")]);
+    let n = ids.len();
+    for id in ids {
+        send(
+            &producer,
+            "upgrade",
+            &TestMessage {
+                id,
+                key: format!("k{id}").into_bytes(),
+                value: id.to_string().into_bytes(),
+                headers: vec![],
+            },
+        );
+    }
+    for d in await_deliveries(&producer, n, TIMEOUT) {
+        assert!(d.error.is_none(), "delivery failed: {:?}", d.error);
+    }
+}
+
+/// Polls until the members' assignments are non-empty, disjoint and cover
+/// every partition, and asserts that they are disjoint.
+fn settle_disjoint(members: &[&Member], seen: &mut Seen, what: &str) {
+    poll_until(members, seen, what, |_| {
+        let sets: Vec<_> = members.iter().map(|m| assigned(m)).collect();
+        let all: HashSet<i32> = sets.iter().flatten().copied().collect();
+        sets.iter().all(|s| !s.is_empty())
+            && sets.iter().map(HashSet::len).sum::<usize>() == PARTITIONS as usize
+            && all.len() == PARTITIONS as usize
+    });
+    let sets: Vec<_> = members.iter().map(|m| assigned(m)).collect();
+    let mut all = HashSet::new();
+    for s in &sets {
+        for p in s {
+            assert!(all.insert(*p), "partition {p} assigned twice: {sets:?}");
+        }
+    }
+    eprintln!("{what}: {sets:?}");
+}
+
+/// Produces `ids` on a thread while the members settle, then reads them all.
+fn step(bs: &str, members: &[&Member], seen: &mut Seen, ids: std::ops::Range<usize>, what: &str) {
+    let end = ids.end;
+    let producing = std::thread::spawn({
+        let bs = bs.to_string();
+        move || produce(&bs, ids)
+    });
+    settle_disjoint(members, seen, what);
+    producing.join().expect("producer thread");
+    poll_until(members, seen, what, |s| s.by_id.len() >= end);
+    for m in members {
+        m.commit_consumer_state(CommitMode::Sync).expect("commit");
+    }
+}
+
+/// (type, state) of the group in ListGroups v5.
+fn listed(port: u16, group: &str) -> (String, String) {
+    let mut raw = RawClient::connect(group_coordinator_port(port, group));
+    let r = raw.request(5, &ListGroupsRequest::default());
+    let g = r
+        .groups
+        .iter()
+        .find(|g| g.group_id.as_str() == group)
+        .expect("the group is listed");
+    (g.group_type.to_string(), g.group_state.to_string())
+}
+
+/// ConsumerGroupDescribe: (error, members' assigned partition counts).
+fn described(port: u16, group: &str) -> (i16, Vec<usize>) {
+    let mut raw = RawClient::connect(group_coordinator_port(port, group));
+    let r = raw.request(
+        0,
+        &ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(StrBytes::from_string(group.into()))]),
+    );
+    let d = &r.groups[0];
+    let counts = d
+        .members
+        .iter()
+        .map(|m| {
+            m.assignment
+                .topic_partitions
+                .iter()
+                .map(|t| t.partitions.len())
+                .sum()
+        })
+        .collect();
+    (d.error_code, counts)
+}
+
+#[test]
+fn a_classic_group_is_upgraded_online_to_the_consumer_protocol() {
+    let mut target = Target::start(
+        BrokerOpts::default()
+            .cores(2)
+            .arg("--group-consumer-heartbeat-interval-ms")
+            .arg("300"),
+    );
+    eprintln!("target: {}", target.label());
+    let bs = target.bootstrap();
+    let port = target.port();
+    let run = std::process::id();
+    let group = format!("upgrade-{run}");
+    create_topic(&bs, "upgrade", PARTITIONS, &[]);
+    let mut seen = Seen::default();
+
+    // Two classic members.
+    let c1 = member(&bs, &group, "classic");
+    let c2 = member(&bs, &group, "classic");
+    step(&bs, &[&c1, &c2], &mut seen, 0..2_000, "two classic members");
+    assert_eq!(listed(port, &group).0, "classic");
+
+    // A consumer-protocol member joins: the group is upgraded, and the
+    // classic members stay in it.
+    let k1 = member(&bs, &group, "consumer");
+    step(
+        &bs,
+        &[&c1, &c2, &k1],
+        &mut seen,
+        2_000..4_000,
+        "upgraded: c1, c2, k1",
+    );
+    assert_eq!(listed(port, &group).0, "consumer");
+
+    // c1 leaves (LeaveGroup to the consumer group).
+    drop(c1);
+    step(
+        &bs,
+        &[&c2, &k1],
+        &mut seen,
+        4_000..6_000,
+        "c1 replaced: c2, k1",
+    );
+
+    // c2 is replaced too.
+    let k2 = member(&bs, &group, "consumer");
+    step(&bs, &[&c2, &k1, &k2], &mut seen, 6_000..8_000, "c2, k1, k2");
+    drop(c2);
+    step(&bs, &[&k1, &k2], &mut seen, 8_000..10_000, "k1, k2");
+
+    assert!(
+        seen.duplicates.is_empty(),
+        "read twice after a commit: {:?}",
+        &seen.duplicates[..seen.duplicates.len().min(20)]
+    );
+    assert_eq!(seen.by_id.len(), 10_000, "nothing lost");
+    let (group_type, state) = listed(port, &group);
+    assert_eq!(group_type, "consumer");
+    assert_eq!(state, "Stable");
+    let (error, mut counts) = described(port, &group);
+    assert_eq!(error, 0);
+    counts.sort();
+    assert_eq!(counts, vec![6, 6]);
+
+    // The converted group survives a restart: the members continue with
+    // their epochs, and nothing committed is read again.
+    if let Target::Fjord(broker) = &mut target {
+        broker.restart();
+        let bs = broker.bootstrap();
+        produce(&bs, 10_000..11_000);
+        poll_until(&[&k1, &k2], &mut seen, "messages after a restart", |s| {
+            s.by_id.len() >= 11_000
+        });
+        assert!(seen.duplicates.is_empty(), "read twice after the restart");
+        assert_eq!(listed(broker.port_of(0), &group).0, "consumer");
+    }
+}
