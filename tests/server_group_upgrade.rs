@@ -50,6 +50,11 @@ type Member = BaseConsumer<CommitOnRevoke>;
 
 /// A member speaking `protocol` (`classic` or `consumer`).
 fn member(bootstrap: &str, group: &str, protocol: &str) -> Member {
+    member_of(bootstrap, group, protocol, "upgrade")
+}
+
+/// A member speaking `protocol`, subscribed to `topic`.
+fn member_of(bootstrap: &str, group: &str, protocol: &str, topic: &str) -> Member {
     let mut c = client::base_config(bootstrap);
     c.set("group.id", group)
         .set("group.protocol", protocol)
@@ -64,7 +69,7 @@ fn member(bootstrap: &str, group: &str, protocol: &str) -> Member {
     let m: Member = c
         .create_with_context(CommitOnRevoke)
         .expect("create a consumer");
-    m.subscribe(&["upgrade"]).expect("subscribe");
+    m.subscribe(&[topic]).expect("subscribe");
     m
 }
 
@@ -109,13 +114,13 @@ fn poll_until(
     }
 }
 
-fn produce(bootstrap: &str, ids: std::ops::Range<usize>) {
+fn produce_to(bootstrap: &str, topic: &str, ids: std::ops::Range<usize>) {
     let producer = client::producer(bootstrap, &[("acks", "all"), ("linger.ms", "2")]);
     let n = ids.len();
     for id in ids {
         send(
             &producer,
-            "upgrade",
+            topic,
             &TestMessage {
                 id,
                 key: format!("k{id}").into_bytes(),
@@ -151,10 +156,23 @@ fn settle_disjoint(members: &[&Member], seen: &mut Seen, what: &str) {
 
 /// Produces `ids` on a thread while the members settle, then reads them all.
 fn step(bs: &str, members: &[&Member], seen: &mut Seen, ids: std::ops::Range<usize>, what: &str) {
+    step_on(bs, "upgrade", members, seen, ids, what)
+}
+
+/// [`step`] on `topic`.
+fn step_on(
+    bs: &str,
+    topic: &str,
+    members: &[&Member],
+    seen: &mut Seen,
+    ids: std::ops::Range<usize>,
+    what: &str,
+) {
     let end = ids.end;
     let producing = std::thread::spawn({
         let bs = bs.to_string();
-        move || produce(&bs, ids)
+        let topic = topic.to_string();
+        move || produce_to(&bs, &topic, ids)
     });
     settle_disjoint(members, seen, what);
     producing.join().expect("producer thread");
@@ -243,9 +261,24 @@ fn a_classic_group_is_upgraded_online_to_the_consumer_protocol() {
         "c1 replaced: c2, k1",
     );
 
+    // The mixed group survives a broker restart (fjord only): the classic
+    // member keeps its generation (its member epoch), the consumer member
+    // its epoch, and nothing committed is read again.
+    if let Target::Fjord(broker) = &mut target {
+        broker.restart();
+        assert_eq!(listed(port, &group).0, "consumer");
+    }
+    step(
+        &bs,
+        &[&c2, &k1],
+        &mut seen,
+        6_000..7_000,
+        "mixed, after a restart",
+    );
+
     // c2 is replaced too.
     let k2 = member(&bs, &group, "consumer");
-    step(&bs, &[&c2, &k1, &k2], &mut seen, 6_000..8_000, "c2, k1, k2");
+    step(&bs, &[&c2, &k1, &k2], &mut seen, 7_000..8_000, "c2, k1, k2");
     drop(c2);
     step(&bs, &[&k1, &k2], &mut seen, 8_000..10_000, "k1, k2");
 
@@ -262,17 +295,51 @@ fn a_classic_group_is_upgraded_online_to_the_consumer_protocol() {
     assert_eq!(error, 0);
     counts.sort();
     assert_eq!(counts, vec![6, 6]);
+}
 
-    // The converted group survives a restart: the members continue with
-    // their epochs, and nothing committed is read again.
-    if let Target::Fjord(broker) = &mut target {
-        broker.restart();
-        let bs = broker.bootstrap();
-        produce(&bs, 10_000..11_000);
-        poll_until(&[&k1, &k2], &mut seen, "messages after a restart", |s| {
-            s.by_id.len() >= 11_000
-        });
-        assert!(seen.duplicates.is_empty(), "read twice after the restart");
-        assert_eq!(listed(broker.port_of(0), &group).0, "consumer");
-    }
+#[test]
+fn a_consumer_group_is_downgraded_online_when_its_last_consumer_member_leaves() {
+    let target = Target::start(
+        BrokerOpts::default()
+            .cores(2)
+            .arg("--group-consumer-heartbeat-interval-ms")
+            .arg("300"),
+    );
+    eprintln!("target: {}", target.label());
+    let bs = target.bootstrap();
+    let port = target.port();
+    let group = format!("downgrade-{}", std::process::id());
+    create_topic(&bs, "downgrade", PARTITIONS, &[]);
+    let mut seen = Seen::default();
+    let member = |protocol: &str| member_of(&bs, &group, protocol, "downgrade");
+    let step = |members: &[&Member], seen: &mut Seen, ids: std::ops::Range<usize>, what: &str| {
+        step_on(&bs, "downgrade", members, seen, ids, what)
+    };
+
+    let c1 = member("classic");
+    let c2 = member("classic");
+    step(&[&c1, &c2], &mut seen, 0..2_000, "two classic members");
+    let k1 = member("consumer");
+    step(
+        &[&c1, &c2, &k1],
+        &mut seen,
+        2_000..4_000,
+        "upgraded: c1, c2, k1",
+    );
+    assert_eq!(listed(port, &group).0, "consumer");
+
+    // The only consumer-protocol member leaves: the group goes back to the
+    // classic protocol; its members rebalance and share the partitions.
+    drop(k1);
+    step(&[&c1, &c2], &mut seen, 4_000..6_000, "downgraded: c1, c2");
+    assert_eq!(
+        listed(port, &group),
+        ("classic".to_string(), "Stable".to_string())
+    );
+    assert!(
+        seen.duplicates.is_empty(),
+        "read twice after a commit: {:?}",
+        &seen.duplicates[..seen.duplicates.len().min(20)]
+    );
+    assert_eq!(seen.by_id.len(), 6_000, "nothing lost");
 }

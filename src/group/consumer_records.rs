@@ -336,6 +336,21 @@ pub fn take_dirty_records(
     Ok(out)
 }
 
+/// Tombstones of one member's three records.
+pub fn member_tombstones(
+    group: &str,
+    member: &str,
+) -> Result<Vec<(Bytes, Option<Bytes>)>, RecordFormatError> {
+    [
+        CONSUMER_GROUP_CURRENT_ASSIGNMENT_KEY,
+        CONSUMER_GROUP_TARGET_MEMBER_KEY,
+        CONSUMER_GROUP_MEMBER_METADATA_KEY,
+    ]
+    .into_iter()
+    .map(|kind| Ok((key(kind, group, Some(member))?, None)))
+    .collect()
+}
+
 /// Tombstones of a consumer group without members (deleted, expired, or
 /// converted to a classic group).
 pub fn group_tombstones(group: &str) -> Result<Vec<(Bytes, Option<Bytes>)>, RecordFormatError> {

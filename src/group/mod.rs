@@ -395,9 +395,28 @@ impl GroupCoordinator {
                 let image = self.image.borrow().clone();
                 for g in op.groups.values_mut() {
                     if let Some(c) = g.consumer.as_mut() {
+                        let epoch_before = c.group_epoch;
                         for gone in c.poll(&self.consumer_config, &*image, now) {
                             tracing::info!(group = %g.group_id, member = %gone, "consumer group member expired or fenced");
                         }
+                        let mut completions = Vec::new();
+                        if let Some(ids) = g.maybe_become_classic_group(
+                            &self.config,
+                            epoch_before,
+                            now,
+                            &mut completions,
+                        ) {
+                            tracing::info!(group = %g.group_id, members = g.members.len(), "consumer group downgraded online to a classic group");
+                            match downgrade_records(g, &ids) {
+                                Ok(recs) => writes.extend(recs),
+                                Err(e) => {
+                                    tracing::error!(group = %g.group_id, error = %e, "downgrade records not written")
+                                }
+                            }
+                            out.push((g.group_id.clone(), completions, sync_meta(g)));
+                            continue;
+                        }
+                        let c = g.consumer.as_mut().expect("still a consumer group");
                         if c.needs_write() {
                             match consumer_records::take_dirty_records(&g.group_id, c, &image) {
                                 Ok(recs) => writes.extend(recs),
@@ -1143,6 +1162,7 @@ impl GroupCoordinator {
                 converted = true;
             }
             let c = g.consumer.as_mut().expect("set above");
+            let epoch_before = c.group_epoch;
             let result = c.heartbeat(req, &self.consumer_config, &*image, now);
             if result.is_err() && converted {
                 // A request that failed leaves no trace.
@@ -1153,12 +1173,36 @@ impl GroupCoordinator {
                 }
                 return result;
             }
-            let recs = if c.needs_write() {
-                consumer_records::take_dirty_records(group_id, c, &image)?
-            } else {
-                Vec::new()
+            let answer = result?;
+            let mut completions = Vec::new();
+            let recs = match g.maybe_become_classic_group(
+                &self.config,
+                epoch_before,
+                now,
+                &mut completions,
+            ) {
+                Some(ids) => {
+                    tracing::info!(
+                        group = group_id,
+                        members = g.members.len(),
+                        "consumer group downgraded online to a classic group"
+                    );
+                    downgrade_records(g, &ids)?
+                }
+                None => {
+                    let c = g.consumer.as_mut().expect("still a consumer group");
+                    if c.needs_write() {
+                        consumer_records::take_dirty_records(group_id, c, &image)?
+                    } else {
+                        Vec::new()
+                    }
+                }
             };
-            (result?, recs)
+            debug_assert!(
+                completions.is_empty(),
+                "no classic request parks on a consumer group"
+            );
+            (answer, recs)
         };
         if !recs.is_empty() {
             self.write(p, recs, None).await?;
@@ -1486,6 +1530,22 @@ fn group_record(g: &Group) -> Result<(Bytes, Option<Bytes>), RecordFormatError> 
         records::group_metadata_key(&g.group_id)?,
         Some(records::group_metadata_value(&value)?),
     ))
+}
+
+/// The records of an online downgrade: tombstones of the consumer
+/// group's member records and group records, then the classic group's
+/// GroupMetadata (Kafka's order).
+fn downgrade_records(
+    g: &Group,
+    member_ids: &[String],
+) -> Result<Vec<(Bytes, Option<Bytes>)>, RecordFormatError> {
+    let mut recs = Vec::new();
+    for id in member_ids {
+        recs.extend(consumer_records::member_tombstones(&g.group_id, id)?);
+    }
+    recs.extend(consumer_records::group_tombstones(&g.group_id)?);
+    recs.push(group_record(g)?);
+    Ok(recs)
 }
 
 fn sync_meta(g: &Group) -> (Option<String>, Option<String>) {

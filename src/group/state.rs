@@ -345,6 +345,80 @@ impl Group {
         self.consumer = Some(Box::new(consumer));
     }
 
+    /// An online downgrade (Kafka's `ClassicGroup.fromConsumerGroup`,
+    /// migration policy `bidirectional`): when a consumer group with
+    /// members has only classic members left (the last consumer-protocol
+    /// member left or was fenced) and at most `group.max.size` of them, it
+    /// becomes a classic group again. The members keep their ids and
+    /// sessions; each gets its target assignment as its classic
+    /// assignment, the generation is the group epoch, and a rebalance
+    /// starts (the members learn it from their next Heartbeat). Returns
+    /// the ids whose consumer-group member records must be tombstoned
+    /// (current members and members removed since the last write), or
+    /// None when the group stays a consumer group. Offsets stay.
+    /// `generation_id` is the group epoch before the member left (Kafka
+    /// checks the downgrade before removing it): the classic members'
+    /// epoch, so that their commits with it are still accepted while they
+    /// rejoin.
+    pub fn maybe_become_classic_group(
+        &mut self,
+        cfg: &GroupConfig,
+        generation_id: i32,
+        now_ms: i64,
+        out: &mut Vec<Completion>,
+    ) -> Option<Vec<String>> {
+        let c = self.consumer.as_ref()?;
+        if c.is_empty()
+            || c.members.values().any(|m| m.classic.is_none())
+            || c.members.len() > cfg.max_size
+        {
+            return None;
+        }
+        let c = self.consumer.take().expect("checked above");
+        let mut tombstoned: Vec<String> = c.changed_members.iter().cloned().collect();
+        self.members.clear();
+        self.static_members.clear();
+        self.pending_members.clear();
+        for m in c.members.values() {
+            let classic = m.classic.clone().expect("every member is classic");
+            tombstoned.push(m.member_id.clone());
+            let target = c.target.get(&m.member_id).cloned().unwrap_or_default();
+            let version = classic
+                .protocols
+                .first()
+                .and_then(|(_, md)| super::consumer_protocol::version(md).ok())
+                .unwrap_or(0);
+            if let Some(i) = &m.instance_id {
+                self.static_members.insert(i.clone(), m.member_id.clone());
+            }
+            self.members.insert(
+                m.member_id.clone(),
+                Member {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    session_timeout_ms: classic.session_timeout_ms,
+                    protocols: classic.protocols,
+                    assignment: super::consumer_protocol::encode_assignment(&target, version),
+                    awaiting_join: false,
+                    awaiting_sync: false,
+                    last_heartbeat_ms: m.last_heartbeat_ms,
+                },
+            );
+        }
+        tombstoned.sort();
+        tombstoned.dedup();
+        self.generation_id = generation_id;
+        self.protocol_type = Some("consumer".to_string());
+        self.leader = self.members.keys().next().cloned();
+        self.transition(GroupState::Stable, now_ms);
+        self.protocol_name = self.select_protocol();
+        self.prepare_rebalance(cfg, now_ms, out);
+        Some(tombstoned)
+    }
+
     /// ListGroups' (protocol type, state, group type) of the group.
     pub fn listing(&self) -> (String, &'static str, &'static str) {
         match &self.consumer {
