@@ -2050,4 +2050,182 @@ mod tests {
             Err(GroupError::InvalidRequest(_))
         ));
     }
+
+    // ---- mixed groups (classic members in a consumer group) ----
+
+    fn snapshot(
+        id: &str,
+        topics: &[&str],
+        partitions: &[i32],
+    ) -> (ClassicMemberSnapshot, Bytes, Bytes) {
+        let sub = consumer_protocol::Subscription {
+            version: 1,
+            topics: topics.iter().map(|t| t.to_string()).collect(),
+            owned: Some(Assignment::new()),
+            rack_id: None,
+        };
+        let metadata = consumer_protocol::encode_subscription(&sub);
+        let mut a = Assignment::new();
+        a.insert("t".to_string(), partitions.iter().copied().collect());
+        let snap = ClassicMemberSnapshot {
+            member_id: id.to_string(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "h".into(),
+            rebalance_timeout_ms: 30_000,
+            session_timeout_ms: 10_000,
+            protocols: vec![("range".into(), metadata.clone())],
+        };
+        (snap, metadata, consumer_protocol::encode_assignment(&a, 1))
+    }
+
+    fn classic_join(id: &str, owned: Assignment) -> ClassicJoin {
+        let sub = consumer_protocol::Subscription {
+            version: 1,
+            topics: vec!["t".into()],
+            owned: Some(owned),
+            rack_id: None,
+        };
+        ClassicJoin {
+            member_id: id.to_string(),
+            unknown_member: false,
+            require_known_member_id: true,
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "h".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), consumer_protocol::encode_subscription(&sub))],
+        }
+    }
+
+    #[test]
+    fn an_upgraded_group_walks_its_classic_members_through_rejoins() {
+        let t = topics(&[("t", 4)]);
+        let cfg = ConsumerGroupConfig::default();
+        let mut g = ConsumerGroup::from_classic(
+            5,
+            vec![
+                snapshot("c1", &["t"], &[0, 1]),
+                snapshot("c2", &["t"], &[2, 3]),
+            ],
+            &t,
+            0,
+        )
+        .unwrap();
+        g.check_invariants();
+        assert_eq!((g.group_epoch, g.assignment_epoch), (5, 5));
+        assert_eq!(g.members["c1"].member_epoch, 5);
+        assert!(g.members["c1"].classic.is_some());
+        // Nothing moves before a new member joins.
+        assert_eq!(g.classic_heartbeat("c1", None, 5, 1), Ok(()));
+        assert_eq!(
+            g.classic_heartbeat("c1", None, 4, 1),
+            Err(GroupError::IllegalGeneration)
+        );
+
+        // A consumer member joins: a new epoch; the classic members must
+        // rejoin, and the new member waits for what they hold.
+        let a = g.heartbeat(join("k1", &["t"]), &cfg, &t, 2).unwrap();
+        assert_eq!(a.member_epoch, 6);
+        g.check_invariants();
+        assert_eq!(
+            g.classic_heartbeat("c1", None, 5, 3),
+            Err(GroupError::RebalanceInProgress)
+        );
+        assert!(g.members["c1"].classic_deadline_ms.is_some());
+
+        // c1 rejoins still owning its partitions (cooperative): it keeps
+        // its epoch until it revokes, and SyncGroup gives it what it keeps.
+        let owned = g.members["c1"].assigned.clone();
+        let j = g
+            .classic_join(classic_join("c1", owned), &cfg, &t, 4)
+            .unwrap();
+        let kept = g.members["c1"].assigned.clone();
+        g.check_invariants();
+        let synced = g.classic_sync(
+            "c1",
+            None,
+            j.generation_id,
+            Some("consumer"),
+            Some("range"),
+            5,
+        );
+        let synced = synced.unwrap();
+        assert_eq!(consumer_protocol::decode_assignment(&synced).unwrap(), kept);
+        assert_eq!(j.protocol_name, "range");
+        // A wrong protocol name is refused.
+        assert_eq!(
+            g.classic_sync("c1", None, j.generation_id, None, Some("roundrobin"), 5),
+            Err(GroupError::InconsistentGroupProtocol)
+        );
+        // Rejoining after revoking moves it to the new epoch.
+        let j = g
+            .classic_join(classic_join("c1", kept.clone()), &cfg, &t, 6)
+            .unwrap();
+        assert_eq!(j.generation_id, 6);
+        g.check_invariants();
+        let owned = g.members["c2"].assigned.clone();
+        g.classic_join(classic_join("c2", owned), &cfg, &t, 7)
+            .unwrap();
+        let kept = g.members["c2"].assigned.clone();
+        g.classic_join(classic_join("c2", kept), &cfg, &t, 8)
+            .unwrap();
+        g.check_invariants();
+        // The consumer member now gets the released partitions.
+        let held = g.members["k1"].assigned.clone();
+        let a = g.heartbeat(beat("k1", 6, &held), &cfg, &t, 9).unwrap();
+        assert_eq!(a.member_epoch, 6);
+        let total: usize = g.members.values().map(|m| count(&m.assigned)).sum();
+        assert_eq!(total, 4);
+        assert_eq!(count(&g.members["k1"].assigned), 1);
+        g.check_invariants();
+
+        // A consumer-protocol member cannot use the classic requests; a
+        // classic member leaves with LeaveGroup.
+        assert_eq!(
+            g.classic_leave("k1", None),
+            Err(GroupError::UnknownMemberId)
+        );
+        assert_eq!(g.classic_leave("c1", None), Ok("c1".to_string()));
+        assert!(!g.members.contains_key("c1"));
+        assert!(!g.all_classic_except("c2"));
+        assert!(g.all_classic_except("k1"));
+    }
+
+    #[test]
+    fn a_classic_member_that_does_not_rejoin_in_time_is_fenced() {
+        let t = topics(&[("t", 2)]);
+        let cfg = ConsumerGroupConfig::default();
+        let mut g =
+            ConsumerGroup::from_classic(1, vec![snapshot("c1", &["t"], &[0, 1])], &t, 0).unwrap();
+        g.heartbeat(join("k1", &["t"]), &cfg, &t, 0).unwrap();
+        assert_eq!(
+            g.classic_heartbeat("c1", None, 1, 100),
+            Err(GroupError::RebalanceInProgress)
+        );
+        // Heartbeats keep its session, not its place: it must rejoin.
+        for now in (5_000..30_000).step_by(5_000) {
+            let r = g.classic_heartbeat("c1", None, 1, now);
+            assert_eq!(r, Err(GroupError::RebalanceInProgress));
+            assert!(g.poll(&cfg, &t, now).is_empty());
+        }
+        assert!(g.poll(&cfg, &t, 100 + 29_999).is_empty());
+        assert_eq!(g.poll(&cfg, &t, 100 + 30_000), vec!["c1".to_string()]);
+        g.check_invariants();
+    }
+
+    #[test]
+    fn a_malformed_classic_assignment_refuses_the_upgrade() {
+        let t = topics(&[("t", 2)]);
+        let (snap, metadata, _) = snapshot("c1", &["t"], &[0]);
+        let r = ConsumerGroup::from_classic(
+            1,
+            vec![(snap, metadata, Bytes::from_static(&[0, 0, 0x7f]))],
+            &t,
+            0,
+        );
+        assert_eq!(r.err(), Some(GroupError::GroupIdNotFound));
+    }
 }

@@ -34,8 +34,10 @@
 //! persisted as Kafka's consumer-group records ([`consumer_records`]),
 //! written before the heartbeat that changed it is answered, and replayed
 //! with the rest. An empty group of one kind becomes the other kind when a
-//! member of the other protocol arrives; a group with members refuses the
-//! other protocol (mixed groups are not served yet): see
+//! member of the other protocol arrives. A classic group with members is
+//! upgraded online by a ConsumerGroupHeartbeat (its members stay, served
+//! through the consumer group: a mixed group), and a consumer group whose
+//! last consumer-protocol member leaves is downgraded back: see
 //! `docs/consumer-groups.md`.
 //!
 //! Limits: a group has at most `group.max.size` members ([`state`]); ids
