@@ -197,6 +197,10 @@ struct OffsetsPartition {
 type JoinWaiter = oneshot::Sender<Result<JoinResult, GroupError>>;
 type SyncWaiter = oneshot::Sender<Result<SyncAnswer, GroupError>>;
 
+/// What an operation on a consumer group gave: the offsets partition, the
+/// answer, and the records to write before answering.
+type ConsumerOp<T> = (i32, Result<T, GroupError>, Vec<(Bytes, Option<Bytes>)>);
+
 /// The shard's group coordinator.
 pub struct GroupCoordinator {
     config: GroupConfig,
@@ -657,13 +661,12 @@ impl GroupCoordinator {
     /// group (with members, when `with_members`), and takes the records
     /// of what changed, also when `f` refused (a refusal may still have
     /// changed the group). None: the group is not such a consumer group.
-    #[allow(clippy::type_complexity)]
     fn with_consumer_group<T>(
         &self,
         group_id: &str,
         with_members: bool,
         f: impl FnOnce(&mut ConsumerGroup, &MetadataImage) -> Result<T, GroupError>,
-    ) -> Option<(i32, Result<T, GroupError>, Vec<(Bytes, Option<Bytes>)>)> {
+    ) -> Option<ConsumerOp<T>> {
         let p = self.check(group_id).ok()?;
         let image = self.image.borrow().clone();
         let mut parts = self.partitions.borrow_mut();
@@ -687,7 +690,7 @@ impl GroupCoordinator {
     /// Writes what [`Self::with_consumer_group`] returned, then answers.
     async fn finish_consumer_op<T>(
         &self,
-        (p, result, recs): (i32, Result<T, GroupError>, Vec<(Bytes, Option<Bytes>)>),
+        (p, result, recs): ConsumerOp<T>,
     ) -> Result<T, GroupError> {
         if !recs.is_empty() {
             self.write(p, recs, None).await?;
@@ -1110,7 +1113,7 @@ impl GroupCoordinator {
         let p = self.check(group_id)?;
         let now = now_ms();
         let image = self.image.borrow().clone();
-        let (answer, recs) = {
+        let (answer, recs, parked) = 'op: {
             let mut parts = self.partitions.borrow_mut();
             let op = parts.get_mut(&p).ok_or(GroupError::NotCoordinator)?;
             let existed = op.groups.contains_key(group_id);
@@ -1150,11 +1153,7 @@ impl GroupCoordinator {
                     "classic group upgraded online to a consumer group"
                 );
                 g.become_consumer_group(c, now, &mut completions);
-                let meta = sync_meta(g);
-                drop(parts);
-                self.deliver(group_id, completions, &meta);
-                self.write(p, recs, None).await?;
-                return Ok(answer);
+                break 'op (answer, recs, completions);
             }
             if g.consumer.is_none() {
                 if !g.has_no_members() || !g.is(GroupState::Empty) || req.member_epoch != 0 {
@@ -1200,12 +1199,10 @@ impl GroupCoordinator {
                     }
                 }
             };
-            debug_assert!(
-                completions.is_empty(),
-                "no classic request parks on a consumer group"
-            );
-            (answer, recs)
+            (answer, recs, completions)
         };
+        // Parked classic requests of an upgraded group, or none.
+        self.deliver(group_id, parked, &(None, None));
         if !recs.is_empty() {
             self.write(p, recs, None).await?;
         }
