@@ -633,7 +633,14 @@ pub fn describe(key: &ConsumerKey, value: Option<&[u8]>) -> String {
             format!("ConsumerGroupPartitionMetadata group={group}")
         }
         ConsumerKey::MemberMetadata { group, member } => {
-            format!("ConsumerGroupMemberMetadata group={group} member={member}")
+            let classic = value
+                .filter(|v| {
+                    let mut c = ConsumerGroup::new();
+                    apply(&mut c, key, Some(v), &MetadataImage::default(), 0).is_ok()
+                        && c.members.get(member).is_some_and(|m| m.classic.is_some())
+                })
+                .map_or("", |_| " classic-protocol");
+            format!("ConsumerGroupMemberMetadata group={group} member={member}{classic}")
         }
         ConsumerKey::TargetMetadata { group } => {
             format!("ConsumerGroupTargetAssignmentMetadata group={group}")
@@ -782,6 +789,41 @@ mod tests {
         assert_eq!(b.instance_id, a.instance_id);
         assert_eq!(b.subscribed_topic_regex, a.subscribed_topic_regex);
         back.check_invariants();
+    }
+
+    /// A classic member of a mixed group keeps its ClassicMemberMetadata
+    /// (session timeout, protocols) through its records.
+    #[test]
+    fn a_classic_member_round_trips_through_its_records() {
+        use crate::group::consumer::ClassicMemberMetadata;
+        let image = image_with("t", 4);
+        let cfg = ConsumerGroupConfig::default();
+        let mut c = ConsumerGroup::new();
+        c.heartbeat(join("m1"), &cfg, &image, 0).unwrap();
+        let classic = ClassicMemberMetadata {
+            session_timeout_ms: 12_345,
+            protocols: vec![
+                ("range".into(), Bytes::from_static(&[0, 3, 0, 0, 0, 0])),
+                ("roundrobin".into(), Bytes::new()),
+            ],
+        };
+        c.members.get_mut("m1").unwrap().classic = Some(classic.clone());
+        let mut back = ConsumerGroup::new();
+        for (k, v) in all_records("g", &c, &image).unwrap() {
+            let key = parse_key(&k).unwrap();
+            assert!(apply(&mut back, &key, v.as_deref(), &image, 5).unwrap());
+        }
+        finish_replay(&mut back, 5);
+        assert_eq!(back.members["m1"].classic, Some(classic));
+        // Every prefix of the value is an error, not a panic.
+        let v = member_metadata_value(&c.members["m1"]);
+        let key = ConsumerKey::MemberMetadata {
+            group: "g".into(),
+            member: "m1".into(),
+        };
+        for n in 0..v.len() {
+            let _ = apply(&mut ConsumerGroup::new(), &key, Some(&v[..n]), &image, 0);
+        }
     }
 
     #[test]
