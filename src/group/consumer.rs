@@ -1174,7 +1174,22 @@ impl ConsumerGroup {
         topics: &dyn Topics,
         now_ms: i64,
     ) -> Result<ClassicJoinAnswer, GroupError> {
-        let known = self.members.contains_key(&req.member_id);
+        // A static member coming back under a new member id (a restarted
+        // client: JoinGroup without member id) replaces its previous
+        // incarnation and takes its assignment over (Kafka's
+        // `getOrMaybeSubscribeStaticConsumerGroupMember`); with a member id,
+        // its instance id must map to it.
+        let replaced = match &req.instance_id {
+            None => None,
+            Some(instance) => match self.static_members.get(instance) {
+                Some(old) if *old == req.member_id => None,
+                Some(_) if !req.unknown_member => return Err(GroupError::FencedInstanceId),
+                Some(old) => Some(old.clone()),
+                None if !req.unknown_member => return Err(GroupError::UnknownMemberId),
+                None => None,
+            },
+        };
+        let known = self.members.contains_key(&req.member_id) || replaced.is_some();
         if !known && self.members.len() >= cfg.max_size {
             return Err(GroupError::GroupMaxSizeReached);
         }
@@ -1197,16 +1212,11 @@ impl ConsumerGroup {
                 "SubscribedTopicNames has too many topics.",
             ));
         }
-        // A static member coming back under a new member id replaces its
-        // previous incarnation, which leaves the group.
-        if let Some(instance) = &req.instance_id {
-            if let Some(old) = self.static_members.get(instance).cloned() {
-                if old != req.member_id {
-                    if !req.unknown_member {
-                        return Err(GroupError::FencedInstanceId);
-                    }
-                    self.remove_member(&old);
-                }
+        if let Some(old) = &replaced {
+            // The join below hands the old incarnation's assignment to the
+            // new member id, as for a static member that left with -2.
+            if let Some(m) = self.members.get_mut(old) {
+                m.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH;
             }
         }
         let member_epoch = self
@@ -1228,13 +1238,6 @@ impl ConsumerGroup {
             owned: Some(sub.owned.clone().unwrap_or_default()),
             client_id: req.client_id.clone(),
             client_host: req.client_host.clone(),
-        };
-        // A member that did not exist yet joins at epoch 0, without owned
-        // partitions (the heartbeat path's rule for a join).
-        let hb = if member_epoch == 0 {
-            HeartbeatRequest { owned: None, ..hb }
-        } else {
-            hb
         };
         self.heartbeat(hb, cfg, topics, now_ms)?;
         let classic = ClassicMemberMetadata {
@@ -2227,5 +2230,47 @@ mod tests {
             0,
         );
         assert_eq!(r.err(), Some(GroupError::GroupIdNotFound));
+    }
+
+    #[test]
+    fn a_restarted_static_classic_member_takes_its_assignment_over() {
+        let t = topics(&[("t", 4)]);
+        let cfg = ConsumerGroupConfig::default();
+        let (mut snap, md, a) = snapshot("c1", &["t"], &[0, 1]);
+        snap.instance_id = Some("i1".into());
+        let mut g = ConsumerGroup::from_classic(
+            3,
+            vec![(snap, md, a), snapshot("c2", &["t"], &[2, 3])],
+            &t,
+            0,
+        )
+        .unwrap();
+        g.heartbeat(join("k1", &["t"]), &cfg, &t, 1).unwrap();
+        let epoch = g.group_epoch;
+        // Another id with the instance id, without being a new incarnation.
+        let mut j = classic_join("c9", Assignment::new());
+        j.instance_id = Some("i1".into());
+        assert_eq!(
+            g.classic_join(j.clone(), &cfg, &t, 2).err(),
+            Some(GroupError::FencedInstanceId)
+        );
+        // A restarted client (no member id) replaces c1 and keeps what c1
+        // held and was targeted, without a new group epoch.
+        j.unknown_member = true;
+        let answer = g.classic_join(j, &cfg, &t, 3).unwrap();
+        assert_eq!(answer.member_id, "c9");
+        assert!(!g.members.contains_key("c1"));
+        assert_eq!(g.static_members["i1"], "c9");
+        assert_eq!(g.group_epoch, epoch);
+        assert!(count(&g.members["c9"].assigned) > 0);
+        assert!(g.members["c9"].classic.is_some());
+        g.check_invariants();
+        // An unknown instance id with a member id is an unknown member.
+        let mut j = classic_join("c8", Assignment::new());
+        j.instance_id = Some("i8".into());
+        assert_eq!(
+            g.classic_join(j, &cfg, &t, 4).err(),
+            Some(GroupError::UnknownMemberId)
+        );
     }
 }
