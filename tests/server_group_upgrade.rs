@@ -7,11 +7,13 @@
 //! served by the consumer group through JoinGroup/SyncGroup/Heartbeat.
 //! Checked at every step: assignments disjoint and complete, nothing lost,
 //! nothing read twice after a commit; at the end the group is a
-//! `consumer` group (ListGroups, ConsumerGroupDescribe) and survives a
-//! broker restart.
+//! `consumer` group (ListGroups, ConsumerGroupDescribe). On fjord the
+//! broker is also restarted while the group is mixed. A second scenario
+//! downgrades: the only consumer-protocol member leaves and the group is
+//! a classic group again, its classic members sharing the partitions.
 //!
-//! `FJORD_TEST_BROKER=kafka:HOST:PORT` runs the scenario (without the
-//! restart) against stock Kafka (`scripts/kafka-peer.sh start --fresh`).
+//! `FJORD_TEST_BROKER=kafka:HOST:PORT` runs both scenarios (without the
+//! restart) against stock Kafka (`scripts/kafka-peer.sh start`).
 
 mod common;
 
@@ -49,10 +51,6 @@ impl ConsumerContext for CommitOnRevoke {
 type Member = BaseConsumer<CommitOnRevoke>;
 
 /// A member speaking `protocol` (`classic` or `consumer`).
-fn member(bootstrap: &str, group: &str, protocol: &str) -> Member {
-    member_of(bootstrap, group, protocol, "upgrade")
-}
-
 /// A member speaking `protocol`, subscribed to `topic`.
 fn member_of(bootstrap: &str, group: &str, protocol: &str, topic: &str) -> Member {
     let mut c = client::base_config(bootstrap);
@@ -155,11 +153,8 @@ fn settle_disjoint(members: &[&Member], seen: &mut Seen, what: &str) {
 }
 
 /// Produces `ids` on a thread while the members settle, then reads them all.
-fn step(bs: &str, members: &[&Member], seen: &mut Seen, ids: std::ops::Range<usize>, what: &str) {
-    step_on(bs, "upgrade", members, seen, ids, what)
-}
-
-/// [`step`] on `topic`.
+/// Produces `ids` to `topic` on a thread while the members settle, then
+/// reads them all and commits.
 fn step_on(
     bs: &str,
     topic: &str,
@@ -230,20 +225,24 @@ fn a_classic_group_is_upgraded_online_to_the_consumer_protocol() {
     let port = target.port();
     let run = std::process::id();
     let group = format!("upgrade-{run}");
-    create_topic(&bs, "upgrade", PARTITIONS, &[]);
+    let topic = format!("upgrade-{run}");
+    create_topic(&bs, &topic, PARTITIONS, &[]);
+    let member = |protocol: &str| member_of(&bs, &group, protocol, &topic);
+    let step = |members: &[&Member], seen: &mut Seen, ids: std::ops::Range<usize>, what: &str| {
+        step_on(&bs, &topic, members, seen, ids, what)
+    };
     let mut seen = Seen::default();
 
     // Two classic members.
-    let c1 = member(&bs, &group, "classic");
-    let c2 = member(&bs, &group, "classic");
-    step(&bs, &[&c1, &c2], &mut seen, 0..2_000, "two classic members");
+    let c1 = member("classic");
+    let c2 = member("classic");
+    step(&[&c1, &c2], &mut seen, 0..2_000, "two classic members");
     assert_eq!(listed(port, &group).0, "classic");
 
     // A consumer-protocol member joins: the group is upgraded, and the
     // classic members stay in it.
-    let k1 = member(&bs, &group, "consumer");
+    let k1 = member("consumer");
     step(
-        &bs,
         &[&c1, &c2, &k1],
         &mut seen,
         2_000..4_000,
@@ -253,13 +252,7 @@ fn a_classic_group_is_upgraded_online_to_the_consumer_protocol() {
 
     // c1 leaves (LeaveGroup to the consumer group).
     drop(c1);
-    step(
-        &bs,
-        &[&c2, &k1],
-        &mut seen,
-        4_000..6_000,
-        "c1 replaced: c2, k1",
-    );
+    step(&[&c2, &k1], &mut seen, 4_000..6_000, "c1 replaced: c2, k1");
 
     // The mixed group survives a broker restart (fjord only): the classic
     // member keeps its generation (its member epoch), the consumer member
@@ -269,7 +262,6 @@ fn a_classic_group_is_upgraded_online_to_the_consumer_protocol() {
         assert_eq!(listed(port, &group).0, "consumer");
     }
     step(
-        &bs,
         &[&c2, &k1],
         &mut seen,
         6_000..7_000,
@@ -277,10 +269,10 @@ fn a_classic_group_is_upgraded_online_to_the_consumer_protocol() {
     );
 
     // c2 is replaced too.
-    let k2 = member(&bs, &group, "consumer");
-    step(&bs, &[&c2, &k1, &k2], &mut seen, 7_000..8_000, "c2, k1, k2");
+    let k2 = member("consumer");
+    step(&[&c2, &k1, &k2], &mut seen, 7_000..8_000, "c2, k1, k2");
     drop(c2);
-    step(&bs, &[&k1, &k2], &mut seen, 8_000..10_000, "k1, k2");
+    step(&[&k1, &k2], &mut seen, 8_000..10_000, "k1, k2");
 
     assert!(
         seen.duplicates.is_empty(),
@@ -309,11 +301,12 @@ fn a_consumer_group_is_downgraded_online_when_its_last_consumer_member_leaves() 
     let bs = target.bootstrap();
     let port = target.port();
     let group = format!("downgrade-{}", std::process::id());
-    create_topic(&bs, "downgrade", PARTITIONS, &[]);
+    let topic = format!("downgrade-{}", std::process::id());
+    create_topic(&bs, &topic, PARTITIONS, &[]);
     let mut seen = Seen::default();
-    let member = |protocol: &str| member_of(&bs, &group, protocol, "downgrade");
+    let member = |protocol: &str| member_of(&bs, &group, protocol, &topic);
     let step = |members: &[&Member], seen: &mut Seen, ids: std::ops::Range<usize>, what: &str| {
-        step_on(&bs, "downgrade", members, seen, ids, what)
+        step_on(&bs, &topic, members, seen, ids, what)
     };
 
     let c1 = member("classic");
