@@ -189,11 +189,12 @@ fn listed(port: u16, group: &str) -> (String, String) {
     (g.group_type.to_string(), g.group_state.to_string())
 }
 
-/// ConsumerGroupDescribe: (error, members' assigned partition counts).
-fn described(port: u16, group: &str) -> (i16, Vec<usize>) {
+/// ConsumerGroupDescribe v1: (error, members' assigned partition counts,
+/// members' types sorted: 0 classic, 1 consumer).
+fn described(port: u16, group: &str) -> (i16, Vec<usize>, Vec<i8>) {
     let mut raw = RawClient::connect(group_coordinator_port(port, group));
     let r = raw.request(
-        0,
+        1,
         &ConsumerGroupDescribeRequest::default()
             .with_group_ids(vec![GroupId(StrBytes::from_string(group.into()))]),
     );
@@ -209,7 +210,9 @@ fn described(port: u16, group: &str) -> (i16, Vec<usize>) {
                 .sum()
         })
         .collect();
-    (d.error_code, counts)
+    let mut types: Vec<i8> = d.members.iter().map(|m| m.member_type).collect();
+    types.sort();
+    (d.error_code, counts, types)
 }
 
 #[test]
@@ -249,6 +252,12 @@ fn a_classic_group_is_upgraded_online_to_the_consumer_protocol() {
         "upgraded: c1, c2, k1",
     );
     assert_eq!(listed(port, &group).0, "consumer");
+    let (error, _, types) = described(port, &group);
+    assert_eq!(
+        (error, types),
+        (0, vec![0, 0, 1]),
+        "two classic members, one consumer member"
+    );
 
     // c1 leaves (LeaveGroup to the consumer group).
     drop(c1);
@@ -283,7 +292,8 @@ fn a_classic_group_is_upgraded_online_to_the_consumer_protocol() {
     let (group_type, state) = listed(port, &group);
     assert_eq!(group_type, "consumer");
     assert_eq!(state, "Stable");
-    let (error, mut counts) = described(port, &group);
+    let (error, mut counts, types) = described(port, &group);
+    assert_eq!(types, vec![1, 1]);
     assert_eq!(error, 0);
     counts.sort();
     assert_eq!(counts, vec![6, 6]);

@@ -1082,6 +1082,9 @@ impl ConsumerGroup {
         for (snap, metadata, assignment) in members {
             let sub = consumer_protocol::decode_subscription(&metadata)
                 .map_err(|_| GroupError::GroupIdNotFound)?;
+            if sub.topics.len() > SUBSCRIBED_TOPIC_NAMES_MAX {
+                return Err(GroupError::GroupIdNotFound);
+            }
             let mut assigned = consumer_protocol::decode_assignment(&assignment)
                 .map_err(|_| GroupError::GroupIdNotFound)?;
             for (t, ps) in assigned.iter_mut() {
