@@ -17,11 +17,19 @@
 
 mod common;
 
+use bytes::Bytes;
 use common::client::{self, await_deliveries, create_topic, send, TestMessage};
 use common::raw::{group_coordinator_port, RawClient};
 use common::target::Target;
 use common::BrokerOpts;
-use kafka_protocol::messages::{ConsumerGroupDescribeRequest, GroupId, ListGroupsRequest};
+use fjord::group::consumer_protocol;
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kafka_protocol::messages::{
+    ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, GroupId, HeartbeatRequest,
+    JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, SyncGroupRequest, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::message::Message;
@@ -345,4 +353,162 @@ fn a_consumer_group_is_downgraded_online_when_its_last_consumer_member_leaves() 
         &seen.duplicates[..seen.duplicates.len().min(20)]
     );
     assert_eq!(seen.by_id.len(), 6_000, "nothing lost");
+}
+
+// ---- raw protocol: the classic requests of a mixed group ----
+
+fn str(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// A classic JoinGroup v9 with one `range` protocol whose metadata is
+/// `metadata`.
+fn classic_join(group: &str, member_id: &str, metadata: Bytes) -> JoinGroupRequest {
+    JoinGroupRequest::default()
+        .with_group_id(GroupId(str(group)))
+        .with_session_timeout_ms(30_000)
+        .with_rebalance_timeout_ms(30_000)
+        .with_member_id(str(member_id))
+        .with_protocol_type(str("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default()
+            .with_name(str("range"))
+            .with_metadata(metadata)])
+}
+
+/// A ConsumerProtocolSubscription v1 to `topic`, owning nothing.
+fn subscription(topic: &str) -> Bytes {
+    consumer_protocol::encode_subscription(&consumer_protocol::Subscription {
+        version: 1,
+        topics: vec![topic.to_string()],
+        owned: Some(Default::default()),
+        rack_id: None,
+    })
+}
+
+fn classic_sync(
+    group: &str,
+    member_id: &str,
+    generation: i32,
+    protocol_name: &str,
+    assignment: Option<Bytes>,
+) -> SyncGroupRequest {
+    SyncGroupRequest::default()
+        .with_group_id(GroupId(str(group)))
+        .with_member_id(str(member_id))
+        .with_generation_id(generation)
+        .with_protocol_type(Some(str("consumer")))
+        .with_protocol_name(Some(str(protocol_name)))
+        .with_assignments(
+            assignment
+                .map(|a| {
+                    vec![SyncGroupRequestAssignment::default()
+                        .with_member_id(str(member_id))
+                        .with_assignment(a)]
+                })
+                .unwrap_or_default(),
+        )
+}
+
+fn classic_heartbeat(group: &str, member_id: &str, generation: i32) -> HeartbeatRequest {
+    HeartbeatRequest::default()
+        .with_group_id(GroupId(str(group)))
+        .with_member_id(str(member_id))
+        .with_generation_id(generation)
+}
+
+fn consumer_join(group: &str, member_id: &str, topic: &str) -> ConsumerGroupHeartbeatRequest {
+    ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(str(group)))
+        .with_member_id(str(member_id))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![TopicName(str(topic))]))
+        .with_topic_partitions(Some(vec![]))
+}
+
+/// The error codes Kafka answers classic requests of a mixed group with,
+/// and an upgrade refused for an undecodable embedded protocol.
+#[test]
+fn classic_requests_to_a_mixed_group_get_kafkas_errors() {
+    let target = Target::start(BrokerOpts::default().cores(2));
+    eprintln!("target: {}", target.label());
+    let run = std::process::id();
+    let topic = format!("raw-mixed-{run}");
+    create_topic(&target.bootstrap(), &topic, 4, &[]);
+    let group = format!("raw-mixed-{run}");
+    let mut raw = RawClient::connect(group_coordinator_port(target.port(), &group));
+
+    // A classic group of one member holding the 4 partitions.
+    let r = raw.request(9, &classic_join(&group, "", subscription(&topic)));
+    assert_eq!(r.error_code, 79, "MEMBER_ID_REQUIRED");
+    let m = r.member_id.to_string();
+    let r = raw.request(9, &classic_join(&group, &m, subscription(&topic)));
+    assert_eq!((r.error_code, r.leader.as_str()), (0, m.as_str()));
+    let generation = r.generation_id;
+    let mut all = fjord::group::consumer::Assignment::new();
+    all.insert(topic.clone(), (0..4).collect());
+    let assignment = consumer_protocol::encode_assignment(&all, 1);
+    let r = raw.request(
+        5,
+        &classic_sync(&group, &m, generation, "range", Some(assignment)),
+    );
+    assert_eq!(r.error_code, 0);
+
+    // A consumer-protocol member upgrades the group; it waits for the
+    // partitions the classic member still holds.
+    let k = format!("k-{run}-0123456789abcdef");
+    let r = raw.request(1, &consumer_join(&group, &k, &topic));
+    assert_eq!(r.error_code, 0, "the upgrade is accepted");
+    assert_eq!(r.member_epoch, generation + 1);
+
+    // The classic member must rejoin; a wrong generation is ILLEGAL_GENERATION;
+    // the consumer member cannot use the classic Heartbeat.
+    let r = raw.request(4, &classic_heartbeat(&group, &m, generation));
+    assert_eq!(r.error_code, 27, "REBALANCE_IN_PROGRESS");
+    let r = raw.request(4, &classic_heartbeat(&group, &m, generation + 7));
+    assert_eq!(r.error_code, 22, "ILLEGAL_GENERATION");
+    let r = raw.request(4, &classic_heartbeat(&group, &k, generation + 1));
+    assert_eq!(r.error_code, 25, "UNKNOWN_MEMBER_ID");
+
+    // It rejoins owning nothing: the new generation, no leader, no members.
+    let r = raw.request(9, &classic_join(&group, &m, subscription(&topic)));
+    assert_eq!(r.error_code, 0);
+    assert_eq!(r.generation_id, generation + 1);
+    assert_eq!(r.protocol_name.as_ref().map(|p| p.as_str()), Some("range"));
+    assert!(r.members.is_empty());
+    assert_ne!(r.leader.as_str(), m.as_str());
+    let generation = r.generation_id;
+    let r = raw.request(5, &classic_sync(&group, &m, generation, "roundrobin", None));
+    assert_eq!(r.error_code, 23, "INCONSISTENT_GROUP_PROTOCOL");
+    let r = raw.request(5, &classic_sync(&group, &m, generation, "range", None));
+    assert_eq!(r.error_code, 0);
+    let mine = consumer_protocol::decode_assignment(&r.assignment).expect("an assignment");
+    assert_eq!(mine.values().map(|ps| ps.len()).sum::<usize>(), 2);
+    let r = raw.request(4, &classic_heartbeat(&group, &m, generation));
+    assert_eq!(r.error_code, 0);
+
+    // LeaveGroup removes classic members only.
+    let r = raw.request(
+        5,
+        &LeaveGroupRequest::default()
+            .with_group_id(GroupId(str(&group)))
+            .with_members(vec![
+                MemberIdentity::default().with_member_id(str(&k)),
+                MemberIdentity::default().with_member_id(str(&m)),
+            ]),
+    );
+    assert_eq!(r.error_code, 0);
+    let codes: Vec<i16> = r.members.iter().map(|x| x.error_code).collect();
+    assert_eq!(codes, vec![25, 0]);
+
+    // A classic group whose members' metadata does not decode is not
+    // upgraded: GROUP_ID_NOT_FOUND.
+    let bad = format!("raw-bad-{run}");
+    let mut raw = RawClient::connect(group_coordinator_port(target.port(), &bad));
+    let junk = Bytes::from_static(&[0, 0, 0x7f, 0xff, 0xff, 0xff]);
+    let r = raw.request(9, &classic_join(&bad, "", junk.clone()));
+    let r = raw.request(9, &classic_join(&bad, r.member_id.as_str(), junk));
+    assert_eq!(r.error_code, 0);
+    let r = raw.request(1, &consumer_join(&bad, &k, &topic));
+    assert_eq!(r.error_code, 69, "GROUP_ID_NOT_FOUND");
 }
