@@ -357,6 +357,26 @@ fn a_consumer_group_is_downgraded_online_when_its_last_consumer_member_leaves() 
 
 // ---- raw protocol: the classic requests of a mixed group ----
 
+/// The group's coordinator port, waiting while a fresh broker creates
+/// `__consumer_offsets` (COORDINATOR_NOT_AVAILABLE meanwhile).
+fn coordinator_port(port: u16, group: &str) -> u16 {
+    use kafka_protocol::messages::FindCoordinatorRequest;
+    common::wait_for(TIMEOUT, "a group coordinator", || {
+        let found = RawClient::connect(port).request(
+            4,
+            &FindCoordinatorRequest::default()
+                .with_key_type(0)
+                .with_coordinator_keys(vec![str(group)]),
+        );
+        let c = &found.coordinators[0];
+        if c.error_code == 0 {
+            return Some(c.port as u16);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        None
+    })
+}
+
 fn str(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
@@ -436,7 +456,7 @@ fn classic_requests_to_a_mixed_group_get_kafkas_errors() {
     let topic = format!("raw-mixed-{run}");
     create_topic(&target.bootstrap(), &topic, 4, &[]);
     let group = format!("raw-mixed-{run}");
-    let mut raw = RawClient::connect(group_coordinator_port(target.port(), &group));
+    let mut raw = RawClient::connect(coordinator_port(target.port(), &group));
 
     // A classic group of one member holding the 4 partitions.
     let r = raw.request(9, &classic_join(&group, "", subscription(&topic)));
@@ -487,24 +507,39 @@ fn classic_requests_to_a_mixed_group_get_kafkas_errors() {
     let r = raw.request(4, &classic_heartbeat(&group, &m, generation));
     assert_eq!(r.error_code, 0);
 
-    // LeaveGroup removes classic members only.
-    let r = raw.request(
-        5,
-        &LeaveGroupRequest::default()
+    // LeaveGroup removes members of either protocol (Kafka 4.4): the
+    // consumer-protocol member leaving this way downgrades the group, and
+    // the classic member is told to rejoin the classic group.
+    let leave = |ids: &[&str]| {
+        LeaveGroupRequest::default()
             .with_group_id(GroupId(str(&group)))
-            .with_members(vec![
-                MemberIdentity::default().with_member_id(str(&k)),
-                MemberIdentity::default().with_member_id(str(&m)),
-            ]),
-    );
+            .with_members(
+                ids.iter()
+                    .map(|id| MemberIdentity::default().with_member_id(str(id)))
+                    .collect(),
+            )
+    };
+    let r = raw.request(5, &leave(&[&k, "nobody"]));
     assert_eq!(r.error_code, 0);
     let codes: Vec<i16> = r.members.iter().map(|x| x.error_code).collect();
-    assert_eq!(codes, vec![25, 0]);
+    assert_eq!(codes, vec![0, 25]);
+    assert_eq!(
+        listed(target.port(), &group),
+        ("classic".to_string(), "PreparingRebalance".to_string())
+    );
+    let r = raw.request(4, &classic_heartbeat(&group, &m, generation));
+    assert_eq!(
+        r.error_code, 27,
+        "REBALANCE_IN_PROGRESS in the classic group"
+    );
+    let r = raw.request(5, &leave(&[&m]));
+    assert_eq!(r.members[0].error_code, 0);
+    assert_eq!(listed(target.port(), &group).1, "Empty");
 
     // A classic group whose members' metadata does not decode is not
     // upgraded: GROUP_ID_NOT_FOUND.
     let bad = format!("raw-bad-{run}");
-    let mut raw = RawClient::connect(group_coordinator_port(target.port(), &bad));
+    let mut raw = RawClient::connect(coordinator_port(target.port(), &bad));
     let junk = Bytes::from_static(&[0, 0, 0x7f, 0xff, 0xff, 0xff]);
     let r = raw.request(9, &classic_join(&bad, "", junk.clone()));
     let r = raw.request(9, &classic_join(&bad, r.member_id.as_str(), junk));

@@ -1377,10 +1377,11 @@ impl ConsumerGroup {
         })
     }
 
-    /// A LeaveGroup entry (member id, instance id) for this group (Kafka's
-    /// `classicGroupLeaveToConsumerGroup`): only classic members may leave
-    /// this way; an instance id alone names a static member (an admin
-    /// removal). Returns the id of the member removed.
+    /// A LeaveGroup entry (member id, instance id) for this group (Kafka
+    /// 4.4's `classicGroupLeaveToConsumerGroup`): removes the member,
+    /// whichever protocol it uses (an admin removal may name a
+    /// consumer-protocol member); an instance id alone names a static
+    /// member. Returns the id of the member removed.
     pub fn classic_leave(
         &mut self,
         member_id: &str,
@@ -1398,9 +1399,8 @@ impl ConsumerGroup {
                 id
             }
         };
-        match self.members.get(&id) {
-            Some(m) if m.classic.is_some() => {}
-            _ => return Err(GroupError::UnknownMemberId),
+        if !self.members.contains_key(&id) {
+            return Err(GroupError::UnknownMemberId);
         }
         self.remove_member(&id);
         Ok(id)
@@ -2188,16 +2188,17 @@ mod tests {
         assert_eq!(count(&g.members["k1"].assigned), 1);
         g.check_invariants();
 
-        // A consumer-protocol member cannot use the classic requests; a
-        // classic member leaves with LeaveGroup.
-        assert_eq!(
-            g.classic_leave("k1", None),
-            Err(GroupError::UnknownMemberId)
-        );
+        // LeaveGroup removes members of either protocol (Kafka 4.4).
         assert_eq!(g.classic_leave("c1", None), Ok("c1".to_string()));
         assert!(!g.members.contains_key("c1"));
+        assert_eq!(
+            g.classic_leave("c1", None),
+            Err(GroupError::UnknownMemberId)
+        );
         assert!(!g.all_classic_except("c2"));
         assert!(g.all_classic_except("k1"));
+        assert_eq!(g.classic_leave("k1", None), Ok("k1".to_string()));
+        g.check_invariants();
     }
 
     #[test]

@@ -944,12 +944,7 @@ impl GroupCoordinator {
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
         let now = now_ms();
         let cfg = self.config;
-        if let Some(op) = self.with_consumer_group(group_id, false, |c, _| {
-            Ok(members
-                .iter()
-                .map(|(id, instance)| c.classic_leave(id, instance.as_deref()).map(|_| ()))
-                .collect())
-        }) {
+        if let Some(op) = self.consumer_group_leave(group_id, members, now) {
             return self.finish_consumer_op(op).await;
         }
         match self.with_group(group_id, false, |g, out| g.leave(members, &cfg, now, out)) {
@@ -959,6 +954,59 @@ impl GroupCoordinator {
                 .collect()),
             other => other,
         }
+    }
+
+    /// LeaveGroup to a consumer group (Kafka 4.4 removes members of either
+    /// protocol this way); when only classic members remain, the group is
+    /// downgraded to a classic group. None: not a consumer group.
+    fn consumer_group_leave(
+        &self,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+        now: i64,
+    ) -> Option<ConsumerOp<Vec<Result<(), GroupError>>>> {
+        let p = self.check(group_id).ok()?;
+        let image = self.image.borrow().clone();
+        let mut completions = Vec::new();
+        let op = {
+            let mut parts = self.partitions.borrow_mut();
+            let g = parts.get_mut(&p)?.groups.get_mut(group_id)?;
+            let c = g.consumer.as_mut()?;
+            let epoch_before = c.group_epoch;
+            let results: Vec<Result<(), GroupError>> = members
+                .iter()
+                .map(|(id, instance)| c.classic_leave(id, instance.as_deref()).map(|_| ()))
+                .collect();
+            let recs = match g.maybe_become_classic_group(
+                &self.config,
+                epoch_before,
+                now,
+                &mut completions,
+            ) {
+                Some(ids) => {
+                    tracing::info!(
+                        group = group_id,
+                        members = g.members.len(),
+                        "consumer group downgraded online to a classic group"
+                    );
+                    downgrade_records(g, &ids)
+                }
+                None => {
+                    let c = g.consumer.as_mut().expect("still a consumer group");
+                    if c.needs_write() {
+                        consumer_records::take_dirty_records(group_id, c, &image)
+                    } else {
+                        Ok(Vec::new())
+                    }
+                }
+            };
+            match recs {
+                Ok(recs) => (p, Ok(results), recs),
+                Err(e) => (p, Err(e.into()), Vec::new()),
+            }
+        };
+        self.deliver(group_id, completions, &(None, None));
+        Some(op)
     }
 
     /// OffsetCommit: validated against the group, written, then applied.
