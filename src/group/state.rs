@@ -2041,4 +2041,115 @@ mod tests {
         );
         assert_eq!(parse_subscription_topics(&m[..5]), None);
     }
+
+    /// Upgrade and downgrade of the classic part: a stable classic group
+    /// of consumer-protocol members becomes a consumer group (parked
+    /// requests answered, offsets kept), and becomes classic again when
+    /// the consumer-protocol member that joined leaves.
+    #[test]
+    fn a_group_is_upgraded_and_downgraded_online_keeping_its_offsets() {
+        use super::super::consumer::{ConsumerGroupConfig, HeartbeatRequest};
+        use super::super::consumer_protocol::{self as cp, Subscription};
+        let c = cfg(0);
+        let topics: BTreeMap<String, i32> = [("t".to_string(), 4)].into_iter().collect();
+        let metadata = cp::encode_subscription(&Subscription {
+            version: 1,
+            topics: vec!["t".into()],
+            owned: Some(Default::default()),
+            rack_id: None,
+        });
+        let with_md = |id: &str| JoinRequest {
+            protocols: vec![("range".into(), metadata.clone())],
+            ..req("", id)
+        };
+        let mut g = Group::new("g", 0);
+        let mut out = Vec::new();
+        g.join(with_md("m1"), &c, 0, &mut out).unwrap();
+        g.join(with_md("m2"), &c, 0, &mut out).unwrap();
+        g.poll(&c, 0, &mut out);
+        let mut a1 = super::super::consumer::Assignment::new();
+        a1.insert("t".into(), [0, 1].into_iter().collect());
+        let mut a2 = super::super::consumer::Assignment::new();
+        a2.insert("t".into(), [2, 3].into_iter().collect());
+        g.sync("m2", None, 1, None, None, vec![], 1).unwrap();
+        g.sync(
+            "m1",
+            None,
+            1,
+            Some("consumer"),
+            Some("range"),
+            vec![
+                ("m1".into(), cp::encode_assignment(&a1, 1)),
+                ("m2".into(), cp::encode_assignment(&a2, 1)),
+            ],
+            1,
+        )
+        .unwrap();
+        g.assignment_persisted(1, Ok(()), &c, 1, &mut out);
+        assert!(g.is(GroupState::Stable));
+        g.commit_offset(
+            "t",
+            0,
+            CommittedOffset {
+                offset: 42,
+                leader_epoch: 0,
+                metadata: String::new(),
+                commit_timestamp_ms: 1,
+                expire_timestamp_ms: None,
+            },
+        );
+        assert!(g.upgradable(c.max_size));
+
+        let mut consumer =
+            ConsumerGroup::from_classic(g.generation_id, g.classic_snapshots(), &topics, 2)
+                .unwrap();
+        let ccfg = ConsumerGroupConfig::default();
+        let join = HeartbeatRequest {
+            member_id: "k1".into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            owned: Some(Default::default()),
+            ..HeartbeatRequest::default()
+        };
+        let answer = consumer.heartbeat(join, &ccfg, &topics, 2).unwrap();
+        assert_eq!(answer.member_epoch, 2);
+        out.clear();
+        g.become_consumer_group(consumer, 2, &mut out);
+        assert!(g.is_consumer_group() && g.members.is_empty());
+        assert_eq!(g.offsets.len(), 1, "offsets are kept");
+        assert!(!g.upgradable(c.max_size));
+        // While a consumer-protocol member is in, the group stays.
+        assert_eq!(g.maybe_become_classic_group(&c, 2, 3, &mut out), None);
+
+        // k1 leaves: only classic members remain, at generation 2.
+        let cg = g.consumer.as_mut().unwrap();
+        let before = cg.group_epoch;
+        let targets = cg.target.clone();
+        cg.remove_member("k1");
+        let ids = g
+            .maybe_become_classic_group(&c, before, 4, &mut out)
+            .unwrap();
+        assert_eq!(
+            ids,
+            vec!["k1".to_string(), "m1".to_string(), "m2".to_string()]
+        );
+        assert!(!g.is_consumer_group());
+        assert_eq!(g.generation_id, before);
+        assert_eq!(g.protocol_name.as_deref(), Some("range"));
+        assert!(g.is(GroupState::PreparingRebalance));
+        assert_eq!(g.offsets.len(), 1, "offsets are kept");
+        for (id, m) in &g.members {
+            assert_eq!(
+                cp::decode_assignment(&m.assignment).unwrap(),
+                targets[id],
+                "{id} has its target as its classic assignment"
+            );
+        }
+        // The classic members rejoin the classic group.
+        assert_eq!(
+            g.heartbeat("m1", None, before, 5),
+            Err(GroupError::RebalanceInProgress)
+        );
+    }
 }
