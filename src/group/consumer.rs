@@ -42,6 +42,17 @@
 //! - `assignment_epoch <= group_epoch`, and every member epoch is at most
 //!   the assignment epoch.
 //!
+//! Mixed groups (KIP-848's online upgrade): a member may use the classic
+//! protocol inside a consumer group ([`ConsumerMember::classic`]). It is
+//! assigned by the same machine; its JoinGroup ([`ConsumerGroup::classic_join`])
+//! plays the part of a full heartbeat (subscription and owned partitions
+//! from its embedded ConsumerProtocolSubscription), its generation is its
+//! member epoch, SyncGroup hands it its current assignment, and Heartbeat
+//! tells it to rejoin (REBALANCE_IN_PROGRESS) when it must revoke or may
+//! get more. [`ConsumerGroup::from_classic`] builds a consumer group from
+//! a classic group's members; `state::Group::maybe_become_classic_group`
+//! goes back when only classic members are left.
+//!
 //! Limits: members per group (`group.max.size`, shared with classic
 //! groups: GROUP_MAX_SIZE_REACHED), topic names per subscription
 //! ([`SUBSCRIBED_TOPIC_NAMES_MAX`]), the length of a subscription regex

@@ -1132,11 +1132,11 @@ impl GroupCoordinator {
     }
 
     /// ConsumerGroupHeartbeat (KIP-848). A heartbeat with epoch 0 creates
-    /// the group, or turns an empty classic group (offsets only) into a
-    /// consumer group; a classic group with members answers
-    /// GROUP_ID_NOT_FOUND (Kafka's answer when it does not upgrade a
-    /// classic group online; mixed groups are not served). What changed is
-    /// written before the member is answered.
+    /// the group, turns an empty classic group (offsets only) into a
+    /// consumer group, or upgrades a classic group with members online
+    /// ([`Group::upgradable`]; else GROUP_ID_NOT_FOUND, as Kafka). A
+    /// leave that leaves only classic members downgrades the group. What
+    /// changed is written before the member is answered.
     pub async fn consumer_heartbeat(
         &self,
         group_id: &str,
