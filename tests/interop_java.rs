@@ -197,6 +197,13 @@ fn group_consumer() {
     assert_scenario_passes("group-consumer");
 }
 
+/// The online upgrade of a classic group (cooperative-sticky members) to
+/// the consumer protocol, members replaced one by one while records flow.
+#[test]
+fn group_upgrade() {
+    assert_scenario_passes("group-upgrade");
+}
+
 #[test]
 fn admin() {
     assert_scenario_passes("admin");

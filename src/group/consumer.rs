@@ -42,6 +42,17 @@
 //! - `assignment_epoch <= group_epoch`, and every member epoch is at most
 //!   the assignment epoch.
 //!
+//! Mixed groups (KIP-848's online upgrade): a member may use the classic
+//! protocol inside a consumer group ([`ConsumerMember::classic`]). It is
+//! assigned by the same machine; its JoinGroup ([`ConsumerGroup::classic_join`])
+//! plays the part of a full heartbeat (subscription and owned partitions
+//! from its embedded ConsumerProtocolSubscription), its generation is its
+//! member epoch, SyncGroup hands it its current assignment, and Heartbeat
+//! tells it to rejoin (REBALANCE_IN_PROGRESS) when it must revoke or may
+//! get more. [`ConsumerGroup::from_classic`] builds a consumer group from
+//! a classic group's members; `state::Group::maybe_become_classic_group`
+//! goes back when only classic members are left.
+//!
 //! Limits: members per group (`group.max.size`, shared with classic
 //! groups: GROUP_MAX_SIZE_REACHED), topic names per subscription
 //! ([`SUBSCRIBED_TOPIC_NAMES_MAX`]), the length of a subscription regex
@@ -70,7 +81,9 @@
 //! - `range`: per topic, the members subscribed to it in member-id order
 //!   get contiguous ranges, the first `partitions % members` one more.
 
+use super::consumer_protocol;
 use super::error::GroupError;
+use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Kafka's `group.consumer.session.timeout.ms` default.
@@ -244,6 +257,59 @@ pub struct ConsumerMember {
     pub last_heartbeat_ms: i64,
     /// When a member that must revoke is fenced if it has not.
     pub revocation_deadline_ms: Option<i64>,
+    /// Set for a member that uses the classic protocol (JoinGroup,
+    /// SyncGroup, Heartbeat) in this consumer group: a mixed group.
+    pub classic: Option<ClassicMemberMetadata>,
+    /// A classic member told to rejoin must rejoin, and one that joined
+    /// must sync, before this time, else it is fenced (Kafka's join and
+    /// sync timeouts, both the member's rebalance timeout).
+    pub classic_deadline_ms: Option<i64>,
+}
+
+/// What a member using the classic protocol keeps (Kafka's
+/// `ClassicMemberMetadata` of the member record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassicMemberMetadata {
+    /// The member's JoinGroup session timeout (it replaces the broker's
+    /// `group.consumer.session.timeout.ms` for this member).
+    pub session_timeout_ms: i32,
+    /// (protocol name, metadata) in the member's order of preference.
+    pub protocols: Vec<(String, Bytes)>,
+}
+
+impl ClassicMemberMetadata {
+    /// The protocol the member is answered with: its first one, as Kafka.
+    pub fn protocol_name(&self) -> &str {
+        self.protocols.first().map_or("", |(n, _)| n.as_str())
+    }
+}
+
+/// A JoinGroup from a classic member to a consumer group.
+#[derive(Debug, Clone)]
+pub struct ClassicJoin {
+    /// The member id: the request's, or one the coordinator generated for
+    /// a request without one (`unknown_member`).
+    pub member_id: String,
+    pub unknown_member: bool,
+    /// JoinGroup v4+: a dynamic member without id is sent its id first
+    /// (MEMBER_ID_REQUIRED).
+    pub require_known_member_id: bool,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+}
+
+/// The answer to a classic member's JoinGroup in a consumer group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassicJoinAnswer {
+    pub member_id: String,
+    /// The member epoch (the classic generation of this member).
+    pub generation_id: i32,
+    pub protocol_name: String,
 }
 
 impl ConsumerMember {
@@ -266,7 +332,17 @@ impl ConsumerMember {
             assignment_epochs: BTreeMap::new(),
             last_heartbeat_ms: now_ms,
             revocation_deadline_ms: None,
+            classic: None,
+            classic_deadline_ms: None,
         }
+    }
+
+    /// The member's session timeout: its own when it uses the classic
+    /// protocol, else the broker's.
+    pub fn session_timeout_ms(&self, cfg: &ConsumerGroupConfig) -> i32 {
+        self.classic
+            .as_ref()
+            .map_or(cfg.session_timeout_ms, |c| c.session_timeout_ms)
     }
 
     /// Sets every held partition's assignment epoch to the member epoch
@@ -392,6 +468,18 @@ pub fn compile_regex(re: &str) -> Result<regex::Regex, GroupError> {
         .size_limit(REGEX_COMPILED_BYTES_MAX)
         .build()
         .map_err(|e| GroupError::InvalidRegularExpression(e.to_string()))
+}
+
+/// A classic group's member as an online upgrade takes it over.
+#[derive(Debug, Clone)]
+pub struct ClassicMemberSnapshot {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: i32,
+    pub session_timeout_ms: i32,
+    pub protocols: Vec<(String, Bytes)>,
 }
 
 /// One consumer group.
@@ -964,13 +1052,13 @@ impl ConsumerGroup {
         topics: &dyn Topics,
         now_ms: i64,
     ) -> Vec<String> {
-        let session_ms = i64::from(cfg.session_timeout_ms);
         let gone: Vec<String> = self
             .members
             .values()
             .filter(|m| {
-                now_ms >= m.last_heartbeat_ms + session_ms
+                now_ms >= m.last_heartbeat_ms + i64::from(m.session_timeout_ms(cfg))
                     || m.revocation_deadline_ms.is_some_and(|d| now_ms >= d)
+                    || m.classic_deadline_ms.is_some_and(|d| now_ms >= d)
             })
             .map(|m| m.member_id.clone())
             .collect();
@@ -980,6 +1068,353 @@ impl ConsumerGroup {
         self.refresh_subscriptions(topics, false);
         self.maybe_compute_target();
         gone
+    }
+
+    /// Builds the consumer group of an online upgrade from a classic
+    /// group's generation and members (Kafka's
+    /// `ConsumerGroup.fromClassicGroup`): every member keeps its classic
+    /// assignment as both its current and its target assignment, at
+    /// member epoch = group epoch = assignment epoch = the generation, so
+    /// nothing moves until the member that triggered the upgrade joins.
+    /// Members are (snapshot, metadata of the group's protocol, current
+    /// assignment bytes). A member whose metadata or assignment does not
+    /// decode makes the upgrade fail (the caller answers
+    /// GROUP_ID_NOT_FOUND, as Kafka does). Partitions of topics that no
+    /// longer exist, and a partition claimed twice, are dropped.
+    pub fn from_classic(
+        generation_id: i32,
+        members: Vec<(ClassicMemberSnapshot, Bytes, Bytes)>,
+        topics: &dyn Topics,
+        now_ms: i64,
+    ) -> Result<ConsumerGroup, GroupError> {
+        let mut c = ConsumerGroup::new();
+        c.group_epoch = generation_id;
+        c.assignment_epoch = generation_id;
+        for (snap, metadata, assignment) in members {
+            let sub = consumer_protocol::decode_subscription(&metadata)
+                .map_err(|_| GroupError::GroupIdNotFound)?;
+            if sub.topics.len() > SUBSCRIBED_TOPIC_NAMES_MAX {
+                return Err(GroupError::GroupIdNotFound);
+            }
+            let mut assigned = consumer_protocol::decode_assignment(&assignment)
+                .map_err(|_| GroupError::GroupIdNotFound)?;
+            for (t, ps) in assigned.iter_mut() {
+                let count = topics.partition_count(t).unwrap_or(0);
+                ps.retain(|p| (0..count).contains(p) && !c.owners.contains_key(&(t.clone(), *p)));
+            }
+            assigned.retain(|_, ps| !ps.is_empty());
+            let mut m = ConsumerMember::new(&snap.member_id, now_ms);
+            m.instance_id = snap.instance_id;
+            m.rack_id = sub.rack_id;
+            m.client_id = snap.client_id;
+            m.client_host = snap.client_host;
+            let mut names = sub.topics;
+            names.sort();
+            names.dedup();
+            m.subscribed_topic_names = names;
+            m.rebalance_timeout_ms = snap.rebalance_timeout_ms;
+            m.member_epoch = generation_id;
+            m.previous_member_epoch = generation_id;
+            m.classic = Some(ClassicMemberMetadata {
+                session_timeout_ms: snap.session_timeout_ms,
+                protocols: snap.protocols,
+            });
+            for tp in assigned
+                .iter()
+                .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
+            {
+                c.owners.insert(tp.clone(), m.member_id.clone());
+                m.assignment_epochs.insert(tp, generation_id);
+            }
+            m.assigned = assigned.clone();
+            c.target.insert(m.member_id.clone(), assigned);
+            if let Some(i) = &m.instance_id {
+                c.static_members.insert(i.clone(), m.member_id.clone());
+            }
+            c.touch(&m.member_id);
+            c.members.insert(m.member_id.clone(), m);
+        }
+        // The subscription as of the conversion, without a new epoch: the
+        // joining member's heartbeat bumps it.
+        c.refresh_subscriptions(topics, true);
+        c.group_epoch = generation_id;
+        c.dirty = true;
+        Ok(c)
+    }
+
+    /// Whether every member uses the classic protocol except `except`
+    /// (Kafka's `allMembersUseClassicProtocolExcept`).
+    pub fn all_classic_except(&self, except: &str) -> bool {
+        self.members
+            .values()
+            .all(|m| m.member_id == except || m.classic.is_some())
+    }
+
+    /// Whether a classic member with these protocols may join (Kafka's
+    /// `supportsClassicProtocols`): protocol type `consumer`, and, when
+    /// classic members are present, a protocol all of them support.
+    fn supports_classic_protocols(
+        &self,
+        protocol_type: &str,
+        protocols: &[(String, Bytes)],
+    ) -> bool {
+        if protocol_type != "consumer" || protocols.is_empty() {
+            return false;
+        }
+        let classic: Vec<&ClassicMemberMetadata> = self
+            .members
+            .values()
+            .filter_map(|m| m.classic.as_ref())
+            .collect();
+        classic.is_empty()
+            || protocols.iter().any(|(name, _)| {
+                classic
+                    .iter()
+                    .all(|c| c.protocols.iter().any(|(n, _)| n == name))
+            })
+    }
+
+    /// A JoinGroup from a classic member (Kafka's
+    /// `classicGroupJoinToConsumerGroup`): the member joins or updates its
+    /// subscription from its JoinGroup metadata like a heartbeat would,
+    /// and is reconciled with the partitions its metadata says it owns.
+    /// Its generation is its member epoch, which stays at the old epoch
+    /// while it still must revoke partitions: it gets (through SyncGroup)
+    /// what it may keep, revokes the rest and rejoins.
+    pub fn classic_join(
+        &mut self,
+        req: ClassicJoin,
+        cfg: &ConsumerGroupConfig,
+        topics: &dyn Topics,
+        now_ms: i64,
+    ) -> Result<ClassicJoinAnswer, GroupError> {
+        // A static member coming back under a new member id (a restarted
+        // client: JoinGroup without member id) replaces its previous
+        // incarnation and takes its assignment over (Kafka's
+        // `getOrMaybeSubscribeStaticConsumerGroupMember`); with a member id,
+        // its instance id must map to it.
+        let replaced = match &req.instance_id {
+            None => None,
+            Some(instance) => match self.static_members.get(instance) {
+                Some(old) if *old == req.member_id => None,
+                Some(_) if !req.unknown_member => return Err(GroupError::FencedInstanceId),
+                Some(old) => Some(old.clone()),
+                None if !req.unknown_member => return Err(GroupError::UnknownMemberId),
+                None => None,
+            },
+        };
+        let known = self.members.contains_key(&req.member_id) || replaced.is_some();
+        if !known && self.members.len() >= cfg.max_size {
+            return Err(GroupError::GroupMaxSizeReached);
+        }
+        if !self.supports_classic_protocols(&req.protocol_type, &req.protocols) {
+            return Err(GroupError::InconsistentGroupProtocol);
+        }
+        if req.unknown_member && req.require_known_member_id && req.instance_id.is_none() {
+            return Err(GroupError::MemberIdRequired(req.member_id));
+        }
+        if let Some(m) = self.members.get(&req.member_id) {
+            if m.classic.is_none() {
+                return Err(GroupError::UnknownMemberId);
+            }
+        }
+        let (_, metadata) = &req.protocols[0];
+        let sub = consumer_protocol::decode_subscription(metadata)
+            .map_err(|_| GroupError::InconsistentGroupProtocol)?;
+        if sub.topics.len() > SUBSCRIBED_TOPIC_NAMES_MAX {
+            return Err(GroupError::InvalidRequest(
+                "SubscribedTopicNames has too many topics.",
+            ));
+        }
+        if let Some(old) = &replaced {
+            // The join below hands the old incarnation's assignment to the
+            // new member id, as for a static member that left with -2.
+            if let Some(m) = self.members.get_mut(old) {
+                m.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH;
+            }
+        }
+        let member_epoch = self
+            .members
+            .get(&req.member_id)
+            .map_or(0, |m| m.member_epoch);
+        let hb = HeartbeatRequest {
+            member_id: req.member_id.clone(),
+            member_epoch,
+            instance_id: req.instance_id.clone(),
+            rack_id: sub.rack_id.clone(),
+            rebalance_timeout_ms: req.rebalance_timeout_ms,
+            subscribed_topic_names: Some(sub.topics.clone()),
+            subscribed_topic_regex: None,
+            server_assignor: None,
+            // Kafka reads a subscription without owned partitions (v0) as
+            // owning none: an eager member revoked everything before it
+            // rejoined.
+            owned: Some(sub.owned.clone().unwrap_or_default()),
+            client_id: req.client_id.clone(),
+            client_host: req.client_host.clone(),
+        };
+        self.heartbeat(hb, cfg, topics, now_ms)?;
+        let classic = ClassicMemberMetadata {
+            session_timeout_ms: req.session_timeout_ms,
+            protocols: req.protocols,
+        };
+        let m = self
+            .members
+            .get_mut(&req.member_id)
+            .expect("the heartbeat added the member");
+        if m.classic.as_ref() != Some(&classic) {
+            m.classic = Some(classic);
+            self.touch(&req.member_id);
+        }
+        let m = &mut self.members.get_mut(&req.member_id).expect("present");
+        // The member must now send SyncGroup within its rebalance timeout.
+        m.classic_deadline_ms = Some(now_ms + i64::from(m.rebalance_timeout_ms.max(0)));
+        Ok(ClassicJoinAnswer {
+            member_id: m.member_id.clone(),
+            generation_id: m.member_epoch,
+            protocol_name: m
+                .classic
+                .as_ref()
+                .map(|c| c.protocol_name().to_string())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// The member a classic request names: validated as Kafka's
+    /// `validateConsumerGroupMember`, then it must use the classic
+    /// protocol (else UNKNOWN_MEMBER_ID) and present its epoch as
+    /// generation (else ILLEGAL_GENERATION).
+    fn classic_member(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+    ) -> Result<&ConsumerMember, GroupError> {
+        self.validate_known_member(member_id, instance_id)?;
+        let m = &self.members[member_id];
+        if m.classic.is_none() {
+            return Err(GroupError::UnknownMemberId);
+        }
+        if m.member_epoch != generation_id {
+            return Err(GroupError::IllegalGeneration);
+        }
+        Ok(m)
+    }
+
+    /// Tells a classic member to rejoin: REBALANCE_IN_PROGRESS, and it is
+    /// fenced if it does not rejoin within its rebalance timeout.
+    fn classic_rejoin(&mut self, member_id: &str, now_ms: i64) -> GroupError {
+        if let Some(m) = self.members.get_mut(member_id) {
+            if m.classic_deadline_ms.is_none() {
+                m.classic_deadline_ms = Some(now_ms + i64::from(m.rebalance_timeout_ms.max(0)));
+            }
+        }
+        GroupError::RebalanceInProgress
+    }
+
+    /// A SyncGroup from a classic member (Kafka's
+    /// `classicGroupSyncToConsumerGroup`): the member's current assignment
+    /// (what it may own now, without what it must revoke), encoded in the
+    /// ConsumerProtocolAssignment version of its metadata.
+    pub fn classic_sync(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        protocol_type: Option<&str>,
+        protocol_name: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Bytes, GroupError> {
+        let m = self.classic_member(member_id, instance_id, generation_id)?;
+        let classic = m.classic.as_ref().expect("checked by classic_member");
+        if protocol_type.is_some_and(|t| t != "consumer")
+            || protocol_name.is_some_and(|n| n != classic.protocol_name())
+        {
+            return Err(GroupError::InconsistentGroupProtocol);
+        }
+        if self.group_epoch > m.member_epoch && m.state != MemberState::UnrevokedPartitions {
+            return Err(self.classic_rejoin(member_id, now_ms));
+        }
+        let version = classic
+            .protocols
+            .first()
+            .and_then(|(_, md)| consumer_protocol::version(md).ok())
+            .unwrap_or(0);
+        let assignment = consumer_protocol::encode_assignment(&m.assigned, version);
+        let m = self.members.get_mut(member_id).expect("present");
+        m.classic_deadline_ms = None;
+        m.last_heartbeat_ms = now_ms;
+        Ok(assignment)
+    }
+
+    /// A Heartbeat from a classic member (Kafka's
+    /// `classicGroupHeartbeatToConsumerGroup`): REBALANCE_IN_PROGRESS
+    /// when the member must rejoin, because the group epoch moved past
+    /// its epoch, it must revoke partitions, or partitions it waits for
+    /// were released.
+    pub fn classic_heartbeat(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        now_ms: i64,
+    ) -> Result<(), GroupError> {
+        let m = self.classic_member(member_id, instance_id, generation_id)?;
+        let rejoin = m.member_epoch < self.group_epoch
+            || m.state == MemberState::UnrevokedPartitions
+            || (m.state == MemberState::UnreleasedPartitions
+                && !self.waiting_on_unreleased_partition(m));
+        self.members
+            .get_mut(member_id)
+            .expect("present")
+            .last_heartbeat_ms = now_ms;
+        if rejoin {
+            return Err(self.classic_rejoin(member_id, now_ms));
+        }
+        Ok(())
+    }
+
+    /// Whether a partition of the member's target is still held by
+    /// another member (Kafka's `waitingOnUnreleasedPartition`).
+    fn waiting_on_unreleased_partition(&self, m: &ConsumerMember) -> bool {
+        self.target.get(&m.member_id).is_some_and(|t| {
+            t.iter().any(|(topic, ps)| {
+                ps.iter().any(|p| {
+                    self.owners
+                        .get(&(topic.clone(), *p))
+                        .is_some_and(|o| *o != m.member_id)
+                })
+            })
+        })
+    }
+
+    /// A LeaveGroup entry (member id, instance id) for this group (Kafka
+    /// 4.4's `classicGroupLeaveToConsumerGroup`): removes the member,
+    /// whichever protocol it uses (an admin removal may name a
+    /// consumer-protocol member); an instance id alone names a static
+    /// member. Returns the id of the member removed.
+    pub fn classic_leave(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Result<String, GroupError> {
+        let id = match instance_id {
+            None => member_id.to_string(),
+            Some(instance) => {
+                let Some(id) = self.static_members.get(instance).cloned() else {
+                    return Err(GroupError::UnknownMemberId);
+                };
+                if !member_id.is_empty() && id != member_id {
+                    return Err(GroupError::FencedInstanceId);
+                }
+                id
+            }
+        };
+        if !self.members.contains_key(&id) {
+            return Err(GroupError::UnknownMemberId);
+        }
+        self.remove_member(&id);
+        Ok(id)
     }
 
     /// Every partition of every member's current assignment, for
@@ -1010,6 +1445,11 @@ impl ConsumerGroup {
         };
         if member_epoch == m.member_epoch {
             return Ok(None);
+        }
+        if m.classic.is_some() {
+            // A classic member commits with its generation, which must be
+            // its member epoch exactly (Kafka's `validateMemberEpoch`).
+            return Err(GroupError::IllegalGeneration);
         }
         if member_epoch > m.member_epoch {
             tracing::debug!(
@@ -1626,5 +2066,226 @@ mod tests {
             validate_heartbeat(&r, 1),
             Err(GroupError::InvalidRequest(_))
         ));
+    }
+
+    // ---- mixed groups (classic members in a consumer group) ----
+
+    fn snapshot(
+        id: &str,
+        topics: &[&str],
+        partitions: &[i32],
+    ) -> (ClassicMemberSnapshot, Bytes, Bytes) {
+        let sub = consumer_protocol::Subscription {
+            version: 1,
+            topics: topics.iter().map(|t| t.to_string()).collect(),
+            owned: Some(Assignment::new()),
+            rack_id: None,
+        };
+        let metadata = consumer_protocol::encode_subscription(&sub);
+        let mut a = Assignment::new();
+        a.insert("t".to_string(), partitions.iter().copied().collect());
+        let snap = ClassicMemberSnapshot {
+            member_id: id.to_string(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "h".into(),
+            rebalance_timeout_ms: 30_000,
+            session_timeout_ms: 10_000,
+            protocols: vec![("range".into(), metadata.clone())],
+        };
+        (snap, metadata, consumer_protocol::encode_assignment(&a, 1))
+    }
+
+    fn classic_join(id: &str, owned: Assignment) -> ClassicJoin {
+        let sub = consumer_protocol::Subscription {
+            version: 1,
+            topics: vec!["t".into()],
+            owned: Some(owned),
+            rack_id: None,
+        };
+        ClassicJoin {
+            member_id: id.to_string(),
+            unknown_member: false,
+            require_known_member_id: true,
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "h".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), consumer_protocol::encode_subscription(&sub))],
+        }
+    }
+
+    #[test]
+    fn an_upgraded_group_walks_its_classic_members_through_rejoins() {
+        let t = topics(&[("t", 4)]);
+        let cfg = ConsumerGroupConfig::default();
+        let mut g = ConsumerGroup::from_classic(
+            5,
+            vec![
+                snapshot("c1", &["t"], &[0, 1]),
+                snapshot("c2", &["t"], &[2, 3]),
+            ],
+            &t,
+            0,
+        )
+        .unwrap();
+        g.check_invariants();
+        assert_eq!((g.group_epoch, g.assignment_epoch), (5, 5));
+        assert_eq!(g.members["c1"].member_epoch, 5);
+        assert!(g.members["c1"].classic.is_some());
+        // Nothing moves before a new member joins.
+        assert_eq!(g.classic_heartbeat("c1", None, 5, 1), Ok(()));
+        assert_eq!(
+            g.classic_heartbeat("c1", None, 4, 1),
+            Err(GroupError::IllegalGeneration)
+        );
+
+        // A consumer member joins: a new epoch; the classic members must
+        // rejoin, and the new member waits for what they hold.
+        let a = g.heartbeat(join("k1", &["t"]), &cfg, &t, 2).unwrap();
+        assert_eq!(a.member_epoch, 6);
+        g.check_invariants();
+        assert_eq!(
+            g.classic_heartbeat("c1", None, 5, 3),
+            Err(GroupError::RebalanceInProgress)
+        );
+        assert!(g.members["c1"].classic_deadline_ms.is_some());
+
+        // c1 rejoins still owning its partitions (cooperative): it keeps
+        // its epoch until it revokes, and SyncGroup gives it what it keeps.
+        let owned = g.members["c1"].assigned.clone();
+        let j = g
+            .classic_join(classic_join("c1", owned), &cfg, &t, 4)
+            .unwrap();
+        let kept = g.members["c1"].assigned.clone();
+        g.check_invariants();
+        let synced = g.classic_sync(
+            "c1",
+            None,
+            j.generation_id,
+            Some("consumer"),
+            Some("range"),
+            5,
+        );
+        let synced = synced.unwrap();
+        assert_eq!(consumer_protocol::decode_assignment(&synced).unwrap(), kept);
+        assert_eq!(j.protocol_name, "range");
+        // A wrong protocol name is refused.
+        assert_eq!(
+            g.classic_sync("c1", None, j.generation_id, None, Some("roundrobin"), 5),
+            Err(GroupError::InconsistentGroupProtocol)
+        );
+        // Rejoining after revoking moves it to the new epoch.
+        let j = g
+            .classic_join(classic_join("c1", kept.clone()), &cfg, &t, 6)
+            .unwrap();
+        assert_eq!(j.generation_id, 6);
+        g.check_invariants();
+        let owned = g.members["c2"].assigned.clone();
+        g.classic_join(classic_join("c2", owned), &cfg, &t, 7)
+            .unwrap();
+        let kept = g.members["c2"].assigned.clone();
+        g.classic_join(classic_join("c2", kept), &cfg, &t, 8)
+            .unwrap();
+        g.check_invariants();
+        // The consumer member now gets the released partitions.
+        let held = g.members["k1"].assigned.clone();
+        let a = g.heartbeat(beat("k1", 6, &held), &cfg, &t, 9).unwrap();
+        assert_eq!(a.member_epoch, 6);
+        let total: usize = g.members.values().map(|m| count(&m.assigned)).sum();
+        assert_eq!(total, 4);
+        assert_eq!(count(&g.members["k1"].assigned), 1);
+        g.check_invariants();
+
+        // LeaveGroup removes members of either protocol (Kafka 4.4).
+        assert_eq!(g.classic_leave("c1", None), Ok("c1".to_string()));
+        assert!(!g.members.contains_key("c1"));
+        assert_eq!(
+            g.classic_leave("c1", None),
+            Err(GroupError::UnknownMemberId)
+        );
+        assert!(!g.all_classic_except("c2"));
+        assert!(g.all_classic_except("k1"));
+        assert_eq!(g.classic_leave("k1", None), Ok("k1".to_string()));
+        g.check_invariants();
+    }
+
+    #[test]
+    fn a_classic_member_that_does_not_rejoin_in_time_is_fenced() {
+        let t = topics(&[("t", 2)]);
+        let cfg = ConsumerGroupConfig::default();
+        let mut g =
+            ConsumerGroup::from_classic(1, vec![snapshot("c1", &["t"], &[0, 1])], &t, 0).unwrap();
+        g.heartbeat(join("k1", &["t"]), &cfg, &t, 0).unwrap();
+        assert_eq!(
+            g.classic_heartbeat("c1", None, 1, 100),
+            Err(GroupError::RebalanceInProgress)
+        );
+        // Heartbeats keep its session, not its place: it must rejoin.
+        for now in (5_000..30_000).step_by(5_000) {
+            let r = g.classic_heartbeat("c1", None, 1, now);
+            assert_eq!(r, Err(GroupError::RebalanceInProgress));
+            assert!(g.poll(&cfg, &t, now).is_empty());
+        }
+        assert!(g.poll(&cfg, &t, 100 + 29_999).is_empty());
+        assert_eq!(g.poll(&cfg, &t, 100 + 30_000), vec!["c1".to_string()]);
+        g.check_invariants();
+    }
+
+    #[test]
+    fn a_malformed_classic_assignment_refuses_the_upgrade() {
+        let t = topics(&[("t", 2)]);
+        let (snap, metadata, _) = snapshot("c1", &["t"], &[0]);
+        let r = ConsumerGroup::from_classic(
+            1,
+            vec![(snap, metadata, Bytes::from_static(&[0, 0, 0x7f]))],
+            &t,
+            0,
+        );
+        assert_eq!(r.err(), Some(GroupError::GroupIdNotFound));
+    }
+
+    #[test]
+    fn a_restarted_static_classic_member_takes_its_assignment_over() {
+        let t = topics(&[("t", 4)]);
+        let cfg = ConsumerGroupConfig::default();
+        let (mut snap, md, a) = snapshot("c1", &["t"], &[0, 1]);
+        snap.instance_id = Some("i1".into());
+        let mut g = ConsumerGroup::from_classic(
+            3,
+            vec![(snap, md, a), snapshot("c2", &["t"], &[2, 3])],
+            &t,
+            0,
+        )
+        .unwrap();
+        g.heartbeat(join("k1", &["t"]), &cfg, &t, 1).unwrap();
+        let epoch = g.group_epoch;
+        // Another id with the instance id, without being a new incarnation.
+        let mut j = classic_join("c9", Assignment::new());
+        j.instance_id = Some("i1".into());
+        assert_eq!(
+            g.classic_join(j.clone(), &cfg, &t, 2).err(),
+            Some(GroupError::FencedInstanceId)
+        );
+        // A restarted client (no member id) replaces c1 and keeps what c1
+        // held and was targeted, without a new group epoch.
+        j.unknown_member = true;
+        let answer = g.classic_join(j, &cfg, &t, 3).unwrap();
+        assert_eq!(answer.member_id, "c9");
+        assert!(!g.members.contains_key("c1"));
+        assert_eq!(g.static_members["i1"], "c9");
+        assert_eq!(g.group_epoch, epoch);
+        assert!(count(&g.members["c9"].assigned) > 0);
+        assert!(g.members["c9"].classic.is_some());
+        g.check_invariants();
+        // An unknown instance id with a member id is an unknown member.
+        let mut j = classic_join("c8", Assignment::new());
+        j.instance_id = Some("i8".into());
+        assert_eq!(
+            g.classic_join(j, &cfg, &t, 4).err(),
+            Some(GroupError::UnknownMemberId)
+        );
     }
 }

@@ -12,7 +12,7 @@
 //! | type | key fields | value |
 //! |---|---|---|
 //! | 3 ConsumerGroupMetadata | group | Epoch, tag 0 MetadataHash |
-//! | 5 ConsumerGroupMemberMetadata | group, member | instance, rack, client id/host, topic names, regex, rebalance timeout, assignor |
+//! | 5 ConsumerGroupMemberMetadata | group, member | instance, rack, client id/host, topic names, regex, rebalance timeout, assignor, tag 0 ClassicMemberMetadata (session timeout, protocols) for a classic member of a mixed group |
 //! | 6 ConsumerGroupTargetAssignmentMetadata | group | AssignmentEpoch |
 //! | 7 ConsumerGroupTargetAssignmentMember | group, member | TopicPartitions (topic ids) |
 //! | 8 ConsumerGroupCurrentMemberAssignment | group, member | MemberEpoch, PreviousMemberEpoch, State, AssignedPartitions, PartitionsPendingRevocation |
@@ -27,7 +27,9 @@
 //! every member that changed (tombstones for a member that left). The
 //! write happens before the heartbeat that caused it is answered.
 
-use super::consumer::{Assignment, ConsumerGroup, ConsumerMember, MemberState};
+use super::consumer::{
+    Assignment, ClassicMemberMetadata, ConsumerGroup, ConsumerMember, MemberState,
+};
 use super::records::RecordFormatError;
 use crate::metadata::MetadataImage;
 use bytes::{BufMut, Bytes, BytesMut};
@@ -169,8 +171,54 @@ fn member_metadata_value(m: &ConsumerMember) -> Bytes {
     put_compact_nullable_string(&mut out, m.subscribed_topic_regex.as_deref());
     out.put_i32(m.rebalance_timeout_ms);
     put_compact_nullable_string(&mut out, m.server_assignor.as_deref());
-    put_no_tags(&mut out);
+    match &m.classic {
+        None => put_no_tags(&mut out),
+        Some(c) => {
+            // Tag 0: ClassicMemberMetadata, a nullable struct (a leading
+            // 1 byte for present): SessionTimeoutMs, then
+            // SupportedProtocols as a compact array of (Name, Metadata).
+            let mut v = BytesMut::new();
+            v.put_i8(1);
+            v.put_i32(c.session_timeout_ms);
+            put_uvarint(&mut v, c.protocols.len() as u64 + 1);
+            for (name, metadata) in &c.protocols {
+                put_compact_string(&mut v, name);
+                put_uvarint(&mut v, metadata.len() as u64 + 1);
+                v.put_slice(metadata);
+                put_no_tags(&mut v);
+            }
+            put_no_tags(&mut v);
+            put_uvarint(&mut out, 1);
+            put_uvarint(&mut out, 0);
+            put_uvarint(&mut out, v.len() as u64);
+            out.put_slice(&v);
+        }
+    }
     out.freeze()
+}
+
+/// Decodes the ClassicMemberMetadata tagged field (None: null).
+fn classic_member_metadata(
+    bytes: &[u8],
+) -> Result<Option<ClassicMemberMetadata>, RecordFormatError> {
+    let mut r = Reader { buf: bytes };
+    if r.i8()? < 0 {
+        return Ok(None);
+    }
+    let session_timeout_ms = r.i32()?;
+    let mut protocols = Vec::new();
+    for _ in 0..r.array_len()?.unwrap_or(0) {
+        let name = r.compact_string()?;
+        let len = r.array_len()?.unwrap_or(0);
+        let metadata = Bytes::copy_from_slice(r.take(len)?);
+        r.skip_tags()?;
+        protocols.push((name, metadata));
+    }
+    r.skip_tags()?;
+    Ok(Some(ClassicMemberMetadata {
+        session_timeout_ms,
+        protocols,
+    }))
 }
 
 fn target_member_value(a: &Assignment, image: &MetadataImage) -> Bytes {
@@ -286,6 +334,21 @@ pub fn take_dirty_records(
     c.changed_members.clear();
     c.dirty = false;
     Ok(out)
+}
+
+/// Tombstones of one member's three records.
+pub fn member_tombstones(
+    group: &str,
+    member: &str,
+) -> Result<Vec<(Bytes, Option<Bytes>)>, RecordFormatError> {
+    [
+        CONSUMER_GROUP_CURRENT_ASSIGNMENT_KEY,
+        CONSUMER_GROUP_TARGET_MEMBER_KEY,
+        CONSUMER_GROUP_MEMBER_METADATA_KEY,
+    ]
+    .into_iter()
+    .map(|kind| Ok((key(kind, group, Some(member))?, None)))
+    .collect()
 }
 
 /// Tombstones of a consumer group without members (deleted, expired, or
@@ -481,6 +544,13 @@ pub fn apply(
             let regex = r.compact_nullable_string()?;
             let rebalance_timeout_ms = r.i32()?;
             let assignor = r.compact_nullable_string()?;
+            let mut classic = Ok(None);
+            r.tags(|tag, bytes| {
+                if tag == 0 {
+                    classic = classic_member_metadata(bytes);
+                }
+            })?;
+            let classic = classic?;
             let m = c
                 .members
                 .entry(member.clone())
@@ -493,6 +563,7 @@ pub fn apply(
             m.subscribed_topic_regex = regex;
             m.rebalance_timeout_ms = rebalance_timeout_ms;
             m.server_assignor = assignor;
+            m.classic = classic;
         }
         (ConsumerKey::TargetMember { member, .. }, None) => {
             c.target.remove(member);
@@ -562,7 +633,14 @@ pub fn describe(key: &ConsumerKey, value: Option<&[u8]>) -> String {
             format!("ConsumerGroupPartitionMetadata group={group}")
         }
         ConsumerKey::MemberMetadata { group, member } => {
-            format!("ConsumerGroupMemberMetadata group={group} member={member}")
+            let classic = value
+                .filter(|v| {
+                    let mut c = ConsumerGroup::new();
+                    apply(&mut c, key, Some(v), &MetadataImage::default(), 0).is_ok()
+                        && c.members.get(member).is_some_and(|m| m.classic.is_some())
+                })
+                .map_or("", |_| " classic-protocol");
+            format!("ConsumerGroupMemberMetadata group={group} member={member}{classic}")
         }
         ConsumerKey::TargetMetadata { group } => {
             format!("ConsumerGroupTargetAssignmentMetadata group={group}")
@@ -711,6 +789,41 @@ mod tests {
         assert_eq!(b.instance_id, a.instance_id);
         assert_eq!(b.subscribed_topic_regex, a.subscribed_topic_regex);
         back.check_invariants();
+    }
+
+    /// A classic member of a mixed group keeps its ClassicMemberMetadata
+    /// (session timeout, protocols) through its records.
+    #[test]
+    fn a_classic_member_round_trips_through_its_records() {
+        use crate::group::consumer::ClassicMemberMetadata;
+        let image = image_with("t", 4);
+        let cfg = ConsumerGroupConfig::default();
+        let mut c = ConsumerGroup::new();
+        c.heartbeat(join("m1"), &cfg, &image, 0).unwrap();
+        let classic = ClassicMemberMetadata {
+            session_timeout_ms: 12_345,
+            protocols: vec![
+                ("range".into(), Bytes::from_static(&[0, 3, 0, 0, 0, 0])),
+                ("roundrobin".into(), Bytes::new()),
+            ],
+        };
+        c.members.get_mut("m1").unwrap().classic = Some(classic.clone());
+        let mut back = ConsumerGroup::new();
+        for (k, v) in all_records("g", &c, &image).unwrap() {
+            let key = parse_key(&k).unwrap();
+            assert!(apply(&mut back, &key, v.as_deref(), &image, 5).unwrap());
+        }
+        finish_replay(&mut back, 5);
+        assert_eq!(back.members["m1"].classic, Some(classic));
+        // Every prefix of the value is an error, not a panic.
+        let v = member_metadata_value(&c.members["m1"]);
+        let key = ConsumerKey::MemberMetadata {
+            group: "g".into(),
+            member: "m1".into(),
+        };
+        for n in 0..v.len() {
+            let _ = apply(&mut ConsumerGroup::new(), &key, Some(&v[..n]), &image, 0);
+        }
     }
 
     #[test]

@@ -34,8 +34,10 @@
 //! persisted as Kafka's consumer-group records ([`consumer_records`]),
 //! written before the heartbeat that changed it is answered, and replayed
 //! with the rest. An empty group of one kind becomes the other kind when a
-//! member of the other protocol arrives; a group with members refuses the
-//! other protocol (mixed groups are not served yet): see
+//! member of the other protocol arrives. A classic group with members is
+//! upgraded online by a ConsumerGroupHeartbeat (its members stay, served
+//! through the consumer group: a mixed group), and a consumer group whose
+//! last consumer-protocol member leaves is downgraded back: see
 //! `docs/consumer-groups.md`.
 //!
 //! Limits: a group has at most `group.max.size` members ([`state`]); ids
@@ -57,6 +59,7 @@
 //! `delete.retention.ms`.
 
 pub mod consumer;
+pub mod consumer_protocol;
 pub mod consumer_records;
 pub mod error;
 pub mod records;
@@ -72,7 +75,9 @@ use crate::record::builder::{BatchBuilder, NewRecord};
 use crate::record::records::{decode_batch, parse_control_key, ControlType};
 use crate::types::Offset;
 use bytes::Bytes;
-use consumer::{ConsumerGroup, ConsumerGroupConfig, HeartbeatAnswer, HeartbeatRequest};
+use consumer::{
+    ClassicJoin, ConsumerGroup, ConsumerGroupConfig, HeartbeatAnswer, HeartbeatRequest,
+};
 use error::GroupError;
 use futures::channel::oneshot;
 use records::{GroupMetadataValue, RecordFormatError, RecordKey};
@@ -185,6 +190,10 @@ struct OffsetsPartition {
 
 type JoinWaiter = oneshot::Sender<Result<JoinResult, GroupError>>;
 type SyncWaiter = oneshot::Sender<Result<SyncAnswer, GroupError>>;
+
+/// What an operation on a consumer group gave: the offsets partition, the
+/// answer, and the records to write before answering.
+type ConsumerOp<T> = (i32, Result<T, GroupError>, Vec<(Bytes, Option<Bytes>)>);
 
 /// The shard's group coordinator.
 pub struct GroupCoordinator {
@@ -383,9 +392,28 @@ impl GroupCoordinator {
                 let image = self.image.borrow().clone();
                 for g in op.groups.values_mut() {
                     if let Some(c) = g.consumer.as_mut() {
+                        let epoch_before = c.group_epoch;
                         for gone in c.poll(&self.consumer_config, &*image, now) {
                             tracing::info!(group = %g.group_id, member = %gone, "consumer group member expired or fenced");
                         }
+                        let mut completions = Vec::new();
+                        if let Some(ids) = g.maybe_become_classic_group(
+                            &self.config,
+                            epoch_before,
+                            now,
+                            &mut completions,
+                        ) {
+                            tracing::info!(group = %g.group_id, members = g.members.len(), "consumer group downgraded online to a classic group");
+                            match downgrade_records(g, &ids) {
+                                Ok(recs) => writes.extend(recs),
+                                Err(e) => {
+                                    tracing::error!(group = %g.group_id, error = %e, "downgrade records not written")
+                                }
+                            }
+                            out.push((g.group_id.clone(), completions, sync_meta(g)));
+                            continue;
+                        }
+                        let c = g.consumer.as_mut().expect("still a consumer group");
                         if c.needs_write() {
                             match consumer_records::take_dirty_records(&g.group_id, c, &image) {
                                 Ok(recs) => writes.extend(recs),
@@ -619,6 +647,47 @@ impl GroupCoordinator {
         result
     }
 
+    /// Runs `f` on the group's consumer part if the group is a consumer
+    /// group (with members, when `with_members`), and takes the records
+    /// of what changed, also when `f` refused (a refusal may still have
+    /// changed the group). None: the group is not such a consumer group.
+    fn with_consumer_group<T>(
+        &self,
+        group_id: &str,
+        with_members: bool,
+        f: impl FnOnce(&mut ConsumerGroup, &MetadataImage) -> Result<T, GroupError>,
+    ) -> Option<ConsumerOp<T>> {
+        let p = self.check(group_id).ok()?;
+        let image = self.image.borrow().clone();
+        let mut parts = self.partitions.borrow_mut();
+        let g = parts.get_mut(&p)?.groups.get_mut(group_id)?;
+        let c = g.consumer.as_mut()?;
+        if with_members && c.is_empty() {
+            return None;
+        }
+        let result = f(c, &image);
+        let recs = if c.needs_write() {
+            match consumer_records::take_dirty_records(group_id, c, &image) {
+                Ok(recs) => recs,
+                Err(e) => return Some((p, Err(e.into()), Vec::new())),
+            }
+        } else {
+            Vec::new()
+        };
+        Some((p, result, recs))
+    }
+
+    /// Writes what [`Self::with_consumer_group`] returned, then answers.
+    async fn finish_consumer_op<T>(
+        &self,
+        (p, result, recs): ConsumerOp<T>,
+    ) -> Result<T, GroupError> {
+        if !recs.is_empty() {
+            self.write(p, recs, None).await?;
+        }
+        result
+    }
+
     /// JoinGroup: answers at once, or parks until the join phase ends.
     pub async fn join(
         &self,
@@ -653,6 +722,41 @@ impl GroupCoordinator {
         let mut member_id = req.member_id.clone();
         if member_id.is_empty() {
             member_id = req.new_member_id.clone();
+        }
+        // A classic member joining a consumer group with members: a mixed
+        // group, served by the consumer group's assignor.
+        let unknown_member = req.member_id.is_empty();
+        let classic = ClassicJoin {
+            member_id: member_id.clone(),
+            unknown_member,
+            require_known_member_id: req.require_known_member_id,
+            instance_id: req.group_instance_id.clone(),
+            client_id: req.client_id.clone(),
+            client_host: req.client_host.clone(),
+            session_timeout_ms: req.session_timeout_ms,
+            rebalance_timeout_ms: req.rebalance_timeout_ms,
+            protocol_type: req.protocol_type.clone(),
+            protocols: req.protocols.clone(),
+        };
+        let consumer_cfg = self.consumer_config;
+        if let Some(op) = self.with_consumer_group(group_id, true, |c, image| {
+            if classic.session_timeout_ms < cfg.min_session_timeout_ms
+                || classic.session_timeout_ms > cfg.max_session_timeout_ms
+            {
+                return Err(GroupError::InvalidSessionTimeout);
+            }
+            c.classic_join(classic, &consumer_cfg, image, now)
+        }) {
+            let a = self.finish_consumer_op(op).await?;
+            return Ok(JoinResult {
+                generation_id: a.generation_id,
+                protocol_type: Some("consumer".to_string()),
+                protocol_name: Some(a.protocol_name),
+                leader: String::new(),
+                member_id: a.member_id,
+                skip_assignment: false,
+                members: Vec::new(),
+            });
         }
         let converted = RefCell::new(None);
         let rx = self.with_group(group_id, true, |g, out| {
@@ -727,6 +831,23 @@ impl GroupCoordinator {
         assignments: Vec<(String, Bytes)>,
     ) -> Result<SyncAnswer, GroupError> {
         let now = now_ms();
+        if let Some(op) = self.with_consumer_group(group_id, false, |c, _| {
+            c.classic_sync(
+                member_id,
+                instance_id,
+                generation_id,
+                protocol_type,
+                protocol_name,
+                now,
+            )
+            .map(|assignment| SyncAnswer {
+                assignment,
+                protocol_type: protocol_type.map(str::to_string),
+                protocol_name: protocol_name.map(str::to_string),
+            })
+        }) {
+            return self.finish_consumer_op(op).await;
+        }
         let (tx, rx) = oneshot::channel();
         let key = (group_id.to_string(), member_id.to_string());
         let reply = self.with_group(group_id, false, |g, _| {
@@ -790,6 +911,13 @@ impl GroupCoordinator {
         generation_id: i32,
     ) -> Result<(), GroupError> {
         let now = now_ms();
+        if let Some((_, result, recs)) = self.with_consumer_group(group_id, false, |c, _| {
+            c.classic_heartbeat(member_id, instance_id, generation_id, now)
+        }) {
+            // A heartbeat changes nothing that is persisted.
+            debug_assert!(recs.is_empty());
+            return result;
+        }
         match self.with_group(group_id, false, |g, _| {
             g.heartbeat(member_id, instance_id, generation_id, now)
         }) {
@@ -799,13 +927,16 @@ impl GroupCoordinator {
     }
 
     /// LeaveGroup: one result per (member id, instance id).
-    pub fn leave(
+    pub async fn leave(
         &self,
         group_id: &str,
         members: &[(String, Option<String>)],
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
         let now = now_ms();
         let cfg = self.config;
+        if let Some(op) = self.consumer_group_leave(group_id, members, now) {
+            return self.finish_consumer_op(op).await;
+        }
         match self.with_group(group_id, false, |g, out| g.leave(members, &cfg, now, out)) {
             Err(GroupError::GroupIdNotFound) => Ok(members
                 .iter()
@@ -813,6 +944,59 @@ impl GroupCoordinator {
                 .collect()),
             other => other,
         }
+    }
+
+    /// LeaveGroup to a consumer group (Kafka 4.4 removes members of either
+    /// protocol this way); when only classic members remain, the group is
+    /// downgraded to a classic group. None: not a consumer group.
+    fn consumer_group_leave(
+        &self,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+        now: i64,
+    ) -> Option<ConsumerOp<Vec<Result<(), GroupError>>>> {
+        let p = self.check(group_id).ok()?;
+        let image = self.image.borrow().clone();
+        let mut completions = Vec::new();
+        let op = {
+            let mut parts = self.partitions.borrow_mut();
+            let g = parts.get_mut(&p)?.groups.get_mut(group_id)?;
+            let c = g.consumer.as_mut()?;
+            let epoch_before = c.group_epoch;
+            let results: Vec<Result<(), GroupError>> = members
+                .iter()
+                .map(|(id, instance)| c.classic_leave(id, instance.as_deref()).map(|_| ()))
+                .collect();
+            let recs = match g.maybe_become_classic_group(
+                &self.config,
+                epoch_before,
+                now,
+                &mut completions,
+            ) {
+                Some(ids) => {
+                    tracing::info!(
+                        group = group_id,
+                        members = g.members.len(),
+                        "consumer group downgraded online to a classic group"
+                    );
+                    downgrade_records(g, &ids)
+                }
+                None => {
+                    let c = g.consumer.as_mut().expect("still a consumer group");
+                    if c.needs_write() {
+                        consumer_records::take_dirty_records(group_id, c, &image)
+                    } else {
+                        Ok(Vec::new())
+                    }
+                }
+            };
+            match recs {
+                Ok(recs) => (p, Ok(results), recs),
+                Err(e) => (p, Err(e.into()), Vec::new()),
+            }
+        };
+        self.deliver(group_id, completions, &(None, None));
+        Some(op)
     }
 
     /// OffsetCommit: validated against the group, written, then applied.
@@ -938,11 +1122,11 @@ impl GroupCoordinator {
     }
 
     /// ConsumerGroupHeartbeat (KIP-848). A heartbeat with epoch 0 creates
-    /// the group, or turns an empty classic group (offsets only) into a
-    /// consumer group; a classic group with members answers
-    /// GROUP_ID_NOT_FOUND (Kafka's answer when it does not upgrade a
-    /// classic group online; mixed groups are not served). What changed is
-    /// written before the member is answered.
+    /// the group, turns an empty classic group (offsets only) into a
+    /// consumer group, or upgrades a classic group with members online
+    /// ([`Group::upgradable`]; else GROUP_ID_NOT_FOUND, as Kafka). A
+    /// leave that leaves only classic members downgrades the group. What
+    /// changed is written before the member is answered.
     pub async fn consumer_heartbeat(
         &self,
         group_id: &str,
@@ -967,7 +1151,7 @@ impl GroupCoordinator {
         let p = self.check(group_id)?;
         let now = now_ms();
         let image = self.image.borrow().clone();
-        let (answer, recs) = {
+        let (answer, recs, parked) = 'op: {
             let mut parts = self.partitions.borrow_mut();
             let op = parts.get_mut(&p).ok_or(GroupError::NotCoordinator)?;
             let existed = op.groups.contains_key(group_id);
@@ -980,6 +1164,35 @@ impl GroupCoordinator {
             }
             let g = op.groups.get_mut(group_id).expect("inserted above");
             let mut converted = false;
+            if g.consumer.is_none()
+                && !(g.has_no_members() && g.is(GroupState::Empty))
+                && req.member_epoch == 0
+                && g.upgradable(self.consumer_config.max_size)
+            {
+                // An online upgrade (KIP-848's mixed groups): the classic
+                // members stay, served through the consumer group. Built
+                // aside, so that a refused heartbeat leaves the classic
+                // group as it was.
+                let mut c =
+                    ConsumerGroup::from_classic(g.generation_id, g.classic_snapshots(), &*image, now)
+                        .inspect_err(|_| {
+                            tracing::info!(group = group_id, "online upgrade refused: the members' embedded consumer protocol does not decode");
+                        })?;
+                let answer = c.heartbeat(req, &self.consumer_config, &*image, now)?;
+                let mut recs = vec![(records::group_metadata_key(group_id)?, None)];
+                recs.extend(consumer_records::take_dirty_records(
+                    group_id, &mut c, &image,
+                )?);
+                let mut completions = Vec::new();
+                tracing::info!(
+                    group = group_id,
+                    members = g.members.len(),
+                    generation = g.generation_id,
+                    "classic group upgraded online to a consumer group"
+                );
+                g.become_consumer_group(c, now, &mut completions);
+                break 'op (answer, recs, completions);
+            }
             if g.consumer.is_none() {
                 if !g.has_no_members() || !g.is(GroupState::Empty) || req.member_epoch != 0 {
                     return Err(GroupError::GroupIdNotFound);
@@ -988,6 +1201,7 @@ impl GroupCoordinator {
                 converted = true;
             }
             let c = g.consumer.as_mut().expect("set above");
+            let epoch_before = c.group_epoch;
             let result = c.heartbeat(req, &self.consumer_config, &*image, now);
             if result.is_err() && converted {
                 // A request that failed leaves no trace.
@@ -998,13 +1212,35 @@ impl GroupCoordinator {
                 }
                 return result;
             }
-            let recs = if c.needs_write() {
-                consumer_records::take_dirty_records(group_id, c, &image)?
-            } else {
-                Vec::new()
+            let answer = result?;
+            let mut completions = Vec::new();
+            let recs = match g.maybe_become_classic_group(
+                &self.config,
+                epoch_before,
+                now,
+                &mut completions,
+            ) {
+                Some(ids) => {
+                    tracing::info!(
+                        group = group_id,
+                        members = g.members.len(),
+                        "consumer group downgraded online to a classic group"
+                    );
+                    downgrade_records(g, &ids)?
+                }
+                None => {
+                    let c = g.consumer.as_mut().expect("still a consumer group");
+                    if c.needs_write() {
+                        consumer_records::take_dirty_records(group_id, c, &image)?
+                    } else {
+                        Vec::new()
+                    }
+                }
             };
-            (result?, recs)
+            (answer, recs, completions)
         };
+        // Parked classic requests of an upgraded group, or none.
+        self.deliver(group_id, parked, &(None, None));
         if !recs.is_empty() {
             self.write(p, recs, None).await?;
         }
@@ -1243,6 +1479,22 @@ fn group_record(g: &Group) -> Result<(Bytes, Option<Bytes>), RecordFormatError> 
     ))
 }
 
+/// The records of an online downgrade: tombstones of the consumer
+/// group's member records and group records, then the classic group's
+/// GroupMetadata (Kafka's order).
+fn downgrade_records(
+    g: &Group,
+    member_ids: &[String],
+) -> Result<Vec<(Bytes, Option<Bytes>)>, RecordFormatError> {
+    let mut recs = Vec::new();
+    for id in member_ids {
+        recs.extend(consumer_records::member_tombstones(&g.group_id, id)?);
+    }
+    recs.extend(consumer_records::group_tombstones(&g.group_id)?);
+    recs.push(group_record(g)?);
+    Ok(recs)
+}
+
 fn sync_meta(g: &Group) -> (Option<String>, Option<String>) {
     (g.protocol_type.clone(), g.protocol_name.clone())
 }
@@ -1377,8 +1629,22 @@ impl Replay {
                 },
                 RecordKey::GroupMetadata { group } => {
                     match r.value.as_deref().map(records::parse_group_metadata_value) {
+                        // The classic group is gone: deleted (its offsets
+                        // were tombstoned before), or upgraded to a
+                        // consumer group (its offsets stay, as in Kafka,
+                        // where offsets are not part of the group).
                         None => {
-                            self.groups.remove(&group);
+                            let now = self.now_ms;
+                            if let Some(g) = self.groups.get_mut(&group) {
+                                if g.offsets.is_empty()
+                                    && g.pending_txn_offsets.is_empty()
+                                    && g.consumer.is_none()
+                                {
+                                    self.groups.remove(&group);
+                                } else {
+                                    g.restore(String::new(), 0, None, None, -1, Vec::new(), now);
+                                }
+                            }
                         }
                         Some(Ok(v)) => {
                             let now = self.now_ms;

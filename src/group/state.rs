@@ -32,7 +32,7 @@
 //! members that rejoin last are shed. A group found over capacity when its
 //! partition is loaded rebalances ([`Group::rebalance_if_over_capacity`]).
 
-use super::consumer::ConsumerGroup;
+use super::consumer::{ClassicMemberSnapshot, ConsumerGroup};
 use super::error::GroupError;
 use crate::config::GROUP_MAX_SIZE_DEFAULT;
 use bytes::Bytes;
@@ -276,6 +276,147 @@ impl Group {
         self.members.is_empty()
             && self.pending_members.is_empty()
             && self.consumer.as_ref().is_none_or(|c| c.is_empty())
+    }
+
+    /// Whether a ConsumerGroupHeartbeat joining this classic group with
+    /// members may upgrade it online to a consumer group (Kafka's
+    /// `validateOnlineUpgrade`, with the migration policy
+    /// `bidirectional`): its members use the `consumer` embedded protocol
+    /// and there are at most `max_size` of them.
+    pub fn upgradable(&self, max_size: usize) -> bool {
+        self.consumer.is_none()
+            && !self.is(GroupState::Dead)
+            && self.protocol_type.as_deref() == Some("consumer")
+            && self.members.len() <= max_size
+    }
+
+    /// The members an online upgrade takes over: each with its metadata for
+    /// the group's protocol (its first protocol when none was selected
+    /// yet) and its current assignment.
+    pub fn classic_snapshots(&self) -> Vec<(ClassicMemberSnapshot, Bytes, Bytes)> {
+        self.members
+            .values()
+            .map(|m| {
+                let metadata = match &self.protocol_name {
+                    Some(p) => m.metadata_for(p),
+                    None => m
+                        .protocols
+                        .first()
+                        .map(|(_, md)| md.clone())
+                        .unwrap_or_default(),
+                };
+                let snap = ClassicMemberSnapshot {
+                    member_id: m.member_id.clone(),
+                    instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    session_timeout_ms: m.session_timeout_ms,
+                    protocols: m.protocols.clone(),
+                };
+                (snap, metadata, m.assignment.clone())
+            })
+            .collect()
+    }
+
+    /// Hands the classic membership over to `consumer` (an online
+    /// upgrade): parked JoinGroup and SyncGroup requests are answered
+    /// REBALANCE_IN_PROGRESS (their members rejoin the consumer group),
+    /// and the classic part is reset to an empty group. Offsets stay.
+    pub fn become_consumer_group(
+        &mut self,
+        consumer: ConsumerGroup,
+        now_ms: i64,
+        out: &mut Vec<Completion>,
+    ) {
+        for (id, m) in &self.members {
+            m.fail_parked(id, GroupError::RebalanceInProgress, out);
+        }
+        self.members.clear();
+        self.static_members.clear();
+        self.pending_members.clear();
+        self.leader = None;
+        self.protocol_type = None;
+        self.protocol_name = None;
+        self.persisting = None;
+        self.initial_join_cap_ms = None;
+        self.metadata_dirty = false;
+        self.transition(GroupState::Empty, now_ms);
+        self.consumer = Some(Box::new(consumer));
+    }
+
+    /// An online downgrade (Kafka's `ClassicGroup.fromConsumerGroup`,
+    /// migration policy `bidirectional`): when a consumer group with
+    /// members has only classic members left (the last consumer-protocol
+    /// member left or was fenced) and at most `group.max.size` of them, it
+    /// becomes a classic group again. The members keep their ids and
+    /// sessions; each gets its target assignment as its classic
+    /// assignment, the generation is the group epoch, and a rebalance
+    /// starts (the members learn it from their next Heartbeat). Returns
+    /// the ids whose consumer-group member records must be tombstoned
+    /// (current members and members removed since the last write), or
+    /// None when the group stays a consumer group. Offsets stay.
+    /// `generation_id` is the group epoch before the member left (Kafka
+    /// checks the downgrade before removing it): the classic members'
+    /// epoch, so that their commits with it are still accepted while they
+    /// rejoin.
+    pub fn maybe_become_classic_group(
+        &mut self,
+        cfg: &GroupConfig,
+        generation_id: i32,
+        now_ms: i64,
+        out: &mut Vec<Completion>,
+    ) -> Option<Vec<String>> {
+        let c = self.consumer.as_ref()?;
+        if c.is_empty()
+            || c.members.values().any(|m| m.classic.is_none())
+            || c.members.len() > cfg.max_size
+        {
+            return None;
+        }
+        let c = self.consumer.take().expect("checked above");
+        let mut tombstoned: Vec<String> = c.changed_members.iter().cloned().collect();
+        self.members.clear();
+        self.static_members.clear();
+        self.pending_members.clear();
+        for m in c.members.values() {
+            let classic = m.classic.clone().expect("every member is classic");
+            tombstoned.push(m.member_id.clone());
+            let target = c.target.get(&m.member_id).cloned().unwrap_or_default();
+            let version = classic
+                .protocols
+                .first()
+                .and_then(|(_, md)| super::consumer_protocol::version(md).ok())
+                .unwrap_or(0);
+            if let Some(i) = &m.instance_id {
+                self.static_members.insert(i.clone(), m.member_id.clone());
+            }
+            self.members.insert(
+                m.member_id.clone(),
+                Member {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    session_timeout_ms: classic.session_timeout_ms,
+                    protocols: classic.protocols,
+                    assignment: super::consumer_protocol::encode_assignment(&target, version),
+                    awaiting_join: false,
+                    awaiting_sync: false,
+                    last_heartbeat_ms: m.last_heartbeat_ms,
+                },
+            );
+        }
+        tombstoned.sort();
+        tombstoned.dedup();
+        self.generation_id = generation_id;
+        self.protocol_type = Some("consumer".to_string());
+        self.leader = self.members.keys().next().cloned();
+        self.transition(GroupState::Stable, now_ms);
+        self.protocol_name = self.select_protocol();
+        self.prepare_rebalance(cfg, now_ms, out);
+        Some(tombstoned)
     }
 
     /// ListGroups' (protocol type, state, group type) of the group.
@@ -1899,5 +2040,116 @@ mod tests {
             Some(vec!["a".to_string(), "bb".to_string()])
         );
         assert_eq!(parse_subscription_topics(&m[..5]), None);
+    }
+
+    /// Upgrade and downgrade of the classic part: a stable classic group
+    /// of consumer-protocol members becomes a consumer group (parked
+    /// requests answered, offsets kept), and becomes classic again when
+    /// the consumer-protocol member that joined leaves.
+    #[test]
+    fn a_group_is_upgraded_and_downgraded_online_keeping_its_offsets() {
+        use super::super::consumer::{ConsumerGroupConfig, HeartbeatRequest};
+        use super::super::consumer_protocol::{self as cp, Subscription};
+        let c = cfg(0);
+        let topics: BTreeMap<String, i32> = [("t".to_string(), 4)].into_iter().collect();
+        let metadata = cp::encode_subscription(&Subscription {
+            version: 1,
+            topics: vec!["t".into()],
+            owned: Some(Default::default()),
+            rack_id: None,
+        });
+        let with_md = |id: &str| JoinRequest {
+            protocols: vec![("range".into(), metadata.clone())],
+            ..req("", id)
+        };
+        let mut g = Group::new("g", 0);
+        let mut out = Vec::new();
+        g.join(with_md("m1"), &c, 0, &mut out).unwrap();
+        g.join(with_md("m2"), &c, 0, &mut out).unwrap();
+        g.poll(&c, 0, &mut out);
+        let mut a1 = super::super::consumer::Assignment::new();
+        a1.insert("t".into(), [0, 1].into_iter().collect());
+        let mut a2 = super::super::consumer::Assignment::new();
+        a2.insert("t".into(), [2, 3].into_iter().collect());
+        g.sync("m2", None, 1, None, None, vec![], 1).unwrap();
+        g.sync(
+            "m1",
+            None,
+            1,
+            Some("consumer"),
+            Some("range"),
+            vec![
+                ("m1".into(), cp::encode_assignment(&a1, 1)),
+                ("m2".into(), cp::encode_assignment(&a2, 1)),
+            ],
+            1,
+        )
+        .unwrap();
+        g.assignment_persisted(1, Ok(()), &c, 1, &mut out);
+        assert!(g.is(GroupState::Stable));
+        g.commit_offset(
+            "t",
+            0,
+            CommittedOffset {
+                offset: 42,
+                leader_epoch: 0,
+                metadata: String::new(),
+                commit_timestamp_ms: 1,
+                expire_timestamp_ms: None,
+            },
+        );
+        assert!(g.upgradable(c.max_size));
+
+        let mut consumer =
+            ConsumerGroup::from_classic(g.generation_id, g.classic_snapshots(), &topics, 2)
+                .unwrap();
+        let ccfg = ConsumerGroupConfig::default();
+        let join = HeartbeatRequest {
+            member_id: "k1".into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            owned: Some(Default::default()),
+            ..HeartbeatRequest::default()
+        };
+        let answer = consumer.heartbeat(join, &ccfg, &topics, 2).unwrap();
+        assert_eq!(answer.member_epoch, 2);
+        out.clear();
+        g.become_consumer_group(consumer, 2, &mut out);
+        assert!(g.is_consumer_group() && g.members.is_empty());
+        assert_eq!(g.offsets.len(), 1, "offsets are kept");
+        assert!(!g.upgradable(c.max_size));
+        // While a consumer-protocol member is in, the group stays.
+        assert_eq!(g.maybe_become_classic_group(&c, 2, 3, &mut out), None);
+
+        // k1 leaves: only classic members remain, at generation 2.
+        let cg = g.consumer.as_mut().unwrap();
+        let before = cg.group_epoch;
+        let targets = cg.target.clone();
+        cg.remove_member("k1");
+        let ids = g
+            .maybe_become_classic_group(&c, before, 4, &mut out)
+            .unwrap();
+        assert_eq!(
+            ids,
+            vec!["k1".to_string(), "m1".to_string(), "m2".to_string()]
+        );
+        assert!(!g.is_consumer_group());
+        assert_eq!(g.generation_id, before);
+        assert_eq!(g.protocol_name.as_deref(), Some("range"));
+        assert!(g.is(GroupState::PreparingRebalance));
+        assert_eq!(g.offsets.len(), 1, "offsets are kept");
+        for (id, m) in &g.members {
+            assert_eq!(
+                cp::decode_assignment(&m.assignment).unwrap(),
+                targets[id],
+                "{id} has its target as its classic assignment"
+            );
+        }
+        // The classic members rejoin the classic group.
+        assert_eq!(
+            g.heartbeat("m1", None, before, 5),
+            Err(GroupError::RebalanceInProgress)
+        );
     }
 }

@@ -199,7 +199,8 @@ fn dispatch_other(
             async move { group::membership::heartbeat(&ctx, &header, &mut body) }.boxed_local()
         }
         ApiKey::LeaveGroup => {
-            async move { group::membership::leave_group(&ctx, &header, &mut body) }.boxed_local()
+            async move { group::membership::leave_group(&ctx, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::OffsetCommit => {
             async move { group::offsets::offset_commit(&ctx, &header, &mut body).await }

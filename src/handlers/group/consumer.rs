@@ -28,6 +28,9 @@ use uuid::Uuid;
 
 /// ConsumerGroupDescribe's `member_type` of a consumer-protocol member.
 const MEMBER_TYPE_CONSUMER: i8 = 1;
+/// ConsumerGroupDescribe's `member_type` of a classic member of a mixed
+/// group.
+const MEMBER_TYPE_CLASSIC: i8 = 0;
 
 /// The partitions a client reports by topic id, by name; ids the image
 /// does not know are dropped (a deleted topic is not owned any more).
@@ -208,7 +211,11 @@ pub fn describe(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut)
                                     .with_target_assignment(assignment(
                                         c.target.get(&m.member_id).unwrap_or(&empty),
                                     ))
-                                    .with_member_type(MEMBER_TYPE_CONSUMER)
+                                    .with_member_type(if m.classic.is_some() {
+                                        MEMBER_TYPE_CLASSIC
+                                    } else {
+                                        MEMBER_TYPE_CONSUMER
+                                    })
                             })
                             .collect(),
                     ),

@@ -159,7 +159,11 @@ pub fn heartbeat(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut
     respond(header, &HeartbeatResponse::default().with_error_code(code))
 }
 
-pub fn leave_group(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub async fn leave_group(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<LeaveGroupRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -172,10 +176,10 @@ pub fn leave_group(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesM
     } else {
         vec![(req.member_id.to_string(), None)]
     };
-    let result = ctx
-        .groups
-        .check(&req.group_id)
-        .and_then(|_| ctx.groups.leave(&req.group_id, &members));
+    let result = match ctx.groups.check(&req.group_id) {
+        Ok(_) => ctx.groups.leave(&req.group_id, &members).await,
+        Err(e) => Err(e),
+    };
     let resp = match result {
         Err(e) => LeaveGroupResponse::default().with_error_code(errors::group(&e)),
         Ok(results) if !batched => {

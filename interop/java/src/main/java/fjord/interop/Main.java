@@ -71,6 +71,7 @@ public final class Main {
         s.put("txn-consume-transform-produce", TxnConsumeTransformProduce::run);
         s.put("group-classic", GroupClassic::run);
         s.put("group-consumer", GroupClassic::runConsumer);
+        s.put("group-upgrade", GroupUpgrade::run);
         s.put("admin", AdminScenario::run);
         s.put("streams-eos", StreamsEos::run);
         // The Kafka Streams application itself, started by streams-eos in a child JVM.
