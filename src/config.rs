@@ -48,6 +48,8 @@ pub const INTERNAL_TOPIC_SEGMENT_BYTES_DEFAULT: u64 = 100 * 1024 * 1024;
 /// Kafka's `log.cleaner.backoff.ms` default: how long the cleaner sleeps
 /// when no log needs cleaning.
 pub const LOG_CLEANER_BACKOFF_MS_DEFAULT: u64 = 15_000;
+/// Most `--log-cleaner-threads` taken (more are clamped to it).
+pub const LOG_CLEANER_THREADS_MAX: usize = 64;
 /// Kafka's `log.cleaner.dedupe.buffer.size` default (128 MiB): the memory
 /// of the cleaner's key → offset map.
 pub const LOG_CLEANER_DEDUPE_BUFFER_SIZE_DEFAULT: usize = 128 << 20;
@@ -208,6 +210,9 @@ pub struct ServeArgs {
     /// Kafka `log.cleaner.enable`: run the log cleaner of compacted topics [default: true].
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub log_cleaner_enable: Option<bool>,
+    /// Kafka `log.cleaner.threads`: threads cleaning compacted logs, shared by every shard [default: 1].
+    #[arg(long)]
+    pub log_cleaner_threads: Option<usize>,
     /// Kafka `log.cleaner.backoff.ms`: the cleaner's sleep when no log needs cleaning [default: 15000].
     #[arg(long)]
     pub log_cleaner_backoff_ms: Option<u64>,
@@ -344,6 +349,7 @@ pub struct BrokerConfig {
     pub offsets_topic_segment_bytes: u64,
     pub transaction_state_log_segment_bytes: u64,
     pub log_cleaner_backoff_ms: u64,
+    pub log_cleaner_threads: usize,
     pub log_cleaner_dedupe_buffer_size: usize,
     /// `f64::INFINITY` when unlimited.
     pub log_cleaner_io_max_bytes_per_second: f64,
@@ -432,6 +438,7 @@ impl ServeArgs {
                 .transaction_state_log_segment_bytes
                 .or(file.transaction_state_log_segment_bytes),
             log_cleaner_backoff_ms: self.log_cleaner_backoff_ms.or(file.log_cleaner_backoff_ms),
+            log_cleaner_threads: self.log_cleaner_threads.or(file.log_cleaner_threads),
             log_cleaner_dedupe_buffer_size: self
                 .log_cleaner_dedupe_buffer_size
                 .or(file.log_cleaner_dedupe_buffer_size),
@@ -645,6 +652,10 @@ impl ServeArgs {
                 .log_cleaner_backoff_ms
                 .unwrap_or(LOG_CLEANER_BACKOFF_MS_DEFAULT)
                 .max(1),
+            log_cleaner_threads: a
+                .log_cleaner_threads
+                .unwrap_or(1)
+                .clamp(1, LOG_CLEANER_THREADS_MAX),
             log_cleaner_dedupe_buffer_size,
             log_cleaner_io_max_bytes_per_second,
             producer_id_expiration_ms: a

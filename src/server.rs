@@ -122,6 +122,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         signal_hook::flag::register(signal, stop.clone())?;
     }
     spawn_stop_watchdog(stop.clone())?;
+    if config.log_cleaner_enable {
+        // From this (unpinned) thread, so the cleaner threads run on any core.
+        crate::log::compact::start_cleaner_threads(config.log_cleaner_threads);
+    }
     let cpus = allowed_cpus();
     let config = Arc::new(config);
     let mesh = MeshBuilder::<ShardMessage, _>::full(config.cores, MESH_CHANNEL_CAPACITY);
@@ -303,7 +307,10 @@ async fn shard_main(
     let cleaner = if config.log_cleaner_enable {
         let ctx = ctx.clone();
         let settings = crate::partition::compaction::CleanerSettings {
-            dedupe_buffer_bytes: config.log_cleaner_dedupe_buffer_size,
+            // Kafka's dedupe buffer is shared by the cleaner threads.
+            dedupe_buffer_bytes: (config.log_cleaner_dedupe_buffer_size
+                / config.log_cleaner_threads)
+                .max(crate::log::cleaner::DEDUPE_BUFFER_MIN_BYTES),
             io_max_bytes_per_second: config.log_cleaner_io_max_bytes_per_second,
         };
         let backoff = Duration::from_millis(config.log_cleaner_backoff_ms);

@@ -628,3 +628,63 @@ fn a_join_waiting_for_the_rebalance_is_remote_time() {
         "remote time {remote} s for a join that waited {REJOIN_AFTER_MS} ms"
     );
 }
+
+#[test]
+fn a_log_cleaning_is_counted_with_what_it_read_and_wrote() {
+    let port = free_port_base(1);
+    let addr = format!("127.0.0.1:{port}");
+    let broker = Broker::start(
+        BrokerOpts::default()
+            .cores(1)
+            .arg("--metrics-listen")
+            .arg(&addr)
+            .arg("--log-cleaner-backoff-ms")
+            .arg("100"),
+    );
+    let topic = "cleaned-metrics";
+    create_topic(
+        &broker.bootstrap(),
+        topic,
+        1,
+        &[
+            ("cleanup.policy", "compact"),
+            ("segment.ms", "100"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+        ],
+    );
+    let p = client::producer(&broker.bootstrap(), &[("linger.ms", "0")]);
+    let mut sent = 0;
+    // Rounds of the same ten keys, each in a segment of its own.
+    for round in 0..3 {
+        for k in 0..10 {
+            let msg = TestMessage {
+                id: sent,
+                key: format!("k{k}").into_bytes(),
+                value: format!("v{round}").into_bytes(),
+                headers: Vec::new(),
+            };
+            send(&p, topic, &msg);
+            sent += 1;
+        }
+        await_deliveries(&p, sent, Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // Superseded records are not written again: a cleaning that found
+    // some writes less than it read.
+    let s = wait_for(
+        Duration::from_secs(60),
+        "a cleaning that removed records",
+        || {
+            let s = samples(&http_get(&addr, "/metrics", None).2);
+            let read = sum(&s, "fjord_log_cleaner_read_bytes_total", &[]);
+            let written = sum(&s, "fjord_log_cleaner_written_bytes_total", &[]);
+            (sum(&s, "fjord_log_cleaner_cleanings_total", &[]) >= 1.0
+                && written < read
+                && read > 0.0)
+                .then_some(s)
+        },
+    );
+    assert!(sum(&s, "fjord_log_cleaner_seconds_total", &[]) > 0.0);
+    let ratio = sum(&s, "fjord_log_cleaner_last_dirty_ratio", &[]);
+    assert!(ratio > 0.0 && ratio <= 1.0, "dirty ratio {ratio}");
+}

@@ -4,9 +4,9 @@
 //! Where the work runs: reading segments, building the key → offset map,
 //! rewriting batches and writing the cleaned files is CPU and I/O that
 //! takes seconds for a large log, so it never runs on a shard's reactor.
-//! It runs on one cleaner thread for the whole process (Kafka's
-//! `log.cleaner.threads` = 1), started on first use, at a lower scheduling
-//! priority than the shards (`nice` 10), so that on a busy machine the
+//! It runs on the process's cleaner threads (`--log-cleaner-threads`,
+//! Kafka's `log.cleaner.threads`, 1 by default), shared by every shard,
+//! at a lower scheduling priority than the shards (`nice` 10), so that on a busy machine the
 //! kernel gives the shards the CPU first; its reads and writes are capped
 //! by `log.cleaner.io.max.bytes.per.second`. A shard hands it a
 //! [`CleanJob`] (plain data: paths, offsets, the aborted transactions and
@@ -149,35 +149,53 @@ thread_local! {
 static CLEANER_QUEUE: std::sync::OnceLock<std::sync::Mutex<mpsc::Sender<Task>>> =
     std::sync::OnceLock::new();
 
-/// The process's cleaner thread's queue (started on first use).
+/// Starts the process's `threads` cleaner threads (`--log-cleaner-threads`),
+/// each at `nice` 10, all taking jobs from one queue. A second call, or a
+/// job queued before any call (a test of the log alone), finds them
+/// started (one thread in the latter case).
+pub fn start_cleaner_threads(threads: usize) {
+    CLEANER_QUEUE.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Task>();
+        let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+        for i in 0..threads.max(1) {
+            let rx = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("log-cleaner-{i}"))
+                .spawn(move || {
+                    // SAFETY: setpriority on this thread's own id changes
+                    // nothing but its scheduling priority.
+                    let r = unsafe {
+                        libc::setpriority(
+                            libc::PRIO_PROCESS,
+                            libc::gettid() as libc::id_t,
+                            CLEANER_NICE,
+                        )
+                    };
+                    if r != 0 {
+                        tracing::warn!("a log cleaner thread runs at the shards' priority");
+                    }
+                    loop {
+                        let task = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                        match task {
+                            Ok(task) => task(),
+                            Err(_) => return,
+                        }
+                    }
+                })
+                .expect("a log cleaner thread starts");
+        }
+        std::sync::Mutex::new(tx)
+    });
+}
+
+/// The cleaner threads' queue, as this thread's own sender.
 fn cleaner_queue() -> mpsc::Sender<Task> {
     CLEANER.with(|c| {
         c.get_or_init(|| {
+            start_cleaner_threads(1);
             CLEANER_QUEUE
-                .get_or_init(|| {
-                    let (tx, rx) = mpsc::channel::<Task>();
-                    std::thread::Builder::new()
-                        .name("log-cleaner".into())
-                        .spawn(move || {
-                            // SAFETY: setpriority on this thread's own id
-                            // changes nothing but its scheduling priority.
-                            let r = unsafe {
-                                libc::setpriority(
-                                    libc::PRIO_PROCESS,
-                                    libc::gettid() as libc::id_t,
-                                    CLEANER_NICE,
-                                )
-                            };
-                            if r != 0 {
-                                tracing::warn!("the log cleaner runs at the shards' priority");
-                            }
-                            while let Ok(task) = rx.recv() {
-                                task();
-                            }
-                        })
-                        .expect("the log cleaner thread starts");
-                    std::sync::Mutex::new(tx)
-                })
+                .get()
+                .expect("started")
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone()

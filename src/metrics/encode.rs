@@ -352,6 +352,41 @@ pub fn encode(shards: &[ShardSample], process: &ProcessSample, opts: EncodeOptio
     );
     per_shard(
         &mut w,
+        "fjord_log_cleaner_cleanings",
+        Kind::Counter,
+        "Cleanings of compacted logs (Kafka's log cleaner runs).",
+        &|s| s.log.cleanings as f64,
+    );
+    per_shard(
+        &mut w,
+        "fjord_log_cleaner_read_bytes",
+        Kind::Counter,
+        "Bytes of log the cleanings' cleaning passes read.",
+        &|s| s.log.cleaner_read_bytes as f64,
+    );
+    per_shard(
+        &mut w,
+        "fjord_log_cleaner_written_bytes",
+        Kind::Counter,
+        "Bytes of cleaned log the cleanings wrote.",
+        &|s| s.log.cleaner_written_bytes as f64,
+    );
+    per_shard(
+        &mut w,
+        "fjord_log_cleaner_seconds",
+        Kind::Counter,
+        "Time spent cleaning, from the job's hand-off to the last swap.",
+        &|s| s.log.cleaner_seconds,
+    );
+    per_shard(
+        &mut w,
+        "fjord_log_cleaner_last_dirty_ratio",
+        Kind::Gauge,
+        "Dirty ratio of the log the last cleaning took (Kafka max-dirty-percent / 100, for the last one).",
+        &|s| s.log.cleaner_last_dirty_ratio,
+    );
+    per_shard(
+        &mut w,
         "fjord_log_unwritten_bytes",
         Kind::Gauge,
         "Bytes appended and not yet written to segment files (bounded by --staged-bytes-max).",

@@ -312,6 +312,14 @@ pub struct LogProbe {
     pub cache_hit_bytes: Cell<u64>,
     pub cache_misses: Cell<u64>,
     pub catch_up_read_bytes: Cell<u64>,
+    /// Log cleanings (compacted logs) this shard ran, what they read and
+    /// wrote, and their time in µs.
+    pub cleanings: Cell<u64>,
+    pub cleaner_read_bytes: Cell<u64>,
+    pub cleaner_written_bytes: Cell<u64>,
+    pub cleaner_micros: Cell<u64>,
+    /// The dirty ratio of the log the last cleaning took, in millionths.
+    pub cleaner_last_dirty_ppm: Cell<u64>,
 }
 
 impl LogProbe {
@@ -326,6 +334,11 @@ impl LogProbe {
             cache_hit_bytes: Cell::new(0),
             cache_misses: Cell::new(0),
             catch_up_read_bytes: Cell::new(0),
+            cleanings: Cell::new(0),
+            cleaner_read_bytes: Cell::new(0),
+            cleaner_written_bytes: Cell::new(0),
+            cleaner_micros: Cell::new(0),
+            cleaner_last_dirty_ppm: Cell::new(0),
         }
     }
 }
@@ -374,6 +387,22 @@ pub fn record_catch_up_read(bytes: usize) {
         return;
     }
     LOG.with(|l| bump(&l.catch_up_read_bytes, bytes as u64));
+}
+
+/// One log cleaning: bytes its cleaning pass read and wrote, how long it
+/// took, and the dirty ratio of the log it took.
+pub fn record_cleaning(read: u64, written: u64, took: Duration, dirty_ratio: f64) {
+    if !recording() {
+        return;
+    }
+    LOG.with(|l| {
+        bump(&l.cleanings, 1);
+        bump(&l.cleaner_read_bytes, read);
+        bump(&l.cleaner_written_bytes, written);
+        bump(&l.cleaner_micros, took.as_micros() as u64);
+        l.cleaner_last_dirty_ppm
+            .set((dirty_ratio.clamp(0.0, 1.0) * 1e6) as u64);
+    });
 }
 
 /// A shard's coordinator counters.

@@ -101,6 +101,11 @@ pub struct LogSample {
     pub cache_used_bytes: u64,
     pub cache_capacity_bytes: u64,
     pub catch_up_read_bytes: u64,
+    pub cleanings: u64,
+    pub cleaner_read_bytes: u64,
+    pub cleaner_written_bytes: u64,
+    pub cleaner_seconds: f64,
+    pub cleaner_last_dirty_ratio: f64,
     /// Bytes appended and not yet written to segment files.
     pub unwritten_bytes: u64,
     /// Seconds from the shard's start to its first metadata image applied

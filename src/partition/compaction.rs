@@ -171,6 +171,7 @@ impl Partition {
             }
         };
         let mut swapped = 0;
+        let total_groups = outcome.groups.len();
         let mut groups = outcome.groups.into_iter();
         for group in groups.by_ref() {
             let base = group.base_offset;
@@ -190,7 +191,9 @@ impl Partition {
                 .spawn_blocking(move || compact::discard_cleaned(&dir, rest.base_offset))
                 .await;
         }
-        if swapped > 0 {
+        // Only a cleaning swapped in whole moves the first dirty offset: a
+        // group left uncleaned must be mapped again next time.
+        if swapped == total_groups && swapped > 0 {
             self.first_dirty.set(outcome.end_offset);
         }
         let report = CleanReport {
@@ -206,6 +209,12 @@ impl Partition {
                 .saturating_duration_since(started)
                 .as_secs_f64(),
         };
+        crate::metrics::record_cleaning(
+            report.bytes_read,
+            report.bytes_written,
+            std::time::Duration::from_secs_f64(report.seconds),
+            report.dirty_ratio_before,
+        );
         tracing::info!(
             partition = %report.partition,
             dirty_ratio = report.dirty_ratio_before,

@@ -139,6 +139,11 @@ impl ShardCtx {
             cache_used_bytes: cache.used_bytes() as u64,
             cache_capacity_bytes: cache.capacity_bytes() as u64,
             catch_up_read_bytes: l.catch_up_read_bytes.get(),
+            cleanings: l.cleanings.get(),
+            cleaner_read_bytes: l.cleaner_read_bytes.get(),
+            cleaner_written_bytes: l.cleaner_written_bytes.get(),
+            cleaner_seconds: l.cleaner_micros.get() as f64 / 1e6,
+            cleaner_last_dirty_ratio: l.cleaner_last_dirty_ppm.get() as f64 / 1e6,
             unwritten_bytes: self.logs.unwritten_bytes(),
             recovery_seconds: RECOVERY_SECONDS.get(),
         });
