@@ -6,8 +6,9 @@
 //! takes seconds for a large log, so it never runs on a shard's reactor.
 //! It runs on the process's cleaner threads (`--log-cleaner-threads`,
 //! Kafka's `log.cleaner.threads`, 1 by default), shared by every shard,
-//! at a lower scheduling priority than the shards (`nice` 10), so that on a busy machine the
-//! kernel gives the shards the CPU first; its reads and writes are capped
+//! in the kernel's `SCHED_IDLE` class (`nice` 10 where that is refused): a
+//! cleaner thread runs only on CPU time no shard wants, and a shard that
+//! wakes up takes its core back at once; its reads and writes are capped
 //! by `log.cleaner.io.max.bytes.per.second`. A shard hands it a
 //! [`CleanJob`] (plain data: paths, offsets, the aborted transactions and
 //! the producers' last offsets, all taken from the partition on the shard)
@@ -71,7 +72,7 @@ pub const CLEANER_READ_WINDOW_BYTES: usize = 1 << 20;
 /// Bound on one batch's decompressed records while cleaning (a batch that
 /// inflates further fails the cleaning of its log, logged; nothing else).
 pub const CLEANER_DECOMPRESSED_BATCH_MAX_BYTES: usize = 256 << 20;
-/// The cleaner thread's nice value: below the shards.
+/// The cleaner threads' nice value where `SCHED_IDLE` is refused.
 const CLEANER_NICE: i32 = 10;
 /// Suffix of a file the cleaner is writing.
 pub const CLEANED_SUFFIX: &str = ".cleaned";
@@ -150,7 +151,7 @@ static CLEANER_QUEUE: std::sync::OnceLock<std::sync::Mutex<mpsc::Sender<Task>>> 
     std::sync::OnceLock::new();
 
 /// Starts the process's `threads` cleaner threads (`--log-cleaner-threads`),
-/// each at `nice` 10, all taking jobs from one queue. A second call, or a
+/// each in `SCHED_IDLE`, all taking jobs from one queue. A second call, or a
 /// job queued before any call (a test of the log alone), finds them
 /// started (one thread in the latter case).
 pub fn start_cleaner_threads(threads: usize) {
@@ -162,18 +163,7 @@ pub fn start_cleaner_threads(threads: usize) {
             std::thread::Builder::new()
                 .name(format!("log-cleaner-{i}"))
                 .spawn(move || {
-                    // SAFETY: setpriority on this thread's own id changes
-                    // nothing but its scheduling priority.
-                    let r = unsafe {
-                        libc::setpriority(
-                            libc::PRIO_PROCESS,
-                            libc::gettid() as libc::id_t,
-                            CLEANER_NICE,
-                        )
-                    };
-                    if r != 0 {
-                        tracing::warn!("a log cleaner thread runs at the shards' priority");
-                    }
+                    lower_priority();
                     loop {
                         let task = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                         match task {
@@ -186,6 +176,30 @@ pub fn start_cleaner_threads(threads: usize) {
         }
         std::sync::Mutex::new(tx)
     });
+}
+
+/// Puts the calling thread in the `SCHED_IDLE` class (it runs only when
+/// no normal thread wants the core, and a shard waking up preempts it at
+/// once), or, where that is refused, at `nice` 10.
+fn lower_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: both calls change only the calling thread's scheduling, with
+    // a parameter that outlives them.
+    let idle = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0;
+    if idle {
+        return;
+    }
+    // SAFETY: as above.
+    let niced = unsafe {
+        libc::setpriority(
+            libc::PRIO_PROCESS,
+            libc::gettid() as libc::id_t,
+            CLEANER_NICE,
+        )
+    } == 0;
+    if !niced {
+        tracing::warn!("a log cleaner thread runs at the shards' priority");
+    }
 }
 
 /// The cleaner threads' queue, as this thread's own sender.
