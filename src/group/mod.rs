@@ -946,6 +946,36 @@ impl GroupCoordinator {
         }
     }
 
+    /// The records to write after a request changed consumer group `g`
+    /// (whose group epoch was `epoch_before`): when only classic members
+    /// are left, the group is downgraded online to a classic group (the
+    /// answers this releases go to `out`) and these are
+    /// [`downgrade_records`]; otherwise the consumer group's changed
+    /// records, if any.
+    fn records_after_consumer_op(
+        &self,
+        g: &mut Group,
+        epoch_before: i32,
+        now: i64,
+        out: &mut Vec<Completion>,
+    ) -> Result<Vec<(Bytes, Option<Bytes>)>, RecordFormatError> {
+        if let Some(ids) = g.maybe_become_classic_group(&self.config, epoch_before, now, out) {
+            tracing::info!(
+                group = g.group_id.as_str(),
+                members = g.members.len(),
+                "consumer group downgraded online to a classic group"
+            );
+            return downgrade_records(g, &ids);
+        }
+        let c = g.consumer.as_mut().expect("still a consumer group");
+        if c.needs_write() {
+            let image = self.image.borrow().clone();
+            consumer_records::take_dirty_records(&g.group_id, c, &image)
+        } else {
+            Ok(Vec::new())
+        }
+    }
+
     /// LeaveGroup to a consumer group (Kafka 4.4 removes members of either
     /// protocol this way); when only classic members remain, the group is
     /// downgraded to a classic group. None: not a consumer group.
@@ -956,7 +986,6 @@ impl GroupCoordinator {
         now: i64,
     ) -> Option<ConsumerOp<Vec<Result<(), GroupError>>>> {
         let p = self.check(group_id).ok()?;
-        let image = self.image.borrow().clone();
         let mut completions = Vec::new();
         let op = {
             let mut parts = self.partitions.borrow_mut();
@@ -967,30 +996,7 @@ impl GroupCoordinator {
                 .iter()
                 .map(|(id, instance)| c.classic_leave(id, instance.as_deref()).map(|_| ()))
                 .collect();
-            let recs = match g.maybe_become_classic_group(
-                &self.config,
-                epoch_before,
-                now,
-                &mut completions,
-            ) {
-                Some(ids) => {
-                    tracing::info!(
-                        group = group_id,
-                        members = g.members.len(),
-                        "consumer group downgraded online to a classic group"
-                    );
-                    downgrade_records(g, &ids)
-                }
-                None => {
-                    let c = g.consumer.as_mut().expect("still a consumer group");
-                    if c.needs_write() {
-                        consumer_records::take_dirty_records(group_id, c, &image)
-                    } else {
-                        Ok(Vec::new())
-                    }
-                }
-            };
-            match recs {
+            match self.records_after_consumer_op(g, epoch_before, now, &mut completions) {
                 Ok(recs) => (p, Ok(results), recs),
                 Err(e) => (p, Err(e.into()), Vec::new()),
             }
@@ -1214,29 +1220,7 @@ impl GroupCoordinator {
             }
             let answer = result?;
             let mut completions = Vec::new();
-            let recs = match g.maybe_become_classic_group(
-                &self.config,
-                epoch_before,
-                now,
-                &mut completions,
-            ) {
-                Some(ids) => {
-                    tracing::info!(
-                        group = group_id,
-                        members = g.members.len(),
-                        "consumer group downgraded online to a classic group"
-                    );
-                    downgrade_records(g, &ids)?
-                }
-                None => {
-                    let c = g.consumer.as_mut().expect("still a consumer group");
-                    if c.needs_write() {
-                        consumer_records::take_dirty_records(group_id, c, &image)?
-                    } else {
-                        Vec::new()
-                    }
-                }
-            };
+            let recs = self.records_after_consumer_op(g, epoch_before, now, &mut completions)?;
             (answer, recs, completions)
         };
         // Parked classic requests of an upgraded group, or none.
