@@ -123,6 +123,35 @@ fn write_all<B: ByteBufMut>(
     Ok(())
 }
 
+/// The size of `value` encoded at `version`, by encoding it (these
+/// messages are small and rare, and one encoder cannot disagree with
+/// itself).
+fn encoded_size(value: &impl Encodable, version: i16) -> anyhow::Result<usize> {
+    let mut out = BytesMut::new();
+    value.encode(&mut out, version)?;
+    Ok(out.len())
+}
+
+/// A v10 response's topics, named by id: the compact array of (topic id,
+/// compact array of partitions as the crate encodes them at
+/// `crate_version`, tagged fields).
+fn put_topics_by_id<P: Encodable>(
+    out: &mut BytesMut,
+    topics: &[(TopicId, Vec<P>)],
+    crate_version: i16,
+) -> anyhow::Result<()> {
+    put_array_len(out, topics.len(), true);
+    for (id, partitions) in topics {
+        out.put_slice(id);
+        put_array_len(out, partitions.len(), true);
+        for p in partitions {
+            p.encode(out, crate_version)?;
+        }
+        put_empty_tagged_fields(out);
+    }
+    Ok(())
+}
+
 fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
@@ -216,24 +245,14 @@ impl Encodable for OffsetCommitResponseV10 {
         }
         write_all(buf, |out| {
             out.put_i32(self.throttle_time_ms);
-            put_array_len(out, self.topics.len(), true);
-            for (id, partitions) in &self.topics {
-                out.put_slice(id);
-                put_array_len(out, partitions.len(), true);
-                for p in partitions {
-                    p.encode(out, OFFSET_COMMIT_CRATE_VERSION)?;
-                }
-                put_empty_tagged_fields(out);
-            }
+            put_topics_by_id(out, &self.topics, OFFSET_COMMIT_CRATE_VERSION)?;
             put_empty_tagged_fields(out);
             Ok(())
         })
     }
 
     fn compute_size(&self, version: i16) -> anyhow::Result<usize> {
-        let mut out = BytesMut::new();
-        self.encode(&mut out, version)?;
-        Ok(out.len())
+        encoded_size(self, version)
     }
 }
 
@@ -325,15 +344,7 @@ impl Encodable for OffsetFetchResponseV10 {
             put_array_len(out, self.groups.len(), true);
             for g in &self.groups {
                 put_string(out, &g.group_id, true);
-                put_array_len(out, g.topics.len(), true);
-                for (id, partitions) in &g.topics {
-                    out.put_slice(id);
-                    put_array_len(out, partitions.len(), true);
-                    for p in partitions {
-                        p.encode(out, OFFSET_FETCH_CRATE_VERSION)?;
-                    }
-                    put_empty_tagged_fields(out);
-                }
+                put_topics_by_id(out, &g.topics, OFFSET_FETCH_CRATE_VERSION)?;
                 out.put_i16(g.error_code);
                 put_empty_tagged_fields(out);
             }
@@ -343,9 +354,7 @@ impl Encodable for OffsetFetchResponseV10 {
     }
 
     fn compute_size(&self, version: i16) -> anyhow::Result<usize> {
-        let mut out = BytesMut::new();
-        self.encode(&mut out, version)?;
-        Ok(out.len())
+        encoded_size(self, version)
     }
 }
 
@@ -507,9 +516,7 @@ impl Encodable for DescribeLogDirsResponseV5 {
     }
 
     fn compute_size(&self, version: i16) -> anyhow::Result<usize> {
-        let mut out = BytesMut::new();
-        self.encode(&mut out, version)?;
-        Ok(out.len())
+        encoded_size(self, version)
     }
 }
 
