@@ -10,7 +10,8 @@
 
 mod common;
 
-use common::client::{self, await_deliveries, create_topic, send, TestMessage};
+use common::client::{create_topic, produce_numbered};
+use common::groups::{assigned, classic_join, consumer_heartbeat, poll_until, Member, Seen};
 use common::raw::{group_coordinator_port, RawClient};
 use common::target::Target;
 use common::{Broker, BrokerOpts};
@@ -23,10 +24,8 @@ use kafka_protocol::messages::{
     ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::message::Message;
-use rdkafka::ClientContext;
-use std::collections::{HashMap, HashSet};
+use rdkafka::consumer::{CommitMode, Consumer};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 const PARTITIONS: i32 = 12;
@@ -41,110 +40,9 @@ fn broker() -> Broker {
     )
 }
 
-/// Commits what the application consumed before giving partitions up, as
-/// an application using the rebalance callback does.
-#[derive(Default, Clone)]
-struct CommitOnRevoke;
-
-impl ClientContext for CommitOnRevoke {}
-impl ConsumerContext for CommitOnRevoke {
-    fn pre_rebalance(&self, c: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Revoke(_) = rebalance {
-            if let Err(e) = c.commit_consumer_state(CommitMode::Sync) {
-                // Nothing consumed yet is not an error worth failing on.
-                eprintln!("commit on revoke: {e}");
-            }
-        }
-    }
-}
-
-type Member = BaseConsumer<CommitOnRevoke>;
-
+/// A `group.protocol=consumer` member of `group`, not yet subscribed.
 fn member(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> Member {
-    let mut c = client::base_config(bootstrap);
-    c.set("group.id", group)
-        .set("group.protocol", "consumer")
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("fetch.wait.max.ms", "100")
-        .set("enable.partition.eof", "false");
-    for (k, v) in extra {
-        c.set(*k, *v);
-    }
-    c.create_with_context(CommitOnRevoke)
-        .expect("create a group.protocol=consumer member")
-}
-
-fn assigned(c: &Member) -> HashSet<(String, i32)> {
-    c.assignment()
-        .map(|tpl| {
-            tpl.elements()
-                .iter()
-                .map(|e| (e.topic().to_string(), e.partition()))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Every message consumed, by id, with who read it.
-#[derive(Default)]
-struct Seen {
-    by_id: HashMap<usize, usize>,
-    duplicates: Vec<usize>,
-}
-
-impl Seen {
-    fn record(&mut self, consumer: usize, id: usize) {
-        if self.by_id.insert(id, consumer).is_some() {
-            self.duplicates.push(id);
-        }
-    }
-}
-
-/// Polls every member until `done` holds.
-fn poll_until(
-    members: &[&Member],
-    seen: &mut Seen,
-    what: &str,
-    mut done: impl FnMut(&Seen) -> bool,
-) {
-    let deadline = Instant::now() + TIMEOUT;
-    while !done(seen) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        for (i, c) in members.iter().enumerate() {
-            match c.poll(Duration::from_millis(20)) {
-                None => {}
-                Some(Err(e)) => eprintln!("member {i} error: {e}"),
-                Some(Ok(m)) => {
-                    let id: usize = std::str::from_utf8(m.payload().unwrap_or_default())
-                        .ok()
-                        .and_then(|s| s.parse().ok())
-                        .expect("numeric payload");
-                    seen.record(i, id);
-                }
-            }
-        }
-    }
-}
-
-fn produce(bootstrap: &str, topic: &str, ids: std::ops::Range<usize>) {
-    let producer = client::producer(bootstrap, &[("acks", "all"), ("linger.ms", "2")]);
-    let n = ids.len();
-    for id in ids {
-        send(
-            &producer,
-            topic,
-            &TestMessage {
-                id,
-                key: format!("k{id}").into_bytes(),
-                value: id.to_string().into_bytes(),
-                headers: vec![],
-            },
-        );
-    }
-    for d in await_deliveries(&producer, n, TIMEOUT) {
-        assert!(d.error.is_none(), "delivery failed: {:?}", d.error);
-    }
+    common::groups::member(bootstrap, group, "consumer", extra)
 }
 
 /// Asserts the members' assignments are disjoint and cover `total`
@@ -182,7 +80,7 @@ fn members_share_a_topic_disjointly_while_joining_and_leaving() {
         "two members assigned",
     );
 
-    produce(&bs, "shared", 0..3_000);
+    produce_numbered(&bs, "shared", 0..3_000, TIMEOUT);
     poll_until(&[&a, &b], &mut seen, "the first 3000", |s| {
         s.by_id.len() >= 3_000
     });
@@ -192,7 +90,7 @@ fn members_share_a_topic_disjointly_while_joining_and_leaving() {
     c.subscribe(&["shared"]).expect("subscribe c");
     let producing = std::thread::spawn({
         let bs = bs.clone();
-        move || produce(&bs, "shared", 3_000..6_000)
+        move || produce_numbered(&bs, "shared", 3_000..6_000, TIMEOUT)
     });
     settle_disjoint(
         &[&a, &b, &c],
@@ -210,7 +108,7 @@ fn members_share_a_topic_disjointly_while_joining_and_leaving() {
 
     // b leaves (a leave heartbeat on close); a and c take its partitions.
     drop(b);
-    produce(&bs, "shared", 6_000..9_000);
+    produce_numbered(&bs, "shared", 6_000..9_000, TIMEOUT);
     settle_disjoint(
         &[&a, &c],
         &mut seen,
@@ -220,12 +118,7 @@ fn members_share_a_topic_disjointly_while_joining_and_leaving() {
     poll_until(&[&a, &c], &mut seen, "9000 messages", |s| {
         s.by_id.len() >= 9_000
     });
-    assert!(
-        seen.duplicates.is_empty(),
-        "read twice after a commit: {:?}",
-        &seen.duplicates[..seen.duplicates.len().min(20)]
-    );
-    assert_eq!(seen.by_id.len(), 9_000, "nothing lost");
+    seen.assert_each_read_once(9_000);
 }
 
 #[test]
@@ -246,7 +139,7 @@ fn a_regex_subscription_picks_up_a_topic_created_later() {
     poll_until(&[&a], &mut seen, "rx-later assigned too", |_| {
         assigned(&a).len() == 7
     });
-    produce(&bs, "rx-later", 0..500);
+    produce_numbered(&bs, "rx-later", 0..500, TIMEOUT);
     poll_until(&[&a], &mut seen, "messages of rx-later", |s| {
         s.by_id.len() >= 500
     });
@@ -263,7 +156,7 @@ fn the_group_resumes_after_a_broker_restart() {
     {
         let a = member(&bs, group, &[]);
         a.subscribe(&["durable"]).expect("subscribe");
-        produce(&bs, "durable", 0..1_000);
+        produce_numbered(&bs, "durable", 0..1_000, TIMEOUT);
         poll_until(&[&a], &mut seen, "the first 1000", |s| {
             s.by_id.len() >= 1_000
         });
@@ -272,7 +165,7 @@ fn the_group_resumes_after_a_broker_restart() {
     }
     broker.restart();
     let bs = broker.bootstrap();
-    produce(&bs, "durable", 1_000..2_000);
+    produce_numbered(&bs, "durable", 1_000..2_000, TIMEOUT);
     let a = member(&bs, group, &[]);
     a.subscribe(&["durable"]).expect("subscribe again");
     poll_until(&[&a], &mut seen, "the next 1000", |s| {
@@ -288,7 +181,7 @@ fn the_group_resumes_after_a_broker_restart() {
     // next heartbeats carry its epoch and are accepted.
     broker.restart();
     let bs = broker.bootstrap();
-    produce(&bs, "durable", 2_000..2_500);
+    produce_numbered(&bs, "durable", 2_000..2_500, TIMEOUT);
     poll_until(&[&a], &mut seen, "messages after the second restart", |s| {
         s.by_id.len() >= 2_500
     });
@@ -301,25 +194,6 @@ fn coordinator(broker: &Broker, group: &str) -> RawClient {
     RawClient::connect(group_coordinator_port(broker.port_of(0), group))
 }
 
-fn heartbeat(
-    group: &str,
-    member: &str,
-    epoch: i32,
-    topics: Option<Vec<&str>>,
-) -> ConsumerGroupHeartbeatRequest {
-    ConsumerGroupHeartbeatRequest::default()
-        .with_group_id(GroupId(StrBytes::from_string(group.into())))
-        .with_member_id(StrBytes::from_string(member.into()))
-        .with_member_epoch(epoch)
-        .with_rebalance_timeout_ms(if epoch == 0 { 30_000 } else { -1 })
-        .with_subscribed_topic_names(topics.map(|ts| {
-            ts.into_iter()
-                .map(|t| TopicName(StrBytes::from_string(t.into())))
-                .collect()
-        }))
-        .with_topic_partitions(if epoch == 0 { Some(vec![]) } else { None })
-}
-
 #[test]
 fn heartbeat_errors_are_kafkas() {
     let broker = broker();
@@ -328,32 +202,32 @@ fn heartbeat_errors_are_kafkas() {
     let mut raw = coordinator(&broker, group);
 
     // A first heartbeat without subscription: INVALID_REQUEST (42).
-    let r = raw.request(1, &heartbeat(group, "m1", 0, None));
+    let r = raw.request(1, &consumer_heartbeat(group, "m1", 0, None));
     assert_eq!(r.error_code, 42);
     // v1 requires a member id.
-    let r = raw.request(1, &heartbeat(group, "", 0, Some(vec!["raw"])));
+    let r = raw.request(1, &consumer_heartbeat(group, "", 0, Some(vec!["raw"])));
     assert_eq!(r.error_code, 42);
     // An unknown assignor: UNSUPPORTED_ASSIGNOR (112).
     let r = raw.request(
         1,
-        &heartbeat(group, "m1", 0, Some(vec!["raw"]))
+        &consumer_heartbeat(group, "m1", 0, Some(vec!["raw"]))
             .with_server_assignor(Some(StrBytes::from_static_str("sticky"))),
     );
     assert_eq!(r.error_code, 112);
     // An invalid regex: INVALID_REGULAR_EXPRESSION (128).
     let r = raw.request(
         1,
-        &heartbeat(group, "m1", 0, None)
+        &consumer_heartbeat(group, "m1", 0, None)
             .with_subscribed_topic_regex(Some(StrBytes::from_static_str("(unclosed"))),
     );
     assert_eq!(r.error_code, 128);
     // A heartbeat with an epoch to a group that does not exist: GROUP_ID_NOT_FOUND (69).
     let mut other = coordinator(&broker, "kip848-none");
-    let r = other.request(1, &heartbeat("kip848-none", "m1", 3, None));
+    let r = other.request(1, &consumer_heartbeat("kip848-none", "m1", 3, None));
     assert_eq!(r.error_code, 69);
 
     // Join: the member gets the whole topic at once (nobody else holds it).
-    let r = raw.request(1, &heartbeat(group, "m1", 0, Some(vec!["raw"])));
+    let r = raw.request(1, &consumer_heartbeat(group, "m1", 0, Some(vec!["raw"])));
     assert_eq!(r.error_code, 0);
     let epoch = r.member_epoch;
     assert!(epoch > 0);
@@ -365,10 +239,10 @@ fn heartbeat_errors_are_kafkas() {
     assert_eq!(owned[0].partitions.len(), 4);
 
     // An epoch from the future: FENCED_MEMBER_EPOCH (110).
-    let r = raw.request(1, &heartbeat(group, "m1", epoch + 5, None));
+    let r = raw.request(1, &consumer_heartbeat(group, "m1", epoch + 5, None));
     assert_eq!(r.error_code, 110);
     // An unknown member: UNKNOWN_MEMBER_ID (25).
-    let r = raw.request(1, &heartbeat(group, "nobody", epoch, None));
+    let r = raw.request(1, &consumer_heartbeat(group, "nobody", epoch, None));
     assert_eq!(r.error_code, 25);
 
     // OffsetCommit with a stale epoch: STALE_MEMBER_EPOCH (113); with the
@@ -413,17 +287,9 @@ fn heartbeat_errors_are_kafkas() {
     // server_group_upgrade).
     let r = raw.request(
         9,
-        &JoinGroupRequest::default()
-            .with_group_id(GroupId(StrBytes::from_string(group.into())))
+        &classic_join(group, "", bytes::Bytes::from_static(&[0; 10]))
             .with_session_timeout_ms(10_000)
-            .with_rebalance_timeout_ms(10_000)
-            .with_member_id(StrBytes::from_static_str(""))
-            .with_protocol_type(StrBytes::from_static_str("consumer"))
-            .with_protocols(vec![
-                kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol::default()
-                    .with_name(StrBytes::from_static_str("range"))
-                    .with_metadata(bytes::Bytes::from_static(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0])),
-            ]),
+            .with_rebalance_timeout_ms(10_000),
     );
     assert_eq!(r.error_code, 79);
     assert!(!r.member_id.is_empty());
@@ -464,9 +330,9 @@ fn heartbeat_errors_are_kafkas() {
     assert_eq!(r.groups[0].error_code, 69);
 
     // Leaving: epoch -1 answered with -1; the member is gone.
-    let r = raw.request(1, &heartbeat(group, "m1", -1, None));
+    let r = raw.request(1, &consumer_heartbeat(group, "m1", -1, None));
     assert_eq!((r.error_code, r.member_epoch), (0, -1));
-    let r = raw.request(1, &heartbeat(group, "m1", epoch, None));
+    let r = raw.request(1, &consumer_heartbeat(group, "m1", epoch, None));
     assert_eq!(r.error_code, 25);
 }
 
@@ -494,7 +360,7 @@ fn a_consumer_member_cannot_take_over_a_classic_group_of_another_protocol() {
     assert_eq!(r.error_code, 79, "MEMBER_ID_REQUIRED");
     let r = raw.request(9, &join(r.member_id.as_str()));
     assert_eq!(r.error_code, 0, "joined the classic group");
-    let r = raw.request(1, &heartbeat(group, "m1", 0, Some(vec!["classic"])));
+    let r = raw.request(1, &consumer_heartbeat(group, "m1", 0, Some(vec!["classic"])));
     assert_eq!(r.error_code, 69, "GROUP_ID_NOT_FOUND: not upgradable");
 }
 
@@ -543,8 +409,8 @@ fn a_commit_with_the_epoch_before_a_revocation_commits_the_kept_partitions() {
     let group = target.name("kip1251-g");
     create_topic(&target.bootstrap(), &topic, 4, &[]);
     let mut raw = RawClient::connect(group_coordinator_port(target.port(), &group));
-    let join = |member: &str| heartbeat(&group, member, 0, Some(vec![topic.as_str()]));
-    let beat = |member: &str, epoch: i32| heartbeat(&group, member, epoch, None);
+    let join = |member: &str| consumer_heartbeat(&group, member, 0, Some(vec![topic.as_str()]));
+    let beat = |member: &str, epoch: i32| consumer_heartbeat(&group, member, epoch, None);
 
     // m1 joins and, alone, gets the four partitions.
     let (code, mut e1, first) = beat_owned(&mut raw, join("m1"), None);
@@ -657,6 +523,6 @@ fn a_commit_with_the_epoch_before_a_revocation_commits_the_kept_partitions() {
         "the revoked partition was not committed"
     );
     for m in ["m1", "m2"] {
-        raw.request(1, &heartbeat(&group, m, -1, None));
+        raw.request(1, &consumer_heartbeat(&group, m, -1, None));
     }
 }

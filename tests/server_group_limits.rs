@@ -9,6 +9,7 @@
 mod common;
 
 use bytes::Bytes;
+use common::groups::classic_join;
 use common::raw::RawClient;
 use common::{Broker, BrokerOpts};
 use fjord::metadata::internal::{coordinator_partition, CONSUMER_OFFSETS};
@@ -91,15 +92,8 @@ fn list_groups_error(raw: &mut RawClient) -> i16 {
 }
 
 fn join_request(group: &str, member_id: &str) -> JoinGroupRequest {
-    JoinGroupRequest::default()
-        .with_group_id(GroupId(s(group)))
+    classic_join(group, member_id, Bytes::from_static(b"subscription"))
         .with_session_timeout_ms(10_000)
-        .with_rebalance_timeout_ms(30_000)
-        .with_member_id(s(member_id))
-        .with_protocol_type(s("consumer"))
-        .with_protocols(vec![JoinGroupRequestProtocol::default()
-            .with_name(s("range"))
-            .with_metadata(Bytes::from_static(b"subscription"))])
 }
 
 fn described_members(raw: &mut RawClient, group: &str) -> usize {

@@ -6,10 +6,10 @@
 
 mod common;
 
-use common::client::{self, await_deliveries, block_on, create_topic, send, TestMessage};
+use common::client::{self, block_on, create_topic, numbered_id, produce_numbered};
+use common::groups::{classic_join, member_config};
 use common::raw::RawClient;
 use common::{Broker, BrokerOpts};
-use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::{
     FindCoordinatorRequest, GroupId, HeartbeatRequest, JoinGroupRequest, SyncGroupRequest,
 };
@@ -52,18 +52,15 @@ impl ConsumerContext for Counting {
 }
 
 fn group_consumer(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> BaseConsumer<Counting> {
-    let mut c = client::base_config(bootstrap);
-    c.set("group.id", group)
-        .set("session.timeout.ms", SESSION_TIMEOUT_MS)
-        .set("heartbeat.interval.ms", "500")
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("fetch.wait.max.ms", "100")
-        .set("enable.partition.eof", "false");
-    for (k, v) in extra {
-        c.set(*k, *v);
-    }
-    c.create_with_context(Counting::default())
+    let settings: Vec<(&str, &str)> = [
+        ("session.timeout.ms", SESSION_TIMEOUT_MS),
+        ("heartbeat.interval.ms", "500"),
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    .collect();
+    member_config(bootstrap, group, &settings)
+        .create_with_context(Counting::default())
         .expect("create group consumer")
 }
 
@@ -88,37 +85,11 @@ fn poll_until(
             match c.poll(Duration::from_millis(50)) {
                 None => {}
                 Some(Err(e)) => eprintln!("consumer {i} error: {e}"),
-                Some(Ok(m)) => {
-                    let id: usize = std::str::from_utf8(m.payload().unwrap_or_default())
-                        .ok()
-                        .and_then(|s| s.parse().ok())
-                        .expect("numeric payload");
-                    got[i].push((m.partition(), id));
-                }
+                Some(Ok(m)) => got[i].push((m.partition(), numbered_id(&m))),
             }
         }
     }
     got
-}
-
-fn produce(broker: &Broker, topic: &str, ids: std::ops::Range<usize>) {
-    let producer = client::producer(&broker.bootstrap(), &[("acks", "all"), ("linger.ms", "2")]);
-    let n = ids.len();
-    for id in ids {
-        send(
-            &producer,
-            topic,
-            &TestMessage {
-                id,
-                key: format!("k{id}").into_bytes(),
-                value: id.to_string().into_bytes(),
-                headers: vec![],
-            },
-        );
-    }
-    for d in await_deliveries(&producer, n, TIMEOUT) {
-        assert!(d.error.is_none(), "delivery failed: {:?}", d.error);
-    }
 }
 
 #[test]
@@ -138,7 +109,7 @@ fn two_consumers_split_a_topic_then_one_leaves() {
     assert!(pa.is_disjoint(&pb), "assignments overlap: {pa:?} {pb:?}");
     assert_eq!(pa.union(&pb).count(), PARTITIONS as usize);
 
-    produce(&broker, "split", 0..MESSAGES);
+    produce_numbered(&broker.bootstrap(), "split", 0..MESSAGES, TIMEOUT);
     let got = poll_until(&[&a, &b], "6000 messages", |g| {
         g[0].len() + g[1].len() >= MESSAGES
     });
@@ -209,15 +180,9 @@ fn a_member_that_stops_heartbeating_is_expired_and_its_partitions_move() {
     let join = |raw: &mut RawClient, member: &str| {
         raw.send(
             5,
-            &JoinGroupRequest::default()
-                .with_group_id(GroupId(StrBytes::from_static_str("g-expiry")))
+            &classic_join("g-expiry", member, subscription("expiry"))
                 .with_session_timeout_ms(6000)
-                .with_rebalance_timeout_ms(10_000)
-                .with_member_id(StrBytes::from_string(member.into()))
-                .with_protocol_type(StrBytes::from_static_str("consumer"))
-                .with_protocols(vec![JoinGroupRequestProtocol::default()
-                    .with_name(StrBytes::from_static_str("range"))
-                    .with_metadata(subscription("expiry"))]),
+                .with_rebalance_timeout_ms(10_000),
         )
     };
     let mut raw = RawClient::connect(port);
@@ -320,7 +285,7 @@ fn committed_offsets_survive_sigkill_and_a_new_consumer_resumes() {
     let mut broker = broker();
     let bs = broker.bootstrap();
     create_topic(&bs, "resume", PARTITIONS, &[]);
-    produce(&broker, "resume", 0..600);
+    produce_numbered(&broker.bootstrap(), "resume", 0..600, TIMEOUT);
     {
         let c = group_consumer(&bs, "g-resume", &[]);
         c.subscribe(&["resume"]).expect("subscribe");
@@ -339,7 +304,7 @@ fn committed_offsets_survive_sigkill_and_a_new_consumer_resumes() {
     broker.kill9();
     broker.restart();
     let bs = broker.bootstrap();
-    produce(&broker, "resume", 600..900);
+    produce_numbered(&broker.bootstrap(), "resume", 600..900, TIMEOUT);
     let c = group_consumer(&bs, "g-resume", &[]);
     c.subscribe(&["resume"]).expect("subscribe");
     let got = poll_until(&[&c], "300 new messages", |g| g[0].len() >= 300);
@@ -553,14 +518,9 @@ fn find_coordinator_places_keys_like_kafka_and_other_shards_refuse() {
     // leaves no group behind.
     let bad = "g-b";
     let mut c2 = RawClient::connect(coordinator_port(&broker, bad));
-    let join = JoinGroupRequest::default()
-        .with_group_id(GroupId(StrBytes::from_static_str(bad)))
+    let join = classic_join(bad, "", subscription("raw"))
         .with_session_timeout_ms(1000)
-        .with_rebalance_timeout_ms(1000)
-        .with_protocol_type(StrBytes::from_static_str("consumer"))
-        .with_protocols(vec![JoinGroupRequestProtocol::default()
-            .with_name(StrBytes::from_static_str("range"))
-            .with_metadata(subscription("raw"))]);
+        .with_rebalance_timeout_ms(1000);
     let resp = common::wait_for(TIMEOUT, "offsets partition loaded", || {
         let r = c2.request(5, &join);
         (r.error_code != 14).then_some(r)

@@ -15,7 +15,7 @@ mod common;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use common::client::create_topic;
-use common::raw::{produce_values, RawClient, ReadOutcome};
+use common::raw::{produce_values, wait_group_coordinator_port, RawClient, ReadOutcome};
 use common::target::Target;
 use common::BrokerOpts;
 use fjord::protocol::wire::{
@@ -47,8 +47,8 @@ const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
 /// fixed, non-random one is never handed out.
 const UNKNOWN_ID: [u8; 16] = [0x0f; 16];
 
-/// FindCoordinator look-ups (500 ms apart) before a test gives up.
-const COORDINATOR_ATTEMPTS: usize = 60;
+/// How long a test waits for a group coordinator.
+const COORDINATOR_TIMEOUT: Duration = Duration::from_secs(30);
 
 type TopicId = [u8; 16];
 
@@ -238,27 +238,6 @@ fn fetch_v10(
     (error, out)
 }
 
-/// The port of `group`'s coordinator, asked with FindCoordinator v4
-/// until it has one (a fresh Kafka creates `__consumer_offsets` on the
-/// first look-up and answers COORDINATOR_NOT_AVAILABLE until then).
-fn coordinator_port(port: u16, group: &str) -> u16 {
-    use kafka_protocol::messages::FindCoordinatorRequest;
-    let mut raw = RawClient::connect(port);
-    for _ in 0..COORDINATOR_ATTEMPTS {
-        let found = raw.request(
-            4,
-            &FindCoordinatorRequest::default()
-                .with_key_type(0)
-                .with_coordinator_keys(vec![s(group)]),
-        );
-        if found.coordinators[0].error_code == 0 {
-            return found.coordinators[0].port as u16;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    panic!("no coordinator for {group}");
-}
-
 /// The highest version of `key` the broker advertises.
 fn advertised_max(raw: &mut RawClient, key: ApiKey) -> i16 {
     let av = raw.request(
@@ -291,7 +270,7 @@ fn offset_commit_and_fetch_v10_use_topic_ids_and_share_offsets_with_v9() {
     assert_eq!(advertised_max(&mut raw, ApiKey::OffsetCommit), 10);
     assert_eq!(advertised_max(&mut raw, ApiKey::OffsetFetch), 10);
     let id = topic_id(&mut raw, &topic);
-    let mut coord = RawClient::connect(coordinator_port(target.port(), &group));
+    let mut coord = RawClient::connect(wait_group_coordinator_port(target.port(), &group, COORDINATOR_TIMEOUT));
 
     // v10 commit: partition 0 of the topic, a partition it does not have,
     // and an unknown topic id.
@@ -413,6 +392,18 @@ fn offset_commit_and_fetch_v10_use_topic_ids_and_share_offsets_with_v9() {
     );
 }
 
+/// A compact array of one topic entry, up to its partition indexes:
+/// the topic's name, then `partitions` (INT32 each). The caller writes the
+/// entry's tagged fields.
+fn put_one_topic(b: &mut BytesMut, topic: &str, partitions: &[i32]) {
+    put_array_len(b, 1, true);
+    put_string(b, topic, true);
+    put_array_len(b, partitions.len(), true);
+    for &p in partitions {
+        b.put_i32(p);
+    }
+}
+
 /// WriteTxnMarkers v2 for `partitions` of `topic` (producer 7, epoch 0,
 /// COMMIT, transaction version 2); the (partition, error) answers. A
 /// `truncate` of n bytes cuts the request body short by that much.
@@ -427,12 +418,7 @@ fn write_txn_markers_v2(
     b.put_i64(7); // producer id
     b.put_i16(0); // producer epoch
     b.put_i8(1); // transaction result: COMMIT
-    put_array_len(&mut b, 1, true);
-    put_string(&mut b, topic, true);
-    put_array_len(&mut b, partitions.len(), true);
-    for &p in partitions {
-        b.put_i32(p);
-    }
+    put_one_topic(&mut b, topic, partitions);
     put_empty_tagged_fields(&mut b); // topic
     b.put_i32(0); // coordinator epoch
     b.put_i8(2); // transaction version
@@ -482,12 +468,7 @@ fn describe_log_dirs_v5(
     partitions: &[i32],
 ) -> (i16, Vec<LogDir>) {
     let mut b = BytesMut::new();
-    put_array_len(&mut b, 1, true);
-    put_string(&mut b, topic, true);
-    put_array_len(&mut b, partitions.len(), true);
-    for &p in partitions {
-        b.put_i32(p);
-    }
+    put_one_topic(&mut b, topic, partitions);
     put_empty_tagged_fields(&mut b); // topic
     put_empty_tagged_fields(&mut b);
     let resp = call(raw, ApiKey::DescribeLogDirs, 5, &b);
@@ -600,7 +581,7 @@ fn assert_refused(port: u16, api_key: ApiKey, version: i16, body: &[u8], what: &
 fn malformed_v10_offset_requests_close_the_connection() {
     let target = Target::start(BrokerOpts::default().cores(1));
     let group = target.name("malformed-v10");
-    let port = coordinator_port(target.port(), &group);
+    let port = wait_group_coordinator_port(target.port(), &group, COORDINATOR_TIMEOUT);
     // OffsetCommit v10 cut inside its topic id.
     let mut commit = BytesMut::new();
     put_string(&mut commit, &group, true);

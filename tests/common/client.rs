@@ -155,6 +155,42 @@ pub fn await_deliveries(
     producer.context().deliveries.lock().expect("lock").clone()
 }
 
+/// Produces one message per id of `ids` to `topic` (key `k{id}`, the id
+/// in decimal as the value, acks=all) and asserts that every one is
+/// delivered within `timeout`.
+pub fn produce_numbered(
+    bootstrap: &str,
+    topic: &str,
+    ids: std::ops::Range<usize>,
+    timeout: Duration,
+) {
+    let producer = producer(bootstrap, &[("acks", "all"), ("linger.ms", "2")]);
+    let n = ids.len();
+    for id in ids {
+        send(
+            &producer,
+            topic,
+            &TestMessage {
+                id,
+                key: format!("k{id}").into_bytes(),
+                value: id.to_string().into_bytes(),
+                headers: vec![],
+            },
+        );
+    }
+    for d in await_deliveries(&producer, n, timeout) {
+        assert!(d.error.is_none(), "delivery failed: {:?}", d.error);
+    }
+}
+
+/// The id a message of [`produce_numbered`] carries (its value).
+pub fn numbered_id(m: &impl Message) -> usize {
+    std::str::from_utf8(m.payload().unwrap_or_default())
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .expect("numeric payload")
+}
+
 /// An assign-mode consumer: librdkafka's `assign` needs a `group.id`, but
 /// the consumer never joins the group nor commits.
 pub fn consumer(bootstrap: &str, extra: &[(&str, &str)]) -> BaseConsumer {

@@ -18,6 +18,7 @@
 pub mod child;
 pub mod client;
 pub mod disk;
+pub mod groups;
 pub mod raw;
 pub mod target;
 

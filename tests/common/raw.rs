@@ -241,19 +241,46 @@ pub fn produce_values(raw: &mut RawClient, topic: &str, partition: i32, n: usize
 /// The port of `group`'s coordinator, asked with FindCoordinator v4 of the
 /// broker at `port`.
 pub fn group_coordinator_port(port: u16, group: &str) -> u16 {
+    let (error, coordinator) = find_group_coordinator(&mut RawClient::connect(port), group);
+    assert_eq!(error, 0, "FindCoordinator failed");
+    coordinator
+}
+
+/// FindCoordinator v4 of `group` through `raw`: (error code, port).
+fn find_group_coordinator(raw: &mut RawClient, group: &str) -> (i16, u16) {
     use kafka_protocol::messages::FindCoordinatorRequest;
-    let mut raw = RawClient::connect(port);
     let found = raw.request(
         4,
         &FindCoordinatorRequest::default()
             .with_key_type(0)
             .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]),
     );
-    assert_eq!(
-        found.coordinators[0].error_code, 0,
-        "FindCoordinator failed"
-    );
-    found.coordinators[0].port as u16
+    let c = &found.coordinators[0];
+    (c.error_code, c.port as u16)
+}
+
+/// How long [`wait_group_coordinator_port`] waits between look-ups.
+pub const COORDINATOR_RETRY_MS: u64 = 200;
+
+/// [`group_coordinator_port`], asked again while the broker has no
+/// coordinator for `group` yet (a fresh broker, like stock Kafka, creates
+/// `__consumer_offsets` on the first look-up and answers
+/// COORDINATOR_NOT_AVAILABLE until it is ready); panics after `timeout`.
+pub fn wait_group_coordinator_port(port: u16, group: &str, timeout: Duration) -> u16 {
+    // (Not `common::wait_for`: the benchmarks include this file alone.)
+    let deadline = Instant::now() + timeout;
+    let mut raw = RawClient::connect(port);
+    loop {
+        let (error, coordinator) = find_group_coordinator(&mut raw, group);
+        if error == 0 {
+            return coordinator;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no coordinator for {group} after {timeout:?} (error {error})"
+        );
+        std::thread::sleep(Duration::from_millis(COORDINATOR_RETRY_MS));
+    }
 }
 
 /// The single partition answer of a one-partition Produce response.
