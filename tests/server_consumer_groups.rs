@@ -360,7 +360,10 @@ fn a_consumer_member_cannot_take_over_a_classic_group_of_another_protocol() {
     assert_eq!(r.error_code, 79, "MEMBER_ID_REQUIRED");
     let r = raw.request(9, &join(r.member_id.as_str()));
     assert_eq!(r.error_code, 0, "joined the classic group");
-    let r = raw.request(1, &consumer_heartbeat(group, "m1", 0, Some(vec!["classic"])));
+    let r = raw.request(
+        1,
+        &consumer_heartbeat(group, "m1", 0, Some(vec!["classic"])),
+    );
     assert_eq!(r.error_code, 69, "GROUP_ID_NOT_FOUND: not upgradable");
 }
 

@@ -19,9 +19,7 @@ mod common;
 
 use bytes::Bytes;
 use common::client::{create_topic, produce_numbered};
-use common::groups::{
-    self, assigned, classic_join, consumer_heartbeat, poll_until, Member, Seen,
-};
+use common::groups::{self, assigned, classic_join, consumer_heartbeat, poll_until, Member, Seen};
 use common::raw::{group_coordinator_port, wait_group_coordinator_port, RawClient};
 use common::target::Target;
 use common::BrokerOpts;
@@ -29,8 +27,8 @@ use fjord::group::consumer_protocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ConsumerGroupDescribeRequest, GroupId, HeartbeatRequest, LeaveGroupRequest,
-    ListGroupsRequest, SyncGroupRequest,
+    ConsumerGroupDescribeRequest, GroupId, HeartbeatRequest, LeaveGroupRequest, ListGroupsRequest,
+    SyncGroupRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -318,7 +316,10 @@ fn classic_requests_to_a_mixed_group_get_kafkas_errors() {
     // A consumer-protocol member upgrades the group; it waits for the
     // partitions the classic member still holds.
     let k = format!("k-{run}-0123456789abcdef");
-    let r = raw.request(1, &consumer_heartbeat(&group, &k, 0, Some(vec![topic.as_str()])));
+    let r = raw.request(
+        1,
+        &consumer_heartbeat(&group, &k, 0, Some(vec![topic.as_str()])),
+    );
     assert_eq!(r.error_code, 0, "the upgrade is accepted");
     assert_eq!(r.member_epoch, generation + 1);
 
@@ -385,6 +386,9 @@ fn classic_requests_to_a_mixed_group_get_kafkas_errors() {
     let r = raw.request(9, &classic_join(&bad, "", junk.clone()));
     let r = raw.request(9, &classic_join(&bad, r.member_id.as_str(), junk));
     assert_eq!(r.error_code, 0);
-    let r = raw.request(1, &consumer_heartbeat(&bad, &k, 0, Some(vec![topic.as_str()])));
+    let r = raw.request(
+        1,
+        &consumer_heartbeat(&bad, &k, 0, Some(vec![topic.as_str()])),
+    );
     assert_eq!(r.error_code, 69, "GROUP_ID_NOT_FOUND");
 }

@@ -270,7 +270,11 @@ fn offset_commit_and_fetch_v10_use_topic_ids_and_share_offsets_with_v9() {
     assert_eq!(advertised_max(&mut raw, ApiKey::OffsetCommit), 10);
     assert_eq!(advertised_max(&mut raw, ApiKey::OffsetFetch), 10);
     let id = topic_id(&mut raw, &topic);
-    let mut coord = RawClient::connect(wait_group_coordinator_port(target.port(), &group, COORDINATOR_TIMEOUT));
+    let mut coord = RawClient::connect(wait_group_coordinator_port(
+        target.port(),
+        &group,
+        COORDINATOR_TIMEOUT,
+    ));
 
     // v10 commit: partition 0 of the topic, a partition it does not have,
     // and an unknown topic id.
