@@ -479,10 +479,13 @@ pub fn parse_log_swap(name: &str) -> Option<(i64, i64)> {
     Some((base.parse().ok()?, end.parse().ok()?))
 }
 
-/// Deletes a cleaning's `.cleaned` files of segment `base` (blocking).
-pub fn discard_cleaned(dir: &Path, base: i64) {
-    for ext in ["log", "index", "timeindex", "txnindex"] {
-        let _ = std::fs::remove_file(cleaned_path(dir, base, ext));
+/// Deletes a cleaning's `.cleaned` files of the segments `bases`
+/// (blocking; those that do not exist are skipped).
+pub fn discard_cleaned(dir: &Path, bases: &[i64]) {
+    for &base in bases {
+        for ext in ["log", "index", "timeindex", "txnindex"] {
+            let _ = std::fs::remove_file(cleaned_path(dir, base, ext));
+        }
     }
 }
 
@@ -674,7 +677,7 @@ impl PartitionLog {
         let usable = self.health.check_usable();
         let Some(olds) = olds.filter(|_| usable.is_ok()) else {
             glommio::executor()
-                .spawn_blocking(move || discard_cleaned(&dir, base))
+                .spawn_blocking(move || discard_cleaned(&dir, &[base]))
                 .await;
             return Ok(false);
         };
@@ -705,7 +708,7 @@ impl PartitionLog {
         };
         if !still || self.health.check_usable().is_err() {
             glommio::executor()
-                .spawn_blocking(move || discard_cleaned(&dir, base))
+                .spawn_blocking(move || discard_cleaned(&dir, &[base]))
                 .await;
             return Ok(false);
         }

@@ -158,15 +158,13 @@ impl Partition {
         let outcome = match compact::run_on_cleaner(job).await {
             Ok(o) => o,
             Err(e) => {
-                // Whatever the cleaner wrote is `.cleaned` and goes at the
-                // next open; the log itself is untouched.
-                for s in &segments {
-                    let dir = self.log.dir().to_path_buf();
-                    let base = s.base_offset;
-                    glommio::executor()
-                        .spawn_blocking(move || compact::discard_cleaned(&dir, base))
-                        .await;
-                }
+                // Whatever the cleaner wrote is `.cleaned`: deleted here (and
+                // at the next open, if that fails); the log is untouched.
+                let dir = self.log.dir().to_path_buf();
+                let bases: Vec<i64> = segments.iter().map(|s| s.base_offset).collect();
+                glommio::executor()
+                    .spawn_blocking(move || compact::discard_cleaned(&dir, &bases))
+                    .await;
                 return Err(e);
             }
         };
@@ -185,10 +183,11 @@ impl Partition {
                 Err(e) => return Err(e),
             }
         }
-        for rest in groups {
+        let rest: Vec<i64> = groups.map(|g| g.base_offset).collect();
+        if !rest.is_empty() {
             let dir = self.log.dir().to_path_buf();
             glommio::executor()
-                .spawn_blocking(move || compact::discard_cleaned(&dir, rest.base_offset))
+                .spawn_blocking(move || compact::discard_cleaned(&dir, &rest))
                 .await;
         }
         // Only a cleaning swapped in whole moves the first dirty offset: a
