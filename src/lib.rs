@@ -55,6 +55,7 @@ pub mod txn;
 
 pub mod shard;
 
+pub mod auth;
 pub mod handlers;
 pub mod net;
 pub mod server;

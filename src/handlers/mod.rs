@@ -28,6 +28,7 @@ pub mod topics;
 pub mod txn;
 pub mod txn_admin;
 
+use crate::auth::Session;
 use crate::metadata::MetadataImage;
 use crate::partition::Partition;
 use crate::protocol::header::write_response_header;
@@ -81,9 +82,11 @@ impl Dispatched {
 
 /// Routes one request to its handler. `buffer_bytes`: the size of the
 /// receive-buffer allocation `body` was cut from (what a zero-copy slice of
-/// it keeps alive; Produce uses it, see `log::cache`).
+/// it keeps alive; Produce uses it, see `log::cache`). `_session`: the
+/// connection's identity (`crate::auth`), the same for all its requests.
 pub fn dispatch(
     ctx: &Rc<ShardCtx>,
+    _session: &Rc<Session>,
     header: RequestHeader,
     body: BytesMut,
     buffer_bytes: usize,

@@ -52,6 +52,7 @@ mod file_range;
 pub mod metrics_http;
 mod sendfile;
 
+use crate::auth::Session;
 use crate::handlers::{self, Outcome};
 use crate::log::watch::OffsetWatch;
 use crate::metrics::{self, ConnectionEvent};
@@ -133,7 +134,8 @@ pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
                 glommio::spawn_local(async move {
                     let peer = stream.peer_addr().ok();
                     let _open = OpenConnection::new(&net);
-                    if let Err(e) = serve_connection(ctx, net.clone(), stream).await {
+                    let session = Session::new(peer);
+                    if let Err(e) = serve_connection(ctx, net.clone(), session, stream).await {
                         tracing::debug!(?peer, error = %e, "connection closed");
                     }
                 })
@@ -257,6 +259,7 @@ impl AsyncWrite for SharedStream {
 async fn serve_connection(
     ctx: Rc<ShardCtx>,
     net: Rc<ShardNet>,
+    session: Rc<Session>,
     stream: TcpStream,
 ) -> io::Result<()> {
     stream.set_nodelay(true)?;
@@ -285,7 +288,7 @@ async fn serve_connection(
         queued.clone(),
         held.clone(),
     ));
-    let read_result = read_requests(&ctx, stream.clone(), fd, tx, queued, &held).await;
+    let read_result = read_requests(&ctx, &session, stream.clone(), fd, tx, queued, &held).await;
     // The sender is gone: the writer answers what was dispatched, then ends.
     let write_result = writer.await;
     read_result.and(write_result)
@@ -338,6 +341,7 @@ async fn admit(ctx: &ShardCtx, held: &HeldBytes, queued: &Cell<usize>) {
 
 async fn read_requests(
     ctx: &Rc<ShardCtx>,
+    session: &Rc<Session>,
     mut stream: SharedStream,
     fd: i32,
     tx: local_channel::LocalSender<Dispatch>,
@@ -383,7 +387,7 @@ async fn read_requests(
             // answer in its task.
             let first_stage =
                 std::pin::pin!(
-                    handlers::dispatch(ctx, header, frame, buf_alloc_bytes).into_answer()
+                    handlers::dispatch(ctx, session, header, frame, buf_alloc_bytes).into_answer()
                 );
             let (answer, first_remote) = metrics::RequestTimed::new(first_stage).await;
             let task = glommio::spawn_local(async move {

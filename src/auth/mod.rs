@@ -1,0 +1,89 @@
+//! Who is on the other end of a connection: the principal and the client
+//! address that authentication (SASL, TLS client certificates) establishes
+//! and that authorization (ACLs) and the audit log read.
+//!
+//! A connection owns one [`Session`] from accept to close; every request it
+//! dispatches sees the same `Rc<Session>`, so a principal set by a
+//! SaslAuthenticate (or a re-authentication, KIP-368) applies to the
+//! requests read after it, and never to another connection. Until a
+//! listener authenticates, the principal is Kafka's `User:ANONYMOUS`, which
+//! is what a PLAINTEXT listener's clients are in Kafka.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+/// A Kafka principal, `type:name` (Kafka's `KafkaPrincipal`); the type is
+/// `User` for every principal fjord's authenticators produce.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Principal {
+    pub principal_type: String,
+    pub name: String,
+}
+
+/// Kafka's `KafkaPrincipal.USER_TYPE`.
+pub const USER_TYPE: &str = "User";
+
+impl Principal {
+    /// `User:name`.
+    pub fn user(name: impl Into<String>) -> Self {
+        Self {
+            principal_type: USER_TYPE.to_string(),
+            name: name.into(),
+        }
+    }
+
+    /// `User:ANONYMOUS`, the principal of an unauthenticated connection.
+    pub fn anonymous() -> Self {
+        Self::user("ANONYMOUS")
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.principal_type, self.name)
+    }
+}
+
+/// One connection's identity (shard-local, shared by its reader and its
+/// requests' tasks).
+#[derive(Debug)]
+pub struct Session {
+    /// The client's address (None if the socket could not tell).
+    pub peer: Option<SocketAddr>,
+    principal: RefCell<Rc<Principal>>,
+}
+
+impl Session {
+    /// A new connection's session: anonymous until authenticated.
+    pub fn new(peer: Option<SocketAddr>) -> Rc<Self> {
+        Rc::new(Self {
+            peer,
+            principal: RefCell::new(Rc::new(Principal::anonymous())),
+        })
+    }
+
+    /// The principal requests are served as now.
+    pub fn principal(&self) -> Rc<Principal> {
+        self.principal.borrow().clone()
+    }
+
+    /// Sets the principal after a successful authentication.
+    pub fn set_principal(&self, principal: Principal) {
+        *self.principal.borrow_mut() = Rc::new(principal);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_session_is_anonymous_until_a_principal_is_set() {
+        let s = Session::new(None);
+        assert_eq!(s.principal().to_string(), "User:ANONYMOUS");
+        s.set_principal(Principal::user("alice"));
+        assert_eq!(s.principal().to_string(), "User:alice");
+    }
+}
