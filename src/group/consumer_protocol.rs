@@ -25,6 +25,7 @@
 //! | Assignment: AssignedPartitions [](Topic, []int32), UserData | 0+ |
 
 use super::consumer::Assignment;
+use super::cursor::Cursor;
 use bytes::{BufMut, Bytes, BytesMut};
 
 /// The highest version of both messages Kafka 4.x knows; a newer version
@@ -45,47 +46,34 @@ pub struct Subscription {
     pub rack_id: Option<String>,
 }
 
-struct Reader<'a> {
-    buf: &'a [u8],
+impl From<&'static str> for ProtocolFormatError {
+    fn from(what: &'static str) -> Self {
+        ProtocolFormatError(what)
+    }
+}
+
+/// The shared cursor plus this module's array readers.
+struct Reader<'a>(Cursor<'a, ProtocolFormatError>);
+
+impl<'a> std::ops::Deref for Reader<'a> {
+    type Target = Cursor<'a, ProtocolFormatError>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reader<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], ProtocolFormatError> {
-        if self.buf.len() < n {
-            return Err(ProtocolFormatError("truncated"));
-        }
-        let (head, rest) = self.buf.split_at(n);
-        self.buf = rest;
-        Ok(head)
-    }
-    fn i16(&mut self) -> Result<i16, ProtocolFormatError> {
-        let b = self.take(2)?;
-        Ok(i16::from_be_bytes([b[0], b[1]]))
-    }
-    fn i32(&mut self) -> Result<i32, ProtocolFormatError> {
-        let b = self.take(4)?;
-        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn nullable_string(&mut self) -> Result<Option<String>, ProtocolFormatError> {
-        let len = self.i16()?;
-        if len < 0 {
-            return Ok(None);
-        }
-        let b = self.take(len as usize)?;
-        String::from_utf8(b.to_vec())
-            .map(Some)
-            .map_err(|_| ProtocolFormatError("a string is not UTF-8"))
-    }
-    fn string(&mut self) -> Result<String, ProtocolFormatError> {
-        self.nullable_string()?
-            .ok_or(ProtocolFormatError("a null string where one is required"))
+    fn new(buf: &'a [u8]) -> Self {
+        Self(Cursor::new(buf))
     }
     fn skip_nullable_bytes(&mut self) -> Result<(), ProtocolFormatError> {
-        let len = self.i32()?;
-        if len >= 0 {
-            self.take(len as usize)?;
-        }
-        Ok(())
+        self.nullable_bytes().map(drop)
     }
     /// An array length, bounded by the bytes left (every element takes at
     /// least `min_element_bytes`).
@@ -95,7 +83,7 @@ impl<'a> Reader<'a> {
             return Ok(0);
         }
         let n = n as usize;
-        if n.saturating_mul(min_element_bytes) > self.buf.len() {
+        if n.saturating_mul(min_element_bytes) > self.remaining() {
             return Err(ProtocolFormatError("an array longer than its bytes"));
         }
         Ok(n)
@@ -117,7 +105,7 @@ impl<'a> Reader<'a> {
 /// The version of an embedded subscription or assignment (its first two
 /// bytes), clamped to what this module writes.
 pub fn version(bytes: &[u8]) -> Result<i16, ProtocolFormatError> {
-    let v = Reader { buf: bytes }.i16()?;
+    let v = Reader::new(bytes).i16()?;
     if v < 0 {
         return Err(ProtocolFormatError("negative version"));
     }
@@ -127,7 +115,7 @@ pub fn version(bytes: &[u8]) -> Result<i16, ProtocolFormatError> {
 /// Decodes a ConsumerProtocolSubscription.
 pub fn decode_subscription(bytes: &[u8]) -> Result<Subscription, ProtocolFormatError> {
     let v = version(bytes)?;
-    let mut r = Reader { buf: &bytes[2..] };
+    let mut r = Reader::new(&bytes[2..]);
     let mut topics = Vec::new();
     for _ in 0..r.array_len(2)? {
         topics.push(r.string()?);
@@ -158,7 +146,7 @@ pub fn decode_assignment(bytes: &[u8]) -> Result<Assignment, ProtocolFormatError
         return Ok(Assignment::new());
     }
     version(bytes)?;
-    Reader { buf: &bytes[2..] }.topic_partitions()
+    Reader::new(&bytes[2..]).topic_partitions()
 }
 
 fn put_string(out: &mut BytesMut, s: &str) {

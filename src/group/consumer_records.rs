@@ -30,6 +30,7 @@
 use super::consumer::{
     Assignment, ClassicMemberMetadata, ConsumerGroup, ConsumerMember, MemberState,
 };
+use super::cursor::Cursor;
 use super::records::RecordFormatError;
 use crate::metadata::MetadataImage;
 use bytes::{BufMut, Bytes, BytesMut};
@@ -201,7 +202,7 @@ fn member_metadata_value(m: &ConsumerMember) -> Bytes {
 fn classic_member_metadata(
     bytes: &[u8],
 ) -> Result<Option<ClassicMemberMetadata>, RecordFormatError> {
-    let mut r = Reader { buf: bytes };
+    let mut r = Reader::new(bytes);
     if r.i8()? < 0 {
         return Ok(None);
     }
@@ -360,60 +361,25 @@ pub fn group_tombstones(group: &str) -> Result<Vec<(Bytes, Option<Bytes>)>, Reco
     ])
 }
 
-struct Reader<'a> {
-    buf: &'a [u8],
+/// The shared cursor plus this module's flexible-version readers.
+struct Reader<'a>(Cursor<'a, RecordFormatError>);
+
+impl<'a> std::ops::Deref for Reader<'a> {
+    type Target = Cursor<'a, RecordFormatError>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reader<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], RecordFormatError> {
-        if self.buf.len() < n {
-            return Err(RecordFormatError("truncated consumer group record"));
-        }
-        let (head, rest) = self.buf.split_at(n);
-        self.buf = rest;
-        Ok(head)
-    }
-    fn i8(&mut self) -> Result<i8, RecordFormatError> {
-        Ok(self.take(1)?[0] as i8)
-    }
-    fn i16(&mut self) -> Result<i16, RecordFormatError> {
-        let b = self.take(2)?;
-        Ok(i16::from_be_bytes([b[0], b[1]]))
-    }
-    fn i32(&mut self) -> Result<i32, RecordFormatError> {
-        let b = self.take(4)?;
-        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn uvarint(&mut self) -> Result<u64, RecordFormatError> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.take(1)?[0];
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(RecordFormatError("varint too long"))
-    }
-    fn string(&mut self) -> Result<String, RecordFormatError> {
-        let len = self.i16()?;
-        let len = usize::try_from(len).map_err(|_| RecordFormatError("negative length"))?;
-        String::from_utf8(self.take(len)?.to_vec())
-            .map_err(|_| RecordFormatError("string is not UTF-8"))
-    }
-    fn compact_nullable_string(&mut self) -> Result<Option<String>, RecordFormatError> {
-        let n = self.uvarint()?;
-        if n == 0 {
-            return Ok(None);
-        }
-        let len = usize::try_from(n - 1).map_err(|_| RecordFormatError("length"))?;
-        let s = String::from_utf8(self.take(len)?.to_vec())
-            .map_err(|_| RecordFormatError("string is not UTF-8"))?;
-        Ok(Some(s))
-    }
-    fn compact_string(&mut self) -> Result<String, RecordFormatError> {
-        self.compact_nullable_string()?
-            .ok_or(RecordFormatError("null where a string is required"))
+    fn new(buf: &'a [u8]) -> Self {
+        Self(Cursor::new(buf))
     }
     /// A compact array's length (None for a null array).
     fn array_len(&mut self) -> Result<Option<usize>, RecordFormatError> {
@@ -422,7 +388,7 @@ impl<'a> Reader<'a> {
             return Ok(None);
         }
         let len = usize::try_from(n - 1).map_err(|_| RecordFormatError("length"))?;
-        if len > RECORD_ARRAY_LEN_MAX || len > self.buf.len() {
+        if len > RECORD_ARRAY_LEN_MAX || len > self.remaining() {
             return Err(RecordFormatError("array longer than the record"));
         }
         Ok(Some(len))
@@ -471,7 +437,7 @@ impl<'a> Reader<'a> {
 /// Parses a consumer-group record key (its type is checked by the caller
 /// with [`is_consumer_key_version`]).
 pub fn parse_key(key: &[u8]) -> Result<ConsumerKey, RecordFormatError> {
-    let mut r = Reader { buf: key };
+    let mut r = Reader::new(key);
     let kind = r.i16()?;
     let group = r.string()?;
     Ok(match kind {
@@ -507,7 +473,7 @@ pub fn apply(
     match (key, value) {
         (ConsumerKey::GroupMetadata { .. }, None) => return Ok(false),
         (ConsumerKey::GroupMetadata { .. }, Some(v)) => {
-            let mut r = Reader { buf: v };
+            let mut r = Reader::new(v);
             r.version()?;
             c.group_epoch = r.i32()?;
             let mut hash = 0;
@@ -523,7 +489,7 @@ pub fn apply(
         (ConsumerKey::PartitionMetadata { .. }, _) => {}
         (ConsumerKey::TargetMetadata { .. }, None) => c.assignment_epoch = 0,
         (ConsumerKey::TargetMetadata { .. }, Some(v)) => {
-            let mut r = Reader { buf: v };
+            let mut r = Reader::new(v);
             r.version()?;
             c.assignment_epoch = r.i32()?;
         }
@@ -531,7 +497,7 @@ pub fn apply(
             c.members.remove(member);
         }
         (ConsumerKey::MemberMetadata { member, .. }, Some(v)) => {
-            let mut r = Reader { buf: v };
+            let mut r = Reader::new(v);
             r.version()?;
             let instance_id = r.compact_nullable_string()?;
             let rack_id = r.compact_nullable_string()?;
@@ -569,7 +535,7 @@ pub fn apply(
             c.target.remove(member);
         }
         (ConsumerKey::TargetMember { member, .. }, Some(v)) => {
-            let mut r = Reader { buf: v };
+            let mut r = Reader::new(v);
             r.version()?;
             let a = r.assignment(image)?;
             c.target.insert(member.clone(), a);
@@ -581,7 +547,7 @@ pub fn apply(
             }
         }
         (ConsumerKey::CurrentAssignment { member, .. }, Some(v)) => {
-            let mut r = Reader { buf: v };
+            let mut r = Reader::new(v);
             r.version()?;
             let epoch = r.i32()?;
             let previous = r.i32()?;

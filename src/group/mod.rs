@@ -61,6 +61,7 @@
 pub mod consumer;
 pub mod consumer_protocol;
 pub mod consumer_records;
+mod cursor;
 pub mod error;
 pub mod records;
 pub mod state;

@@ -15,6 +15,7 @@
 //! refuse them too ([`RecordFormatError`]) rather than write a length that
 //! wraps, which would corrupt the record and every replay after it.
 
+use super::cursor::Cursor;
 use super::state::{CommittedOffset, Member};
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -167,56 +168,23 @@ pub fn group_metadata_value(v: &GroupMetadataValue) -> Result<Bytes, RecordForma
 }
 
 /// A cursor over a record's bytes.
-struct Reader<'a>(&'a [u8]);
+type Reader<'a> = Cursor<'a, RecordFormatError>;
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], RecordFormatError> {
-        if self.0.len() < n {
-            return Err(RecordFormatError("truncated"));
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-    fn i16(&mut self) -> Result<i16, RecordFormatError> {
-        let b = self.take(2)?;
-        Ok(i16::from_be_bytes([b[0], b[1]]))
-    }
-    fn i32(&mut self) -> Result<i32, RecordFormatError> {
-        let b = self.take(4)?;
-        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn i64(&mut self) -> Result<i64, RecordFormatError> {
-        let b = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(i64::from_be_bytes(a))
-    }
-    fn nullable_string(&mut self) -> Result<Option<String>, RecordFormatError> {
-        let len = self.i16()?;
-        if len < 0 {
-            return Ok(None);
-        }
-        let b = self.take(len as usize)?;
-        String::from_utf8(b.to_vec())
-            .map(Some)
-            .map_err(|_| RecordFormatError("string is not UTF-8"))
-    }
-    fn string(&mut self) -> Result<String, RecordFormatError> {
-        self.nullable_string()?
-            .ok_or(RecordFormatError("null string"))
-    }
-    fn bytes(&mut self) -> Result<Bytes, RecordFormatError> {
-        let len = self.i32()?;
-        if len < 0 {
-            return Ok(Bytes::new());
-        }
-        Ok(Bytes::copy_from_slice(self.take(len as usize)?))
+impl From<&'static str> for RecordFormatError {
+    fn from(what: &'static str) -> Self {
+        RecordFormatError(what)
     }
 }
 
+/// i32-length bytes, a null (negative length) read as empty.
+fn bytes_or_empty(r: &mut Reader) -> Result<Bytes, RecordFormatError> {
+    Ok(Bytes::copy_from_slice(
+        r.nullable_bytes()?.unwrap_or_default(),
+    ))
+}
+
 pub fn parse_key(key: &[u8]) -> Result<RecordKey, RecordFormatError> {
-    let mut r = Reader(key);
+    let mut r = Reader::new(key);
     match r.i16()? {
         0 | 1 => Ok(RecordKey::OffsetCommit {
             group: r.string()?,
@@ -229,7 +197,7 @@ pub fn parse_key(key: &[u8]) -> Result<RecordKey, RecordFormatError> {
 }
 
 pub fn parse_offset_commit_value(value: &[u8]) -> Result<CommittedOffset, RecordFormatError> {
-    let mut r = Reader(value);
+    let mut r = Reader::new(value);
     let version = r.i16()?;
     let offset = r.i64()?;
     let leader_epoch = if version >= 3 { r.i32()? } else { -1 };
@@ -249,7 +217,7 @@ pub fn parse_offset_commit_value(value: &[u8]) -> Result<CommittedOffset, Record
 }
 
 pub fn parse_group_metadata_value(value: &[u8]) -> Result<GroupMetadataValue, RecordFormatError> {
-    let mut r = Reader(value);
+    let mut r = Reader::new(value);
     let version = r.i16()?;
     if version > 3 {
         return Err(RecordFormatError("unsupported GroupMetadataValue version"));
@@ -276,8 +244,8 @@ pub fn parse_group_metadata_value(value: &[u8]) -> Result<GroupMetadataValue, Re
         } else {
             (session_or_rebalance, session_or_rebalance)
         };
-        let subscription = r.bytes()?;
-        let assignment = r.bytes()?;
+        let subscription = bytes_or_empty(&mut r)?;
+        let assignment = bytes_or_empty(&mut r)?;
         members.push(Member {
             member_id,
             group_instance_id,
