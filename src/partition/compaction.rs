@@ -108,9 +108,21 @@ impl Partition {
         settings: CleanerSettings,
         now_ms: i64,
     ) -> Result<Option<CleanReport>, LogError> {
-        let Some((segments, uncleanable, dirt)) = self.dirt(now_ms) else {
+        let Some(dirt) = self.dirt(now_ms) else {
             return Ok(None);
         };
+        self.clean_dirt(dirt, settings, now_ms).await
+    }
+
+    /// Cleans with the sealed segments, first uncleanable offset and dirt
+    /// [`Self::dirt`] just computed (so the cleaner's choice of log and the
+    /// cleaning use the same walk of the segment list).
+    async fn clean_dirt(
+        &self,
+        (segments, uncleanable, dirt): (Vec<SealedSegment>, i64, LogDirt),
+        settings: CleanerSettings,
+        now_ms: i64,
+    ) -> Result<Option<CleanReport>, LogError> {
         let first_dirty = self.first_dirty_offset();
         if dirt.dirty_bytes == 0 || first_dirty >= uncleanable {
             return Ok(None);
@@ -239,16 +251,16 @@ pub async fn clean_filthiest(
     settings: CleanerSettings,
     now_ms: i64,
 ) -> bool {
-    let candidates: Vec<(Rc<Partition>, LogDirt)> = partitions
+    let mut candidates: Vec<(Rc<Partition>, _)> = partitions
         .iter()
-        .filter_map(|p| p.dirt(now_ms).map(|(_, _, d)| (p.clone(), d)))
+        .filter_map(|p| p.dirt(now_ms).map(|d| (p.clone(), d)))
         .collect();
-    let dirts: Vec<LogDirt> = candidates.iter().map(|(_, d)| *d).collect();
+    let dirts: Vec<LogDirt> = candidates.iter().map(|(_, d)| d.2).collect();
     let Some(i) = cleaner::filthiest(&dirts, now_ms) else {
         return false;
     };
-    let p = &candidates[i].0;
-    match p.clean(settings, now_ms).await {
+    let (p, dirt) = candidates.swap_remove(i);
+    match p.clean_dirt(dirt, settings, now_ms).await {
         Ok(r) => r.is_some_and(|r| r.groups_swapped > 0),
         Err(e) => {
             tracing::error!(partition = %p.tp, error = %e, "log cleaning failed");
