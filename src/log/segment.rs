@@ -91,20 +91,19 @@ impl SegmentIndexes {
         len: u64,
         index_interval_bytes: u32,
     ) {
-        let last = h.last_offset();
-        let rel = (last - base) as u32;
-        match self.max_ts {
-            Some((ts, _)) if ts >= h.max_timestamp => {}
-            _ => self.max_ts = Some((h.max_timestamp, last)),
-        }
-        if self.bytes_since_index > index_interval_bytes as u64 {
-            self.index.push(rel, position as u32);
-            if let Some((ts, off)) = self.max_ts {
-                self.time_index.maybe_push(ts, (off - base) as u32);
-            }
-            self.bytes_since_index = 0;
-        }
-        self.bytes_since_index += len;
+        index_batch(
+            IndexState {
+                index: &mut self.index,
+                time_index: &mut self.time_index,
+                bytes_since_index: &mut self.bytes_since_index,
+                max_ts: &mut self.max_ts,
+            },
+            base,
+            position,
+            h,
+            len,
+            index_interval_bytes,
+        );
     }
 
     /// The final time-index entry of a segment that is no longer written
@@ -114,6 +113,42 @@ impl SegmentIndexes {
             self.time_index.maybe_push(ts, (off - base) as u32);
         }
     }
+}
+
+/// The indexing state a batch updates, borrowed from a [`SegmentIndexes`]
+/// or from a live [`Segment`]'s cells.
+struct IndexState<'a> {
+    index: &'a mut OffsetIndex,
+    time_index: &'a mut TimeIndex,
+    bytes_since_index: &'a mut u64,
+    max_ts: &'a mut Option<(i64, i64)>,
+}
+
+/// Kafka's indexing rule for one appended batch (`LogSegment.append`): an
+/// offset-index entry (and a time-index entry for the largest timestamp so
+/// far) once more than `index_interval_bytes` were appended since the last.
+fn index_batch(
+    s: IndexState,
+    base: i64,
+    position: u64,
+    h: &BatchHeader,
+    len: u64,
+    index_interval_bytes: u32,
+) {
+    let last = h.last_offset();
+    let rel = (last - base) as u32;
+    match *s.max_ts {
+        Some((ts, _)) if ts >= h.max_timestamp => {}
+        _ => *s.max_ts = Some((h.max_timestamp, last)),
+    }
+    if *s.bytes_since_index > index_interval_bytes as u64 {
+        s.index.push(rel, position as u32);
+        if let Some((ts, off)) = *s.max_ts {
+            s.time_index.maybe_push(ts, (off - base) as u32);
+        }
+        *s.bytes_since_index = 0;
+    }
+    *s.bytes_since_index += len;
 }
 
 /// How a recovery scan of one segment ended.
@@ -159,17 +194,23 @@ impl Segment {
     /// Records a batch of `len` bytes at `position` in the indexes, exactly
     /// as Kafka's `LogSegment.append` does.
     pub fn on_append(&self, position: u64, h: &BatchHeader, len: u64, index_interval_bytes: u32) {
-        let mut built = SegmentIndexes {
-            index: std::mem::take(&mut *self.index.borrow_mut()),
-            time_index: std::mem::take(&mut *self.time_index.borrow_mut()),
-            bytes_since_index: self.bytes_since_index.get(),
-            max_ts: self.max_ts.get(),
-        };
-        built.on_append(self.base_offset, position, h, len, index_interval_bytes);
-        *self.index.borrow_mut() = built.index;
-        *self.time_index.borrow_mut() = built.time_index;
-        self.bytes_since_index.set(built.bytes_since_index);
-        self.max_ts.set(built.max_ts);
+        let mut bytes_since_index = self.bytes_since_index.get();
+        let mut max_ts = self.max_ts.get();
+        index_batch(
+            IndexState {
+                index: &mut self.index.borrow_mut(),
+                time_index: &mut self.time_index.borrow_mut(),
+                bytes_since_index: &mut bytes_since_index,
+                max_ts: &mut max_ts,
+            },
+            self.base_offset,
+            position,
+            h,
+            len,
+            index_interval_bytes,
+        );
+        self.bytes_since_index.set(bytes_since_index);
+        self.max_ts.set(max_ts);
         self.size.set(position + len);
         self.next_offset.set(h.last_offset() + 1);
     }
