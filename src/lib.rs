@@ -11,6 +11,7 @@
 //! - layer: `protocol`, `runtime`
 //! - layer: `log`
 //! - layer: `config`
+//! - layer: `auth`
 //! - layer: `producer`, `metadata`
 //! - layer: `partition`
 //! - layer: `group`, `txn`
@@ -20,6 +21,10 @@
 //! - layer: `server`
 //! - layer: `bench`
 //! - layer: `chaos`, `fuzzing`, `report`
+//!
+//! `auth` (principals, sessions, authentication and ACL evaluation) sits
+//! below `metadata` so that the metadata log can store its records
+//! (credentials, ACLs) while the handlers above both consult it.
 //!
 //! The coordinators are handed what they need instead of reaching up: the
 //! group coordinator its `__consumer_offsets` partitions, the transaction
@@ -39,6 +44,8 @@ pub mod types;
 
 pub mod config;
 
+pub mod auth;
+
 pub mod protocol;
 pub mod record;
 
@@ -55,7 +62,6 @@ pub mod txn;
 
 pub mod shard;
 
-pub mod auth;
 pub mod handlers;
 pub mod net;
 pub mod server;

@@ -23,6 +23,7 @@
 //! ([`store`]).
 
 pub mod internal;
+pub mod quorum;
 pub mod store;
 pub mod topic_config;
 

@@ -1,0 +1,334 @@
+//! The metadata quorum's Raft node: raft-rs (`raft` 0.7, TiKV's) driven by
+//! fjord, as `docs/replication.md` §2–3 decides. This module is the first
+//! step of that plan: the node, its durable log ([`store`]), its own wire
+//! codec ([`codec`]) and a seeded multi-node simulation that checks Raft's
+//! guarantees through this code (`simulation`, tests only). It is not yet
+//! wired into the controller: the single node still writes
+//! `metadata::store`'s log directly.
+//!
+//! raft-rs is sans-io. A [`QuorumNode`] is a plain value owned by one shard
+//! (the controller shard); the caller ticks it from a timer, steps it with
+//! messages from peers, proposes records, and calls [`QuorumNode::advance`]
+//! after any of these. `advance` runs raft-rs's `Ready` protocol:
+//!
+//! 1. messages raft-rs allows to go before persistence (a leader's appends)
+//!    are handed out;
+//! 2. new entries and the hard state are written to the log, then synced
+//!    (`RaftDisk::sync`) before the messages that depend on them (votes,
+//!    append acknowledgements) are handed out — a node never acknowledges
+//!    what a crash could make it forget;
+//! 3. committed entries are returned in order for the caller to apply.
+//!
+//! Peers are trusted to run this code (Raft tolerates crashes, not lies),
+//! but a message read from the network must still never crash the shard:
+//! the codec bounds everything, and [`QuorumNode::step`] drops messages
+//! that are not for this node, come from outside the membership, or would
+//! trip one of raft-rs's internal assertions (a heartbeat committing past
+//! this node's log, an append rewriting a committed entry, a snapshot,
+//! which this log does not take yet) — only a broken or hostile peer sends
+//! those, and dropping them is always safe in Raft.
+//!
+//! Membership changes (raft-rs conf changes) are not built yet: the voters
+//! and learners are fixed when the log is created.
+
+pub mod codec;
+#[cfg(test)]
+#[allow(clippy::field_reassign_with_default)] // protobuf structs
+mod simulation;
+pub mod store;
+
+use bytes::Bytes;
+use raft::eraftpb::{ConfState, EntryType, Message, MessageType};
+use raft::{RawNode, StateRole};
+use std::io;
+use store::{Core, RaftDisk, RaftStore};
+
+/// A node's place in the quorum and its timing.
+#[derive(Clone, Debug)]
+pub struct QuorumConfig {
+    /// This node's id (not 0).
+    pub id: u64,
+    /// The voters, when the log is created (Kafka's `controller.quorum.voters`).
+    pub voters: Vec<u64>,
+    /// Nodes that receive the log without voting (Kafka's observers).
+    pub learners: Vec<u64>,
+    /// Ticks without a leader before a follower campaigns.
+    pub election_tick: usize,
+    /// Ticks between a leader's heartbeats.
+    pub heartbeat_tick: usize,
+    /// The election timeout is drawn from `[election_tick,
+    /// max_election_tick)`; the simulation sets `election_tick + 1` so no
+    /// randomness outside its seed is used.
+    pub max_election_tick: usize,
+}
+
+impl QuorumConfig {
+    /// Production timing: tick every 100 ms, heartbeat every tick, an
+    /// election after 1–2 s of silence.
+    pub fn new(id: u64, voters: Vec<u64>, learners: Vec<u64>) -> Self {
+        Self {
+            id,
+            voters,
+            learners,
+            election_tick: 10,
+            heartbeat_tick: 1,
+            max_election_tick: 20,
+        }
+    }
+}
+
+/// An entry the quorum committed, in log order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    pub index: u64,
+    pub term: u64,
+    pub data: Bytes,
+}
+
+/// What one [`QuorumNode::advance`] produced.
+#[derive(Default, Debug)]
+pub struct Progress {
+    /// Messages to send, each to `message.to`.
+    pub messages: Vec<Message>,
+    /// Newly committed records to apply, in order.
+    pub committed: Vec<Committed>,
+}
+
+/// Why a peer's message was not stepped.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error("message for node {to}, this is node {me}")]
+    NotForMe { to: u64, me: u64 },
+    #[error("message from node {0}, which is not in the quorum")]
+    UnknownPeer(u64),
+    #[error("message dropped: {0}")]
+    Implausible(&'static str),
+    #[error(transparent)]
+    Raft(#[from] raft::Error),
+}
+
+/// One node of the metadata quorum.
+pub struct QuorumNode<D: RaftDisk> {
+    raw: RawNode<RaftStore>,
+    store: RaftStore,
+    disk: D,
+}
+
+impl<D: RaftDisk> QuorumNode<D> {
+    /// Opens the node over `disk`, whose current content is `bytes`: a torn
+    /// tail is cut; an empty log is created with `config`'s membership.
+    pub fn open(config: &QuorumConfig, mut disk: D, bytes: &[u8]) -> anyhow::Result<Self> {
+        let (core, valid) = store::load(bytes)?;
+        if valid < bytes.len() {
+            tracing::warn!(
+                cut = bytes.len() - valid,
+                "metadata quorum: cutting a torn record off the raft log"
+            );
+            disk.truncate(valid as u64)?;
+        }
+        let fresh = core == Core::default();
+        let store = RaftStore::new(core);
+        if fresh {
+            let cs = ConfState {
+                voters: config.voters.clone(),
+                learners: config.learners.clone(),
+                ..Default::default()
+            };
+            store.set_conf_state(&cs, &mut disk)?;
+            disk.sync()?;
+        }
+        let raft_config = raft::Config {
+            id: config.id,
+            election_tick: config.election_tick,
+            heartbeat_tick: config.heartbeat_tick,
+            min_election_tick: config.election_tick,
+            max_election_tick: config.max_election_tick,
+            pre_vote: true,
+            check_quorum: true,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            ..Default::default()
+        };
+        let raw = RawNode::new(&raft_config, store.clone(), &logger())?;
+        Ok(Self { raw, store, disk })
+    }
+
+    /// One timer tick.
+    pub fn tick(&mut self) {
+        self.raw.tick();
+    }
+
+    /// Hands a peer's message to raft-rs, unless it must be dropped (module
+    /// doc).
+    pub fn step(&mut self, m: Message) -> Result<(), StepError> {
+        let me = self.raw.raft.id;
+        if m.to != me {
+            return Err(StepError::NotForMe { to: m.to, me });
+        }
+        let cs = self.store.snapshot_core().conf_state;
+        let member = |id: u64| {
+            cs.voters.contains(&id)
+                || cs.learners.contains(&id)
+                || cs.voters_outgoing.contains(&id)
+                || cs.learners_next.contains(&id)
+        };
+        if !member(m.from) {
+            return Err(StepError::UnknownPeer(m.from));
+        }
+        self.plausible(&m)?;
+        self.raw.step(m)?;
+        Ok(())
+    }
+
+    /// Checks a message against the assertions raft-rs makes about what a
+    /// correct leader sends.
+    fn plausible(&self, m: &Message) -> Result<(), StepError> {
+        let log = &self.raw.raft.raft_log;
+        match m.get_msg_type() {
+            MessageType::MsgSnapshot => Err(StepError::Implausible("snapshots are not taken yet")),
+            MessageType::MsgHeartbeat if m.commit > log.last_index() => Err(
+                StepError::Implausible("a heartbeat commits past this node's log"),
+            ),
+            MessageType::MsgAppend => {
+                let committed = log.committed;
+                if m.index < committed && m.term >= self.raw.raft.term {
+                    // Entries at or below the commit index must match ours.
+                    for e in m.entries.iter().filter(|e| e.index <= committed) {
+                        if log.term(e.index).ok() != Some(e.term) {
+                            return Err(StepError::Implausible(
+                                "an append rewrites a committed entry",
+                            ));
+                        }
+                    }
+                }
+                if m.entries.windows(2).any(|w| w[1].index != w[0].index + 1)
+                    || m.entries.first().is_some_and(|e| e.index != m.index + 1)
+                {
+                    return Err(StepError::Implausible(
+                        "an append's entries are not consecutive",
+                    ));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Proposes a record; fails unless this node leads.
+    pub fn propose(&mut self, data: Vec<u8>) -> Result<(), raft::Error> {
+        if !self.is_leader() {
+            return Err(raft::Error::ProposalDropped);
+        }
+        self.raw.propose(Vec::new(), data)
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raw.raft.state == StateRole::Leader
+    }
+
+    /// The leader this node knows of (0: none).
+    pub fn leader_id(&self) -> u64 {
+        self.raw.raft.leader_id
+    }
+
+    pub fn term(&self) -> u64 {
+        self.raw.raft.term
+    }
+
+    pub fn commit_index(&self) -> u64 {
+        self.raw.raft.raft_log.committed
+    }
+
+    /// The log's state (tests, diagnostics).
+    pub fn log(&self) -> Core {
+        self.store.snapshot_core()
+    }
+
+    /// The disk (the simulation crashes it).
+    pub fn disk(&self) -> &D {
+        &self.disk
+    }
+
+    /// Runs raft-rs's Ready protocol once (module doc). An I/O error leaves
+    /// the node unusable: the caller must stop it (and, as for any log
+    /// failure, the process ends and restarts from the disk).
+    pub fn advance(&mut self) -> io::Result<Progress> {
+        let mut out = Progress::default();
+        if !self.raw.has_ready() {
+            return Ok(out);
+        }
+        let mut ready = self.raw.ready();
+        out.messages.extend(ready.take_messages());
+        if !ready.snapshot().is_empty() {
+            return Err(io::Error::other(
+                "a raft snapshot arrived; snapshots are not built",
+            ));
+        }
+        self.collect(ready.take_committed_entries(), &mut out)?;
+        self.store.append(ready.entries(), &mut self.disk)?;
+        if let Some(hs) = ready.hs() {
+            self.store.set_hard_state(hs, &mut self.disk)?;
+        }
+        // Everything raft-rs will now treat as stable is made durable before
+        // a message that depends on it leaves.
+        self.disk.sync()?;
+        out.messages.extend(ready.take_persisted_messages());
+        let mut light = self.raw.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            // Not synced: a lost commit index is learnt again from the leader.
+            self.store.set_commit(commit, &mut self.disk)?;
+        }
+        out.messages.extend(light.take_messages());
+        self.collect(light.take_committed_entries(), &mut out)?;
+        self.raw.advance_apply();
+        Ok(out)
+    }
+
+    fn collect(
+        &mut self,
+        entries: Vec<raft::eraftpb::Entry>,
+        out: &mut Progress,
+    ) -> io::Result<()> {
+        for e in entries {
+            if e.get_entry_type() != EntryType::EntryNormal {
+                return Err(io::Error::other(
+                    "a raft membership change was committed; membership changes are not built",
+                ));
+            }
+            if e.data.is_empty() {
+                continue; // a new leader's empty entry
+            }
+            out.committed.push(Committed {
+                index: e.index,
+                term: e.term,
+                data: e.data,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// raft-rs logs through `slog`; this forwards its records to `tracing`.
+fn logger() -> slog::Logger {
+    slog::Logger::root(TracingDrain, slog::o!())
+}
+
+struct TracingDrain;
+
+impl slog::Drain for TracingDrain {
+    type Ok = ();
+    type Err = slog::Never;
+
+    fn log(&self, record: &slog::Record, _: &slog::OwnedKVList) -> Result<(), slog::Never> {
+        let msg = record.msg();
+        match record.level() {
+            slog::Level::Critical | slog::Level::Error => {
+                tracing::error!(target: "raft", "{msg}")
+            }
+            slog::Level::Warning => tracing::warn!(target: "raft", "{msg}"),
+            slog::Level::Info => tracing::debug!(target: "raft", "{msg}"),
+            slog::Level::Debug | slog::Level::Trace => tracing::trace!(target: "raft", "{msg}"),
+        }
+        Ok(())
+    }
+}

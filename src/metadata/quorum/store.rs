@@ -1,0 +1,455 @@
+//! The metadata quorum's Raft log: the entries, the hard state (term, vote,
+//! commit) and the membership (`ConfState`) raft-rs needs, in memory for
+//! `raft::Storage` and in one append-only file for restarts.
+//!
+//! The file is a sequence of records, each `[length u32][crc32c u32]
+//! [kind i8][body]` (length and CRC cover kind and body):
+//! - `ENTRIES`: entries to append at the first one's index, replacing any
+//!   entries from there on (raft-rs's `append`: a new leader may overwrite
+//!   an uncommitted suffix);
+//! - `HARD_STATE`, `CONF_STATE`: the new value, replacing the old.
+//!
+//! A record is written before raft-rs is told it is stable, and
+//! [`RaftDisk::sync`] makes the writes durable before any message that
+//! depends on them leaves the node (`QuorumNode::advance`), which is
+//! raft-rs's contract: a vote or an acknowledged append is never forgotten
+//! by a node that crashes after sending it.
+//!
+//! Damage at start-up is treated as the metadata log treats it
+//! (`metadata::store`): a torn or corrupt **last** record is what a crash
+//! mid-append leaves and is cut off (its content was never synced, so no
+//! message depended on it); a corrupt record followed by another is damage
+//! a crash cannot cause, and loading fails instead of silently forgetting a
+//! vote or an entry. (One damage looks exactly like a torn append and is
+//! cut as one: a length field corrupted to point past the end of the
+//! file. Raft assumes disks that do not corrupt synced data; the CRC
+//! catches every other flip.)
+//!
+//! Compaction (snapshots of the applied image, entries dropped behind
+//! them) is not built yet: the log holds only control records. The storage
+//! already keeps the index and term of the entry before its first one, the
+//! shape compaction needs.
+
+use super::codec;
+use crate::protocol::wire::Reader;
+use bytes::{BufMut, BytesMut};
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+use raft::{GetEntriesContext, RaftState, StorageError};
+use std::cell::RefCell;
+use std::io;
+use std::rc::Rc;
+
+const ENTRIES: i8 = 1;
+const HARD_STATE: i8 = 2;
+const CONF_STATE: i8 = 3;
+/// Length and CRC before each record's kind and body.
+const RECORD_HEADER_BYTES: usize = 8;
+/// A record larger than this is damage, not something fjord wrote.
+pub const RECORD_BYTES_MAX: usize = 64 << 20;
+
+/// Where the Raft log's records go: a file in production, memory with
+/// crash semantics in the simulation.
+pub trait RaftDisk {
+    /// Appends one framed record after the previous ones.
+    fn append(&mut self, record: &[u8]) -> io::Result<()>;
+    /// Makes every record appended so far durable.
+    fn sync(&mut self) -> io::Result<()>;
+    /// Cuts the file to `len` bytes (a torn tail found at load).
+    fn truncate(&mut self, len: u64) -> io::Result<()>;
+}
+
+/// A Raft log file that does not follow the format.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("raft log record at byte {at} is corrupt ({what}) and is followed by more records")]
+    Corrupt { at: usize, what: String },
+}
+
+/// The log's in-memory state.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Core {
+    pub hard_state: HardState,
+    pub conf_state: ConfState,
+    /// Index and term of the entry just before `entries[0]` (0, 0 for a log
+    /// that was never compacted).
+    pub offset_index: u64,
+    pub offset_term: u64,
+    pub entries: Vec<Entry>,
+}
+
+impl Core {
+    pub fn last_index(&self) -> u64 {
+        self.offset_index + self.entries.len() as u64
+    }
+
+    fn append(&mut self, ents: &[Entry]) {
+        let Some(first) = ents.first() else { return };
+        // Entries from `first.index` on are replaced; raft-rs never appends
+        // with a gap nor below the compaction point.
+        let keep = first.index.saturating_sub(self.offset_index + 1) as usize;
+        self.entries.truncate(keep);
+        self.entries.extend_from_slice(ents);
+    }
+
+    /// Applies one decoded record (at load).
+    fn apply(&mut self, kind: i8, body: &[u8]) -> Result<(), String> {
+        let mut r = Reader::new(body);
+        match kind {
+            ENTRIES => {
+                let ents = codec::entries(&mut r).map_err(|e| e.to_string())?;
+                if let Some(first) = ents.first() {
+                    if first.index <= self.offset_index || first.index > self.last_index() + 1 {
+                        return Err(format!(
+                            "entries at {} do not follow the log ending at {}",
+                            first.index,
+                            self.last_index()
+                        ));
+                    }
+                    if ents.windows(2).any(|w| w[1].index != w[0].index + 1) {
+                        return Err("entries are not consecutive".into());
+                    }
+                }
+                self.append(&ents);
+            }
+            HARD_STATE => self.hard_state = codec::hard_state(&mut r).map_err(|e| e.to_string())?,
+            CONF_STATE => self.conf_state = codec::conf_state(&mut r).map_err(|e| e.to_string())?,
+            k => return Err(format!("unknown record kind {k}")),
+        }
+        if r.remaining() != 0 {
+            return Err("bytes after the record's body".into());
+        }
+        Ok(())
+    }
+}
+
+/// Frames one record.
+fn record(kind: i8, body: impl FnOnce(&mut BytesMut)) -> BytesMut {
+    let mut out = BytesMut::with_capacity(64);
+    out.put_u64(0); // length and CRC, filled below
+    out.put_i8(kind);
+    body(&mut out);
+    let len = (out.len() - RECORD_HEADER_BYTES) as u32;
+    let crc = crc32c::crc32c(&out[RECORD_HEADER_BYTES..]);
+    out[0..4].copy_from_slice(&len.to_be_bytes());
+    out[4..8].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
+/// Replays a Raft log file: the state, and the length of its valid prefix
+/// (shorter than `bytes` when a torn last record must be cut off).
+pub fn load(bytes: &[u8]) -> Result<(Core, usize), LoadError> {
+    let mut core = Core::default();
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let rest = &bytes[at..];
+        let bad = |what: String| -> Option<String> { Some(what) };
+        let problem = if rest.len() < RECORD_HEADER_BYTES {
+            bad("a header cut short".into())
+        } else {
+            let len = u32::from_be_bytes(rest[0..4].try_into().unwrap()) as usize;
+            let crc = u32::from_be_bytes(rest[4..8].try_into().unwrap());
+            if len == 0 || len > RECORD_BYTES_MAX {
+                bad(format!("length {len}"))
+            } else if rest.len() < RECORD_HEADER_BYTES + len {
+                bad("a body cut short".into())
+            } else {
+                let payload = &rest[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + len];
+                if crc32c::crc32c(payload) != crc {
+                    bad("CRC mismatch".into())
+                } else {
+                    match core.apply(payload[0] as i8, &payload[1..]) {
+                        Ok(()) => {
+                            at += RECORD_HEADER_BYTES + len;
+                            None
+                        }
+                        Err(e) => bad(e),
+                    }
+                }
+            }
+        };
+        if let Some(what) = problem {
+            // Torn tail: only if nothing valid could follow. A record's
+            // length is unknown once its header is bad, so any non-zero
+            // byte after a damaged record's claimed end counts as "more".
+            let claimed_end = if rest.len() >= 4 {
+                let len = u32::from_be_bytes(rest[0..4].try_into().unwrap()) as usize;
+                (RECORD_HEADER_BYTES + len).min(rest.len())
+            } else {
+                rest.len()
+            };
+            if rest[claimed_end..].iter().any(|&b| b != 0) {
+                return Err(LoadError::Corrupt { at, what });
+            }
+            return Ok((core, at));
+        }
+    }
+    Ok((core, at))
+}
+
+/// raft-rs's view of the log (`raft::Storage`), shared with the node that
+/// writes it.
+#[derive(Clone)]
+pub struct RaftStore {
+    core: Rc<RefCell<Core>>,
+}
+
+impl RaftStore {
+    pub fn new(core: Core) -> Self {
+        Self {
+            core: Rc::new(RefCell::new(core)),
+        }
+    }
+
+    /// A copy of the state (tests, diagnostics).
+    pub fn snapshot_core(&self) -> Core {
+        self.core.borrow().clone()
+    }
+
+    /// Appends entries (replacing any from the first one's index on).
+    pub fn append(&self, ents: &[Entry], disk: &mut impl RaftDisk) -> io::Result<()> {
+        if ents.is_empty() {
+            return Ok(());
+        }
+        disk.append(&record(ENTRIES, |b| codec::put_entries(b, ents)))?;
+        self.core.borrow_mut().append(ents);
+        Ok(())
+    }
+
+    pub fn set_hard_state(&self, hs: &HardState, disk: &mut impl RaftDisk) -> io::Result<()> {
+        if self.core.borrow().hard_state == *hs {
+            return Ok(());
+        }
+        disk.append(&record(HARD_STATE, |b| codec::put_hard_state(b, hs)))?;
+        self.core.borrow_mut().hard_state = hs.clone();
+        Ok(())
+    }
+
+    pub fn set_commit(&self, commit: u64, disk: &mut impl RaftDisk) -> io::Result<()> {
+        let mut hs = self.core.borrow().hard_state.clone();
+        hs.commit = commit;
+        self.set_hard_state(&hs, disk)
+    }
+
+    pub fn set_conf_state(&self, cs: &ConfState, disk: &mut impl RaftDisk) -> io::Result<()> {
+        disk.append(&record(CONF_STATE, |b| codec::put_conf_state(b, cs)))?;
+        self.core.borrow_mut().conf_state = cs.clone();
+        Ok(())
+    }
+}
+
+impl raft::Storage for RaftStore {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        let c = self.core.borrow();
+        Ok(RaftState::new(c.hard_state.clone(), c.conf_state.clone()))
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        let c = self.core.borrow();
+        if low <= c.offset_index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if high > c.last_index() + 1 || low > high {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        let from = (low - c.offset_index - 1) as usize;
+        let to = (high - c.offset_index - 1) as usize;
+        let mut ents = c.entries[from..to].to_vec();
+        raft::util::limit_size(&mut ents, max_size.into());
+        Ok(ents)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        let c = self.core.borrow();
+        if idx == c.offset_index {
+            return Ok(c.offset_term);
+        }
+        if idx < c.offset_index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if idx > c.last_index() {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        Ok(c.entries[(idx - c.offset_index - 1) as usize].term)
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.core.borrow().offset_index + 1)
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(self.core.borrow().last_index())
+    }
+
+    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        // Nothing is compacted yet, so a follower never needs one.
+        Err(raft::Error::Store(
+            StorageError::SnapshotTemporarilyUnavailable,
+        ))
+    }
+}
+
+/// The production disk: one append-only file, fdatasync'ed by `sync`.
+pub struct FileDisk {
+    file: std::fs::File,
+}
+
+impl FileDisk {
+    /// Opens (creating) the file at `path` and returns it with its bytes.
+    pub fn open(path: &std::path::Path) -> io::Result<(Self, Vec<u8>)> {
+        use std::io::Read;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(path)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        Ok((Self { file }, bytes))
+    }
+}
+
+impl RaftDisk for FileDisk {
+    fn append(&mut self, record: &[u8]) -> io::Result<()> {
+        use std::io::Write;
+        self.file.write_all(record)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)?;
+        self.file.sync_data()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod mem {
+    //! An in-memory disk with crash semantics, for the simulation.
+    use super::RaftDisk;
+    use std::io;
+
+    /// What a crash keeps: everything synced, and of the rest a prefix
+    /// chosen by the simulation (possibly cutting a record in two).
+    #[derive(Default, Clone, Debug)]
+    pub struct MemDisk {
+        pub synced: Vec<u8>,
+        pub pending: Vec<u8>,
+        pub syncs: u64,
+    }
+
+    impl MemDisk {
+        /// The bytes a crash leaves when `keep` of the unsynced bytes
+        /// reached the disk.
+        pub fn after_crash(&self, keep: usize) -> Vec<u8> {
+            let mut b = self.synced.clone();
+            b.extend_from_slice(&self.pending[..keep.min(self.pending.len())]);
+            b
+        }
+    }
+
+    impl RaftDisk for MemDisk {
+        fn append(&mut self, record: &[u8]) -> io::Result<()> {
+            self.pending.extend_from_slice(record);
+            Ok(())
+        }
+        fn sync(&mut self) -> io::Result<()> {
+            let p = std::mem::take(&mut self.pending);
+            self.synced.extend_from_slice(&p);
+            self.syncs += 1;
+            Ok(())
+        }
+        fn truncate(&mut self, len: u64) -> io::Result<()> {
+            self.sync()?;
+            self.synced.truncate(len as usize);
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::field_reassign_with_default)] // protobuf structs
+mod tests {
+    use super::mem::MemDisk;
+    use super::*;
+    use bytes::Bytes;
+    use raft::Storage;
+
+    fn entry(index: u64, term: u64, data: &'static [u8]) -> Entry {
+        let mut e = Entry::default();
+        e.index = index;
+        e.term = term;
+        e.data = Bytes::from_static(data);
+        e
+    }
+
+    #[test]
+    fn a_reloaded_log_is_the_log_written_including_overwritten_suffixes() {
+        let mut disk = MemDisk::default();
+        let store = RaftStore::new(Core::default());
+        store
+            .append(
+                &[entry(1, 1, b"a"), entry(2, 1, b"b"), entry(3, 1, b"c")],
+                &mut disk,
+            )
+            .unwrap();
+        let mut hs = HardState::default();
+        hs.term = 2;
+        hs.vote = 3;
+        store.set_hard_state(&hs, &mut disk).unwrap();
+        // A new leader replaces the uncommitted suffix from index 2.
+        store.append(&[entry(2, 2, b"B")], &mut disk).unwrap();
+        let mut cs = ConfState::default();
+        cs.voters = vec![1, 2, 3];
+        store.set_conf_state(&cs, &mut disk).unwrap();
+        store.set_commit(2, &mut disk).unwrap();
+        disk.sync().unwrap();
+        let (core, valid) = load(&disk.synced).unwrap();
+        assert_eq!(valid, disk.synced.len());
+        assert_eq!(core, store.snapshot_core());
+        assert_eq!(core.last_index(), 2);
+        assert_eq!(store.term(2).unwrap(), 2);
+        assert_eq!(core.hard_state.commit, 2);
+        assert_eq!(core.conf_state.voters, vec![1, 2, 3]);
+        let got = store
+            .entries(1, 3, None, GetEntriesContext::empty(false))
+            .unwrap();
+        assert_eq!(got, vec![entry(1, 1, b"a"), entry(2, 2, b"B")]);
+        assert!(store
+            .entries(1, 4, None, GetEntriesContext::empty(false))
+            .is_err());
+    }
+
+    #[test]
+    fn a_torn_last_record_is_cut_and_damage_before_the_end_refuses_to_load() {
+        let mut disk = MemDisk::default();
+        let store = RaftStore::new(Core::default());
+        store.append(&[entry(1, 1, b"a")], &mut disk).unwrap();
+        disk.sync().unwrap();
+        let whole = disk.synced.len();
+        store.append(&[entry(2, 1, b"b")], &mut disk).unwrap();
+        let bytes = disk.after_crash(usize::MAX);
+        for cut in whole..bytes.len() {
+            let (core, valid) = load(&bytes[..cut]).unwrap();
+            assert_eq!((core.last_index(), valid), (1, whole), "cut at {cut}");
+        }
+        // Zeros after the last record (preallocation, a power loss) are a tail.
+        let mut zeros = bytes.clone();
+        zeros.extend_from_slice(&[0; 32]);
+        assert_eq!(load(&zeros).unwrap().0.last_index(), 2);
+        // A flipped byte in the first record, with a valid one after it.
+        let mut bad = bytes.clone();
+        bad[RECORD_HEADER_BYTES + 3] ^= 0xff;
+        assert!(matches!(load(&bad), Err(LoadError::Corrupt { at: 0, .. })));
+    }
+}
