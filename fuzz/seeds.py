@@ -163,6 +163,19 @@ def main():
         request_header(27, 2, True) + bytes.fromhex(
             "0200000000000000070001010202740300000000000000020000000003020000"),
         request_header(35, 5, True) + bytes.fromhex("02027402000000000000"),
+        # src/protocol/hand_versions_more.rs: ListOffsets v11, ApiVersions
+        # v5, TxnOffsetCommit v6, DeleteGroups v3.
+        request_header(2, 11, True) + bytes.fromhex(
+            "ffffffff01020274020000000000000003fffffffffffffffa00000000138800"),
+        request_header(18, 5, True) + bytes.fromhex(
+            "126170616368652d6b61666b612d6a61766106342e342e3004616263000003e900"),
+        request_header(28, 6, True) + bytes.fromhex(
+            "027802670000000000000007000100000003026d00020102030405060708090a0b0c0d0e0f10"
+            "0200000001000000000000002a00000005036d64000000"),
+        request_header(42, 3, True) + bytes.fromhex("030267026800"),
+        # Produce v13 (topic ids), as kafka-clients 4.4 serializes it.
+        request_header(0, 13, True) + bytes.fromhex(
+            "00ffff000003e8020102030405060708090a0b0c0d0e0f10020000000004010203000000"),
     ]
     for i, f in enumerate(frames):
         write("request_frame", "frame-%d" % i, b"\x00" + f)

@@ -186,10 +186,11 @@ pub fn request_frame(data: &[u8]) {
 
 /// Decodes a request body as `handlers::dispatch` would route it: Produce
 /// with fjord's decoder, the versions newer than kafka-protocol's schemas
-/// with fjord's hand codecs (`protocol::hand_versions`), every other
-/// supported api with kafka-protocol's request type through
-/// `handlers::decode`. ApiVersions' handler reads no
-/// body; it is decoded here all the same, as clients send one.
+/// with fjord's hand codecs (`protocol::hand_versions`,
+/// `protocol::hand_versions_more`), every other supported api with
+/// kafka-protocol's request type through `handlers::decode`. ApiVersions'
+/// handler reads only a v5 body; older ones are decoded here all the same,
+/// as clients send them.
 fn request_body(header: &RequestHeader, mut body: BytesMut) {
     use crate::handlers::decode;
     use kafka_protocol::messages::*;
@@ -205,6 +206,7 @@ fn request_body(header: &RequestHeader, mut body: BytesMut) {
         }};
     }
     use crate::protocol::hand_versions::*;
+    use crate::protocol::hand_versions_more::*;
     let v = header.api_version;
     match key {
         ApiKey::Produce => produce_request_body(body, header.api_version),
@@ -218,6 +220,18 @@ fn request_body(header: &RequestHeader, mut body: BytesMut) {
         }
         ApiKey::DescribeLogDirs if v >= DESCRIBE_LOG_DIRS_CORDONED_VERSION => {
             kp!(DescribeLogDirsRequestV5)
+        }
+        ApiKey::ListOffsets if v >= LIST_OFFSETS_PENDING_UPLOAD_VERSION => {
+            kp!(ListOffsetsRequestV11)
+        }
+        ApiKey::ApiVersions if v >= API_VERSIONS_REBOOTSTRAP_VERSION => {
+            kp!(ApiVersionsRequestV5)
+        }
+        ApiKey::TxnOffsetCommit if v >= TXN_OFFSET_COMMIT_TOPIC_ID_VERSION => {
+            kp!(TxnOffsetCommitRequestV6)
+        }
+        ApiKey::DeleteGroups if v >= DELETE_GROUPS_MESSAGE_VERSION => {
+            kp!(DeleteGroupsRequestV3)
         }
         ApiKey::Fetch => kp!(FetchRequest),
         ApiKey::ListOffsets => kp!(ListOffsetsRequest),
@@ -276,7 +290,7 @@ fn produce_request_body(body: BytesMut, version: i16) {
 }
 
 /// Produce decoding and record-batch validation. `data[0]` picks the
-/// Produce version (3-12), `data[1]` the flags: bit 0 recomputes batch
+/// Produce version (3-13), `data[1]` the flags: bit 0 recomputes batch
 /// CRCs, bit 1 decodes `data[2..]` as a whole Produce request body, else as
 /// one partition's records field.
 pub fn produce_decode(data: &[u8]) {

@@ -121,6 +121,7 @@ fn replay_rebuilds_offsets_and_honours_transaction_markers() {
                     None,
                     -1,
                     vec![("t".into(), part, offset(o))],
+                    false,
                 )
                 .await
                 .expect("txn commit");

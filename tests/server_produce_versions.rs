@@ -1,5 +1,5 @@
 //! Produce versions as Kafka 4.x advertises and serves them (KAFKA-18659):
-//! ApiVersions lists Produce 0-12, a Produce v0-2 request is refused the
+//! ApiVersions lists Produce 0-13, a Produce v0-2 request is refused the
 //! way Kafka's socket server refuses an unsupported version (the connection
 //! is closed, nothing is written), and librdkafka older than 2.11.1 —
 //! Debian's kcat, linked with librdkafka 2.0 — then sends compressed
@@ -72,7 +72,7 @@ fn produce_advertised_from_v0_and_v0_to_v2_refused_as_kafka_does() {
     create_topic(&broker.bootstrap(), topic, 1, &[]);
     let port = leader_port(&broker, topic, 0);
 
-    // ApiVersions: Produce 0-12, as Kafka 4.x's broker listener says.
+    // ApiVersions: Produce 0-13, as Kafka 4.4's broker listener says.
     let mut raw = RawClient::connect(port);
     let av = raw.request(3, &ApiVersionsRequest::default());
     assert_eq!(av.error_code, 0);
@@ -81,7 +81,7 @@ fn produce_advertised_from_v0_and_v0_to_v2_refused_as_kafka_does() {
         .iter()
         .find(|k| k.api_key == ApiKey::Produce as i16)
         .expect("Produce is advertised");
-    assert_eq!((produce.min_version, produce.max_version), (0, 12));
+    assert_eq!((produce.min_version, produce.max_version), (0, 13));
 
     // Produce v0, v1 and v2, each on its own connection: closed without
     // an answer, as Kafka's socket server does on UnsupportedVersionException.

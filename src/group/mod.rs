@@ -1057,15 +1057,31 @@ impl GroupCoordinator {
         instance_id: Option<&str>,
         generation_id: i32,
         offsets: Vec<OffsetToCommit>,
+        kip1319_errors: bool,
     ) -> Result<(), GroupError> {
         check_group_id(group_id)?;
         let p = self.check(group_id)?;
         // Only a simple consumer (generation < 0) may create the group.
+        // Before TxnOffsetCommit v6 (KIP-1319: `kip1319_errors` false) a
+        // missing group and a consumer-group member's stale epoch are both
+        // ILLEGAL_GENERATION; from v6 they are GROUP_ID_NOT_FOUND and
+        // STALE_MEMBER_EPOCH, as Kafka's `validateTransactionalOffsetCommit`.
         match self.with_group(group_id, generation_id < 0, |g, _| {
-            let older = g.validate_offset_commit(member_id, instance_id, generation_id, true)?;
-            check_held_since(g, member_id, older, &offsets, true)
+            let older = match g.validate_offset_commit(member_id, instance_id, generation_id, true)
+            {
+                Err(GroupError::IllegalGeneration) if kip1319_errors => match &g.consumer {
+                    // The transactional check answers a stale epoch as
+                    // ILLEGAL_GENERATION; the plain one tells it apart.
+                    Some(c) => c.validate_offset_commit(member_id, generation_id, false)?,
+                    None => return Err(GroupError::IllegalGeneration),
+                },
+                other => other?,
+            };
+            check_held_since(g, member_id, older, &offsets, !kip1319_errors)
         }) {
-            Err(GroupError::GroupIdNotFound) => return Err(GroupError::IllegalGeneration),
+            Err(GroupError::GroupIdNotFound) if !kip1319_errors => {
+                return Err(GroupError::IllegalGeneration)
+            }
             other => other?,
         }
         if offsets.is_empty() {

@@ -294,6 +294,28 @@ impl ResponseErrors for crate::protocol::hand_versions::DescribeLogDirsResponseV
     }
 }
 
+impl ResponseErrors for crate::protocol::hand_versions_more::TxnOffsetCommitResponseV6 {
+    fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
+        for (_, partitions) in &self.topics {
+            for p in partitions {
+                count(p.error_code);
+            }
+        }
+    }
+}
+
+impl ResponseErrors for crate::protocol::hand_versions_more::ListOffsetsResponseV11 {
+    fn error_codes(&self, version: i16, count: &mut impl FnMut(i16)) {
+        self.0.error_codes(version, count);
+    }
+}
+
+impl ResponseErrors for crate::protocol::hand_versions_more::DeleteGroupsResponseV3 {
+    fn error_codes(&self, version: i16, count: &mut impl FnMut(i16)) {
+        self.response.error_codes(version, count);
+    }
+}
+
 impl ResponseErrors for DescribeTransactionsResponse {
     fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
         for s in &self.transaction_states {

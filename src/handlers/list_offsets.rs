@@ -1,12 +1,18 @@
-//! ListOffsets (v1-10): earliest, latest (HW or LSO by isolation),
+//! ListOffsets (v1-11): earliest, latest (HW or LSO by isolation),
 //! max-timestamp, earliest-local, and lookup by timestamp through the time
-//! index. Latest-tiered (-5, v9+) is answered as Kafka answers it for a log
-//! without tiered storage: offset and timestamp -1, no epoch. v10 only adds
-//! a timeout for remote-storage lookups, which fjord has none of. The
+//! index. Latest-tiered (-5, v9+) and earliest-pending-upload (-6, v11+,
+//! KIP-1023) are answered as Kafka's `UnifiedLog.fetchOffsetByTimestamp`
+//! answers them for a log without tiered storage: offset, timestamp and
+//! leader epoch -1. v10 only adds a timeout for remote-storage lookups,
+//! which fjord has none of; v11 (hand-coded, `protocol::hand_versions_more`)
+//! is v10 on the wire. The
 //! leader epoch answered is the current one for the latest offset, else
 //! the epoch the offset was appended in (Kafka's `epochForOffset`).
 
 use super::{decode, errors, led_partition, respond, Outcome};
+use crate::protocol::hand_versions_more::{
+    ListOffsetsRequestV11, ListOffsetsResponseV11, LIST_OFFSETS_PENDING_UPLOAD_VERSION,
+};
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
 use crate::types::Offset;
@@ -23,6 +29,10 @@ pub const LATEST_TIMESTAMP: i64 = -1;
 pub const EARLIEST_TIMESTAMP: i64 = -2;
 pub const MAX_TIMESTAMP: i64 = -3;
 pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+/// Latest tiered (v9+) and earliest pending upload (v11+) offsets: -1 in
+/// every field without tiered storage (the `_` arm of `handle`).
+pub const LATEST_TIERED_TIMESTAMP: i64 = -5;
+pub const EARLIEST_PENDING_UPLOAD_TIMESTAMP: i64 = -6;
 /// Isolation level read_committed.
 pub const READ_COMMITTED: i8 = 1;
 
@@ -40,7 +50,12 @@ pub fn check_leader_epoch(current_leader_epoch: i32, leader_epoch: i32) -> Optio
 }
 
 pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
-    let Some(req) = decode::<ListOffsetsRequest>(header, body) else {
+    let req = if header.api_version >= LIST_OFFSETS_PENDING_UPLOAD_VERSION {
+        decode::<ListOffsetsRequestV11>(header, body).map(|r| r.0)
+    } else {
+        decode::<ListOffsetsRequest>(header, body)
+    };
+    let Some(req) = req else {
         return Outcome::Close;
     };
     let image = ctx.image();
@@ -106,5 +121,10 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 .with_partitions(partitions),
         );
     }
-    respond(header, &ListOffsetsResponse::default().with_topics(topics))
+    let resp = ListOffsetsResponse::default().with_topics(topics);
+    if header.api_version >= LIST_OFFSETS_PENDING_UPLOAD_VERSION {
+        respond(header, &ListOffsetsResponseV11(resp))
+    } else {
+        respond(header, &resp)
+    }
 }

@@ -110,7 +110,7 @@ fn dispatch_other(
         return async { Outcome::Close }.boxed_local();
     };
     if key == ApiKey::ApiVersions {
-        return async move { api_versions::handle(&header, &body) }.boxed_local();
+        return async move { api_versions::handle(&ctx, &header, &mut body) }.boxed_local();
     }
     if !supported(header.api_key, header.api_version) {
         // Kafka closes the connection for an unsupported version of any

@@ -1,7 +1,10 @@
 //! Produce, with Kafka's checks in Kafka's order (KAFKA_BEHAVIOUR.md §2).
 //!
 //! Per partition, writing nothing when a check fails:
-//! 1. the topic and partition exist (UNKNOWN_TOPIC_OR_PARTITION);
+//! 1. the topic and partition exist (UNKNOWN_TOPIC_OR_PARTITION; on v13,
+//!    which names topics by id, an id no topic has is UNKNOWN_TOPIC_ID, as
+//!    Kafka's `handleProduceRequest` answers, and the response names each
+//!    topic by the id the request gave);
 //! 2. exactly one v2 batch (`ProduceRequest.validateRecords`: INVALID_RECORD,
 //!    CORRUPT_MESSAGE — see `record::error` for the table);
 //! 3. acks is -1, 0 or 1, else every partition still standing gets
@@ -57,6 +60,7 @@ use crate::metrics;
 use crate::partition::{AppendError, DataAppend};
 use crate::protocol::produce::{
     decode_produce_request, single_batch_for_version, validate_for_append,
+    PRODUCE_FIRST_TOPIC_ID_VERSION,
 };
 use crate::protocol::RequestHeader;
 use crate::record::records::keyless_records;
@@ -77,6 +81,7 @@ use kafka_protocol::ResponseError;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
+use uuid::Uuid;
 
 /// First Produce version with `current_leader` / `node_endpoints`.
 const FIRST_LEADER_HINT_VERSION: i16 = 10;
@@ -162,13 +167,23 @@ pub fn handle(
     buffer_bytes: usize,
 ) -> Dispatched {
     let version = header.api_version;
-    let req = match decode_produce_request(body, version) {
+    let mut req = match decode_produce_request(body, version) {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(error = %e, "malformed produce request; closing");
             return Dispatched::Ready(future::ready(Outcome::Close).boxed_local());
         }
     };
+    if version >= PRODUCE_FIRST_TOPIC_ID_VERSION {
+        // v13 names topics by id: resolve each once; an unknown id keeps
+        // the empty name, which no topic has (step 1 answers it).
+        let image = ctx.image();
+        for t in &mut req.topics {
+            if let Some(meta) = image.topic_by_id(&t.topic_id) {
+                t.name.clone_from(&meta.name);
+            }
+        }
+    }
     // Large batches that the topic recompresses are recompressed on the
     // shard's blocking thread first (a 1 MiB gzip batch is milliseconds of
     // CPU that would stall every other request of the shard); the
@@ -440,12 +455,22 @@ fn append_and_answer(
     let timeout_ms = req.timeout_ms;
     let acks_valid = matches!(acks, -1..=1);
     let image = ctx.image();
-    let mut topics: Vec<(String, Vec<PartitionResult>)> = Vec::with_capacity(req.topics.len());
+    let mut topics: Vec<TopicResults> = Vec::with_capacity(req.topics.len());
     for topic in req.topics {
         let mut results = Vec::with_capacity(topic.partitions.len());
+        // v13: an id that named no topic (its name stayed empty).
+        let unknown_id = version >= PRODUCE_FIRST_TOPIC_ID_VERSION && topic.name.is_empty();
         for p in topic.partitions {
             let index = p.index;
             // 1. The topic and partition exist.
+            if unknown_id {
+                results.push(PartitionResult::error(
+                    index,
+                    ResponseError::UnknownTopicId.code(),
+                    None,
+                ));
+                continue;
+            }
             let Some(leader) = image.leader_shard(&topic.name, index, ctx.cores()) else {
                 results.push(PartitionResult::error(
                     index,
@@ -593,7 +618,7 @@ fn append_and_answer(
                 refused_log_start: -1,
             });
         }
-        topics.push((topic.name, results));
+        topics.push((topic.name, topic.topic_id, results));
     }
 
     // TESTING ONLY (--debug-drop-produce-response-every): lose this response.
@@ -610,14 +635,14 @@ fn append_and_answer(
         }
         let any_error = topics
             .iter()
-            .flat_map(|(_, ps)| ps)
+            .flat_map(|(_, _, ps)| ps)
             .any(|p| p.error != errors::NONE);
         if acks == 0 {
             return if any_error {
                 // Kafka counts the would-be response's error codes when it
                 // closes an acks=0 connection (RequestChannel.closeConnection).
                 metrics::record_errors(header.api_key, |counts| {
-                    for p in topics.iter().flat_map(|(_, ps)| ps) {
+                    for p in topics.iter().flat_map(|(_, _, ps)| ps) {
                         counts.count(p.error);
                     }
                 });
@@ -632,7 +657,7 @@ fn append_and_answer(
         // made is answered as made).
         let deadline = (acks == -1)
             .then(|| crate::clock::monotonic() + Duration::from_millis(timeout_ms.max(0) as u64));
-        for (_, results) in topics.iter_mut() {
+        for (_, _, results) in topics.iter_mut() {
             for r in results.iter_mut() {
                 let (Some(log), Some(info)) = (&r.log, &r.appended) else {
                     continue;
@@ -676,15 +701,14 @@ fn append_and_answer(
     .boxed_local()
 }
 
-fn response(
-    ctx: &ShardCtx,
-    version: i16,
-    topics: Vec<(String, Vec<PartitionResult>)>,
-) -> ProduceResponse {
+/// A topic's answers: its name, its id (v13) and its partitions' results.
+type TopicResults = (String, [u8; 16], Vec<PartitionResult>);
+
+fn response(ctx: &ShardCtx, version: i16, topics: Vec<TopicResults>) -> ProduceResponse {
     let mut leaders_named = Vec::new();
     let responses = topics
         .into_iter()
-        .map(|(name, results)| {
+        .map(|(name, topic_id, results)| {
             let partitions = results
                 .into_iter()
                 .map(|r| {
@@ -725,9 +749,12 @@ fn response(
                     p
                 })
                 .collect();
-            TopicProduceResponse::default()
-                .with_name(TopicName(super::str_bytes(name)))
-                .with_partition_responses(partitions)
+            let topic = TopicProduceResponse::default().with_partition_responses(partitions);
+            if version >= PRODUCE_FIRST_TOPIC_ID_VERSION {
+                topic.with_topic_id(Uuid::from_bytes(topic_id))
+            } else {
+                topic.with_name(TopicName(super::str_bytes(name)))
+            }
         })
         .collect();
     let mut resp = ProduceResponse::default().with_responses(responses);

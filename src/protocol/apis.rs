@@ -37,12 +37,12 @@ pub const PRODUCE_ADVERTISED_MIN_VERSION: i16 = 0;
 
 /// Every API fjord serves, with the inclusive version range it implements.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 12),
-    (ApiKey::Fetch, 4, 16),
-    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Produce, 3, 13),
+    (ApiKey::Fetch, 4, 18),
+    (ApiKey::ListOffsets, 1, 11),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::Metadata, 0, 13),
-    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::ApiVersions, 0, 5),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::InitProducerId, 0, 5),
@@ -71,9 +71,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetFetch, 1, 10),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 6),
-    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::DeleteGroups, 0, 3),
     (ApiKey::OffsetDelete, 0, 0),
-    (ApiKey::TxnOffsetCommit, 0, 5),
+    (ApiKey::TxnOffsetCommit, 0, 6),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::DescribeTopicPartitions, 0, 0),
@@ -177,6 +177,16 @@ pub fn unsupported_version_body() -> BytesMut {
     out
 }
 
+/// The version an ApiVersions response body of `request_version` is
+/// encoded at with the crate's schema: v5's body is v4's field for field
+/// (KIP-1242 changed only the request), and the crate stops at v4.
+fn crate_encoding_version(request_version: i16) -> i16 {
+    request_version.min(API_VERSIONS_CRATE_MAX_VERSION)
+}
+
+/// The crate's newest ApiVersions schema.
+const API_VERSIONS_CRATE_MAX_VERSION: i16 = 4;
+
 /// The body (no length, no header) answering an ApiVersions request of
 /// `request_version`, and the version its header and body are encoded at:
 /// the request's own version if supported, else 0 with UNSUPPORTED_VERSION.
@@ -188,9 +198,23 @@ pub fn api_versions_body(request_version: i16, features: Features) -> (BytesMut,
     let mut out = BytesMut::new();
     // The response is built from constants within the version's schema;
     // encoding can only fail on a programmer error.
-    resp.encode(&mut out, request_version)
+    resp.encode(&mut out, crate_encoding_version(request_version))
         .expect("ApiVersions response within schema limits");
     (out, request_version)
+}
+
+/// The body answering a supported ApiVersions request of
+/// `request_version` with `error_code` (INVALID_REQUEST, or
+/// REBOOTSTRAP_REQUIRED at v5): Kafka's `ApiVersionsRequest.getErrorResponse`,
+/// the error, no api keys, throttle time 0, in the request's version.
+pub fn api_versions_error_body(request_version: i16, error_code: i16) -> BytesMut {
+    let resp = ApiVersionsResponse::default()
+        .with_error_code(error_code)
+        .with_throttle_time_ms(0);
+    let mut out = BytesMut::new();
+    resp.encode(&mut out, crate_encoding_version(request_version))
+        .expect("ApiVersions error response within schema limits");
+    out
 }
 
 #[cfg(test)]
@@ -201,11 +225,11 @@ mod tests {
     #[test]
     fn table_matches_the_issue() {
         assert!(supported(ApiKey::Produce as i16, 3));
-        assert!(supported(ApiKey::Produce as i16, 12));
-        assert!(!supported(ApiKey::Produce as i16, 13));
+        assert!(supported(ApiKey::Produce as i16, 13));
+        assert!(!supported(ApiKey::Produce as i16, 14));
         assert!(!supported(ApiKey::Produce as i16, 2));
-        assert!(supported(ApiKey::Fetch as i16, 16));
-        assert!(!supported(ApiKey::Fetch as i16, 17));
+        assert!(supported(ApiKey::Fetch as i16, 18));
+        assert!(!supported(ApiKey::Fetch as i16, 19));
         assert!(supported(ApiKey::JoinGroup as i16, 9));
         assert!(!supported(ApiKey::JoinGroup as i16, 10));
         assert!(supported(ApiKey::FindCoordinator as i16, 6));
@@ -218,7 +242,10 @@ mod tests {
         assert!(supported(ApiKey::OffsetForLeaderEpoch as i16, 2));
         assert!(supported(ApiKey::OffsetForLeaderEpoch as i16, 4));
         assert!(!supported(ApiKey::OffsetForLeaderEpoch as i16, 1));
-        assert!(supported(ApiKey::ListOffsets as i16, 10));
+        assert!(supported(ApiKey::ListOffsets as i16, 11));
+        assert!(supported(ApiKey::ApiVersions as i16, 5));
+        assert!(supported(ApiKey::TxnOffsetCommit as i16, 6));
+        assert!(supported(ApiKey::DeleteGroups as i16, 3));
         assert!(supported(ApiKey::Metadata as i16, 13));
         assert!(supported(ApiKey::DescribeCluster as i16, 2));
         assert!(supported(ApiKey::DescribeTopicPartitions as i16, 0));
@@ -268,14 +295,14 @@ mod tests {
             .iter()
             .find(|k| k.api_key == ApiKey::Produce as i16)
             .unwrap();
-        assert_eq!((produce.min_version, produce.max_version), (0, 12));
+        assert_eq!((produce.min_version, produce.max_version), (0, 13));
         assert!(!supported(ApiKey::Produce as i16, 0));
         let fetch = resp
             .api_keys
             .iter()
             .find(|k| k.api_key == ApiKey::Fetch as i16)
             .unwrap();
-        assert_eq!((fetch.min_version, fetch.max_version), (4, 16));
+        assert_eq!((fetch.min_version, fetch.max_version), (4, 18));
         assert_eq!(resp.finalized_features_epoch, 7);
         assert_eq!(resp.finalized_features.len(), 1);
         assert_eq!(resp.finalized_features[0].max_version_level, 2);
@@ -289,12 +316,53 @@ mod tests {
         assert!(resp.supported_features.is_empty() && resp.finalized_features.is_empty());
     }
 
+    /// What Kafka 4.4's `kafka-clients` serializes for an ApiVersions
+    /// response with ApiVersions 0-5, `transaction.version` 0-2 supported
+    /// and finalized at 2, epoch 1: the same bytes at v4 and v5.
+    const KAFKA_V5_RESPONSE: &str = "000002001200000005000000000003001a02147472616e73616374696f6e2e76657273696f6e000000020001080000000000000001021a02147472616e73616374696f6e2e76657273696f6e0002000200";
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn v5_body_is_v4s_and_matches_kafka_bytes() {
+        let resp = ApiVersionsResponse::default()
+            .with_api_keys(vec![ApiVersion::default()
+                .with_api_key(ApiKey::ApiVersions as i16)
+                .with_min_version(0)
+                .with_max_version(5)])
+            .with_supported_features(vec![SupportedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(TRANSACTION_VERSION_FEATURE))
+                .with_min_version(0)
+                .with_max_version(2)])
+            .with_finalized_features_epoch(1)
+            .with_finalized_features(vec![FinalizedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(TRANSACTION_VERSION_FEATURE))
+                .with_min_version_level(2)
+                .with_max_version_level(2)]);
+        let mut out = BytesMut::new();
+        resp.encode(&mut out, crate_encoding_version(5)).unwrap();
+        assert_eq!(&out[..], &hex(KAFKA_V5_RESPONSE)[..]);
+        // Kafka's REBOOTSTRAP_REQUIRED answer at v5.
+        assert_eq!(
+            &api_versions_error_body(5, 129)[..],
+            &hex("0081010000000000")[..]
+        );
+        let (full, v) = api_versions_body(5, Features::NONE);
+        assert_eq!(v, 5);
+        assert_eq!(full, api_versions_body(4, Features::NONE).0);
+    }
+
     #[test]
     fn unsupported_version_answers_in_v0() {
-        let (body, v) = api_versions_body(5, Features::NONE);
+        let (body, v) = api_versions_body(6, Features::NONE);
         assert_eq!(v, 0);
-        // error 35, one entry: ApiVersions 0..4.
-        assert_eq!(&body[..], &[0, 35, 0, 0, 0, 1, 0, 18, 0, 0, 0, 4]);
+        // error 35, one entry: ApiVersions 0..5.
+        assert_eq!(&body[..], &[0, 35, 0, 0, 0, 1, 0, 18, 0, 0, 0, 5]);
         let resp = ApiVersionsResponse::decode(&mut body.freeze(), 0).unwrap();
         assert_eq!(resp.error_code, UNSUPPORTED_VERSION);
         assert_eq!(resp.api_keys.len(), 1);

@@ -1,4 +1,4 @@
-//! Zero-copy encoding of FetchResponse v4–v16.
+//! Zero-copy encoding of FetchResponse v4–v18.
 //!
 //! A fetch response is mostly record bytes. They are never copied here:
 //! the fixed fields and per-partition headers are written into one small
@@ -12,6 +12,9 @@
 //! preferred read replica; v12 makes the response flexible (compact types,
 //! tagged fields; `current_leader` is partition tag 1); v13 names topics by
 //! id instead of name; v16 adds the top-level `node_endpoints` (tag 0).
+//! v17 and v18 change only the request (a follower's `ReplicaDirectoryId`,
+//! KIP-853, and `HighWatermark`, KIP-1166, both tagged partition fields a
+//! consumer leaves unset): their responses are v16's.
 //! Tagged fields are written only when they hold a value, as Kafka does.
 //! Requests are decoded with `kafka-protocol`'s `FetchRequest` (they carry
 //! no records). Pure functions; any shard may call them.
@@ -26,7 +29,7 @@ use bytes::{BufMut, BytesMut};
 /// Oldest FetchResponse version encoded.
 pub const FETCH_MIN_VERSION: i16 = 4;
 /// Newest FetchResponse version encoded.
-pub const FETCH_MAX_VERSION: i16 = 16;
+pub const FETCH_MAX_VERSION: i16 = 18;
 const FETCH_FIRST_SESSION_VERSION: i16 = 7;
 const FETCH_FIRST_LOG_START_VERSION: i16 = 5;
 const FETCH_FIRST_PREFERRED_REPLICA_VERSION: i16 = 11;
@@ -90,7 +93,7 @@ pub struct NodeEndpoint {
 /// interleaved with the records chunks untouched. Returns the parts and
 /// their total length in bytes.
 ///
-/// `version` must be within 4..=16 (the handler only dispatches supported
+/// `version` must be within 4..=18 (the handler only dispatches supported
 /// versions; anything else is a programmer error).
 pub fn encode_fetch_response(resp: FetchResponse, version: i16) -> (Vec<RecordsChunk>, usize) {
     assert!(

@@ -35,6 +35,7 @@
 //! fields in requests are skipped (none is defined at these versions);
 //! responses carry none.
 
+use super::hand_versions_more as more;
 use super::wire::{
     put_array_len, put_empty_tagged_fields, put_nullable_string, put_string, Reader,
 };
@@ -65,12 +66,22 @@ pub const WRITE_TXN_MARKERS_TV_VERSION: i16 = 2;
 pub const DESCRIBE_LOG_DIRS_CORDONED_VERSION: i16 = 5;
 
 /// The versions served beyond the crate's schemas, one per API (each one
-/// above the crate's highest).
+/// above the crate's highest), here and in [`super::hand_versions_more`].
 pub const HAND_CODED: &[(ApiKey, i16)] = &[
     (ApiKey::OffsetCommit, OFFSET_COMMIT_TOPIC_ID_VERSION),
     (ApiKey::OffsetFetch, OFFSET_FETCH_TOPIC_ID_VERSION),
     (ApiKey::WriteTxnMarkers, WRITE_TXN_MARKERS_TV_VERSION),
     (ApiKey::DescribeLogDirs, DESCRIBE_LOG_DIRS_CORDONED_VERSION),
+    (
+        ApiKey::ListOffsets,
+        more::LIST_OFFSETS_PENDING_UPLOAD_VERSION,
+    ),
+    (ApiKey::ApiVersions, more::API_VERSIONS_REBOOTSTRAP_VERSION),
+    (
+        ApiKey::TxnOffsetCommit,
+        more::TXN_OFFSET_COMMIT_TOPIC_ID_VERSION,
+    ),
+    (ApiKey::DeleteGroups, more::DELETE_GROUPS_MESSAGE_VERSION),
 ];
 
 /// The crate's last version of each message, which the unchanged parts
@@ -97,13 +108,13 @@ const MARKER_TOPIC_MIN_BYTES: usize = 1 + 1 + 1;
 const LOG_DIR_TOPIC_MIN_BYTES: usize = 1 + 1 + 1;
 const INT32_BYTES: usize = 4;
 
-fn wrong_version(name: &str, version: i16) -> anyhow::Error {
+pub(super) fn wrong_version(name: &str, version: i16) -> anyhow::Error {
     anyhow::anyhow!("{name} is hand-coded for one version only, not v{version}")
 }
 
 /// Runs `read` over the rest of `buf` (whole: the body is the end of the
 /// frame) and leaves `buf` empty.
-fn read_all<B: ByteBuf, T>(
+pub(super) fn read_all<B: ByteBuf, T>(
     buf: &mut B,
     read: impl FnOnce(&mut Reader) -> Result<T, ProtocolError>,
 ) -> anyhow::Result<T> {
@@ -113,7 +124,7 @@ fn read_all<B: ByteBuf, T>(
 }
 
 /// Writes what `write` appends into `buf`.
-fn write_all<B: ByteBufMut>(
+pub(super) fn write_all<B: ByteBufMut>(
     buf: &mut B,
     write: impl FnOnce(&mut BytesMut) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
@@ -126,7 +137,7 @@ fn write_all<B: ByteBufMut>(
 /// The size of `value` encoded at `version`, by encoding it (these
 /// messages are small and rare, and one encoder cannot disagree with
 /// itself).
-fn encoded_size(value: &impl Encodable, version: i16) -> anyhow::Result<usize> {
+pub(super) fn encoded_size(value: &impl Encodable, version: i16) -> anyhow::Result<usize> {
     let mut out = BytesMut::new();
     value.encode(&mut out, version)?;
     Ok(out.len())
@@ -135,7 +146,7 @@ fn encoded_size(value: &impl Encodable, version: i16) -> anyhow::Result<usize> {
 /// A v10 response's topics, named by id: the compact array of (topic id,
 /// compact array of partitions as the crate encodes them at
 /// `crate_version`, tagged fields).
-fn put_topics_by_id<P: Encodable>(
+pub(super) fn put_topics_by_id<P: Encodable>(
     out: &mut BytesMut,
     topics: &[(TopicId, Vec<P>)],
     crate_version: i16,
@@ -152,18 +163,18 @@ fn put_topics_by_id<P: Encodable>(
     Ok(())
 }
 
-fn str_bytes(s: &str) -> StrBytes {
+pub(super) fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
 
-fn topic_id(r: &mut Reader) -> Result<TopicId, ProtocolError> {
+pub(super) fn topic_id(r: &mut Reader) -> Result<TopicId, ProtocolError> {
     let mut id = [0u8; 16];
     id.copy_from_slice(r.take(16, "topic_id")?);
     Ok(id)
 }
 
 /// A non-null compact array's count, bounded by the bytes left.
-fn count(
+pub(super) fn count(
     r: &mut Reader,
     min_element_bytes: usize,
     field: &'static str,

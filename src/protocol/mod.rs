@@ -9,7 +9,7 @@
 //! Produce and Fetch are hand-written, because they must keep record bytes
 //! as zero-copy slices of the received frame or of the log; so are the few
 //! control-plane versions newer than the crate's schemas
-//! ([`hand_versions`]).
+//! ([`hand_versions`], [`hand_versions_more`]).
 //!
 //! Invariant: bytes from the network never cause a panic here. Malformed
 //! input is a [`ProtocolError`]; the caller answers with an error code or
@@ -19,6 +19,7 @@ pub mod apis;
 pub mod fetch;
 pub mod frame;
 pub mod hand_versions;
+pub mod hand_versions_more;
 pub mod header;
 pub mod produce;
 pub mod wire;

@@ -11,9 +11,11 @@
 //! Layout: `transactional_id` (nullable string), `acks` i16, `timeout_ms`
 //! i32, then topics (name, partitions (index i32, records nullable bytes)).
 //! From v9 the request is flexible: compact strings, arrays and bytes and a
-//! tagged-field section after every struct. v13 names topics by id and is
-//! not handled here. Any malformed input is an `Err`, never a panic, and
-//! bytes left over after the body are an error too.
+//! tagged-field section after every struct. v13 (KIP-516) names each topic
+//! by its 16-byte id instead of its name; the decoder only reads the id
+//! ([`ProduceTopic::topic_id`]), and the handler resolves it against the
+//! metadata image once per topic. Any malformed input is an `Err`, never a
+//! panic, and bytes left over after the body are an error too.
 
 use super::wire::Reader;
 use super::ProtocolError;
@@ -25,8 +27,10 @@ use std::ops::Range;
 
 /// Oldest ProduceRequest version decoded (Kafka 4 removed v0–v2).
 pub const PRODUCE_MIN_VERSION: i16 = 3;
-/// Newest ProduceRequest version decoded (v13 switches to topic ids).
-pub const PRODUCE_MAX_VERSION: i16 = 12;
+/// Newest ProduceRequest version decoded.
+pub const PRODUCE_MAX_VERSION: i16 = 13;
+/// First version naming topics by id (KIP-516), not by name.
+pub const PRODUCE_FIRST_TOPIC_ID_VERSION: i16 = 13;
 /// First flexible (compact, tagged-field) version.
 const PRODUCE_FIRST_FLEXIBLE_VERSION: i16 = 9;
 /// First version allowed to carry zstd batches (KIP-110).
@@ -51,7 +55,12 @@ pub struct ProduceRequest {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProduceTopic {
+    /// The topic's name: from the wire before v13; from v13 empty as
+    /// decoded, and the name `topic_id` has in the metadata image once the
+    /// handler resolved it (still empty for an id no topic has).
     pub name: String,
+    /// The topic's id on v13+; all zeros before.
+    pub topic_id: [u8; 16],
     pub partitions: Vec<ProducePartition>,
 }
 
@@ -75,8 +84,13 @@ pub fn decode_produce_request(
         });
     }
     let flexible = version >= PRODUCE_FIRST_FLEXIBLE_VERSION;
+    let by_id = version >= PRODUCE_FIRST_TOPIC_ID_VERSION;
     // Minimum encoded sizes, used to bound array counts by the bytes left.
-    let (topic_min_bytes, partition_min_bytes) = if flexible { (3, 6) } else { (6, 8) };
+    let (topic_min_bytes, partition_min_bytes) = match (flexible, by_id) {
+        (_, true) => (16 + 2, 6),
+        (true, false) => (3, 6),
+        (false, false) => (6, 8),
+    };
 
     // Pass 1: parse everything, remembering record byte ranges.
     let mut ranges: Vec<Range<usize>> = Vec::new();
@@ -97,7 +111,13 @@ pub fn decode_produce_request(
             })?;
         topics.reserve(topic_count);
         for _ in 0..topic_count {
-            let name = r.string(flexible, "topic name")?.to_owned();
+            let (name, topic_id) = if by_id {
+                let mut id = [0u8; 16];
+                id.copy_from_slice(r.take(16, "topic id")?);
+                (String::new(), id)
+            } else {
+                (r.string(flexible, "topic name")?.to_owned(), [0u8; 16])
+            };
             let partition_count = r
                 .array_len(flexible, partition_min_bytes, "partition_data")?
                 .ok_or(ProtocolError::UnexpectedNull {
@@ -122,7 +142,11 @@ pub fn decode_produce_request(
             if flexible {
                 r.skip_tagged_fields("topic tagged fields")?;
             }
-            topics.push(ProduceTopic { name, partitions });
+            topics.push(ProduceTopic {
+                name,
+                topic_id,
+                partitions,
+            });
         }
         if flexible {
             r.skip_tagged_fields("request tagged fields")?;
@@ -300,6 +324,7 @@ mod tests {
         Compression as KpCompression, Record, RecordBatchEncoder, RecordEncodeOptions,
         TimestampType as KpTs,
     };
+    use uuid::Uuid;
 
     /// A v2 batch of `n` records built by kafka-protocol's encoder, an
     /// implementation independent of ours.
@@ -337,18 +362,22 @@ mod tests {
 
     fn kp_request(version: i16) -> KpProduce {
         let topic = |name: &str, parts: Vec<(i32, Option<Bytes>)>| {
-            TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_string(name.to_owned())))
-                .with_partition_data(
-                    parts
-                        .into_iter()
-                        .map(|(i, r)| {
-                            PartitionProduceData::default()
-                                .with_index(i)
-                                .with_records(r)
-                        })
-                        .collect(),
-                )
+            let t = if version >= PRODUCE_FIRST_TOPIC_ID_VERSION {
+                TopicProduceData::default().with_topic_id(kp_id(name))
+            } else {
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_string(name.to_owned())))
+            };
+            t.with_partition_data(
+                parts
+                    .into_iter()
+                    .map(|(i, r)| {
+                        PartitionProduceData::default()
+                            .with_index(i)
+                            .with_records(r)
+                    })
+                    .collect(),
+            )
         };
         KpProduce::default()
             .with_transactional_id(if version >= 3 {
@@ -373,6 +402,13 @@ mod tests {
             ])
     }
 
+    /// The id the v13 test requests give topic `name`.
+    fn kp_id(name: &str) -> Uuid {
+        let mut id = [0u8; 16];
+        id[..name.len()].copy_from_slice(name.as_bytes());
+        Uuid::from_bytes(id)
+    }
+
     fn encode_kp(req: &KpProduce, version: i16) -> BytesMut {
         let mut out = BytesMut::new();
         req.encode(&mut out, version).unwrap();
@@ -393,6 +429,7 @@ mod tests {
             assert_eq!(req.topics.len(), kp.topic_data.len());
             for (ours, theirs) in req.topics.iter().zip(&kp.topic_data) {
                 assert_eq!(ours.name, theirs.name.0.as_str());
+                assert_eq!(&ours.topic_id, theirs.topic_id.as_bytes());
                 for (p, q) in ours.partitions.iter().zip(&theirs.partition_data) {
                     assert_eq!(p.index, q.index);
                     assert_eq!(p.records.as_deref(), q.records.as_deref(), "v{version}");
@@ -419,11 +456,46 @@ mod tests {
         assert_eq!(BatchHeader::parse(next).unwrap().base_offset, 0);
     }
 
+    /// What Kafka 4.4's `kafka-clients` serializes for Produce v13 (acks
+    /// -1, timeout 1000 ms, no transactional id; topic id 0102..10,
+    /// partition 0 with the three bytes 01 02 03 as records).
+    const KAFKA_V13_REQUEST: &str =
+        "00ffff000003e8020102030405060708090a0b0c0d0e0f10020000000004010203000000";
+
     #[test]
-    fn rejects_versions_outside_3_to_12_and_trailing_bytes() {
+    fn v13_matches_kafka_bytes() {
+        let hex = KAFKA_V13_REQUEST;
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        let req = decode_produce_request(BytesMut::from(&bytes[..]), 13).unwrap();
+        assert_eq!(
+            (req.transactional_id, req.acks, req.timeout_ms),
+            (None, -1, 1000)
+        );
+        assert_eq!(req.topics.len(), 1);
+        assert_eq!(req.topics[0].name, "");
+        assert_eq!(
+            req.topics[0].topic_id,
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+        );
+        assert_eq!(req.topics[0].partitions[0].index, 0);
+        assert_eq!(
+            req.topics[0].partitions[0].records.as_deref(),
+            Some(&[1u8, 2, 3][..])
+        );
+        // Cut anywhere, it is an error.
+        for cut in 0..bytes.len() {
+            assert!(decode_produce_request(BytesMut::from(&bytes[..cut]), 13).is_err());
+        }
+    }
+
+    #[test]
+    fn rejects_versions_outside_3_to_13_and_trailing_bytes() {
         let body = encode_kp(&kp_request(8), 8);
         assert!(decode_produce_request(body.clone(), 2).is_err());
-        assert!(decode_produce_request(body.clone(), 13).is_err());
+        assert!(decode_produce_request(body.clone(), 14).is_err());
         let mut longer = body.clone();
         longer.put_u8(0);
         assert_eq!(
@@ -527,7 +599,7 @@ mod tests {
         }
 
         #[test]
-        fn mutated_valid_requests_never_panic(version in 3i16..=12, at in 0usize..4096, byte in proptest::num::u8::ANY) {
+        fn mutated_valid_requests_never_panic(version in 3i16..=13, at in 0usize..4096, byte in proptest::num::u8::ANY) {
             let mut body = encode_kp(&kp_request(version), version);
             let at = at % body.len();
             body[at] = byte;

@@ -1,5 +1,6 @@
 //! ListGroups v0-5 (state filter v4+, type filter v5+), DescribeGroups
-//! v0-5 and DeleteGroups v0-2. ListGroups answers the groups of this
+//! v0-6 and DeleteGroups v0-3 (v3 adds a message per result, always null
+//! here: see `delete_groups`). ListGroups answers the groups of this
 //! shard only: admin clients ask every node and merge, as with Kafka. It
 //! lists classic and KIP-848 consumer groups with their type; DescribeGroups
 //! describes classic groups only (a consumer group answers as a missing
@@ -9,6 +10,9 @@ use crate::group::error::GroupError;
 use crate::group::state::GroupState;
 use crate::handlers::errors;
 use crate::handlers::{decode, respond, str_bytes, Outcome};
+use crate::protocol::hand_versions_more::{
+    DeleteGroupsRequestV3, DeleteGroupsResponseV3, DELETE_GROUPS_MESSAGE_VERSION,
+};
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
 use bytes::BytesMut;
@@ -121,7 +125,13 @@ pub async fn delete_groups(
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
-    let Some(req) = decode::<DeleteGroupsRequest>(header, body) else {
+    let v3 = header.api_version >= DELETE_GROUPS_MESSAGE_VERSION;
+    let req = if v3 {
+        decode::<DeleteGroupsRequestV3>(header, body).map(|r| r.0)
+    } else {
+        decode::<DeleteGroupsRequest>(header, body)
+    };
+    let Some(req) = req else {
         return Outcome::Close;
     };
     let mut results = Vec::with_capacity(req.groups_names.len());
@@ -139,8 +149,18 @@ pub async fn delete_groups(
                 }),
         );
     }
-    respond(
-        header,
-        &DeleteGroupsResponse::default().with_results(results),
-    )
+    let response = DeleteGroupsResponse::default().with_results(results);
+    if v3 {
+        // Kafka 4.4 sets a result's message only for a streams group whose
+        // topology refuses the deletion; fjord has no streams groups, so
+        // every message is null, as Kafka's for the groups fjord has.
+        return respond(
+            header,
+            &DeleteGroupsResponseV3 {
+                response,
+                error_messages: Vec::new(),
+            },
+        );
+    }
+    respond(header, &response)
 }

@@ -1,8 +1,9 @@
 //! OffsetCommit v2-10, OffsetFetch v1-10 (several groups from v8, topics
 //! by id at v10, resolved to names here so that the group layer sees only
-//! names), OffsetDelete v0 and TxnOffsetCommit v0-5. Partitions of unknown
-//! topics get UNKNOWN_TOPIC_OR_PARTITION on commit (UNKNOWN_TOPIC_ID for an
-//! unknown topic id at v10); a group-level refusal
+//! names), OffsetDelete v0 and TxnOffsetCommit v0-6 (topics by id at v6,
+//! KIP-1319, resolved the same way). Partitions of unknown topics get
+//! UNKNOWN_TOPIC_OR_PARTITION on commit (UNKNOWN_TOPIC_ID for an unknown
+//! topic id at OffsetCommit v10 and TxnOffsetCommit v6); a group-level refusal
 //! (NOT_COORDINATOR, ILLEGAL_GENERATION, ...) is reported on every
 //! partition of a commit, as Kafka does. (v0/v1 of OffsetCommit and v0 of
 //! OffsetFetch are not in kafka-protocol 0.18's schemas, so not served.)
@@ -18,6 +19,9 @@ use crate::protocol::hand_versions::{
     OffsetFetchRequestV10, OffsetFetchResponseV10, TopicId, OFFSET_COMMIT_TOPIC_ID_VERSION,
     OFFSET_FETCH_TOPIC_ID_VERSION,
 };
+use crate::protocol::hand_versions_more::{
+    TxnOffsetCommitRequestV6, TxnOffsetCommitResponseV6, TXN_OFFSET_COMMIT_TOPIC_ID_VERSION,
+};
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
 use bytes::BytesMut;
@@ -32,6 +36,7 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
+use kafka_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequestTopic;
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
@@ -273,10 +278,99 @@ pub async fn txn_offset_commit(
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
+    if header.api_version >= TXN_OFFSET_COMMIT_TOPIC_ID_VERSION {
+        return txn_offset_commit_by_id(ctx, header, body).await;
+    }
     let Some(req) = decode::<TxnOffsetCommitRequest>(header, body) else {
         return Outcome::Close;
     };
-    let v = header.api_version;
+    let rows = txn_commit_rows(ctx, header.api_version, &req).await;
+    txn_offset_commit_response(header, rows)
+}
+
+/// TxnOffsetCommit v6 (KIP-1319), whose topics are named by id: resolved
+/// to names here, committed as at v5 (with v6's errors), answered by the
+/// ids asked for. An id no topic has is UNKNOWN_TOPIC_ID on each of its
+/// partitions; when no id resolves, the group is not asked at all, as
+/// Kafka's `handleTxnOffsetCommitRequest` answers without the coordinator.
+async fn txn_offset_commit_by_id(
+    ctx: &Rc<ShardCtx>,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
+    let Some(req) = decode::<TxnOffsetCommitRequestV6>(header, body) else {
+        return Outcome::Close;
+    };
+    let mut named = req.request;
+    let mut ids: HashMap<String, TopicId> = HashMap::new();
+    let mut unknown = Vec::new();
+    {
+        let image = ctx.image();
+        for (id, partitions) in req.topics {
+            match image.topic_by_id(&id) {
+                Some(topic) => {
+                    ids.insert(topic.name.clone(), id);
+                    named.topics.push(
+                        TxnOffsetCommitRequestTopic::default()
+                            .with_name(TopicName(str_bytes(topic.name.clone())))
+                            .with_partitions(partitions),
+                    );
+                }
+                None => unknown.push((
+                    id,
+                    txn_commit_partitions(
+                        partitions
+                            .iter()
+                            .map(|p| (p.partition_index, ResponseError::UnknownTopicId.code()))
+                            .collect(),
+                    ),
+                )),
+            }
+        }
+    }
+    let rows = if named.topics.is_empty() {
+        Vec::new()
+    } else {
+        txn_commit_rows(ctx, header.api_version, &named).await
+    };
+    let mut topics: Vec<_> = by_topic(rows)
+        .into_iter()
+        .map(|(t, parts)| {
+            let id = *ids
+                .get(&t)
+                .expect("every committed topic was resolved from an id");
+            (id, txn_commit_partitions(parts))
+        })
+        .collect();
+    topics.extend(unknown);
+    respond(
+        header,
+        &TxnOffsetCommitResponseV6 {
+            throttle_time_ms: 0,
+            topics,
+        },
+    )
+}
+
+/// The response partitions of (partition, error) rows.
+fn txn_commit_partitions(parts: Vec<(i32, i16)>) -> Vec<TxnOffsetCommitResponsePartition> {
+    parts
+        .into_iter()
+        .map(|(p, c)| {
+            TxnOffsetCommitResponsePartition::default()
+                .with_partition_index(p)
+                .with_error_code(c)
+        })
+        .collect()
+}
+
+/// Commits what `req` (TxnOffsetCommit at `v`, topics by name) asks; the
+/// error of every partition, in request order.
+async fn txn_commit_rows(
+    ctx: &Rc<ShardCtx>,
+    v: i16,
+    req: &TxnOffsetCommitRequest,
+) -> Vec<(String, i32, i16)> {
     let now = now_ms();
     let checked: Checked = req
         .topics
@@ -308,15 +402,14 @@ pub async fn txn_offset_commit(
     // no marker ever reaches that partition and the offsets stay pending
     // (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT).
     if v >= TXN_OFFSET_COMMIT_TV2_VERSION {
-        if let Err(code) = add_offsets_partition(ctx, &req, &group_id).await {
-            let rows = checked
+        if let Err(code) = add_offsets_partition(ctx, req, &group_id).await {
+            return checked
                 .into_iter()
                 .map(|(t, p, r)| (t, p, r.err().map_or(code, |e| errors::group(&e))))
                 .collect();
-            return txn_offset_commit_response(header, rows);
         }
     }
-    let rows = commit_checked(checked, |valid| async {
+    commit_checked(checked, |valid| async {
         ctx.groups.check(&group_id)?;
         ctx.groups
             .txn_commit_offsets(
@@ -327,11 +420,11 @@ pub async fn txn_offset_commit(
                 instance.as_deref(),
                 generation,
                 valid,
+                v >= TXN_OFFSET_COMMIT_TOPIC_ID_VERSION,
             )
             .await
     })
-    .await;
-    txn_offset_commit_response(header, rows)
+    .await
 }
 
 /// First TxnOffsetCommit version of transaction version 2.
@@ -371,16 +464,7 @@ fn txn_offset_commit_response(header: &RequestHeader, rows: Vec<(String, i32, i1
         .map(|(t, parts)| {
             TxnOffsetCommitResponseTopic::default()
                 .with_name(TopicName(str_bytes(t)))
-                .with_partitions(
-                    parts
-                        .into_iter()
-                        .map(|(p, c)| {
-                            TxnOffsetCommitResponsePartition::default()
-                                .with_partition_index(p)
-                                .with_error_code(c)
-                        })
-                        .collect(),
-                )
+                .with_partitions(txn_commit_partitions(parts))
         })
         .collect();
     respond(
