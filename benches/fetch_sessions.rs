@@ -1,12 +1,13 @@
 //! Criterion bench of a fetch session's bookkeeping for one incremental
-//! fetch of a 500-partition session (10 topics of 50), as
-//! `handlers::fetch` does it around the reads: begin (epoch check), apply
-//! the request's changes (two new positions), walk the session in reading
-//! order, then record what was answered (the "news" check) and move the
-//! partitions that returned records to the end. Reads, I/O and encoding
-//! are not in it. What it guards: this costs O(changed partitions) hashing
-//! plus a plain walk of the session, not a string-keyed look-up per
-//! partition (`tuning/results/fetch-sessions.md`).
+//! fetch of a 500-partition session (10 topics of 50) of which 5 changed,
+//! as `handlers::fetch` does it around the reads: the 5 partitions' logs
+//! flag their slots (what `log::changes` does when their high watermark
+//! moves), the fetch begins (epoch check), applies the request's changes
+//! (the 5 new positions), picks the slots to read, records what was
+//! answered (the "news" check) and settles the session (active slots,
+//! reading order). Reads, I/O and encoding are not in it. What it guards:
+//! this costs O(changed partitions), not a walk of the whole session
+//! (`tuning/results/fetch-sessions.md`).
 //!
 //! Run: `cargo bench --bench fetch_sessions`.
 
@@ -16,6 +17,9 @@ use std::hint::black_box;
 
 const TOPICS: u32 = 10;
 const PER_TOPIC: i32 = 50;
+/// The partitions of topic 3 that get records before every fetch.
+const CHANGED: std::ops::Range<i32> = 7..12;
+const STAMP: (u64, u64) = (1, 1);
 
 fn topic_name(t: u32) -> String {
     format!("bench-topic-{t}")
@@ -29,47 +33,65 @@ fn session(cache: &mut FetchSessionCache) -> i32 {
         })
         .collect();
     let partitions = (0..TOPICS)
-        .flat_map(|t| (0..PER_TOPIC).map(move |p| SessionPartition::new(t, p, 0, 1 << 20, -1)))
+        .flat_map(|t| {
+            (0..PER_TOPIC).map(move |p| {
+                let mut s = SessionPartition::new(t, p, 0, 1 << 20, -1);
+                s.quiet = true;
+                s
+            })
+        })
         .collect();
-    cache.create(topics, partitions, false, 0).expect("a slot")
+    cache
+        .create(topics, partitions, false, 0, Some((STAMP, false)))
+        .expect("a slot")
 }
 
 fn incremental_fetch(c: &mut Criterion) {
     let mut cache = FetchSessionCache::new(10, 1_000_000);
     let id = session(&mut cache);
     let changed = topic_name(3);
+    let changed_slots: Vec<u32> = {
+        let s = cache.get_mut(id).expect("the session");
+        s.partitions()
+            .filter(|(_, p)| p.topic == 3 && CHANGED.contains(&p.partition))
+            .map(|(slot, _)| slot)
+            .collect()
+    };
     let mut epoch = 1;
     let mut offset = 0i64;
-    c.bench_function("fetch_session_incremental_500_partitions_2_changed", |b| {
+    let mut slots = Vec::new();
+    c.bench_function("fetch_session_incremental_500_partitions_5_changed", |b| {
         b.iter(|| {
             offset += 1;
+            let s = cache.get_mut(id).expect("the session");
+            for &slot in &changed_slots {
+                s.signal.flag(slot);
+            }
             cache
                 .begin_incremental(id, epoch, false, 0)
                 .expect("the session");
             epoch += 1;
             cache
                 .update(id, |s| {
-                    s.upsert(&changed, &[0; 16], 7, offset, 1 << 20, -1);
-                    s.upsert(&changed, &[0; 16], 8, offset, 1 << 20, -1);
+                    for p in CHANGED {
+                        s.upsert(&changed, &[0; 16], p, offset, 1 << 20, -1);
+                    }
                 })
                 .expect("within bounds");
             let s = cache.get_mut(id).expect("the session");
-            let mut read = Vec::with_capacity(s.len());
-            s.for_each_partition(|slot, topic, p| {
-                black_box(topic);
-                read.push((slot, p.fetch_offset));
-            });
+            slots.clear();
+            s.slots_to_read(STAMP, false, &mut slots);
             let mut news = 0;
-            for &(slot, fetch_offset) in &read {
+            for &slot in &slots {
                 let p = s.slot_mut(slot).expect("still there");
-                // Two partitions return records: their high watermark moves.
-                let had_records = p.partition == 7 || p.partition == 8;
-                let hw = if had_records { fetch_offset + 1 } else { 0 };
+                let had_records = p.topic == 3 && CHANGED.contains(&p.partition);
+                let hw = if had_records { offset + 1 } else { 0 };
                 news += usize::from(had_records || p.high_watermark != hw);
                 p.remember(hw, hw, 0);
                 p.had_records = had_records;
+                p.quiet = !had_records;
             }
-            s.reorder();
+            s.settle_read(slots.iter().copied(), STAMP, false);
             black_box(news)
         })
     });

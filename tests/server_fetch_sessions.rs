@@ -344,3 +344,169 @@ fn a_session_follows_its_topic_through_delete_and_recreate() {
     assert_eq!(got.len(), 1, "{got:?}");
     assert!(got[0].0 == 0 && got[0].1 > 0 && got[0].2 == 1, "{got:?}");
 }
+
+/// (partition, records bytes, high watermark, last stable offset, log
+/// start) of each partition answered.
+fn offsets_answered(resp: &FetchResponse) -> Vec<(i32, usize, i64, i64, i64)> {
+    resp.responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| {
+            (
+                p.partition_index,
+                p.records.as_ref().map_or(0, |r| r.len()),
+                p.high_watermark,
+                p.last_stable_offset,
+                p.log_start_offset,
+            )
+        })
+        .collect()
+}
+
+/// [`fetch`] by name under read_committed.
+fn fetch_committed(
+    raw: &mut RawClient,
+    topic: &str,
+    session: (i32, i32),
+    partitions: &[(i32, i64)],
+) -> FetchResponse {
+    let req = fetch_request(
+        BY_NAME,
+        (topic, uuid::Uuid::nil()),
+        session,
+        partitions,
+        &[],
+    )
+    .with_isolation_level(1);
+    raw.request(BY_NAME, &req)
+}
+
+/// An incremental fetch reads only the partitions that can have news (the
+/// ones whose logs flagged a change since the last response: `log::changes`),
+/// so every change a response must report has to flag the partition: a
+/// high watermark that moves without records in the range read (an open
+/// transaction under read_committed), the last stable offset that a
+/// COMMIT marker moves, and the log start that DeleteRecords moves. Each
+/// is answered once, and not again by the next fetch.
+#[test]
+fn hw_lso_and_log_start_moves_are_answered_once() {
+    use common::raw::{
+        add_partition_to_txn_retrying, end_txn_v5, init_transactional, only_partition,
+        produce_request,
+    };
+    use fjord::record::{BatchBuilder, Compression};
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::{DeleteRecordsRequest, TransactionalId};
+
+    let broker = Broker::start(BrokerOpts::default().cores(1));
+    let mut raw = RawClient::connect(broker.port_of(0));
+    let topic = "sessions-news";
+    create_topic(&broker.bootstrap(), topic, 2, &[]);
+    let full = fetch_committed(&mut raw, topic, (0, 0), &[(0, 0), (1, 0)]);
+    let session = full.session_id;
+    assert_ne!(session, 0);
+    assert_eq!(
+        offsets_answered(&full),
+        vec![(0, 0, 0, 0, 0), (1, 0, 0, 0, 0)]
+    );
+    let mut epoch = 1;
+    let mut incremental = |raw: &mut RawClient, partitions: &[(i32, i64)]| {
+        let r = fetch_committed(raw, topic, (session, epoch), partitions);
+        epoch += 1;
+        assert_eq!((r.error_code, r.session_id), (0, session));
+        offsets_answered(&r)
+    };
+    assert_eq!(incremental(&mut raw, &[]), vec![]);
+
+    // A transaction writes 3 records to p0: the HW moves to 3, the LSO
+    // stays at 0, so a read_committed fetch at 0 has no records to return,
+    // only the new HW.
+    let id = "sessions-news-txn";
+    let (pid, producer_epoch) = init_transactional(&mut raw, id).expect("InitProducerId");
+    assert_eq!(
+        add_partition_to_txn_retrying(&mut raw, id, pid, producer_epoch, topic, 0),
+        0
+    );
+    let mut batch = BatchBuilder::new(Compression::None)
+        .producer(pid, producer_epoch, 0)
+        .transactional(true);
+    for v in ["a", "b", "c"] {
+        batch = batch.record(None, Some(v.as_bytes()), &[], 1_700_000_000_000);
+    }
+    let req = produce_request(topic, 0, -1, batch.build().freeze())
+        .with_transactional_id(Some(TransactionalId(StrBytes::from_string(id.into()))));
+    assert_eq!(only_partition(&raw.request(9, &req)).error_code, 0);
+    assert_eq!(incremental(&mut raw, &[]), vec![(0, 0, 3, 0, 0)]);
+    assert_eq!(incremental(&mut raw, &[]), vec![], "reported once");
+
+    // The commit: the marker moves the HW and the LSO to 4, and the
+    // committed records are readable.
+    assert_eq!(end_txn_v5(&mut raw, id, pid, producer_epoch, true).0, 0);
+    wait_for(Duration::from_secs(20), "the COMMIT marker", || {
+        let r = fetch_committed(&mut raw, topic, (0, -1), &[(0, 0)]);
+        (r.responses[0].partitions[0].last_stable_offset == 4).then_some(())
+    });
+    let got = incremental(&mut raw, &[]);
+    assert_eq!(got.len(), 1, "{got:?}");
+    let (p, bytes, hw, lso, log_start) = got[0];
+    assert!(bytes > 0, "{got:?}");
+    assert_eq!((p, hw, lso, log_start), (0, 4, 4, 0));
+    // The client moves past them: nothing more to say.
+    assert_eq!(incremental(&mut raw, &[(0, 4)]), vec![]);
+    assert_eq!(incremental(&mut raw, &[]), vec![]);
+
+    // DeleteRecords moves p0's log start to 2 (below the client's
+    // position): answered once, with no records.
+    let req = DeleteRecordsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(name(topic))
+            .with_partitions(vec![DeleteRecordsPartition::default()
+                .with_partition_index(0)
+                .with_offset(2)])]);
+    let resp = raw.request(2, &req);
+    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+    assert_eq!(incremental(&mut raw, &[]), vec![(0, 0, 4, 4, 2)]);
+    assert_eq!(incremental(&mut raw, &[]), vec![], "reported once");
+
+    // Plain records on the idle p1: it is answered (never named since the
+    // session opened), then quiet again once the client has them.
+    produce_values(&mut raw, topic, 1, 2);
+    let got = incremental(&mut raw, &[]);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!((got[0].0, got[0].2, got[0].3), (1, 2, 2));
+    assert_eq!(incremental(&mut raw, &[(1, 2)]), vec![]);
+}
+
+/// A parked incremental fetch waits on its session's one change signal:
+/// records arriving on a partition it did not name (and that was quiet)
+/// end the wait with that partition's records, and `fetch.min.bytes` is
+/// still counted over the whole response.
+#[test]
+fn a_parked_incremental_fetch_wakes_for_any_session_partition() {
+    let broker = Broker::start(BrokerOpts::default().cores(1));
+    let port = broker.port_of(0);
+    let mut raw = RawClient::connect(port);
+    let topic = "sessions-park";
+    create_topic(&broker.bootstrap(), topic, 3, &[]);
+    let t = (topic, uuid::Uuid::nil());
+    let full = fetch(&mut raw, BY_NAME, t, (0, 0), &[(0, 0), (1, 0), (2, 0)], &[]);
+    let session = full.session_id;
+    assert_ne!(session, 0);
+    // Parks (min_bytes 1, up to 10 s) until p2 gets records from another
+    // connection.
+    let req = fetch_request(BY_NAME, t, (session, 1), &[], &[])
+        .with_max_wait_ms(10_000)
+        .with_min_bytes(1);
+    let correlation = raw.send(BY_NAME, &req);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut producer = RawClient::connect(port);
+    produce_values(&mut producer, topic, 2, 1);
+    let r: FetchResponse = raw.receive::<FetchRequest>(BY_NAME, correlation);
+    assert_eq!((r.error_code, r.session_id), (0, session));
+    let got = answered(&r);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(got[0].0 == 2 && got[0].1 > 0 && got[0].2 == 1, "{got:?}");
+}

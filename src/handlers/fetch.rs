@@ -16,11 +16,15 @@
 //!
 //! Fetch sessions (KIP-227, `shard::fetch_sessions`): a full fetch with
 //! session epoch 0 opens a session; an incremental fetch names only the
-//! partitions whose position changed (and those it forgets), reads every
-//! partition of its session, and answers only those with news: records, an
-//! error, or a high watermark, last stable offset or log start other than
-//! the session last told the client. Session errors are answered at the top
-//! level with no partitions, as Kafka does.
+//! partitions whose position changed (and those it forgets), and answers
+//! only those with news: records, an error, or a high watermark, last
+//! stable offset or log start other than the session last told the client.
+//! It reads only the partitions that can have news — those its logs
+//! flagged since the last response, those it names, and those left active
+//! (data still to read, an error) — not the whole session, and a parked
+//! incremental fetch waits on the session's one change signal instead of
+//! one wait per partition (`log::changes`). Session errors are answered at
+//! the top level with no partitions, as Kafka does.
 //!
 //! read_committed reads stop at the last stable offset and carry the aborted
 //! transactions overlapping the range (clients drop those batches).
@@ -35,6 +39,7 @@
 use super::error_counts::ResponseErrors;
 use super::list_offsets::{check_leader_epoch, READ_COMMITTED};
 use super::{decode, errors, Outcome};
+use crate::log::changes::ChangeSignal;
 use crate::metadata::{MetadataImage, TopicMeta};
 use crate::partition::Partition;
 use crate::protocol::fetch::{
@@ -45,7 +50,8 @@ use crate::protocol::RequestHeader;
 use crate::record::RecordsChunk;
 use crate::runtime::OneWaker;
 use crate::shard::fetch_sessions::{
-    Resolved, SessionError, SessionPartition, SessionTopic, FINAL_EPOCH, INITIAL_EPOCH,
+    FetchSession, Resolved, SessionError, SessionPartition, SessionTopic, FINAL_EPOCH,
+    INITIAL_EPOCH,
 };
 use crate::shard::ShardCtx;
 use crate::types::Offset;
@@ -90,8 +96,10 @@ struct Wanted {
     fetch_offset: i64,
     partition_max_bytes: i32,
     current_leader_epoch: i32,
-    /// Its slot in the session (incremental fetches).
+    /// Its slot in the session and its reading rank there (incremental
+    /// fetches).
     slot: u32,
+    rank: u64,
     /// The partition if this shard leads it, else the error to answer and
     /// the leader (node id, leader epoch) to name with it.
     target: Target,
@@ -146,6 +154,11 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
     let mut session_topics: Vec<SessionTopic> = Vec::new();
     // What the partitions resolved under; see `ShardCtx::partitions_stamp`.
     let stamp = ctx.partitions_stamp();
+    // Incremental fetches: per session topic, its place in the response
+    // and its metadata, set at its first partition read; and the session's
+    // change signal, which a parked fetch waits on.
+    let mut topic_at: Vec<Option<(usize, MetaRef<'_>)>> = Vec::new();
+    let mut signal: Option<Rc<ChangeSignal>> = None;
     let mode = match mode {
         SessionMode::Sessionless | SessionMode::Open => {
             // A topic named twice is one topic; a partition named twice is
@@ -209,6 +222,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                         partition_max_bytes: p.partition_max_bytes,
                         current_leader_epoch: p.current_leader_epoch,
                         slot: 0,
+                        rank: 0,
                         target: check_epoch(target, p.current_leader_epoch),
                     };
                     match wanted_at.entry((topic_index, p.partition)) {
@@ -262,54 +276,24 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 cache.remove(id);
                 return Outcome::Close;
             }
-            wanted.reserve(session.len());
-            // Per session topic: its place in the response and its
-            // metadata, set at its first partition in reading order.
-            let mut topic_at: Vec<Option<(usize, MetaRef<'_>)>> = vec![None; session.topic_slots()];
-            session.for_each_partition(|slot, topic, p| {
-                let (topic_index, meta) = *topic_at[p.topic as usize].get_or_insert_with(|| {
-                    let meta = if uses_topic_ids {
-                        image.topic_by_id(&topic.id)
-                    } else {
-                        image.topic(&topic.name)
-                    };
-                    topics.push(FetchTopicResponse {
-                        name: meta
-                            .map_or(topic.name.as_str(), |m| m.name.as_str())
-                            .to_string(),
-                        topic_id: topic.id,
-                        partitions: Vec::new(),
-                    });
-                    (topics.len() - 1, meta)
-                });
-                // The handle the last fetch used while the shard's
-                // partitions are unchanged, else a look-up by name.
-                let cached = p
-                    .resolved
-                    .as_ref()
-                    .filter(|r| r.stamp == stamp)
-                    .and_then(|r| r.partition.upgrade());
-                let target = match cached {
-                    Some(state) => Ok(state),
-                    None => {
-                        let target = resolve(ctx, &image, meta, uses_topic_ids, p.partition);
-                        p.resolved = target.as_ref().ok().map(|state| Resolved {
-                            partition: Rc::downgrade(state),
-                            stamp,
-                        });
-                        target
-                    }
-                };
-                wanted.push(Wanted {
-                    topic_index,
-                    partition: p.partition,
-                    fetch_offset: p.fetch_offset,
-                    partition_max_bytes: p.partition_max_bytes,
-                    current_leader_epoch: p.current_leader_epoch,
+            // Only the partitions that can have news (module doc).
+            let mut slots = Vec::new();
+            session.slots_to_read(stamp, read_committed, &mut slots);
+            topic_at.resize(session.topic_slots(), None);
+            wanted.reserve(slots.len());
+            for slot in slots {
+                wanted.push(session_wanted(
+                    ctx,
+                    &image,
+                    session,
                     slot,
-                    target: check_epoch(target, p.current_leader_epoch),
-                });
-            });
+                    stamp,
+                    uses_topic_ids,
+                    &mut topic_at,
+                    &mut topics,
+                ));
+            }
+            signal = Some(session.signal.clone());
             SessionMode::Incremental(id, session.generation)
         }
     };
@@ -328,6 +312,49 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         let now = crate::clock::monotonic();
         if any_error || bytes >= min_bytes || now >= deadline {
             break partitions;
+        }
+        if let (Some(signal), SessionMode::Incremental(id, generation)) = (&signal, &mode) {
+            // One wait for the whole session: any of its partitions changing
+            // (or a new request of the session superseding this one) ends it.
+            if !signal.any() {
+                let timer = std::pin::pin!(glommio::timer::sleep(deadline - now));
+                let changed = signal.changed();
+                let _ = crate::metrics::remote_wait(future::select(changed, timer)).await;
+            }
+            // The partitions flagged meanwhile join the read; a session
+            // closed or used by a newer request meanwhile ends the wait
+            // with what is here.
+            let current = {
+                let mut cache = ctx.fetch_sessions.borrow_mut();
+                match cache.get_mut(*id).filter(|s| s.generation == *generation) {
+                    Some(session) => {
+                        let mut fresh = Vec::new();
+                        session.take_flagged(&mut fresh);
+                        if !fresh.is_empty() {
+                            for slot in fresh {
+                                wanted.push(session_wanted(
+                                    ctx,
+                                    &image,
+                                    session,
+                                    slot,
+                                    stamp,
+                                    uses_topic_ids,
+                                    &mut topic_at,
+                                    &mut topics,
+                                ));
+                            }
+                            wanted.sort_by_key(|w| w.rank);
+                        }
+                        true
+                    }
+                    None => false,
+                }
+            };
+            if !current || crate::clock::monotonic() >= deadline {
+                let (partitions, _, _) = read_all(&wanted, read_committed, max_bytes).await;
+                break partitions;
+            }
+            continue;
         }
         // Park until a partition has something new: its high watermark
         // moves past both the fetch offset and the HW this read saw (the HW
@@ -381,6 +408,14 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                         partition: Rc::downgrade(state),
                         stamp,
                     });
+                    // The session subscribes from now on: a partition whose
+                    // offsets moved since it was read is read next time.
+                    s.quiet = quiet(w, p, read_committed)
+                        && w.target.as_ref().is_ok_and(|state| {
+                            state.log.high_watermark().0 == p.high_watermark
+                                && state.last_stable_offset() == p.last_stable_offset
+                                && state.log.log_start_offset().0 == p.log_start_offset
+                        });
                     s
                 })
                 .collect();
@@ -390,6 +425,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 cached,
                 uses_topic_ids,
                 crate::clock::now_ms(),
+                Some((stamp, read_committed)),
             );
             tracing::debug!(
                 session = opened,
@@ -404,9 +440,11 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         SessionMode::Incremental(id, generation) => {
             // Only the partitions with news, as Kafka's
             // IncrementalFetchContext answers; those that returned records
-            // are read last next time. A session closed or used by another
-            // request while this one waited is left alone, and everything
-            // read is answered.
+            // are read last next time, those with nothing left to read and
+            // nothing new are not read again until their log flags them. A
+            // session closed or used by another request while this one
+            // waited is left alone (what this one took from its signal is
+            // flagged again), and everything read is answered.
             let mut cache = ctx.fetch_sessions.borrow_mut();
             let mut session = cache.get_mut(id).filter(|s| s.generation == generation);
             for (w, p) in wanted.iter().zip(partitions) {
@@ -421,6 +459,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                             || c.log_start_offset != p.log_start_offset;
                         c.remember(p.high_watermark, p.last_stable_offset, p.log_start_offset);
                         c.had_records = !p.records.is_empty();
+                        c.quiet = quiet(w, &p, read_committed);
                         news
                     }
                 };
@@ -428,8 +467,15 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                     topics[w.topic_index].partitions.push(p);
                 }
             }
-            if let Some(s) = session {
-                s.reorder();
+            match session {
+                Some(s) => s.settle_read(wanted.iter().map(|w| w.slot), stamp, read_committed),
+                None => {
+                    if let Some(s) = cache.get_mut(id) {
+                        for w in &wanted {
+                            s.signal.flag(w.slot);
+                        }
+                    }
+                }
             }
             topics.retain(|t| !t.partitions.is_empty());
         }
@@ -467,6 +513,98 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         node_endpoints,
     };
     encode(header, version, resp)
+}
+
+/// Whether a session partition needs no read until its log flags it: no
+/// error, no records returned, nothing left below the offset a read stops
+/// at (the HW, or the LSO under read_committed).
+fn quiet(w: &Wanted, p: &FetchPartitionResponse, read_committed: bool) -> bool {
+    let upper = if read_committed {
+        p.last_stable_offset
+    } else {
+        p.high_watermark
+    };
+    w.target.is_ok()
+        && p.error_code == errors::NONE
+        && p.records.is_empty()
+        && w.fetch_offset >= upper
+}
+
+/// The [`Wanted`] of session slot `slot`: its handle as the last fetch
+/// resolved it while the shard's partitions are unchanged, else a look-up
+/// by name, which (re)subscribes the session to the partition's changes.
+/// `topic_at` gives each session topic its place in `topics` (the
+/// response) at its first partition.
+#[allow(clippy::too_many_arguments)]
+fn session_wanted<'a>(
+    ctx: &ShardCtx,
+    image: &'a MetadataImage,
+    session: &mut FetchSession,
+    slot: u32,
+    stamp: (u64, u64),
+    uses_topic_ids: bool,
+    topic_at: &mut [Option<(usize, MetaRef<'a>)>],
+    topics: &mut Vec<FetchTopicResponse>,
+) -> Wanted {
+    let rank = session.rank_of(slot);
+    let signal = session.signal.clone();
+    let p = session.slot_mut(slot).expect("a chosen slot is live");
+    let topic_index = p.topic;
+    let (response_index, meta) = match topic_at[topic_index as usize] {
+        Some(at) => at,
+        None => {
+            let topic = session.topic(topic_index);
+            let meta = if uses_topic_ids {
+                image.topic_by_id(&topic.id)
+            } else {
+                image.topic(&topic.name)
+            };
+            topics.push(FetchTopicResponse {
+                name: meta
+                    .map_or(topic.name.as_str(), |m| m.name.as_str())
+                    .to_string(),
+                topic_id: topic.id,
+                partitions: Vec::new(),
+            });
+            let at = (topics.len() - 1, meta);
+            topic_at[topic_index as usize] = Some(at);
+            at
+        }
+    };
+    let p = session.slot_mut(slot).expect("a chosen slot is live");
+    let cached = p
+        .resolved
+        .as_ref()
+        .filter(|r| r.stamp == stamp)
+        .and_then(|r| r.partition.upgrade());
+    let target = match cached {
+        Some(state) => Ok(state),
+        None => {
+            let target = resolve(ctx, image, meta, uses_topic_ids, p.partition);
+            let old = p.handle();
+            if let Ok(state) = &target {
+                if let Some(old) = old.filter(|old| !Rc::ptr_eq(old, state)) {
+                    old.log.unsubscribe(&signal, slot);
+                }
+                state.log.subscribe(&signal, slot);
+            }
+            p.resolved = target.as_ref().ok().map(|state| Resolved {
+                partition: Rc::downgrade(state),
+                stamp,
+            });
+            target
+        }
+    };
+    Wanted {
+        topic_index: response_index,
+        partition: p.partition,
+        fetch_offset: p.fetch_offset,
+        partition_max_bytes: p.partition_max_bytes,
+        current_leader_epoch: p.current_leader_epoch,
+        slot,
+        rank,
+        target: check_epoch(target, p.current_leader_epoch),
+    }
 }
 
 /// `handlers::led_partition` with the topic already found (`meta`, None

@@ -32,6 +32,7 @@
 pub(crate) mod ahead;
 mod appender;
 pub mod cache;
+pub mod changes;
 pub mod checkpoint;
 pub mod cleaner;
 pub mod compact;

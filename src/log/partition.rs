@@ -47,6 +47,7 @@
 
 use super::appender::{self, Appender};
 use super::cache::TailCache;
+use super::changes::{ChangeSignal, Subscribers};
 use super::iobuf::IoArena;
 use super::leader_epoch::LeaderEpochCache;
 use super::reader::TailSlot;
@@ -85,6 +86,9 @@ pub struct PartitionLog {
     pub(super) written: OffsetWatch,
     pub(super) durable: OffsetWatch,
     pub(super) health: Health,
+    /// Who to tell when the HW, LSO, log start or health change
+    /// (`changes`).
+    pub(super) changes: Subscribers,
     /// Staged bytes and the writes of them (`appender`).
     pub(super) appender: RefCell<Appender>,
     /// The writer task's flags (`writer`).
@@ -256,6 +260,7 @@ impl PartitionLog {
         self.durable.wake_all();
         self.seals.wake_all();
         self.syncer.wake_all();
+        self.changes.notify();
     }
 
     /// Appends ONE already-validated v2 batch held in an allocation of its
@@ -454,6 +459,27 @@ impl PartitionLog {
             .unwrap_or(self.log_end.get())
     }
 
+    /// Flags `slot` in `signal` whenever what a fetch answer reports of
+    /// this log may change (`changes`' module doc), until unsubscribed.
+    pub fn subscribe(&self, signal: &Rc<ChangeSignal>, slot: u32) {
+        self.changes.subscribe(signal, slot);
+    }
+
+    pub fn unsubscribe(&self, signal: &Rc<ChangeSignal>, slot: u32) {
+        self.changes.unsubscribe(signal, slot);
+    }
+
+    /// Tells the subscribers that something a fetch reports changed which
+    /// the log does not see itself (a marker moved the last stable offset).
+    pub fn notify_changed(&self) {
+        self.changes.notify();
+    }
+
+    /// Subscriptions held (live or not yet pruned).
+    pub fn subscribers(&self) -> usize {
+        self.changes.len()
+    }
+
     /// Resolves once the HW is > `offset`, or the log is closed or failed.
     pub async fn wait_for_hw_above(&self, offset: Offset) {
         let fsync = self.config.borrow().fsync_acks;
@@ -495,6 +521,8 @@ impl PartitionLog {
 
     pub fn set_config(&self, config: LogConfig) {
         *self.config.borrow_mut() = config;
+        // `fsync_acks` picks which offset is the high watermark.
+        self.changes.notify();
     }
 
     pub fn size_bytes(&self) -> u64 {
@@ -603,6 +631,7 @@ impl PartitionLog {
         self.seals.close();
         self.syncer.close();
         self.tail.remove();
+        self.changes.notify();
     }
 
     /// Directory fsyncs done for this log's files since open (a new

@@ -35,6 +35,7 @@
 
 use super::appender::{whole_pages, Appender, SegWriter};
 use super::cache::TailCache;
+use super::changes::Subscribers;
 use super::iobuf::IoArena;
 use super::leader_epoch::LeaderEpochCache;
 use super::partition::{io_err, DirSync, Health, PartitionLog};
@@ -95,6 +96,7 @@ pub(super) async fn open(
         written: OffsetWatch::new(log_end),
         durable: OffsetWatch::new(log_end),
         health: Health::new(),
+        changes: Subscribers::default(),
         appender: RefCell::new(Appender::new(writer)),
         writer: WriterTask::new(),
         syncer: Syncer::new(log_end, last_written, now),

@@ -148,6 +148,7 @@ impl PartitionLog {
             tracing::info!(partition = %self.tp, from = self.log_start.get(), to = offset.0,
                 "DeleteRecords moved the log start");
             self.log_start.set(offset.0);
+            self.changes.notify();
             self.epochs.borrow_mut().truncate_from_start(offset.0);
         }
         self.delete_segments_below(Offset(self.log_start.get()))?;
@@ -170,6 +171,7 @@ impl PartitionLog {
     fn delete_oldest(&self, seg: Rc<Segment>, next_base: i64) {
         self.segments.borrow_mut().remove(&seg.base_offset);
         self.log_start.set(self.log_start.get().max(next_base));
+        self.changes.notify();
         self.epochs
             .borrow_mut()
             .truncate_from_start(self.log_start.get());

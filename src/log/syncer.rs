@@ -372,6 +372,7 @@ impl PartitionLog {
         crate::metrics::record_fsync(took, (w - self.durable.get()).max(0) as u64);
         self.syncer.last_flush_ms.set(now_ms());
         self.durable.advance(w);
+        self.changes.notify();
     }
 
     /// fdatasyncs a sealed segment's file in a task of its own; `durable`
@@ -394,6 +395,7 @@ impl PartitionLog {
             }
             if let Some((seq, end)) = me.seals.finish(seq) {
                 me.durable.advance(end);
+                me.changes.notify();
                 me.seals.synced.advance(seq);
             }
         })

@@ -327,6 +327,7 @@ impl PartitionLog {
                     Ok(written) => {
                         if let Some(off) = written {
                             self.written.advance(off);
+                            self.changes.notify();
                         }
                         Flow::Next
                     }
@@ -387,6 +388,7 @@ impl PartitionLog {
         };
         if let Some(off) = next {
             self.written.advance(off);
+            self.changes.notify();
         }
     }
 
@@ -459,6 +461,7 @@ impl PartitionLog {
                 return Flow::Stop;
             }
             self.durable.advance(seg.next_offset.get());
+            self.changes.notify();
         }
         Flow::Next
     }
@@ -521,6 +524,7 @@ impl PartitionLog {
             // at their timeout.
             self.written.wake_all();
             self.durable.wake_all();
+            self.changes.notify();
         }
         let pause = super::FD_RETRY_FIRST_MS
             .saturating_mul(1 << (*attempt).min(16))

@@ -283,6 +283,9 @@ impl Partition {
                 tracing::error!(tp = %m.tp, error = %e, "appending a transaction marker failed");
                 MarkerError::Storage
             })?;
+        // Ending the transaction moves the last stable offset now, before
+        // the marker is written: read_committed fetch sessions must see it.
+        self.log.notify_changed();
         if let (false, Some(first)) = (m.commit, first) {
             // Kafka's lastStableOffset of an aborted transaction: the first
             // unstable offset once it is complete.

@@ -40,25 +40,41 @@
 //!
 //! The layout is for the incremental fetch's hot path, which must cost in
 //! proportion to what changed, not to the session's size (a consumer of
-//! 500 partitions sends a few changes per fetch; `tuning/results/
-//! fetch-sessions.md` measured string-keyed maps costing more than the
-//! full fetches sessions replace):
-//! - a session's partitions live in slots with stable numbers, and the
-//!   reading order is a `Vec` of slot numbers: reading the session walks
-//!   the vector, the "news" check after reading goes to each partition's
-//!   slot directly, and moving the partitions that returned records to the
-//!   end is a stable partition of the vector, all without hashing;
+//! 500 partitions sees a few of them change between two fetches;
+//! `tuning/results/fetch-sessions.md` measured an incremental fetch that
+//! visits every partition costing about as much as the full fetch it
+//! replaces):
+//! - a session's partitions live in slots with stable numbers. Each
+//!   resolved partition's log flags the session's slot in the session's
+//!   [`ChangeSignal`] whenever its high watermark, last stable offset, log
+//!   start or health changes (`log::changes`); a request's new positions
+//!   flag their slots too. A partition with nothing to read
+//!   (its fetch offset at the HW, or the LSO under read_committed), no
+//!   error and no change since the session's last response is *quiet*: its
+//!   answer would be empty, and Kafka leaves it out of an incremental
+//!   response, so it is not read at all. An incremental fetch reads only
+//!   the flagged slots and the *active* ones (not quiet at the last
+//!   response: data left to read, an error): O(partitions that changed);
+//! - the reading order is a rank per slot: a partition that returned
+//!   records gets the next rank (Kafka moves it to the end, so that a busy
+//!   partition cannot take the response's bytes from the others on every
+//!   fetch), and the few slots a fetch reads are sorted by rank;
+//! - a parked fetch waits on the session's one signal, not on each
+//!   partition: one waker per parked fetch;
 //! - the topics are a small table; a partition names its topic by its
 //!   index there, and the index from (topic, partition) to slot, used only
 //!   for the partitions a request names or forgets, hashes two integers;
 //!   topic names are hashed once per topic a request names;
 //! - each slot carries the partition's handle as last resolved, valid while
 //!   the shard's image and partition set are unchanged ([`Resolved`]), so
-//!   reading does not look partitions up by name either.
+//!   reading does not look partitions up by name either. When they change,
+//!   or the isolation level does, the next incremental fetch reads every
+//!   partition once (as before this design) and re-subscribes them.
 
+use crate::log::changes::ChangeSignal;
 use crate::partition::Partition;
 use std::collections::HashMap;
-use std::rc::Weak;
+use std::rc::{Rc, Weak};
 
 /// Kafka's `max.incremental.fetch.session.cache.slots` default: sessions
 /// one shard keeps (`serve --max-incremental-fetch-session-cache-slots`;
@@ -111,8 +127,16 @@ pub struct SessionPartition {
     pub log_start_offset: i64,
     /// The last read of it returned records: the next reads it last.
     pub had_records: bool,
-    /// The handle the last read used, if it resolved to one.
+    /// Nothing to read, no error, and everything reported: it needs no
+    /// read until its log flags it (module doc). Set by the handler.
+    pub quiet: bool,
+    /// The handle the last read used, if it resolved to one (and whose log
+    /// then holds the session's subscription for this slot).
     pub resolved: Option<Resolved>,
+    /// Reading order: lower first.
+    rank: u64,
+    /// The generation of the request that last chose it for reading.
+    chosen: u64,
     /// False once forgotten (the slot is then free for reuse).
     live: bool,
 }
@@ -138,9 +162,17 @@ impl SessionPartition {
             last_stable_offset: -1,
             log_start_offset: -1,
             had_records: false,
+            quiet: false,
             resolved: None,
+            rank: 0,
+            chosen: 0,
             live: true,
         }
+    }
+
+    /// The partition its last read used, if still there.
+    pub fn handle(&self) -> Option<Rc<Partition>> {
+        self.resolved.as_ref().and_then(|r| r.partition.upgrade())
     }
 
     /// Records what a response told the client.
@@ -184,13 +216,20 @@ pub struct FetchSession {
     slots: Vec<SessionPartition>,
     /// Slot by (topic index, partition), for live slots.
     index: HashMap<(u32, i32), u32>,
-    /// Live slots in reading order (and, until [`Self::settle`], slots
-    /// forgotten since).
-    order: Vec<u32>,
-    /// Slots free for reuse, and slots forgotten but maybe still in `order`.
+    /// Slots free for reuse.
     free_slots: Vec<u32>,
-    forgotten: Vec<u32>,
     len: usize,
+    /// Flagged by the partitions' logs and by the request's new positions
+    /// (module doc); a parked fetch of the session waits on it.
+    pub signal: Rc<ChangeSignal>,
+    /// Slots that were not quiet at the last response (maybe some freed
+    /// since): read by every incremental fetch.
+    active: Vec<u32>,
+    /// The next rank ([`SessionPartition::rank`]).
+    next_rank: u64,
+    /// The partitions stamp and isolation (read_committed) the quiet flags
+    /// were judged under; None: the next fetch reads every partition.
+    judged_under: Option<((u64, u64), bool)>,
 }
 
 impl FetchSession {
@@ -201,6 +240,7 @@ impl FetchSession {
         partitions: Vec<SessionPartition>,
         now_ms: i64,
         generation: u64,
+        judged_under: Option<((u64, u64), bool)>,
     ) -> FetchSession {
         let mut s = FetchSession {
             id,
@@ -214,10 +254,12 @@ impl FetchSession {
             free_topics: Vec::new(),
             slots: Vec::with_capacity(partitions.len()),
             index: HashMap::with_capacity(partitions.len()),
-            order: Vec::with_capacity(partitions.len()),
             free_slots: Vec::new(),
-            forgotten: Vec::new(),
             len: 0,
+            signal: ChangeSignal::new(),
+            active: Vec::new(),
+            next_rank: 0,
+            judged_under,
         };
         for (i, topic) in topics.into_iter().enumerate() {
             s.map_topic(&topic, i as u32);
@@ -226,17 +268,29 @@ impl FetchSession {
                 partitions: 0,
             });
         }
-        for p in partitions {
+        for mut p in partitions {
             debug_assert!((p.topic as usize) < s.topics.len());
             let slot = s.slots.len() as u32;
             let fresh = s.index.insert((p.topic, p.partition), slot).is_none();
             debug_assert!(fresh, "no partition twice");
             s.topics[p.topic as usize].partitions += 1;
+            if let Some(partition) = p.handle() {
+                partition.log.subscribe(&s.signal, slot);
+            }
+            if !p.quiet {
+                s.active.push(slot);
+            }
+            p.rank = s.rank();
             s.slots.push(p);
-            s.order.push(slot);
             s.len += 1;
         }
         s
+    }
+
+    fn rank(&mut self) -> u64 {
+        let r = self.next_rank;
+        self.next_rank += 1;
+        r
     }
 
     pub fn len(&self) -> usize {
@@ -257,34 +311,134 @@ impl FetchSession {
         self.topics.len()
     }
 
-    /// The partitions in reading order, with their slot numbers.
+    /// The partitions in reading order, with their slot numbers (a sort of
+    /// the whole session: for tests and diagnostics, not for fetches).
     pub fn partitions(&self) -> impl Iterator<Item = (u32, &SessionPartition)> {
-        self.order.iter().filter_map(|&slot| {
-            let p = &self.slots[slot as usize];
-            p.live.then_some((slot, p))
-        })
+        let mut live: Vec<(u32, &SessionPartition)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.live)
+            .map(|(slot, p)| (slot as u32, p))
+            .collect();
+        live.sort_by_key(|(_, p)| p.rank);
+        live.into_iter()
     }
 
-    /// Calls `f` with each partition in reading order, its slot number and
-    /// its topic (the read of an incremental fetch: no look-up, no hashing).
-    pub fn for_each_partition(
-        &mut self,
-        mut f: impl FnMut(u32, &SessionTopic, &mut SessionPartition),
-    ) {
-        for &slot in &self.order {
-            let p = &mut self.slots[slot as usize];
-            if p.live {
-                f(slot, &self.topics[p.topic as usize].topic, p);
+    /// The slots an incremental fetch (of generation [`Self::generation`],
+    /// resolving under `stamp`, reading with `read_committed`) must read, in
+    /// reading order, into `out`: the active ones and those flagged since
+    /// the last response; every partition when the quiet flags were judged
+    /// under another stamp or isolation (module doc).
+    pub fn slots_to_read(&mut self, stamp: (u64, u64), read_committed: bool, out: &mut Vec<u32>) {
+        let generation = self.generation;
+        if self.judged_under != Some((stamp, read_committed)) {
+            // The flags are moot: every partition is read.
+            let mut flagged = Vec::new();
+            self.signal.take_into(&mut flagged);
+            for (slot, p) in self.slots.iter_mut().enumerate() {
+                if p.live {
+                    p.chosen = generation;
+                    out.push(slot as u32);
+                }
             }
+        } else {
+            let first = out.len();
+            for i in 0..self.active.len() {
+                let slot = self.active[i];
+                if self.choose(slot) {
+                    out.push(slot);
+                }
+            }
+            let flagged_from = out.len();
+            self.signal.take_into(out);
+            let mut kept = flagged_from;
+            for i in flagged_from..out.len() {
+                if self.choose(out[i]) {
+                    out[kept] = out[i];
+                    kept += 1;
+                }
+            }
+            out.truncate(kept);
+            let slots = &self.slots;
+            out[first..].sort_unstable_by_key(|&slot| slots[slot as usize].rank);
+            return;
+        }
+        let slots = &self.slots;
+        out.sort_unstable_by_key(|&slot| slots[slot as usize].rank);
+    }
+
+    /// Slots flagged since [`Self::slots_to_read`] (or the last call) that
+    /// this fetch does not read yet, into `out` (not sorted): what a parked
+    /// fetch adds when its signal fires.
+    pub fn take_flagged(&mut self, out: &mut Vec<u32>) {
+        let from = out.len();
+        self.signal.take_into(out);
+        let mut kept = from;
+        for i in from..out.len() {
+            if self.choose(out[i]) {
+                out[kept] = out[i];
+                kept += 1;
+            }
+        }
+        out.truncate(kept);
+    }
+
+    /// Whether `slot` is live and not yet chosen by this generation (then
+    /// it is, now).
+    fn choose(&mut self, slot: u32) -> bool {
+        let generation = self.generation;
+        match self.slots.get_mut(slot as usize) {
+            Some(p) if p.live && p.chosen != generation => {
+                p.chosen = generation;
+                true
+            }
+            _ => false,
         }
     }
 
+    /// The reading rank of `slot` (stale for a slot not live).
+    pub fn rank_of(&self, slot: u32) -> u64 {
+        self.slots.get(slot as usize).map_or(u64::MAX, |p| p.rank)
+    }
+
+    /// Records the outcome of an incremental fetch that read `read` (all
+    /// the slots [`Self::slots_to_read`] and [`Self::take_flagged`] chose,
+    /// in reading order) after the handler set each one's `quiet` and
+    /// `had_records`: those not quiet stay active, those with records are
+    /// read last from now on, and the flags count as judged under `stamp`
+    /// and `read_committed`.
+    pub fn settle_read(
+        &mut self,
+        read: impl Iterator<Item = u32>,
+        stamp: (u64, u64),
+        read_committed: bool,
+    ) {
+        self.active.clear();
+        for slot in read {
+            let Some(p) = self.slots.get(slot as usize).filter(|p| p.live) else {
+                continue;
+            };
+            let (quiet, had_records) = (p.quiet, p.had_records);
+            if !quiet {
+                self.active.push(slot);
+            }
+            if had_records {
+                let rank = self.rank();
+                self.slots[slot as usize].rank = rank;
+            }
+        }
+        self.judged_under = Some((stamp, read_committed));
+    }
+
     /// Drops every cached partition handle (see
-    /// [`FetchSessionCache::drop_partition_handles`]).
+    /// [`FetchSessionCache::drop_partition_handles`]); the next fetch reads
+    /// (and re-subscribes) every partition.
     fn drop_partition_handles(&mut self) {
         for p in &mut self.slots {
             p.resolved = None;
         }
+        self.judged_under = None;
     }
 
     /// The partition in `slot`, if that slot holds one.
@@ -361,15 +515,18 @@ impl FetchSession {
             p.fetch_offset = fetch_offset;
             p.partition_max_bytes = partition_max_bytes;
             p.current_leader_epoch = current_leader_epoch;
+            // A new position is read by this fetch.
+            self.signal.flag(slot);
             return;
         }
-        let p = SessionPartition::new(
+        let mut p = SessionPartition::new(
             topic,
             partition,
             fetch_offset,
             partition_max_bytes,
             current_leader_epoch,
         );
+        p.rank = self.rank();
         let slot = match self.free_slots.pop() {
             Some(slot) => {
                 self.slots[slot as usize] = p;
@@ -381,13 +538,13 @@ impl FetchSession {
             }
         };
         self.index.insert((topic, partition), slot);
-        self.order.push(slot);
         self.topics[topic as usize].partitions += 1;
         self.len += 1;
+        self.signal.flag(slot);
     }
 
     /// Drops a partition the client forgot (a no-op if the session does not
-    /// hold it). Its slot leaves the reading order at [`Self::settle`].
+    /// hold it) and its subscription; its slot is free for reuse.
     pub fn forget(&mut self, name: &str, id: &[u8; 16], partition: i32) {
         let Some(topic) = self.topic_index(name, id) else {
             return;
@@ -397,8 +554,11 @@ impl FetchSession {
         };
         let p = &mut self.slots[slot as usize];
         p.live = false;
+        if let Some(partition) = p.handle() {
+            partition.log.unsubscribe(&self.signal, slot);
+        }
         p.resolved = None;
-        self.forgotten.push(slot);
+        self.free_slots.push(slot);
         self.len -= 1;
         let t = &mut self.topics[topic as usize];
         t.partitions -= 1;
@@ -411,47 +571,6 @@ impl FetchSession {
             t.topic.name = String::new();
             self.free_topics.push(topic);
         }
-    }
-
-    /// Takes forgotten slots out of the reading order and frees them (one
-    /// pass over the order, only after forgets).
-    pub fn settle(&mut self) {
-        if self.forgotten.is_empty() {
-            return;
-        }
-        let slots = &self.slots;
-        self.order.retain(|&slot| slots[slot as usize].live);
-        self.free_slots.append(&mut self.forgotten);
-        debug_assert_eq!(self.order.len(), self.len);
-    }
-
-    /// Puts the partitions whose last read returned records
-    /// ([`SessionPartition::had_records`]) after the others, keeping each
-    /// group's order, as Kafka does so that a busy partition cannot take
-    /// the response's bytes from the others on every fetch.
-    pub fn reorder(&mut self) {
-        self.settle();
-        let slots = &self.slots;
-        let Some(first) = self
-            .order
-            .iter()
-            .position(|&slot| slots[slot as usize].had_records)
-        else {
-            return;
-        };
-        let mut moved = Vec::new();
-        let mut kept = first;
-        for i in first..self.order.len() {
-            let slot = self.order[i];
-            if slots[slot as usize].had_records {
-                moved.push(slot);
-            } else {
-                self.order[kept] = slot;
-                kept += 1;
-            }
-        }
-        self.order.truncate(kept);
-        self.order.extend(moved);
     }
 }
 
@@ -566,7 +685,6 @@ impl FetchSessionCache {
         let s = self.sessions.get_mut(&id).ok_or(SessionError::NotFound)?;
         let before = s.len();
         change(s);
-        s.settle();
         let after = s.len();
         let total = self.partitions_total - before + after;
         if total > self.partitions_max {
@@ -592,12 +710,17 @@ impl FetchSessionCache {
     /// topic by index in `topics`, none twice) if there is a slot, or one
     /// can be evicted for it (see the module doc); returns its id, or None
     /// (the fetch then goes on without a session, id 0).
+    ///
+    /// `judged_under`: the partitions stamp and isolation under which the
+    /// handler judged the partitions' `quiet` flags (None: the first
+    /// incremental fetch reads them all).
     pub fn create(
         &mut self,
         topics: Vec<SessionTopic>,
         partitions: Vec<SessionPartition>,
         uses_topic_ids: bool,
         now_ms: i64,
+        judged_under: Option<((u64, u64), bool)>,
     ) -> Option<i32> {
         let size = partitions.len();
         if size > self.partitions_max {
@@ -611,7 +734,15 @@ impl FetchSessionCache {
         }
         let id = self.new_id();
         let generation = self.generation();
-        let session = FetchSession::new(id, uses_topic_ids, topics, partitions, now_ms, generation);
+        let session = FetchSession::new(
+            id,
+            uses_topic_ids,
+            topics,
+            partitions,
+            now_ms,
+            generation,
+            judged_under,
+        );
         self.partitions_total += session.len();
         self.sessions.insert(id, session);
         Some(id)
@@ -662,6 +793,7 @@ mod tests {
     use super::*;
 
     const NO_ID: [u8; 16] = [0; 16];
+    const STAMP: (u64, u64) = (1, 1);
 
     fn topic(name: &str) -> SessionTopic {
         SessionTopic {
@@ -680,7 +812,7 @@ mod tests {
 
     fn create(c: &mut FetchSessionCache, n: i32, now_ms: i64) -> Option<i32> {
         let (topics, partitions) = parts(n);
-        c.create(topics, partitions, false, now_ms)
+        c.create(topics, partitions, false, now_ms, Some((STAMP, false)))
     }
 
     /// (topic name, partition) in reading order.
@@ -759,38 +891,105 @@ mod tests {
         assert!(c.is_empty());
     }
 
-    #[test]
-    fn responded_partitions_move_to_the_end() {
-        let mut c = FetchSessionCache::new(10, 100);
-        let id = create(&mut c, 4, 0).unwrap();
-        c.update(id, |s| {
-            s.forget("t", &NO_ID, 2);
-            s.forget("t", &NO_ID, 42);
-            s.forget("unknown", &NO_ID, 0);
-            s.upsert("t", &NO_ID, 7, 5, 1, -1);
-        })
-        .unwrap();
+    /// One incremental fetch as the handler does it: begin, the request's
+    /// changes, the slots to read; `outcome` says per partition whether it
+    /// returned records and is quiet afterwards. Returns the partitions read.
+    fn fetch(
+        c: &mut FetchSessionCache,
+        id: i32,
+        change: impl FnOnce(&mut FetchSession),
+        outcome: impl Fn(i32) -> (bool, bool),
+    ) -> Vec<i32> {
+        let epoch = c.get_mut(id).unwrap().epoch;
+        c.begin_incremental(id, epoch, false, 0).unwrap();
+        c.update(id, change).unwrap();
         let s = c.get_mut(id).unwrap();
-        let slot_of = |s: &FetchSession, partition: i32| {
+        let mut slots = Vec::new();
+        s.slots_to_read(STAMP, false, &mut slots);
+        let mut read = Vec::new();
+        for &slot in &slots {
+            let p = s.slot_mut(slot).unwrap();
+            (p.had_records, p.quiet) = outcome(p.partition);
+            read.push(p.partition);
+        }
+        s.settle_read(slots.into_iter(), STAMP, false);
+        read
+    }
+
+    #[test]
+    fn a_fetch_reads_only_active_flagged_and_named_partitions() {
+        let mut c = FetchSessionCache::new(10, 100);
+        let (topics, mut partitions) = parts(6);
+        // Opened with 1 and 4 not quiet (data left to read).
+        for p in &mut partitions {
+            p.quiet = p.partition != 1 && p.partition != 4;
+        }
+        let id = c
+            .create(topics, partitions, false, 0, Some((STAMP, false)))
+            .unwrap();
+        let all_quiet = |_| (false, true);
+        assert_eq!(fetch(&mut c, id, |_| {}, all_quiet), vec![1, 4]);
+        assert_eq!(fetch(&mut c, id, |_| {}, all_quiet), Vec::<i32>::new());
+        // A log flags 3 (what `log::changes` does), the request names 5.
+        let slot_of = |c: &mut FetchSessionCache, partition: i32| {
+            let s = c.get_mut(id).unwrap();
             s.partitions()
                 .find(|(_, p)| p.partition == partition)
-                .map(|(slot, _)| slot)
                 .unwrap()
+                .0
         };
-        for partition in [0, 3] {
-            let slot = slot_of(s, partition);
-            s.slot_mut(slot).unwrap().had_records = true;
-        }
-        s.reorder();
-        let order: Vec<i32> = s.partitions().map(|(_, p)| p.partition).collect();
-        assert_eq!(order, vec![1, 7, 0, 3]);
-        // Reads that return nothing leave the order as it is.
-        for p in s.slots.iter_mut() {
-            p.had_records = false;
-        }
-        s.reorder();
-        let order: Vec<i32> = s.partitions().map(|(_, p)| p.partition).collect();
-        assert_eq!(order, vec![1, 7, 0, 3]);
+        let three = slot_of(&mut c, 3);
+        c.get_mut(id).unwrap().signal.flag(three);
+        let read = fetch(
+            &mut c,
+            id,
+            |s| s.upsert("t", &NO_ID, 5, 9, 1, -1),
+            |p| (p == 3, p != 3),
+        );
+        assert_eq!(read, vec![3, 5]);
+        // 3 returned records: still active, and read last from now on.
+        assert_eq!(fetch(&mut c, id, |_| {}, all_quiet), vec![3]);
+        let order: Vec<i32> = c
+            .get_mut(id)
+            .unwrap()
+            .partitions()
+            .map(|(_, p)| p.partition)
+            .collect();
+        assert_eq!(order, vec![0, 1, 2, 4, 5, 3]);
+        // Another stamp (a metadata change) or isolation: everything once.
+        let epoch = c.get_mut(id).unwrap().epoch;
+        c.begin_incremental(id, epoch, false, 0).unwrap();
+        let s = c.get_mut(id).unwrap();
+        let mut slots = Vec::new();
+        s.slots_to_read((STAMP.0 + 1, STAMP.1), false, &mut slots);
+        assert_eq!(slots.len(), 6);
+        let mut more = Vec::new();
+        s.signal.flag(slots[0]);
+        s.take_flagged(&mut more);
+        assert!(more.is_empty(), "a slot is read once per fetch");
+    }
+
+    #[test]
+    fn forgotten_partitions_are_not_read() {
+        let mut c = FetchSessionCache::new(10, 100);
+        let id = create(&mut c, 4, 0).unwrap();
+        let read = fetch(
+            &mut c,
+            id,
+            |s| {
+                s.upsert("t", &NO_ID, 2, 5, 1, -1);
+                s.forget("t", &NO_ID, 2);
+                s.forget("t", &NO_ID, 42);
+                s.forget("unknown", &NO_ID, 0);
+                s.upsert("t", &NO_ID, 7, 5, 1, -1);
+            },
+            |_| (false, true),
+        );
+        assert_eq!(
+            read,
+            vec![0, 1, 3, 7],
+            "new sessions' partitions are active"
+        );
         assert_eq!(c.partitions_total(), 4);
     }
 
@@ -839,12 +1038,13 @@ mod tests {
         let ids: Vec<i32> = (0..2).map(|_| create(&mut c, 3, 0).unwrap()).collect();
         for &id in &ids {
             let s = c.get_mut(id).unwrap();
-            s.for_each_partition(|_, _, p| {
-                p.resolved = Some(Resolved {
+            let slots: Vec<u32> = s.partitions().map(|(slot, _)| slot).collect();
+            for slot in slots {
+                s.slot_mut(slot).unwrap().resolved = Some(Resolved {
                     partition: Weak::new(),
                     stamp: (1, 1),
-                })
-            });
+                });
+            }
         }
         c.drop_partition_handles();
         for &id in &ids {
@@ -863,7 +1063,13 @@ mod tests {
             id: a,
         }];
         let id = c
-            .create(topics, vec![SessionPartition::new(0, 0, 0, 1, -1)], true, 0)
+            .create(
+                topics,
+                vec![SessionPartition::new(0, 0, 0, 1, -1)],
+                true,
+                0,
+                None,
+            )
             .unwrap();
         c.update(id, |s| {
             // The name is not part of the key of a session by id.
