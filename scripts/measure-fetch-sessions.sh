@@ -7,7 +7,9 @@
 # with 0 (`--max-incremental-fetch-session-cache-slots 0`: every fetch a
 # full one), alternating, ROUNDS times each. Per run: the broker's CPU
 # seconds (utime+stime from /proc) over the producer's run, the Fetch
-# requests it answered (metrics endpoint), and CPU µs per fetch.
+# requests it answered (metrics endpoint), CPU µs per fetch and CPU µs per
+# message produced (RATE x SECS messages; every run's consumer reads them all,
+# the last column says how many it read).
 #
 # Usage: scripts/measure-fetch-sessions.sh [BIN]   (default target/release/fjord)
 # Env: ROUNDS (3), PARTITIONS (500), RATE (5000), SECS (30).
@@ -24,7 +26,7 @@ fetches() {
 }
 echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD) $(nproc) cores; $bin;" \
     "partitions=$partitions rate=$rate msg/s secs=$secs rounds=$rounds"
-echo "slots cpu_s fetches cpu_us_per_fetch consumed"
+echo "slots cpu_s fetches cpu_us_per_fetch consumed cpu_us_per_msg"
 for round in $(seq 1 "$rounds"); do
     for slots in 1000 0; do
         dir=$(mktemp -d)
@@ -49,7 +51,8 @@ for round in $(seq 1 "$rounds"); do
         wait $consumer || true
         consumed=$(awk -F, 'NF > 5 {print $5}' "$dir/consumer.log" | tail -1 | tr -d ' ')
         awk -v s="$slots" -v c="$(echo "$c1 - $c0" | bc)" -v f="$((f1 - f0))" -v n="$consumed" \
-            'BEGIN {printf "%s %.3f %d %.1f %s\n", s, c, f, (f > 0 ? c * 1e6 / f : 0), n}'
+            -v m="$total" \
+            'BEGIN {printf "%s %.3f %d %.1f %s %.2f\n", s, c, f, (f > 0 ? c * 1e6 / f : 0), n, c * 1e6 / m}'
         kill -TERM $pid; wait $pid 2>/dev/null || true
         rm -rf "$dir"
     done

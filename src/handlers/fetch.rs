@@ -583,10 +583,16 @@ fn session_wanted<'a>(
             let target = resolve(ctx, image, meta, uses_topic_ids, p.partition);
             let old = p.handle();
             if let Ok(state) = &target {
-                if let Some(old) = old.filter(|old| !Rc::ptr_eq(old, state)) {
-                    old.log.unsubscribe(&signal, slot);
+                // Subscribing scans the log's list: skipped when the
+                // partition is the one this slot already follows.
+                match old {
+                    Some(old) if Rc::ptr_eq(&old, state) => {}
+                    Some(old) => {
+                        old.log.unsubscribe(&signal, slot);
+                        state.log.subscribe(&signal, slot);
+                    }
+                    None => state.log.subscribe(&signal, slot),
                 }
-                state.log.subscribe(&signal, slot);
             }
             p.resolved = target.as_ref().ok().map(|state| Resolved {
                 partition: Rc::downgrade(state),
