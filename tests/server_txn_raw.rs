@@ -190,12 +190,14 @@ fn commit_abort_commit_reproduces_stock_kafka() {
     // data e2 @8-9, COMMIT e3 @10.
     assert_eq!(stored(&broker), commit_abort_commit_layout());
     // .txnindex: producerId, firstOffset 4, lastOffset 7, lastStableOffset 8.
-    let txnindex = std::fs::read(
-        broker
-            .data_dir()
-            .join("txn-0/00000000000000000000.txnindex"),
-    )
-    .expect(".txnindex written");
+    // The broker writes it in the background after the ABORT marker.
+    let txnindex_path = broker
+        .data_dir()
+        .join("txn-0/00000000000000000000.txnindex");
+    wait_until("the .txnindex entry", || {
+        std::fs::metadata(&txnindex_path).is_ok_and(|m| m.len() >= ENTRY_BYTES as u64)
+    });
+    let txnindex = std::fs::read(&txnindex_path).expect(".txnindex written");
     assert_eq!(txnindex.len(), ENTRY_BYTES);
     assert_eq!(
         AbortedTxn::decode(&txnindex),
