@@ -133,16 +133,37 @@ pub struct ServeArgs {
     /// Directory holding all partition logs and the metadata log [default: ./data].
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Port of shard 0; shard k listens on port + k [default: 9092].
+    /// Port of shard 0 of the PLAINTEXT listener that `--port`/`--listen`
+    /// make; shard k listens on port + k [default: 9092].
     #[arg(long)]
     pub port: Option<u16>,
-    /// Address to listen on [default: 0.0.0.0].
+    /// Address of the PLAINTEXT listener that `--port`/`--listen` make
+    /// [default: 127.0.0.1 when no `--listener` is given, so that a broker
+    /// without authentication is reachable from this machine only].
     #[arg(long)]
     pub listen: Option<IpAddr>,
-    /// Host name advertised to clients [default: the listen address, or the
-    /// machine's host name when listening on all interfaces].
+    /// A listener, Kafka's `listeners` spelling: `PROTOCOL://HOST:PORT`
+    /// with PROTOCOL `PLAINTEXT` or `SASL_PLAINTEXT` (`SSL`, `SASL_SSL`:
+    /// not supported yet); repeat for several (a list in the file). Shard k
+    /// listens on PORT + k of each. An empty HOST is every interface.
+    /// With `--listener`, `--port`/`--listen` add a PLAINTEXT listener only
+    /// when given.
+    #[arg(long = "listener")]
+    pub listener: Option<Vec<String>>,
+    /// Host name advertised to clients, for every listener [default: the
+    /// listener's address, or the machine's host name when it listens on
+    /// all interfaces].
     #[arg(long)]
     pub advertised_host: Option<String>,
+    /// Kafka `sasl.enabled.mechanisms`, comma-separated: `PLAIN`,
+    /// `SCRAM-SHA-256`, `SCRAM-SHA-512` [default: SCRAM-SHA-256,SCRAM-SHA-512].
+    #[arg(long)]
+    pub sasl_enabled_mechanisms: Option<String>,
+    /// Kafka `connections.max.reauth.ms`: an authenticated SASL session
+    /// expires this long after it authenticated; the client must
+    /// re-authenticate (KIP-368) or is disconnected. 0: never [default: 0].
+    #[arg(long)]
+    pub connections_max_reauth_ms: Option<u64>,
     /// Number of shards (one per core) [default: all online cores].
     #[arg(long)]
     pub cores: Option<usize>,
@@ -324,9 +345,17 @@ pub struct BrokerConfig {
     pub cluster_id: String,
     pub log_format: LogFormat,
     pub data_dir: PathBuf,
-    pub port: u16,
-    pub listen: IpAddr,
+    /// Every listener, in the order given; a connection knows its own
+    /// (`auth::Session::listener`) and is told that listener's endpoints.
+    pub listeners: Vec<Listener>,
+    /// `--advertised-host` for every listener, or the first listener's.
     pub advertised_host: String,
+    /// Mechanisms and session lifetime of SASL listeners.
+    pub sasl_mechanisms: Vec<String>,
+    pub connections_max_reauth_ms: u64,
+    /// Whether the bind address was chosen by the safe default (loopback,
+    /// no listener given), for the start-up log.
+    pub listen_is_safe_default: bool,
     pub cores: usize,
     pub node_id: i32,
     pub fsync_acks: bool,
@@ -401,7 +430,14 @@ impl ServeArgs {
             data_dir: self.data_dir.or(file.data_dir),
             port: self.port.or(file.port),
             listen: self.listen.or(file.listen),
+            listener: self.listener.or(file.listener),
             advertised_host: self.advertised_host.or(file.advertised_host),
+            sasl_enabled_mechanisms: self
+                .sasl_enabled_mechanisms
+                .or(file.sasl_enabled_mechanisms),
+            connections_max_reauth_ms: self
+                .connections_max_reauth_ms
+                .or(file.connections_max_reauth_ms),
             cores: self.cores.or(file.cores),
             node_id: self.node_id.or(file.node_id),
             fsync_acks: self.fsync_acks.or(file.fsync_acks),
@@ -521,26 +557,41 @@ impl ServeArgs {
             None => ServeArgs::default(),
         };
         let a = self.overlay(file);
-        let listen = a.listen.unwrap_or(IpAddr::from([0, 0, 0, 0]));
-        let advertised_host = match a.advertised_host {
-            Some(h) => h,
-            None if listen.is_unspecified() => host_name().unwrap_or_else(|| "localhost".into()),
-            None => listen.to_string(),
-        };
         let online = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
         let cores = a.cores.unwrap_or(online);
+        let (listeners, listen_is_safe_default) = resolve_listeners(
+            a.listener.as_deref().unwrap_or(&[]),
+            a.port,
+            a.listen,
+            a.advertised_host.as_deref(),
+            cores,
+        )?;
+        let advertised_host = listeners[0].advertised_host.clone();
+        let sasl_mechanisms: Vec<String> = a
+            .sasl_enabled_mechanisms
+            .as_deref()
+            .unwrap_or(SASL_ENABLED_MECHANISMS_DEFAULT)
+            .split(',')
+            .map(|m| m.trim().to_string())
+            .filter(|m| !m.is_empty())
+            .collect();
+        for m in &sasl_mechanisms {
+            anyhow::ensure!(
+                SASL_MECHANISMS_SUPPORTED.contains(&m.as_str()),
+                "--sasl-enabled-mechanisms: {m} is not supported (fjord serves {})",
+                SASL_MECHANISMS_SUPPORTED.join(", ")
+            );
+        }
+        anyhow::ensure!(
+            !sasl_mechanisms.is_empty() || !listeners.iter().any(|l| l.protocol.is_sasl()),
+            "--sasl-enabled-mechanisms is empty but a SASL listener is configured"
+        );
         anyhow::ensure!(cores >= 1, "--cores must be at least 1");
         anyhow::ensure!(
             cores < 1000,
             "--cores must be below 1000 (node ids are node_id * 1000 + shard)"
-        );
-        let port = a.port.unwrap_or(9092);
-        anyhow::ensure!(
-            (port as usize) + cores - 1 <= u16::MAX as usize,
-            "ports {port}..{} do not fit",
-            port as usize + cores - 1
         );
         let num_partitions = a.num_partitions.unwrap_or(1);
         anyhow::ensure!(num_partitions >= 1, "--num-partitions must be at least 1");
@@ -621,9 +672,11 @@ impl ServeArgs {
             cluster_id: String::new(),
             log_format: a.log_format.unwrap_or_default(),
             data_dir: a.data_dir.unwrap_or_else(|| PathBuf::from("./data")),
-            port,
-            listen,
+            listeners,
             advertised_host,
+            sasl_mechanisms,
+            connections_max_reauth_ms: a.connections_max_reauth_ms.unwrap_or(0),
+            listen_is_safe_default,
             cores,
             node_id: a.node_id.unwrap_or(0),
             fsync_acks: a.fsync_acks.unwrap_or(false),
@@ -746,9 +799,201 @@ impl BrokerConfig {
             .then_some(shard as usize)
     }
 
+    /// The port of `shard` on the first listener.
+    pub fn port_of(&self, shard: usize) -> u16 {
+        self.listeners[0].port_of(shard)
+    }
+
+    /// The host and port clients of listener `listener` reach `shard` at.
+    pub fn endpoint(&self, listener: usize, shard: usize) -> (String, i32) {
+        let l = self.listener(listener);
+        (l.advertised_host.clone(), l.port_of(shard) as i32)
+    }
+
+    /// Listener `index`, or the first if there is no such listener.
+    pub fn listener(&self, index: usize) -> &Listener {
+        self.listeners.get(index).unwrap_or(&self.listeners[0])
+    }
+
+    /// Whether any listener authenticates its clients.
+    pub fn authentication_configured(&self) -> bool {
+        self.listeners.iter().any(|l| l.protocol.is_sasl())
+    }
+}
+
+/// Kafka's `sasl.enabled.mechanisms` default is GSSAPI, which fjord does
+/// not serve; PLAIN is left out by default because on a SASL_PLAINTEXT
+/// listener it sends the password in the clear.
+pub const SASL_ENABLED_MECHANISMS_DEFAULT: &str = "SCRAM-SHA-256,SCRAM-SHA-512";
+/// The SASL mechanisms fjord serves.
+pub const SASL_MECHANISMS_SUPPORTED: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+/// The port of `--port` when neither it nor a listener is given.
+pub const PORT_DEFAULT: u16 = 9092;
+
+/// Kafka's security protocols (`SecurityProtocol`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    Plaintext,
+    SaslPlaintext,
+    Ssl,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    pub fn is_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+
+    fn parse(name: &str) -> Option<Self> {
+        [
+            SecurityProtocol::Plaintext,
+            SecurityProtocol::SaslPlaintext,
+            SecurityProtocol::Ssl,
+            SecurityProtocol::SaslSsl,
+        ]
+        .into_iter()
+        .find(|p| p.name() == name)
+    }
+}
+
+/// One listener: a security protocol on an address; shard k listens on
+/// `port + k`. Its name is its protocol (Kafka's default
+/// `listener.security.protocol.map`), so there is at most one per protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    pub protocol: SecurityProtocol,
+    pub host: IpAddr,
+    pub port: u16,
+    /// The host clients are told to connect to.
+    pub advertised_host: String,
+}
+
+impl Listener {
     pub fn port_of(&self, shard: usize) -> u16 {
         self.port + shard as u16
     }
+
+    /// `PROTOCOL://HOST:PORT` as Kafka prints it.
+    pub fn describe(&self) -> String {
+        format!("{}://{}:{}", self.protocol.name(), self.host, self.port)
+    }
+}
+
+/// Parses `PROTOCOL://HOST:PORT` (HOST empty for every interface, an IP
+/// address, `[v6]`, or a name resolved now).
+fn parse_listener(spec: &str) -> anyhow::Result<(SecurityProtocol, IpAddr, u16)> {
+    let (proto, rest) = spec
+        .split_once("://")
+        .ok_or_else(|| anyhow::anyhow!("--listener {spec}: expected PROTOCOL://HOST:PORT"))?;
+    let protocol = SecurityProtocol::parse(proto).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--listener {spec}: unknown security protocol {proto} (PLAINTEXT, SASL_PLAINTEXT, SSL or SASL_SSL)"
+        )
+    })?;
+    let (host, port) = rest
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow::anyhow!("--listener {spec}: expected PROTOCOL://HOST:PORT"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--listener {spec}: bad port {port}: {e}"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let ip = if host.is_empty() {
+        IpAddr::from([0, 0, 0, 0])
+    } else if let Ok(ip) = host.parse() {
+        ip
+    } else {
+        use std::net::ToSocketAddrs;
+        (host, port)
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .map(|a| a.ip())
+            .ok_or_else(|| anyhow::anyhow!("--listener {spec}: cannot resolve {host}"))?
+    };
+    Ok((protocol, ip, port))
+}
+
+/// The listeners from `--listener` and the `--port`/`--listen` shorthand,
+/// and whether the address is the safe default (loopback: nothing asked
+/// for another). Refuses SSL and SASL_SSL (TLS is not built yet), two
+/// listeners of one protocol, and port ranges that overlap or overflow.
+fn resolve_listeners(
+    specs: &[String],
+    port: Option<u16>,
+    listen: Option<IpAddr>,
+    advertised_host: Option<&str>,
+    cores: usize,
+) -> anyhow::Result<(Vec<Listener>, bool)> {
+    let mut raw = Vec::new();
+    let mut safe_default = false;
+    if specs.is_empty() || port.is_some() || listen.is_some() {
+        safe_default = listen.is_none() && specs.is_empty();
+        let host = listen.unwrap_or(IpAddr::from([127, 0, 0, 1]));
+        raw.push((
+            SecurityProtocol::Plaintext,
+            host,
+            port.unwrap_or(PORT_DEFAULT),
+        ));
+    }
+    for spec in specs {
+        raw.push(parse_listener(spec)?);
+    }
+    let mut listeners: Vec<Listener> = Vec::new();
+    for (protocol, host, port) in raw {
+        anyhow::ensure!(
+            !matches!(protocol, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl),
+            "listener {}://{host}:{port}: {} is not supported yet (TLS is not built); use PLAINTEXT or SASL_PLAINTEXT",
+            protocol.name(),
+            protocol.name()
+        );
+        anyhow::ensure!(
+            (port as usize) + cores - 1 <= u16::MAX as usize,
+            "ports {port}..{} do not fit",
+            port as usize + cores - 1
+        );
+        if let Some(other) = listeners.iter().find(|l| l.protocol == protocol) {
+            anyhow::bail!(
+                "two {} listeners ({} and port {port}): a listener is named by its protocol, so there is one of each",
+                protocol.name(),
+                other.describe()
+            );
+        }
+        let (lo, hi) = (port as usize, port as usize + cores);
+        if let Some(other) = listeners
+            .iter()
+            .find(|l| (l.port as usize) < hi && lo < l.port as usize + cores)
+        {
+            anyhow::bail!(
+                "listener {}://{host}:{port} and {} overlap: each takes {cores} ports (one per shard)",
+                protocol.name(),
+                other.describe()
+            );
+        }
+        let advertised_host = match advertised_host {
+            Some(h) => h.to_string(),
+            None if host.is_unspecified() => host_name().unwrap_or_else(|| "localhost".into()),
+            None => host.to_string(),
+        };
+        listeners.push(Listener {
+            protocol,
+            host,
+            port,
+            advertised_host,
+        });
+    }
+    Ok((listeners, safe_default))
 }
 
 fn host_name() -> Option<String> {
@@ -842,6 +1087,66 @@ mod tests {
         );
         assert_eq!(c.catch_up_reads, CatchUpReads::Direct, "the flag wins");
         assert!(toml::from_str::<ServeArgs>("catch-up-reads = \"mmap\"\n").is_err());
+    }
+
+    #[test]
+    fn listeners_default_to_loopback_and_take_kafkas_spelling() {
+        let resolve = |cli: &[&str], file: &str| {
+            let file: ServeArgs = toml::from_str(file).unwrap();
+            serve_args(cli).overlay(file).resolve()
+        };
+        let c = resolve(&["--cores", "2"], "").unwrap();
+        assert_eq!(c.listeners.len(), 1);
+        assert_eq!(c.listeners[0].describe(), "PLAINTEXT://127.0.0.1:9092");
+        assert!(c.listen_is_safe_default && !c.authentication_configured());
+        let c = resolve(&["--cores", "2", "--listen", "0.0.0.0"], "").unwrap();
+        assert!(!c.listen_is_safe_default);
+        let c = resolve(
+            &["--cores", "2", "--listener", "SASL_PLAINTEXT://:9192"],
+            "",
+        )
+        .unwrap();
+        assert_eq!(c.listeners.len(), 1, "no shorthand listener unless asked");
+        assert_eq!(c.listeners[0].protocol, SecurityProtocol::SaslPlaintext);
+        assert!(c.listeners[0].host.is_unspecified());
+        assert!(c.authentication_configured());
+        let c = resolve(
+            &["--cores", "2", "--port", "9092"],
+            "listener = [\"SASL_PLAINTEXT://127.0.0.1:9192\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.listeners.iter().map(|l| l.describe()).collect::<Vec<_>>(),
+            [
+                "PLAINTEXT://127.0.0.1:9092",
+                "SASL_PLAINTEXT://127.0.0.1:9192"
+            ]
+        );
+        for bad in [
+            "SSL://:9093",
+            "SASL_SSL://:9093",
+            "HTTP://:80",
+            "PLAINTEXT//:9093",
+            "PLAINTEXT://:x",
+        ] {
+            assert!(resolve(&["--listener", bad], "").is_err(), "{bad}");
+        }
+        let e = resolve(
+            &[
+                "--cores",
+                "2",
+                "--port",
+                "9092",
+                "--listener",
+                "SASL_PLAINTEXT://:9093",
+            ],
+            "",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("overlap"), "{e}");
+        let e = resolve(&["--listener", "SSL://:9093"], "").unwrap_err();
+        assert!(e.to_string().contains("not supported yet"), "{e}");
+        assert!(resolve(&["--sasl-enabled-mechanisms", "GSSAPI"], "").is_err());
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The `fjord` command: `serve`, `dump-log`, and with the `tools` feature
+//! The `fjord` command: `serve`, `scram add`, `dump-log`, and with the `tools` feature
 //! (on by default) `bench`, `chaos` and `report`.
 
 use clap::{Parser, Subcommand};
@@ -22,6 +22,9 @@ struct Cli {
 enum Command {
     /// Run the broker.
     Serve(Box<fjord::config::ServeArgs>),
+    /// Manage SCRAM users offline (like `kafka-storage format --add-scram`).
+    #[command(subcommand)]
+    Scram(fjord::auth::credentials::ScramCommand),
     /// Print segments, indexes and snapshots like kafka-dump-log.sh.
     DumpLog(fjord::log::dump::DumpLogArgs),
     /// Drive any Kafka-compatible broker with an open-loop workload and record latencies.
@@ -40,6 +43,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => fjord::server::run(*args),
         Command::DumpLog(args) => ignore_broken_pipe(dump_log(args)),
+        Command::Scram(command) => fjord::auth::credentials::run(command),
         #[cfg(feature = "tools")]
         Command::Bench(args) => fjord::bench::run(*args).map(|_| ()).map_err(Into::into),
         #[cfg(feature = "tools")]

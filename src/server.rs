@@ -102,6 +102,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display())
     })?;
+    // Held until the process ends: `fjord scram add` refuses to append to
+    // the metadata log while a broker runs on it.
+    let _data_dir_lock = crate::metadata::store::lock_data_dir(&config.data_dir).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            anyhow::anyhow!(
+                "data dir {} is in use by another process (a running broker or `fjord scram add`)",
+                config.data_dir.display()
+            )
+        } else {
+            anyhow::anyhow!("cannot lock data dir {}: {e}", config.data_dir.display())
+        }
+    })?;
     config.cluster_id = cluster_id(&config.data_dir, config.node_id)?;
     let io_memory = config
         .io_memory_bytes
@@ -129,7 +141,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let cpus = allowed_cpus();
     let config = Arc::new(config);
     let mesh = MeshBuilder::<ShardMessage, _>::full(config.cores, MESH_CHANNEL_CAPACITY);
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<(usize, Result<SocketAddr, String>)>();
+    log_listeners(&config);
+    let (ready_tx, ready_rx) =
+        std::sync::mpsc::channel::<(usize, Result<Vec<SocketAddr>, String>)>();
     let mut handles = Vec::with_capacity(config.cores);
     for shard in 0..config.cores {
         let cpu = config
@@ -155,12 +169,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut failed = None;
     for _ in 0..config.cores {
         match ready_rx.recv() {
-            Ok((shard, Ok(addr))) => println!(
-                "fjord: shard {shard} listening on {addr} as node {} (advertised {}:{})",
-                config.node_id_of(shard),
-                config.advertised_host,
-                config.port_of(shard)
-            ),
+            Ok((shard, Ok(addrs))) => {
+                for (i, addr) in addrs.iter().enumerate() {
+                    let l = &config.listeners[i];
+                    println!(
+                        "fjord: shard {shard} listening on {addr} as node {} (advertised {}:{}, {})",
+                        config.node_id_of(shard),
+                        l.advertised_host,
+                        l.port_of(shard),
+                        l.protocol.name()
+                    );
+                }
+            }
             Ok((shard, Err(e))) => {
                 failed = Some(format!("shard {shard}: {e}"));
                 break;
@@ -178,7 +198,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         println!("fjord: ready");
         sd_notify(&format!(
             "READY=1\nSTATUS={} shards listening from port {}",
-            config.cores, config.port
+            config.cores,
+            config.port_of(0)
         ));
     }
     let _ = std::io::stdout().flush();
@@ -210,11 +231,35 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
 }
 
+/// Says where the broker listens and, when that is unauthenticated, how
+/// exposed it is (issue 28's safe default): the loopback default is
+/// logged with the way to listen elsewhere, and a PLAINTEXT listener on
+/// another address gets a warning.
+fn log_listeners(config: &BrokerConfig) {
+    if config.listen_is_safe_default {
+        tracing::info!(
+            listener = %config.listeners[0].describe(),
+            "no listener configured and no authentication: listening on loopback only; \
+             use --listen ADDR (or --listener PLAINTEXT://ADDR:PORT) to accept other hosts, \
+             and a SASL_PLAINTEXT listener to authenticate them"
+        );
+    }
+    for l in &config.listeners {
+        if l.protocol == crate::config::SecurityProtocol::Plaintext && !l.host.is_loopback() {
+            tracing::warn!(
+                listener = %l.describe(),
+                "PLAINTEXT listener on a non-loopback address: any client that reaches it may \
+                 read, write and delete every topic; use a SASL_PLAINTEXT listener to authenticate clients"
+            );
+        }
+    }
+}
+
 async fn shard_main(
     shard: usize,
     config: Arc<BrokerConfig>,
     mesh: MeshBuilder<ShardMessage, glommio::channels::channel_mesh::Full>,
-    ready_tx: &std::sync::mpsc::Sender<(usize, Result<SocketAddr, String>)>,
+    ready_tx: &std::sync::mpsc::Sender<(usize, Result<Vec<SocketAddr>, String>)>,
     stop: Arc<AtomicBool>,
     clean_start: bool,
 ) -> anyhow::Result<()> {
@@ -339,11 +384,17 @@ async fn shard_main(
         None
     };
 
-    let addr = SocketAddr::new(config.listen, config.port_of(shard));
-    let listener = bind_when_free(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-    let bound = listener.local_addr().unwrap_or(addr);
+    // One socket per listener: shard k on each listener's port + k.
+    let mut sockets = Vec::with_capacity(config.listeners.len());
+    let mut bound = Vec::with_capacity(config.listeners.len());
+    for l in &config.listeners {
+        let addr = SocketAddr::new(l.host, l.port_of(shard));
+        let socket = bind_when_free(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {addr} ({}): {e}", l.protocol.name()))?;
+        bound.push(socket.local_addr().unwrap_or(addr));
+        sockets.push(socket);
+    }
     // Shard 0 serves the metrics endpoint, in a task queue that yields to
     // requests (see `net::metrics_http`).
     // An address given with --metrics-listen that cannot be bound fails the
@@ -389,7 +440,13 @@ async fn shard_main(
         }
         None => None,
     };
-    let accept = glommio::spawn_local(crate::net::accept_loop(ctx.clone(), listener));
+    let accept: Vec<_> = sockets
+        .into_iter()
+        .enumerate()
+        .map(|(index, socket)| {
+            glommio::spawn_local(crate::net::accept_loop(ctx.clone(), index, socket))
+        })
+        .collect();
     let _ = ready_tx.send((shard, Ok(bound)));
     if config.debug_stall_shard == Some(shard) {
         let ms = config

@@ -8,6 +8,17 @@
 //! requests read after it, and never to another connection. Until a
 //! listener authenticates, the principal is Kafka's `User:ANONYMOUS`, which
 //! is what a PLAINTEXT listener's clients are in Kafka.
+//!
+//! A session also knows the listener its connection came in on (Metadata,
+//! FindCoordinator and DescribeCluster advertise that listener's endpoints,
+//! as Kafka does) and, on a SASL listener, the connection's SASL state
+//! ([`sasl`]; mechanisms in [`scram`], credentials from the metadata
+//! image's SCRAM store).
+
+pub mod audit;
+pub mod credentials;
+pub mod sasl;
+pub mod scram;
 
 use std::cell::RefCell;
 use std::fmt;
@@ -53,14 +64,26 @@ pub struct Session {
     /// The client's address (None if the socket could not tell).
     pub peer: Option<SocketAddr>,
     principal: RefCell<Rc<Principal>>,
+    /// The index of the connection's listener in `BrokerConfig::listeners`.
+    pub listener: usize,
+    /// The SASL state, on a SASL listener only.
+    pub sasl: Option<RefCell<sasl::SaslConnection>>,
 }
 
 impl Session {
     /// A new connection's session: anonymous until authenticated.
     pub fn new(peer: Option<SocketAddr>) -> Rc<Self> {
+        Self::on_listener(peer, 0, false)
+    }
+
+    /// A new connection's session on listener `listener`; `sasl`: the
+    /// listener authenticates with SASL.
+    pub fn on_listener(peer: Option<SocketAddr>, listener: usize, sasl: bool) -> Rc<Self> {
         Rc::new(Self {
             peer,
             principal: RefCell::new(Rc::new(Principal::anonymous())),
+            listener,
+            sasl: sasl.then(|| RefCell::new(sasl::SaslConnection::new())),
         })
     }
 

@@ -25,8 +25,10 @@ use std::rc::Rc;
 /// DescribeCluster's endpoint type for broker listeners.
 const ENDPOINT_TYPE_BROKERS: i8 = 1;
 
+/// `listener`: the connection's listener, whose endpoints are answered.
 pub fn describe_cluster(
     ctx: &Rc<ShardCtx>,
+    listener: usize,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -35,10 +37,11 @@ pub fn describe_cluster(
     };
     let brokers = (0..ctx.cores())
         .map(|shard| {
+            let (host, port) = ctx.config.endpoint(listener, shard);
             DescribeClusterBroker::default()
                 .with_broker_id(BrokerId(ctx.config.node_id_of(shard)))
-                .with_host(str_bytes(ctx.config.advertised_host.clone()))
-                .with_port(ctx.config.port_of(shard) as i32)
+                .with_host(str_bytes(host))
+                .with_port(port)
         })
         .collect();
     let mut resp = DescribeClusterResponse::default()

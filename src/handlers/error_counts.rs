@@ -46,7 +46,26 @@ top_level!(
     InitProducerIdResponse,
     ListTransactionsResponse,
     kafka_protocol::messages::ConsumerGroupHeartbeatResponse,
+    SaslHandshakeResponse,
+    SaslAuthenticateResponse,
 );
+
+impl ResponseErrors for DescribeUserScramCredentialsResponse {
+    fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
+        count(self.error_code);
+        for r in &self.results {
+            count(r.error_code);
+        }
+    }
+}
+
+impl ResponseErrors for AlterUserScramCredentialsResponse {
+    fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
+        for r in &self.results {
+            count(r.error_code);
+        }
+    }
+}
 
 impl ResponseErrors for kafka_protocol::messages::ConsumerGroupDescribeResponse {
     fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {

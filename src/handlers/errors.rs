@@ -28,6 +28,7 @@ pub fn controller(e: &ControllerError) -> i16 {
         }
         ControllerError::InvalidConfig(_) => ResponseError::InvalidConfig.code(),
         ControllerError::Storage(_) => ResponseError::KafkaStorageError.code(),
+        ControllerError::ResourceNotFound(_) => ResponseError::ResourceNotFound.code(),
         ControllerError::Unavailable | ControllerError::TimedOut(_) => {
             ResponseError::RequestTimedOut.code()
         }

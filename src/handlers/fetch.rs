@@ -113,7 +113,13 @@ type Target = Result<Rc<Partition>, (ResponseError, Option<LeaderHint>)>;
 /// A topic as the request's image knows it (None: no such topic).
 type MetaRef<'a> = Option<&'a Arc<TopicMeta>>;
 
-pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+/// `listener`: the connection's listener, whose endpoints leader hints name.
+pub async fn handle(
+    ctx: &Rc<ShardCtx>,
+    listener: usize,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<FetchRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -496,10 +502,11 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         leaders.dedup();
         for node in leaders {
             if let Some(shard) = ctx.config.shard_of_node(node) {
+                let (host, port) = ctx.config.endpoint(listener, shard);
                 node_endpoints.push(NodeEndpoint {
                     node_id: node,
-                    host: ctx.config.advertised_host.clone(),
-                    port: ctx.config.port_of(shard) as i32,
+                    host,
+                    port,
                     rack: None,
                 });
             }

@@ -21,14 +21,17 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use uuid::Uuid;
 
-/// The brokers clients see: one per shard.
-pub fn brokers(ctx: &ShardCtx) -> Vec<MetadataResponseBroker> {
+/// The brokers clients of `listener` see: one per shard, at that
+/// listener's endpoints (Kafka answers with the listener the request came
+/// in on).
+pub fn brokers(ctx: &ShardCtx, listener: usize) -> Vec<MetadataResponseBroker> {
     (0..ctx.cores())
         .map(|shard| {
+            let (host, port) = ctx.config.endpoint(listener, shard);
             MetadataResponseBroker::default()
                 .with_node_id(BrokerId(ctx.config.node_id_of(shard)))
-                .with_host(str_bytes(ctx.config.advertised_host.clone()))
-                .with_port(ctx.config.port_of(shard) as i32)
+                .with_host(str_bytes(host))
+                .with_port(port)
         })
         .collect()
 }
@@ -62,7 +65,12 @@ fn error_entry(name: Option<String>, id: Uuid, error: ResponseError) -> Metadata
         .with_topic_id(id)
 }
 
-pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub async fn handle(
+    ctx: &Rc<ShardCtx>,
+    listener: usize,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<MetadataRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -112,7 +120,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
         }
     };
     let resp = MetadataResponse::default()
-        .with_brokers(brokers(ctx))
+        .with_brokers(brokers(ctx, listener))
         .with_cluster_id(Some(str_bytes(ctx.config.cluster_id.clone())))
         .with_controller_id(BrokerId(ctx.config.node_id_of(0)))
         .with_topics(topics);

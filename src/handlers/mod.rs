@@ -24,6 +24,8 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod sasl;
+pub mod scram_credentials;
 pub mod topics;
 pub mod txn;
 pub mod txn_admin;
@@ -82,30 +84,36 @@ impl Dispatched {
 
 /// Routes one request to its handler. `buffer_bytes`: the size of the
 /// receive-buffer allocation `body` was cut from (what a zero-copy slice of
-/// it keeps alive; Produce uses it, see `log::cache`). `_session`: the
-/// connection's identity (`crate::auth`), the same for all its requests.
+/// it keeps alive; Produce uses it, see `log::cache`). `session`: the
+/// connection's identity (`crate::auth`), the same for all its requests;
+/// its listener decides which endpoints are advertised. (SASL requests on
+/// a SASL listener never come here: the connection answers them through
+/// [`sasl::handle`] in order.)
 pub fn dispatch(
     ctx: &Rc<ShardCtx>,
-    _session: &Rc<Session>,
+    session: &Rc<Session>,
     header: RequestHeader,
     body: BytesMut,
     buffer_bytes: usize,
 ) -> Dispatched {
     match header.api_key {
         k if k == ApiKey::Produce as i16 && supported(k, header.api_version) => {
-            produce::handle(ctx, header, body, buffer_bytes)
+            produce::handle(ctx, session.listener, header, body, buffer_bytes)
         }
-        _ => Dispatched::Ready(dispatch_other(ctx, header, body)),
+        _ => Dispatched::Ready(dispatch_other(ctx, session, header, body)),
     }
 }
 
 /// Routes every request but Produce.
 fn dispatch_other(
     ctx: &Rc<ShardCtx>,
+    session: &Rc<Session>,
     header: RequestHeader,
     mut body: BytesMut,
 ) -> LocalBoxFuture<'static, Outcome> {
     let ctx = ctx.clone();
+    let session = session.clone();
+    let listener = session.listener;
     let Ok(key) = ApiKey::try_from(header.api_key) else {
         return async { Outcome::Close }.boxed_local();
     };
@@ -124,9 +132,22 @@ fn dispatch_other(
         return async { Outcome::Close }.boxed_local();
     }
     match key {
-        ApiKey::Fetch => async move { fetch::handle(&ctx, &header, &mut body).await }.boxed_local(),
+        ApiKey::Fetch => {
+            async move { fetch::handle(&ctx, listener, &header, &mut body).await }.boxed_local()
+        }
         ApiKey::Metadata => {
-            async move { metadata::handle(&ctx, &header, &mut body).await }.boxed_local()
+            async move { metadata::handle(&ctx, listener, &header, &mut body).await }.boxed_local()
+        }
+        ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
+            async move { sasl::handle(&ctx, &session, &header, &mut body).0 }.boxed_local()
+        }
+        ApiKey::DescribeUserScramCredentials => {
+            async move { scram_credentials::describe(&ctx, &session, &header, &mut body) }
+                .boxed_local()
+        }
+        ApiKey::AlterUserScramCredentials => {
+            async move { scram_credentials::alter(&ctx, &session, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::ListOffsets => {
             async move { list_offsets::handle(&ctx, &header, &mut body).await }.boxed_local()
@@ -181,13 +202,14 @@ fn dispatch_other(
             async move { delete_records::handle(&ctx, &header, &mut body).await }.boxed_local()
         }
         ApiKey::DescribeCluster => {
-            async move { cluster::describe_cluster(&ctx, &header, &mut body) }.boxed_local()
+            async move { cluster::describe_cluster(&ctx, listener, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::DescribeLogDirs => {
             async move { cluster::describe_log_dirs(&ctx, &header, &mut body) }.boxed_local()
         }
         ApiKey::FindCoordinator => {
-            async move { group::find_coordinator::handle(&ctx, &header, &mut body).await }
+            async move { group::find_coordinator::handle(&ctx, listener, &header, &mut body).await }
                 .boxed_local()
         }
         ApiKey::JoinGroup => {

@@ -162,6 +162,7 @@ fn keyless_refusal(
 #[allow(clippy::async_yields_async)]
 pub fn handle(
     ctx: &Rc<ShardCtx>,
+    listener: usize,
     header: RequestHeader,
     body: BytesMut,
     buffer_bytes: usize,
@@ -203,14 +204,14 @@ pub fn handle(
                         .await;
                     done.insert(key, result);
                 }
-                dispatch_staged(&ctx, header, req, buffer_bytes, done)
+                dispatch_staged(&ctx, listener, header, req, buffer_bytes, done)
                     .into_answer()
                     .await
             }
             .boxed_local(),
         );
     }
-    dispatch_staged(ctx, header, req, buffer_bytes, HashMap::new())
+    dispatch_staged(ctx, listener, header, req, buffer_bytes, HashMap::new())
 }
 
 /// Batches at least this large that the topic recompresses are recompressed
@@ -278,6 +279,7 @@ fn heavy_recompressions(
 #[allow(clippy::async_yields_async)]
 fn dispatch_staged(
     ctx: &Rc<ShardCtx>,
+    listener: usize,
     header: RequestHeader,
     req: crate::protocol::produce::ProduceRequest,
     buffer_bytes: usize,
@@ -289,20 +291,21 @@ fn dispatch_staged(
         return Dispatched::Ordered(
             async move {
                 ctx.logs.wait_unwritten_below(staged_max).await;
-                dispatch_decoded(&ctx, header, req, buffer_bytes, recompressed)
+                dispatch_decoded(&ctx, listener, header, req, buffer_bytes, recompressed)
                     .into_answer()
                     .await
             }
             .boxed_local(),
         );
     }
-    dispatch_decoded(ctx, header, req, buffer_bytes, recompressed)
+    dispatch_decoded(ctx, listener, header, req, buffer_bytes, recompressed)
 }
 
 /// `handle` once the request is decoded and the shard has room to stage it.
 #[allow(clippy::async_yields_async)]
 fn dispatch_decoded(
     ctx: &Rc<ShardCtx>,
+    listener: usize,
     header: RequestHeader,
     req: crate::protocol::produce::ProduceRequest,
     buffer_bytes: usize,
@@ -313,6 +316,7 @@ fn dispatch_decoded(
     if to_add.is_empty() {
         return Dispatched::Ready(append_and_answer(
             ctx,
+            listener,
             header,
             req,
             buffer_bytes,
@@ -347,7 +351,15 @@ fn dispatch_decoded(
                     }
                 }
             }
-            append_and_answer(&ctx, header, req, buffer_bytes, refused, recompressed)
+            append_and_answer(
+                &ctx,
+                listener,
+                header,
+                req,
+                buffer_bytes,
+                refused,
+                recompressed,
+            )
         }
         .boxed_local(),
     )
@@ -443,6 +455,7 @@ pub(crate) async fn add_partitions_to_txn(
 /// Steps 1–6, synchronously; returns the future that waits and answers.
 fn append_and_answer(
     ctx: &Rc<ShardCtx>,
+    listener: usize,
     header: RequestHeader,
     req: crate::protocol::produce::ProduceRequest,
     buffer_bytes: usize,
@@ -696,7 +709,7 @@ fn append_and_answer(
                 }
             }
         }
-        respond(&header, &response(&ctx, version, topics))
+        respond(&header, &response(&ctx, listener, version, topics))
     }
     .boxed_local()
 }
@@ -704,7 +717,12 @@ fn append_and_answer(
 /// A topic's answers: its name, its id (v13) and its partitions' results.
 type TopicResults = (String, [u8; 16], Vec<PartitionResult>);
 
-fn response(ctx: &ShardCtx, version: i16, topics: Vec<TopicResults>) -> ProduceResponse {
+fn response(
+    ctx: &ShardCtx,
+    listener: usize,
+    version: i16,
+    topics: Vec<TopicResults>,
+) -> ProduceResponse {
     let mut leaders_named = Vec::new();
     let responses = topics
         .into_iter()
@@ -765,11 +783,12 @@ fn response(ctx: &ShardCtx, version: i16, topics: Vec<TopicResults>) -> ProduceR
             .into_iter()
             .filter_map(|node| {
                 let shard = ctx.config.shard_of_node(node)?;
+                let (host, port) = ctx.config.endpoint(listener, shard);
                 Some(
                     NodeEndpoint::default()
                         .with_node_id(BrokerId(node))
-                        .with_host(super::str_bytes(ctx.config.advertised_host.clone()))
-                        .with_port(ctx.config.port_of(shard) as i32),
+                        .with_host(super::str_bytes(host))
+                        .with_port(port),
                 )
             })
             .collect();

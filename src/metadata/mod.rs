@@ -1,5 +1,6 @@
 //! Cluster metadata: topics, their partitions and which shard leads each, topic
-//! configs, and producer-id blocks.
+//! configs, producer-id blocks, and SCRAM credentials (salted, as Kafka's
+//! `UserScramCredentialRecord`: never a password).
 //!
 //! The controller (shard 0) is the only writer. It validates a change, turns
 //! it into a [`MetadataRecord`], appends that record to the metadata log
@@ -72,6 +73,28 @@ pub enum MetadataRecord {
     LeaderEpoch {
         epoch: i32,
     },
+    /// Kafka's `UserScramCredentialRecord`: sets `name`'s credential for
+    /// one SCRAM mechanism (Kafka's type id: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512).
+    UserScramCredential {
+        name: String,
+        mechanism: i8,
+        credential: ScramCredential,
+    },
+    /// Kafka's `RemoveUserScramCredentialRecord`.
+    RemoveUserScramCredential {
+        name: String,
+        mechanism: i8,
+    },
+}
+
+/// Kafka's `ScramCredential`: what the broker keeps of a SCRAM user's
+/// password (see `auth::scram` for how each part is made and used).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScramCredential {
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
 }
 
 /// One topic as the image sees it.
@@ -131,6 +154,8 @@ pub struct MetadataImage {
     /// The leader epoch of every partition (`types::FIRST_LEADER_EPOCH`):
     /// the last [`MetadataRecord::LeaderEpoch`] replayed, None before any.
     pub leader_epoch: Option<i32>,
+    /// SCRAM credentials by user name, then mechanism type id.
+    pub scram_credentials: BTreeMap<String, BTreeMap<i8, Arc<ScramCredential>>>,
 }
 
 impl MetadataImage {
@@ -139,6 +164,11 @@ impl MetadataImage {
     pub fn leader_epoch(&self) -> i32 {
         self.leader_epoch
             .unwrap_or(crate::types::FIRST_LEADER_EPOCH)
+    }
+
+    /// `user`'s credential for SCRAM mechanism `mechanism` (type id).
+    pub fn scram_credential(&self, user: &str, mechanism: i8) -> Option<&Arc<ScramCredential>> {
+        self.scram_credentials.get(user)?.get(&mechanism)
     }
 
     pub fn topic(&self, name: &str) -> Option<&Arc<TopicMeta>> {
@@ -227,6 +257,24 @@ impl MetadataImage {
             }
             MetadataRecord::LeaderEpoch { epoch } => {
                 next.leader_epoch = Some(next.leader_epoch.map_or(*epoch, |e| e.max(*epoch)));
+            }
+            MetadataRecord::UserScramCredential {
+                name,
+                mechanism,
+                credential,
+            } => {
+                next.scram_credentials
+                    .entry(name.clone())
+                    .or_default()
+                    .insert(*mechanism, Arc::new(credential.clone()));
+            }
+            MetadataRecord::RemoveUserScramCredential { name, mechanism } => {
+                if let Some(by_mechanism) = next.scram_credentials.get_mut(name) {
+                    by_mechanism.remove(mechanism);
+                    if by_mechanism.is_empty() {
+                        next.scram_credentials.remove(name);
+                    }
+                }
             }
         }
         next
@@ -337,6 +385,43 @@ mod tests {
         assert_eq!(img.leader_epoch(), 1);
         let img = img.apply(&MetadataRecord::LeaderEpoch { epoch: i32::MAX });
         assert_eq!(next_leader_epoch(&img, true), i32::MAX);
+    }
+
+    #[test]
+    fn scram_credentials_are_set_replaced_and_removed_per_mechanism() {
+        let cred = |i| ScramCredential {
+            salt: vec![1],
+            stored_key: vec![2],
+            server_key: vec![3],
+            iterations: i,
+        };
+        let set = |m, i| MetadataRecord::UserScramCredential {
+            name: "alice".into(),
+            mechanism: m,
+            credential: cred(i),
+        };
+        let img = MetadataImage::default()
+            .apply(&set(1, 4096))
+            .apply(&set(2, 8192));
+        let img = img.apply(&set(1, 5000));
+        assert_eq!(img.scram_credential("alice", 1).unwrap().iterations, 5000);
+        assert_eq!(img.scram_credential("alice", 2).unwrap().iterations, 8192);
+        let img = img.apply(&MetadataRecord::RemoveUserScramCredential {
+            name: "alice".into(),
+            mechanism: 1,
+        });
+        assert!(img.scram_credential("alice", 1).is_none());
+        let img = img.apply(&MetadataRecord::RemoveUserScramCredential {
+            name: "alice".into(),
+            mechanism: 2,
+        });
+        assert!(img.scram_credentials.is_empty());
+        // The record survives the metadata log's encoding.
+        let line = store::encode_line(&set(1, 4096)).unwrap();
+        assert_eq!(
+            store::decode_line(line.trim_end().as_bytes()).unwrap(),
+            set(1, 4096)
+        );
     }
 
     #[test]

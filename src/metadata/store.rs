@@ -116,6 +116,28 @@ pub fn load(data_dir: &Path) -> io::Result<Vec<MetadataRecord>> {
     Ok(records)
 }
 
+/// The data dir's lock file (Kafka's name): a running broker holds an
+/// exclusive `flock` on it, so that `fjord scram add` (which appends to
+/// the metadata log offline) refuses to write under a running broker.
+pub const LOCK_FILE: &str = ".lock";
+
+/// Takes the exclusive lock of `data_dir` without waiting; held until the
+/// returned file is dropped (or the process ends, even by kill -9). Err
+/// `WouldBlock`: another process holds it.
+pub fn lock_data_dir(data_dir: &Path) -> io::Result<File> {
+    use std::os::fd::AsRawFd;
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(data_dir.join(LOCK_FILE))?;
+    // SAFETY: flock on a file descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(f)
+}
+
 /// Appends one record and makes it durable before returning.
 pub fn append(data_dir: &Path, record: &MetadataRecord) -> io::Result<()> {
     let path = metadata_path(data_dir);

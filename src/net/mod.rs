@@ -38,6 +38,20 @@
 //! Framing errors (negative length, a frame over `socket.request.max.bytes`),
 //! an unknown api key or an undecodable header close this connection only.
 //!
+//! Listeners: a shard accepts on one socket per listener (`config::Listener`);
+//! a connection's `Session` knows its listener. On a SASL_PLAINTEXT
+//! listener the reader asks the session's SASL state (`auth::sasl`) about
+//! every request before dispatching it: before authentication only
+//! ApiVersions and the SASL requests pass (anything else closes the
+//! connection, as Kafka does), a frame may be at most
+//! `sasl.server.max.receive.size`, and SaslHandshake / SaslAuthenticate are
+//! answered at once, in order, so the principal they set applies to the
+//! requests read after them and to no earlier one. An answer that ends the
+//! authentication (a failure) is written, then the connection closes.
+//! The transport is the TCP socket read with `recv` and written with
+//! `write`/`sendfile`; TLS (a later change) needs its own read and write
+//! path under the same reader and writer, chosen per listener here.
+//!
 //! Metrics: each request carries a `RequestStamp` (its API key, when the
 //! read that completed its frame returned, when dispatch began) and its
 //! task notes when its answer was ready; the writer records the request
@@ -52,7 +66,8 @@ mod file_range;
 pub mod metrics_http;
 mod sendfile;
 
-use crate::auth::Session;
+use crate::auth::sasl::Gate;
+use crate::auth::{audit, Session};
 use crate::handlers::{self, Outcome};
 use crate::log::watch::OffsetWatch;
 use crate::metrics::{self, ConnectionEvent};
@@ -102,12 +117,21 @@ pub fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
     Ok(unsafe { TcpListener::from_raw_fd(fd) })
 }
 
-/// Accepts connections until the task is dropped. A connection over the
-/// shard's `max_connections_per_shard` is closed at once (Kafka's acceptor
-/// stops accepting at `max.connections`; closing tells the client sooner
-/// than a full backlog would, and it retries with back-off).
-pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
-    let net = Rc::new(ShardNet::default());
+thread_local! {
+    /// The shard's connection bookkeeping, shared by all its listeners
+    /// (each shard is one thread).
+    static SHARD_NET: Rc<ShardNet> = Rc::new(ShardNet::default());
+}
+
+/// Accepts connections on listener `listener_index` of the config until the
+/// task is dropped. A connection over the shard's
+/// `max_connections_per_shard` (all listeners together) is closed at once
+/// (Kafka's acceptor stops accepting at `max.connections`; closing tells
+/// the client sooner than a full backlog would, and it retries with
+/// back-off).
+pub async fn accept_loop(ctx: Rc<ShardCtx>, listener_index: usize, listener: TcpListener) {
+    let net = SHARD_NET.with(|n| n.clone());
+    let protocol = ctx.config.listener(listener_index).protocol;
     let mut refused_logged_at: Option<std::time::Instant> = None;
     loop {
         match listener.accept().await {
@@ -134,7 +158,8 @@ pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
                 glommio::spawn_local(async move {
                     let peer = stream.peer_addr().ok();
                     let _open = OpenConnection::new(&net);
-                    let session = Session::new(peer);
+                    audit::accepted(peer, protocol.name());
+                    let session = Session::on_listener(peer, listener_index, protocol.is_sasl());
                     if let Err(e) = serve_connection(ctx, net.clone(), session, stream).await {
                         tracing::debug!(?peer, error = %e, "connection closed");
                     }
@@ -365,7 +390,13 @@ async fn read_requests(
         // Cut every complete frame out of the buffer.
         let mut frame_total = None;
         loop {
-            let declared = declared_frame_len(&buf, SOCKET_REQUEST_MAX_BYTES)
+            // Before authentication a frame is at most Kafka's
+            // `sasl.server.max.receive.size`.
+            let frame_max = match &session.sasl {
+                Some(sasl) => sasl.borrow().frame_max_bytes(SOCKET_REQUEST_MAX_BYTES),
+                None => SOCKET_REQUEST_MAX_BYTES,
+            };
+            let declared = declared_frame_len(&buf, frame_max)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             let Some(len) = declared else { break };
             let total = FRAME_PREFIX_BYTES + len;
@@ -375,6 +406,23 @@ async fn read_requests(
             }
             let mut frame = buf.split_to(total);
             frame.advance(FRAME_PREFIX_BYTES);
+            if let Some(sasl) = &session.sasl {
+                if sasl.borrow().expects_raw_token() {
+                    // After SaslHandshake v0: a bare token, no header.
+                    let (outcome, close) = handlers::sasl::handle_raw_token(ctx, session, &frame);
+                    let request = RequestStamp {
+                        api_key: kafka_protocol::messages::ApiKey::SaslAuthenticate as i16,
+                        read_at,
+                        dispatched_at: stamp(),
+                    };
+                    queued.set(queued.get() + 1);
+                    ctx.request_started();
+                    if tx.send((answered(outcome), total, request)).await.is_err() || close {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            }
             let header = parse_request_header(&mut frame)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             let request = RequestStamp {
@@ -382,6 +430,31 @@ async fn read_requests(
                 read_at,
                 dispatched_at: stamp(),
             };
+            if let Some(sasl) = &session.sasl {
+                let gate = sasl
+                    .borrow_mut()
+                    .gate(header.api_key, crate::clock::monotonic());
+                match gate {
+                    Gate::Serve => {}
+                    Gate::Close(reason) => {
+                        audit::refused(session.peer, &reason);
+                        return Ok(());
+                    }
+                    Gate::Sasl => {
+                        if !crate::protocol::supported(header.api_key, header.api_version) {
+                            return Ok(());
+                        }
+                        let (outcome, close) =
+                            handlers::sasl::handle(ctx, session, &header, &mut frame);
+                        queued.set(queued.get() + 1);
+                        ctx.request_started();
+                        if tx.send((answered(outcome), total, request)).await.is_err() || close {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                }
+            }
             // Both stages are timed for their remote waits (see
             // `metrics::RequestTimed`): the ordered first stage here, the
             // answer in its task.
@@ -463,6 +536,13 @@ async fn read_requests(
         }
         more_queued = n == window;
     }
+}
+
+/// A task that yields an answer already made (the SASL requests, answered
+/// in the reader so they take effect in order).
+fn answered(outcome: Outcome) -> JoinHandle<(Outcome, Option<Instant>, Duration)> {
+    let ready_at = stamp();
+    glommio::spawn_local(async move { (outcome, ready_at, Duration::ZERO) }).detach()
 }
 
 /// Appends to `buf` what the socket `fd` holds now, up to `limit` bytes of

@@ -77,6 +77,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::DescribeTopicPartitions, 0, 0),
+    // SASL (Kafka 4.4's ranges); on a PLAINTEXT listener they are answered
+    // ILLEGAL_SASL_STATE, as Kafka does.
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// The supported version range of `api_key`, if fjord serves it at all.

@@ -33,7 +33,8 @@
 //! broker is not ready before.
 
 use super::messages::{
-    ConfigChange, ControllerError, ControllerReply, ControllerRequest, NewTopic, ShardMessage,
+    ConfigChange, ControllerError, ControllerReply, ControllerRequest, NewTopic, ScramChange,
+    ShardMessage,
 };
 use super::router::within;
 use super::ShardCtx;
@@ -239,6 +240,42 @@ impl Controller {
                 // Only the controller's own image needs the new high-water mark.
                 *self.image.borrow_mut() = Arc::new(next.apply(&record));
                 return Ok(ControllerReply::ProducerIds(Ok(start..end)));
+            }
+            ControllerRequest::AlterScramCredentials { changes } => {
+                for (name, change) in changes {
+                    let record = match change {
+                        ScramChange::Upsert {
+                            mechanism,
+                            credential,
+                        } => Ok(MetadataRecord::UserScramCredential {
+                            name: name.clone(),
+                            mechanism,
+                            credential,
+                        }),
+                        // Kafka's ScramControlManager.validateDeletion.
+                        ScramChange::Delete { mechanism } => {
+                            if next.scram_credential(&name, mechanism).is_some() {
+                                Ok(MetadataRecord::RemoveUserScramCredential {
+                                    name: name.clone(),
+                                    mechanism,
+                                })
+                            } else {
+                                Err(ControllerError::ResourceNotFound(
+                                    "Attempt to delete a user credential that does not exist"
+                                        .into(),
+                                ))
+                            }
+                        }
+                    };
+                    match record {
+                        Ok(record) => {
+                            next = next.apply(&record);
+                            records.push(record);
+                            items.push((name, Ok(0)));
+                        }
+                        Err(e) => items.push((name, Err(e))),
+                    }
+                }
             }
             ControllerRequest::AlterConfigs {
                 changes,

@@ -50,6 +50,23 @@ pub enum ControllerRequest {
     },
     /// A block of producer ids for a shard.
     AllocateProducerIds,
+    /// SCRAM credentials set or removed (AlterUserScramCredentials, already
+    /// validated but for what needs the image); one item per user.
+    AlterScramCredentials {
+        changes: Vec<(String, ScramChange)>,
+    },
+}
+
+/// One change of a user's SCRAM credentials.
+#[derive(Debug, Clone)]
+pub enum ScramChange {
+    Upsert {
+        mechanism: i8,
+        credential: crate::metadata::ScramCredential,
+    },
+    Delete {
+        mechanism: i8,
+    },
 }
 
 /// Why the controller refused one item of a request.
@@ -71,6 +88,10 @@ pub enum ControllerError {
     InvalidConfig(String),
     #[error("metadata log write failed: {0}")]
     Storage(String),
+    /// Kafka's RESOURCE_NOT_FOUND (e.g. deleting a SCRAM credential that
+    /// does not exist).
+    #[error("{0}")]
+    ResourceNotFound(String),
     #[error("the controller is unreachable")]
     Unavailable,
     /// A cross-shard wait passed its deadline (`--cross-shard-timeout-ms`):

@@ -19,7 +19,13 @@ use std::rc::Rc;
 pub const KEY_TYPE_GROUP: i8 = 0;
 pub const KEY_TYPE_TRANSACTION: i8 = 1;
 
-pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+/// `listener`: the connection's listener, whose endpoint is answered.
+pub async fn handle(
+    ctx: &Rc<ShardCtx>,
+    listener: usize,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<FindCoordinatorRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -60,10 +66,11 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
             };
             let shard = coordinator.shard;
+            let (host, port) = ctx.config.endpoint(listener, shard);
             base.with_error_code(errors::NONE)
                 .with_node_id(BrokerId(ctx.config.node_id_of(shard)))
-                .with_host(str_bytes(ctx.config.advertised_host.clone()))
-                .with_port(ctx.config.port_of(shard) as i32)
+                .with_host(str_bytes(host))
+                .with_port(port)
         })
         .collect();
     let resp = if batched {
