@@ -73,6 +73,8 @@ public final class Main {
         s.put("group-consumer", GroupClassic::runConsumer);
         s.put("group-upgrade", GroupUpgrade::run);
         s.put("admin", AdminScenario::run);
+        // Needs --sasl-bootstrap HOST:PORT (a SASL_PLAINTEXT listener) and --mechanism.
+        s.put("sasl", SaslScenario::run);
         s.put("streams-eos", StreamsEos::run);
         // The Kafka Streams application itself, started by streams-eos in a child JVM.
         s.put(StreamsEos.APP_SCENARIO, StreamsEos::runApp);
