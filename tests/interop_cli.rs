@@ -1643,3 +1643,105 @@ fn replication_factors_of_connect_and_schema_registry_on_one_node() {
         "Kafka's message"
     );
 }
+
+/// `kafka-configs` manages SCRAM users as against Kafka: `--alter
+/// --add-config 'SCRAM-SHA-256=[iterations=8192,password=...]'` (the Java
+/// admin client salts the password and sends AlterUserScramCredentials),
+/// `--describe` shows the mechanism and iterations, and the user then
+/// authenticates with SCRAM-SHA-256 on the SASL_PLAINTEXT listener
+/// (`kafka-topics --command-config`); a wrong password does not.
+#[test]
+fn configs_add_and_describe_a_scram_user_that_then_authenticates() {
+    let sasl_port = common::free_port_base(2);
+    let broker = Broker::start(
+        broker_opts()
+            .arg("--listener")
+            .arg(format!("SASL_PLAINTEXT://127.0.0.1:{sasl_port}")),
+    );
+    let b = broker.bootstrap();
+    let out = kafka_tool(
+        "kafka-configs",
+        &[
+            "--bootstrap-server",
+            &b,
+            "--alter",
+            "--add-config",
+            "SCRAM-SHA-256=[iterations=8192,password=alice-secret]",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            "alice",
+        ],
+    );
+    assert!(out.success(), "kafka-configs --alter: {}", out.stderr);
+    let out = kafka_tool(
+        "kafka-configs",
+        &[
+            "--bootstrap-server",
+            &b,
+            "--describe",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            "alice",
+        ],
+    );
+    assert!(out.success(), "kafka-configs --describe: {}", out.stderr);
+    assert!(
+        out.stdout.contains("SCRAM-SHA-256=iterations=8192"),
+        "{}",
+        out.stdout
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let props = |password: &str| {
+        let path = dir.path().join(format!("client-{password}.properties"));
+        std::fs::write(
+            &path,
+            format!(
+                "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n\
+                 sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule \
+                 required username=\"alice\" password=\"{password}\";\n"
+            ),
+        )
+        .unwrap();
+        path.display().to_string()
+    };
+    let sasl_bootstrap = format!("127.0.0.1:{sasl_port}");
+    let good = props("alice-secret");
+    let out = kafka_tool(
+        "kafka-topics",
+        &[
+            "--bootstrap-server",
+            &sasl_bootstrap,
+            "--command-config",
+            &good,
+            "--create",
+            "--topic",
+            "scram-cli",
+            "--partitions",
+            "2",
+        ],
+    );
+    assert!(out.success(), "kafka-topics as alice: {}", out.stderr);
+    let bad = props("not-alice-secret");
+    let out = kafka_tool(
+        "kafka-topics",
+        &[
+            "--bootstrap-server",
+            &sasl_bootstrap,
+            "--command-config",
+            &bad,
+            "--list",
+        ],
+    );
+    assert!(!out.success(), "a wrong password is refused");
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        all.contains("SaslAuthenticationException")
+            && all.contains(
+                "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256"
+            ),
+        "{all}"
+    );
+}

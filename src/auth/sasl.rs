@@ -458,7 +458,8 @@ impl SaslConnection {
                 });
                 AuthenticateAnswer {
                     error_code: 0,
-                    error_message: None,
+                    // Kafka's SaslAuthenticateResponseData default: "".
+                    error_message: Some(String::new()),
                     auth_bytes: final_bytes,
                     session_lifetime_ms: lifetime_ms.min(i64::MAX as u64) as i64,
                     close: false,

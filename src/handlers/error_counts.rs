@@ -48,6 +48,7 @@ top_level!(
     kafka_protocol::messages::ConsumerGroupHeartbeatResponse,
     SaslHandshakeResponse,
     SaslAuthenticateResponse,
+    DescribeClientQuotasResponse,
 );
 
 impl ResponseErrors for DescribeUserScramCredentialsResponse {

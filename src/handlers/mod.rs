@@ -145,6 +145,10 @@ fn dispatch_other(
             async move { scram_credentials::describe(&ctx, &session, &header, &mut body) }
                 .boxed_local()
         }
+        ApiKey::DescribeClientQuotas => {
+            async move { scram_credentials::describe_client_quotas(&header, &mut body) }
+                .boxed_local()
+        }
         ApiKey::AlterUserScramCredentials => {
             async move { scram_credentials::alter(&ctx, &session, &header, &mut body).await }
                 .boxed_local()

@@ -230,3 +230,21 @@ pub async fn alter(
         &AlterUserScramCredentialsResponse::default().with_results(results),
     )
 }
+
+/// DescribeClientQuotas (48): fjord has no client quotas, so every filter
+/// matches nothing and the answer is Kafka's for a cluster without quotas
+/// (no entries). `kafka-configs --describe --entity-type users` asks for
+/// them beside the SCRAM credentials and fails on a broker that does not
+/// serve the API. AlterClientQuotas is not served: a quota could not be
+/// enforced.
+pub fn describe_client_quotas(header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+    let Some(_req) = decode::<kafka_protocol::messages::DescribeClientQuotasRequest>(header, body)
+    else {
+        return Outcome::Close;
+    };
+    respond(
+        header,
+        &kafka_protocol::messages::DescribeClientQuotasResponse::default()
+            .with_entries(Some(Vec::new())),
+    )
+}

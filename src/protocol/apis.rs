@@ -83,6 +83,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    // No client quotas exist: answered with none (`kafka-configs
+    // --describe --entity-type users` asks for them).
+    (ApiKey::DescribeClientQuotas, 0, 1),
 ];
 
 /// The supported version range of `api_key`, if fjord serves it at all.
