@@ -1737,11 +1737,42 @@ fn configs_add_and_describe_a_scram_user_that_then_authenticates() {
     );
     assert!(!out.success(), "a wrong password is refused");
     let all = format!("{}{}", out.stdout, out.stderr);
+    let refused = "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256";
     assert!(
-        all.contains("SaslAuthenticationException")
-            && all.contains(
-                "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256"
-            ),
+        all.contains("SaslAuthenticationException") && all.contains(refused),
         "{all}"
     );
+
+    // Deleted, the credential no longer logs in.
+    let out = kafka_tool(
+        "kafka-configs",
+        &[
+            "--bootstrap-server",
+            &b,
+            "--alter",
+            "--delete-config",
+            "SCRAM-SHA-256",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            "alice",
+        ],
+    );
+    assert!(
+        out.success(),
+        "kafka-configs --delete-config: {}",
+        out.stderr
+    );
+    let out = kafka_tool(
+        "kafka-topics",
+        &[
+            "--bootstrap-server",
+            &sasl_bootstrap,
+            "--command-config",
+            &good,
+            "--list",
+        ],
+    );
+    assert!(!out.success(), "a deleted user is refused");
+    assert!(format!("{}{}", out.stdout, out.stderr).contains(refused));
 }

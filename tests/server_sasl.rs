@@ -300,6 +300,36 @@ fn bad_logins_and_requests_before_authentication_close_only_their_connection() {
     metadata_works(&mut raw, broker.port);
 }
 
+/// SaslHandshake v0 (pre-KIP-152 clients): the tokens that follow are bare
+/// frames, answered with bare frames; a bad one closes the connection.
+#[test]
+fn handshake_v0_takes_bare_tokens() {
+    let (broker, sasl_port) = sasl_broker(1);
+    add_user(broker.port, "alice", "alice-secret");
+    let mut raw = RawClient::connect(sasl_port);
+    let r = raw.request(
+        0,
+        &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+    );
+    assert_eq!(r.error_code, 0);
+    raw.send_frame(&plain_token("alice", "alice-secret"));
+    match raw.read_frame(CLOSE_WAIT) {
+        ReadOutcome::Frame(f) => assert!(f.is_empty(), "PLAIN's empty server token"),
+        other => panic!("expected a bare token, got {other:?}"),
+    }
+    metadata_works(&mut raw, sasl_port);
+
+    let mut raw = RawClient::connect(sasl_port);
+    let r = raw.request(
+        0,
+        &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+    );
+    assert_eq!(r.error_code, 0);
+    raw.send_frame(&plain_token("alice", "wrong"));
+    raw.assert_closed(CLOSE_WAIT, "a bad bare token");
+    another_connection_works(sasl_port);
+}
+
 #[test]
 fn an_expired_session_closes_unless_it_re_authenticates() {
     let (broker, sasl_port) = sasl_broker(1);

@@ -97,7 +97,8 @@ enum State {
     },
     Authenticate {
         mechanism: Mechanism,
-        scram: Option<ScramServer>,
+        /// Boxed: the exchange's messages make it the largest state.
+        scram: Option<Box<ScramServer>>,
         reauth: Option<Previous>,
     },
     Authenticated(Previous),
@@ -332,7 +333,7 @@ impl SaslConnection {
         self.state = State::Authenticate {
             mechanism: chosen,
             scram: match chosen {
-                Mechanism::Scram(m) => Some(ScramServer::new(m)),
+                Mechanism::Scram(m) => Some(Box::new(ScramServer::new(m))),
                 Mechanism::Plain => None,
             },
             reauth,
@@ -385,7 +386,10 @@ impl SaslConnection {
             "Authentication failed during {text} due to invalid credentials with SASL mechanism {}",
             mechanism.name()
         );
-        let result: Result<(String, Vec<u8>), (Option<String>, String, String)> = match mechanism {
+        // Ok: the user and the final server token; Err: the user named (if
+        // any), the message for the client, the reason for the audit log.
+        type Failure = (Option<String>, String, String);
+        let result: Result<(String, Vec<u8>), Failure> = match mechanism {
             Mechanism::Plain => match parse_plain(token) {
                 Err(msg) => Err((None, msg.clone(), msg)),
                 Ok((authzid, user, password)) => {
