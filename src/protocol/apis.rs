@@ -262,7 +262,7 @@ mod tests {
         // Not advertised, as stock Kafka 4.4 without a metrics plugin.
         assert!(!supported(ApiKey::GetTelemetrySubscriptions as i16, 0));
         assert!(!supported(ApiKey::PushTelemetry as i16, 0));
-        assert_eq!(SUPPORTED.len(), 38);
+        assert_eq!(SUPPORTED.len(), 43);
         for (key, version) in super::super::hand_versions::HAND_CODED {
             assert!(supported(*key as i16, *version), "{key:?} v{version}");
             assert!(
