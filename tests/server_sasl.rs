@@ -427,3 +427,100 @@ fn scram_add_creates_a_user_offline_and_refuses_a_running_broker() {
         other => panic!("nothing more was asked: {other:?}"),
     }
 }
+
+/// Runs `fjord serve` with `args` (no `--listen` from the harness) until it
+/// is ready, and returns what it printed on stdout and stderr by then.
+fn serve_until_ready(args: &[&str]) -> (String, String) {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let stderr_path = dir.path().join("stderr.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fjord"))
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--cores", "1", "--no-pin", "--metrics-listen", "none"])
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
+        .spawn()
+        .expect("spawn fjord serve");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut out = String::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => {
+                out.push_str(&line);
+                out.push('\n');
+                if line == "fjord: ready" {
+                    break;
+                }
+            }
+            Err(e) => {
+                let _ = child.kill();
+                panic!("fjord serve did not get ready ({e}): {out}");
+            }
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let err = std::fs::read_to_string(&stderr_path).unwrap();
+    (out, err)
+}
+
+/// Issue 28's safe default: with no listener and no address given, the
+/// broker binds loopback and says so; a PLAINTEXT listener on another
+/// address is warned about.
+#[test]
+fn without_a_listener_the_broker_binds_loopback_and_says_so() {
+    let port = common::free_port_base(1).to_string();
+    let (out, err) = serve_until_ready(&["--port", &port]);
+    assert!(
+        out.contains(&format!("listening on 127.0.0.1:{port} ")),
+        "{out}"
+    );
+    assert!(err.contains("listening on loopback only"), "{err}");
+    assert!(
+        !err.contains("PLAINTEXT listener on a non-loopback address"),
+        "{err}"
+    );
+
+    let port = common::free_port_base(1).to_string();
+    let (out, err) = serve_until_ready(&["--port", &port, "--listen", "0.0.0.0"]);
+    assert!(
+        out.contains(&format!("listening on 0.0.0.0:{port} ")),
+        "{out}"
+    );
+    assert!(
+        err.contains("PLAINTEXT listener on a non-loopback address"),
+        "{err}"
+    );
+    assert!(!err.contains("listening on loopback only"), "{err}");
+
+    // SSL is refused at start-up, with a clear message.
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fjord"))
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args([
+            "--listener",
+            "SSL://127.0.0.1:9093",
+            "--metrics-listen",
+            "none",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("SSL is not supported yet"), "{err}");
+}
