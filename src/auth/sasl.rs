@@ -662,6 +662,36 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        // PLAIN salts each password (4096 HMACs, slow in a debug build).
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        /// Whatever a client sends, the state machine answers or closes;
+        /// it never panics (bytes from the network).
+        #[test]
+        fn arbitrary_tokens_never_panic(
+            mechanism in 0usize..3,
+            first in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            second in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+        ) {
+            let now = Instant::now();
+            let name = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"][mechanism];
+            let mut c = SaslConnection::new();
+            let mut all = settings(0);
+            all.mechanisms.push(Mechanism::Scram(ScramMechanism::Sha512));
+            c.handshake(&all, 1, name);
+            let a = c.authenticate(&all, 2, &first, &store(), now);
+            if a.error_code == 0 && !c.authenticated() {
+                c.authenticate(&all, 2, &second, &store(), now);
+            }
+            // A first message that parses gets the real SCRAM user's
+            // challenge; then an arbitrary final message.
+            let mut c = SaslConnection::new();
+            c.handshake(&all, 1, name);
+            c.authenticate(&all, 2, b"n,,n=alice,r=abc", &store(), now);
+            c.authenticate(&all, 2, &second, &store(), now);
+        }
+    }
+
     #[test]
     fn api_names_are_kafkas() {
         assert_eq!(api_name(3), "METADATA");
