@@ -214,6 +214,14 @@ impl SaslConnection {
         }
     }
 
+    /// The mechanism of the exchange under way, if one is.
+    pub fn authenticating_with(&self) -> Option<Mechanism> {
+        match &self.state {
+            State::Authenticate { mechanism, .. } => Some(*mechanism),
+            _ => None,
+        }
+    }
+
     /// Whether the connection has authenticated (and is not re-authenticating).
     pub fn authenticated(&self) -> bool {
         matches!(self.state, State::Authenticated(_))
@@ -499,6 +507,13 @@ impl SaslConnection {
             }),
         }
     }
+}
+
+/// A PLAIN token's user and password, if it parses (see [`parse_plain`]).
+pub fn plain_user_and_password(token: &[u8]) -> Option<(String, String)> {
+    parse_plain(token)
+        .ok()
+        .map(|(_, user, password)| (user, password))
 }
 
 /// RFC 4616's message: authzid NUL authcid NUL passwd (Kafka's

@@ -139,7 +139,7 @@ fn dispatch_other(
             async move { metadata::handle(&ctx, listener, &header, &mut body).await }.boxed_local()
         }
         ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
-            async move { sasl::handle(&ctx, &session, &header, &mut body).0 }.boxed_local()
+            async move { sasl::handle(&ctx, &session, &header, &mut body).await.0 }.boxed_local()
         }
         ApiKey::DescribeUserScramCredentials => {
             async move { scram_credentials::describe(&ctx, &session, &header, &mut body) }

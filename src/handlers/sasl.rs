@@ -9,12 +9,15 @@
 //!
 //! Credentials come from the shard's metadata image (the SCRAM store, see
 //! `auth::sasl::Credentials`). A PLAIN login salts the given password with
-//! the stored salt and iterations (4096–16384 HMACs) on the shard's thread:
-//! well under a millisecond per thousand iterations in a release build, and
-//! one per connection attempt (a failure closes the connection).
+//! the stored salt and iterations (4096–16384 HMACs, milliseconds of CPU)
+//! on the shard's blocking thread, not on the shard, whose other
+//! connections would wait that long; the connection waits for it before
+//! reading its next request, so the order of its requests is kept. SCRAM
+//! logins cost a few hashes and run inline.
 
 use super::{respond, str_bytes, Outcome};
-use crate::auth::sasl::{AuthOutcome, SaslSettings, ILLEGAL_SASL_STATE};
+use crate::auth::sasl::{AuthOutcome, Credentials, Mechanism, SaslSettings, ILLEGAL_SASL_STATE};
+use crate::auth::scram::ScramMechanism;
 use crate::auth::{audit, Session};
 use crate::protocol::RequestHeader;
 use crate::record::RecordsChunk;
@@ -67,7 +70,8 @@ pub fn on_plaintext(header: &RequestHeader, body: &mut BytesMut) -> Outcome {
 
 /// A SaslHandshake or SaslAuthenticate on a SASL listener (the gate said
 /// `Sasl`). An answer that ends the connection is written, then it closes.
-pub fn handle(
+/// The connection awaits this before reading its next request.
+pub async fn handle(
     ctx: &ShardCtx,
     session: &Session,
     header: &RequestHeader,
@@ -100,8 +104,15 @@ pub fn handle(
     let Some(req) = super::decode::<SaslAuthenticateRequest>(header, body) else {
         return (Outcome::Close, true);
     };
-    let (answer, close) =
-        authenticate(ctx, session, &settings, header.api_version, &req.auth_bytes);
+    let plain = plain_verdict(ctx, session, &req.auth_bytes).await;
+    let (answer, close) = authenticate(
+        ctx,
+        session,
+        &settings,
+        header.api_version,
+        &req.auth_bytes,
+        plain,
+    );
     let response = SaslAuthenticateResponse::default()
         .with_error_code(answer.0)
         .with_error_message(answer.1.map(str_bytes))
@@ -112,9 +123,10 @@ pub fn handle(
 
 /// A bare SASL token (after SaslHandshake v0): answered with a bare
 /// token; a failure closes without an answer, as Kafka does for v0.
-pub fn handle_raw_token(ctx: &ShardCtx, session: &Session, token: &[u8]) -> (Outcome, bool) {
+pub async fn handle_raw_token(ctx: &ShardCtx, session: &Session, token: &[u8]) -> (Outcome, bool) {
     let settings = settings(ctx);
-    let ((code, _, bytes, _), close) = authenticate(ctx, session, &settings, 0, token);
+    let plain = plain_verdict(ctx, session, token).await;
+    let ((code, _, bytes, _), close) = authenticate(ctx, session, &settings, 0, token, plain);
     if code != 0 || close {
         return (Outcome::Close, true);
     }
@@ -129,22 +141,69 @@ pub fn handle_raw_token(ctx: &ShardCtx, session: &Session, token: &[u8]) -> (Out
 
 type Answer = (i16, Option<String>, Vec<u8>, i64);
 
+/// For a PLAIN token: whether its password is its user's, checked on the
+/// shard's blocking thread (None: not a PLAIN exchange, or no such user).
+async fn plain_verdict(ctx: &ShardCtx, session: &Session, token: &[u8]) -> Option<(String, bool)> {
+    let sasl = session.sasl.as_ref()?;
+    if sasl.borrow().authenticating_with() != Some(Mechanism::Plain) {
+        return None;
+    }
+    let (user, password) = crate::auth::sasl::plain_user_and_password(token)?;
+    let image = ctx.image();
+    let (mechanism, credential) = ScramMechanism::ALL.into_iter().find_map(|m| {
+        image
+            .scram_credential(&user, m.type_id())
+            .map(|c| (m, (**c).clone()))
+    })?;
+    let ok = glommio::executor()
+        .spawn_blocking(move || mechanism.verify_password(&credential, &password))
+        .await;
+    Some((user, ok))
+}
+
+/// The image's credentials, with a PLAIN verdict made beforehand.
+struct Checked<'a> {
+    image: &'a crate::metadata::MetadataImage,
+    plain: Option<(String, bool)>,
+}
+
+impl Credentials for Checked<'_> {
+    fn scram(
+        &self,
+        user: &str,
+        mechanism: ScramMechanism,
+    ) -> Option<crate::metadata::ScramCredential> {
+        self.image.scram(user, mechanism)
+    }
+
+    fn plain(&self, user: &str, _password: &str) -> bool {
+        // Only the verdict made off the shard counts: an unknown user (no
+        // verdict) fails.
+        matches!(&self.plain, Some((u, true)) if u == user)
+    }
+}
+
 fn authenticate(
     ctx: &ShardCtx,
     session: &Session,
     settings: &SaslSettings,
     version: i16,
     token: &[u8],
+    plain: Option<(String, bool)>,
 ) -> (Answer, bool) {
     let Some(sasl) = &session.sasl else {
         return ((ILLEGAL_SASL_STATE, None, Vec::new(), 0), false);
     };
     let image = ctx.image();
+    let credentials = Checked {
+        image: &image,
+        plain,
+    };
     let answer = sasl.borrow_mut().authenticate(
         settings,
         version,
         token,
-        &*image,
+        &credentials,
         crate::clock::monotonic(),
     );
     match &answer.outcome {

@@ -409,7 +409,8 @@ async fn read_requests(
             if let Some(sasl) = &session.sasl {
                 if sasl.borrow().expects_raw_token() {
                     // After SaslHandshake v0: a bare token, no header.
-                    let (outcome, close) = handlers::sasl::handle_raw_token(ctx, session, &frame);
+                    let (outcome, close) =
+                        handlers::sasl::handle_raw_token(ctx, session, &frame).await;
                     let request = RequestStamp {
                         api_key: kafka_protocol::messages::ApiKey::SaslAuthenticate as i16,
                         read_at,
@@ -445,7 +446,7 @@ async fn read_requests(
                             return Ok(());
                         }
                         let (outcome, close) =
-                            handlers::sasl::handle(ctx, session, &header, &mut frame);
+                            handlers::sasl::handle(ctx, session, &header, &mut frame).await;
                         queued.set(queued.get() + 1);
                         ctx.request_started();
                         if tx.send((answered(outcome), total, request)).await.is_err() || close {
