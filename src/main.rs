@@ -24,7 +24,7 @@ enum Command {
     Serve(Box<fjord::config::ServeArgs>),
     /// Manage SCRAM users offline (like `kafka-storage format --add-scram`).
     #[command(subcommand)]
-    Scram(fjord::auth::credentials::ScramCommand),
+    Scram(fjord::metadata::credentials::ScramCommand),
     /// Print segments, indexes and snapshots like kafka-dump-log.sh.
     DumpLog(fjord::log::dump::DumpLogArgs),
     /// Drive any Kafka-compatible broker with an open-loop workload and record latencies.
@@ -43,7 +43,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => fjord::server::run(*args),
         Command::DumpLog(args) => ignore_broken_pipe(dump_log(args)),
-        Command::Scram(command) => fjord::auth::credentials::run(command),
+        Command::Scram(command) => fjord::metadata::credentials::run(command),
         #[cfg(feature = "tools")]
         Command::Bench(args) => fjord::bench::run(*args).map(|_| ()).map_err(Into::into),
         #[cfg(feature = "tools")]

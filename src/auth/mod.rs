@@ -12,11 +12,11 @@
 //! A session also knows the listener its connection came in on (Metadata,
 //! FindCoordinator and DescribeCluster advertise that listener's endpoints,
 //! as Kafka does) and, on a SASL listener, the connection's SASL state
-//! ([`sasl`]; mechanisms in [`scram`], credentials from the metadata
-//! image's SCRAM store).
+//! ([`sasl`]; mechanisms in [`scram`]; the credentials, in the metadata
+//! image's SCRAM store, are handed in by the caller, as this layer sits below
+//! `metadata`).
 
 pub mod audit;
-pub mod credentials;
 pub mod sasl;
 pub mod scram;
 

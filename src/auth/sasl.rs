@@ -29,9 +29,8 @@
 //! `SASL_SERVER_MAX_RECEIVE_BYTES` (Kafka's `sasl.server.max.receive.size`),
 //! and the state holds at most one SCRAM exchange.
 
-use super::scram::{ScramError, ScramMechanism, ScramServer, ScramStep};
+use super::scram::{ScramCredential, ScramError, ScramMechanism, ScramServer, ScramStep};
 use super::Principal;
-use crate::metadata::MetadataImage;
 use std::time::{Duration, Instant};
 
 /// Kafka's `sasl.server.max.receive.size` default: the largest frame
@@ -165,35 +164,9 @@ pub enum AuthOutcome {
 
 /// Where a PLAIN or SCRAM credential is looked up.
 pub trait Credentials {
-    fn scram(
-        &self,
-        user: &str,
-        mechanism: ScramMechanism,
-    ) -> Option<crate::metadata::ScramCredential>;
+    fn scram(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential>;
     /// Whether `password` is `user`'s (PLAIN).
     fn plain(&self, user: &str, password: &str) -> bool;
-}
-
-/// The SCRAM store of the metadata image: SCRAM users log in with their
-/// SCRAM credential, and PLAIN users with the password of their
-/// SCRAM-SHA-256 credential, else of their SCRAM-SHA-512 one (salted with
-/// the stored salt and iterations and compared with the StoredKey).
-impl Credentials for MetadataImage {
-    fn scram(
-        &self,
-        user: &str,
-        mechanism: ScramMechanism,
-    ) -> Option<crate::metadata::ScramCredential> {
-        self.scram_credential(user, mechanism.type_id())
-            .map(|c| (**c).clone())
-    }
-
-    fn plain(&self, user: &str, password: &str) -> bool {
-        ScramMechanism::ALL.into_iter().find_map(|m| {
-            self.scram_credential(user, m.type_id())
-                .map(|c| m.verify_password(c, password))
-        }) == Some(true)
-    }
 }
 
 impl Default for SaslConnection {
@@ -561,13 +534,9 @@ fn api_name(key: i16) -> String {
 mod tests {
     use super::*;
 
-    struct Store(crate::metadata::ScramCredential);
+    struct Store(ScramCredential);
     impl Credentials for Store {
-        fn scram(
-            &self,
-            user: &str,
-            _m: ScramMechanism,
-        ) -> Option<crate::metadata::ScramCredential> {
+        fn scram(&self, user: &str, _m: ScramMechanism) -> Option<ScramCredential> {
             (user == "alice").then(|| self.0.clone())
         }
         fn plain(&self, user: &str, password: &str) -> bool {

@@ -157,7 +157,15 @@ impl ScramMechanism {
     }
 }
 
-pub use crate::metadata::ScramCredential;
+/// Kafka's `ScramCredential`: what the broker keeps of a SCRAM user's
+/// password (in the metadata log, `MetadataRecord::UserScramCredential`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScramCredential {
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
+}
 
 /// Why a SCRAM exchange failed. `Credentials` is every failure that must
 /// not tell the client more than "invalid credentials" (unknown user, wrong

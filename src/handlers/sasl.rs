@@ -173,7 +173,9 @@ impl Credentials for Checked<'_> {
         user: &str,
         mechanism: ScramMechanism,
     ) -> Option<crate::metadata::ScramCredential> {
-        self.image.scram(user, mechanism)
+        self.image
+            .scram_credential(user, mechanism.type_id())
+            .map(|c| (**c).clone())
     }
 
     fn plain(&self, user: &str, _password: &str) -> bool {

@@ -23,6 +23,7 @@
 //! corrupt record in the middle of the metadata log stops the start-up
 //! ([`store`]).
 
+pub mod credentials;
 pub mod internal;
 pub mod quorum;
 pub mod store;
@@ -87,15 +88,7 @@ pub enum MetadataRecord {
     },
 }
 
-/// Kafka's `ScramCredential`: what the broker keeps of a SCRAM user's
-/// password (see `auth::scram` for how each part is made and used).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ScramCredential {
-    pub salt: Vec<u8>,
-    pub stored_key: Vec<u8>,
-    pub server_key: Vec<u8>,
-    pub iterations: i32,
-}
+pub use crate::auth::scram::ScramCredential;
 
 /// One topic as the image sees it.
 #[derive(Clone, Debug, PartialEq)]

@@ -10,8 +10,8 @@
 //! by `metadata::store`. The data dir's lock (`store::lock_data_dir`) is
 //! taken first, so this refuses to run beside a broker that owns the log.
 
-use super::scram::{ScramMechanism, ITERATIONS_MAX, ITERATIONS_MIN};
-use crate::metadata::{store, MetadataRecord};
+use super::{store, MetadataRecord};
+use crate::auth::scram::{ScramMechanism, ITERATIONS_MAX, ITERATIONS_MIN};
 use std::path::PathBuf;
 
 /// Arguments of `fjord scram add`.
