@@ -8,6 +8,11 @@
 //! requests read after it, and never to another connection. Until a
 //! listener authenticates, the principal is Kafka's `User:ANONYMOUS`, which
 //! is what a PLAINTEXT listener's clients are in Kafka.
+//!
+//! [`acl`] holds Kafka's ACL model and the authorizer's decision; the
+//! handlers ask it through `handlers::authz`.
+
+pub mod acl;
 
 use std::cell::RefCell;
 use std::fmt;
