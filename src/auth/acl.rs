@@ -172,7 +172,10 @@ impl AclBinding {
         if type_slot(self.resource_type).is_none() {
             return Err(format!("Invalid resourceType {}", self.resource_type));
         }
-        if !matches!(self.pattern_type, PatternType::Literal | PatternType::Prefixed) {
+        if !matches!(
+            self.pattern_type,
+            PatternType::Literal | PatternType::Prefixed
+        ) {
             return Err(format!("Invalid patternType {}", self.pattern_type));
         }
         if matches!(self.operation, AclOperation::Unknown | AclOperation::Any) {
@@ -260,8 +263,7 @@ impl AclBindingFilter {
         let name_ok = match &self.resource_name {
             None => true,
             Some(name)
-                if self.pattern_type == PatternType::Any
-                    || self.pattern_type == b.pattern_type =>
+                if self.pattern_type == PatternType::Any || self.pattern_type == b.pattern_type =>
             {
                 *name == b.resource_name
             }
@@ -696,7 +698,10 @@ mod tests {
         assert!(may(&s, Op::Describe, "t"), "WRITE implies DESCRIBE");
         assert!(!may(&s, Op::DescribeConfigs, "t"));
         assert!(may(&s, Op::DescribeConfigs, "c"));
-        assert!(!may(&s, Op::Describe, "c"), "ALTER_CONFIGS does not imply DESCRIBE");
+        assert!(
+            !may(&s, Op::Describe, "c"),
+            "ALTER_CONFIGS does not imply DESCRIBE"
+        );
         // DENY READ does not deny DESCRIBE.
         let s = snap(vec![
             topic("t", Literal, Op::All, Allow),
@@ -740,7 +745,10 @@ mod tests {
             d(&alice(), Some("10.0.0.1".parse().unwrap()), "h"),
             Decision::Allowed
         );
-        assert_eq!(d(&alice(), None, "none"), Decision::NoAcls { allowed: false });
+        assert_eq!(
+            d(&alice(), None, "none"),
+            Decision::NoAcls { allowed: false }
+        );
         let st = AuthorizerSettings {
             super_users: AuthorizerSettings::parse_super_users("User:root; User:bob").unwrap(),
             allow_everyone_if_no_acl_found: true,
@@ -764,9 +772,8 @@ mod tests {
     #[test]
     fn authorize_any_follows_kip_679() {
         let st = AuthorizerSettings::default();
-        let any = |s: &AclSnapshot| {
-            s.authorize_any(&st, &alice(), None, Op::Write, ResourceType::Topic)
-        };
+        let any =
+            |s: &AclSnapshot| s.authorize_any(&st, &alice(), None, Op::Write, ResourceType::Topic);
         assert!(!any(&snap(vec![])));
         assert!(any(&snap(vec![topic("t", Literal, Op::Write, Allow)])));
         assert!(!any(&snap(vec![
@@ -808,8 +815,14 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(m(&f(PatternType::Any, None)), [true, true, true]);
-        assert_eq!(m(&f(PatternType::Any, Some("orders"))), [true, false, false]);
-        assert_eq!(m(&f(PatternType::Match, Some("orders"))), [true, true, true]);
+        assert_eq!(
+            m(&f(PatternType::Any, Some("orders"))),
+            [true, false, false]
+        );
+        assert_eq!(
+            m(&f(PatternType::Match, Some("orders"))),
+            [true, true, true]
+        );
         assert_eq!(m(&f(Literal, None)), [true, true, false]);
         assert_eq!(m(&f(Prefixed, Some("ord"))), [false, false, true]);
         let mut bad = f(PatternType::Unknown, None);

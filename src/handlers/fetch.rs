@@ -35,6 +35,8 @@
 use super::error_counts::ResponseErrors;
 use super::list_offsets::{check_leader_epoch, READ_COMMITTED};
 use super::{decode, errors, Outcome};
+use crate::auth::acl::AclOperation;
+use crate::handlers::authz::Authz;
 use crate::metadata::{MetadataImage, TopicMeta};
 use crate::partition::Partition;
 use crate::protocol::fetch::{
@@ -105,7 +107,12 @@ type Target = Result<Rc<Partition>, (ResponseError, Option<LeaderHint>)>;
 /// A topic as the request's image knows it (None: no such topic).
 type MetaRef<'a> = Option<&'a Arc<TopicMeta>>;
 
-pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub async fn handle(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<FetchRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -313,6 +320,21 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
             SessionMode::Incremental(id, session.generation)
         }
     };
+
+    // Kafka's Fetch check: READ on each topic, once topic ids are resolved
+    // (an unknown id stays UNKNOWN_TOPIC_ID; a topic named but unknown is
+    // refused before its absence shows).
+    if authz.enabled() {
+        let allowed: Vec<bool> = topics
+            .iter()
+            .map(|t| t.name.is_empty() || authz.topic(AclOperation::Read, &t.name))
+            .collect();
+        for w in &mut wanted {
+            if !allowed[w.topic_index] {
+                w.target = Err((ResponseError::TopicAuthorizationFailed, None));
+            }
+        }
+    }
 
     let max_wait = Duration::from_millis(req.max_wait_ms.clamp(0, MAX_WAIT_MS_CAP) as u64);
     let deadline = crate::clock::monotonic() + max_wait;

@@ -10,7 +10,9 @@
 //! Every handler answers what Kafka answers; the mapping from fjord's domain
 //! errors to Kafka error codes lives in [`errors`] and nowhere else.
 
+pub mod acls;
 pub mod api_versions;
+pub mod authz;
 pub mod cluster;
 pub mod configs;
 pub mod delete_records;
@@ -83,25 +85,28 @@ impl Dispatched {
 /// Routes one request to its handler. `buffer_bytes`: the size of the
 /// receive-buffer allocation `body` was cut from (what a zero-copy slice of
 /// it keeps alive; Produce uses it, see `log::cache`). `_session`: the
-/// connection's identity (`crate::auth`), the same for all its requests.
+/// connection's identity (`crate::auth`), the same for all its requests;
+/// every handler asks [`authz::Authz`] what the principal may do.
 pub fn dispatch(
     ctx: &Rc<ShardCtx>,
-    _session: &Rc<Session>,
+    session: &Rc<Session>,
     header: RequestHeader,
     body: BytesMut,
     buffer_bytes: usize,
 ) -> Dispatched {
     match header.api_key {
         k if k == ApiKey::Produce as i16 && supported(k, header.api_version) => {
-            produce::handle(ctx, header, body, buffer_bytes)
+            let authz = authz::Authz::new(ctx, session, header.api_key);
+            produce::handle(ctx, &authz, header, body, buffer_bytes)
         }
-        _ => Dispatched::Ready(dispatch_other(ctx, header, body)),
+        _ => Dispatched::Ready(dispatch_other(ctx, session, header, body)),
     }
 }
 
 /// Routes every request but Produce.
 fn dispatch_other(
     ctx: &Rc<ShardCtx>,
+    session: &Rc<Session>,
     header: RequestHeader,
     mut body: BytesMut,
 ) -> LocalBoxFuture<'static, Outcome> {
@@ -123,117 +128,149 @@ fn dispatch_other(
         );
         return async { Outcome::Close }.boxed_local();
     }
+    let authz = authz::Authz::new(&ctx, session, header.api_key);
     match key {
-        ApiKey::Fetch => async move { fetch::handle(&ctx, &header, &mut body).await }.boxed_local(),
+        ApiKey::Fetch => {
+            async move { fetch::handle(&ctx, &authz, &header, &mut body).await }.boxed_local()
+        }
         ApiKey::Metadata => {
-            async move { metadata::handle(&ctx, &header, &mut body).await }.boxed_local()
+            async move { metadata::handle(&ctx, &authz, &header, &mut body).await }.boxed_local()
         }
         ApiKey::ListOffsets => {
-            async move { list_offsets::handle(&ctx, &header, &mut body).await }.boxed_local()
+            async move { list_offsets::handle(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::OffsetForLeaderEpoch => {
-            async move { offset_for_leader_epoch::handle(&ctx, &header, &mut body) }.boxed_local()
+            async move { offset_for_leader_epoch::handle(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::CreateTopics => {
-            async move { topics::create_topics(&ctx, &header, &mut body).await }.boxed_local()
+            async move { topics::create_topics(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::DeleteTopics => {
-            async move { topics::delete_topics(&ctx, &header, &mut body).await }.boxed_local()
+            async move { topics::delete_topics(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::CreatePartitions => {
-            async move { topics::create_partitions(&ctx, &header, &mut body).await }.boxed_local()
+            async move { topics::create_partitions(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::DescribeTopicPartitions => {
-            async move { describe_topic_partitions::handle(&ctx, &header, &mut body) }.boxed_local()
+            async move { describe_topic_partitions::handle(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::DescribeConfigs => {
-            async move { configs::describe(&ctx, &header, &mut body) }.boxed_local()
+            async move { configs::describe(&ctx, &authz, &header, &mut body) }.boxed_local()
         }
         ApiKey::AlterConfigs => {
-            async move { configs::alter(&ctx, &header, &mut body).await }.boxed_local()
+            async move { configs::alter(&ctx, &authz, &header, &mut body).await }.boxed_local()
         }
         ApiKey::IncrementalAlterConfigs => {
-            async move { configs::incremental_alter(&ctx, &header, &mut body).await }.boxed_local()
+            async move { configs::incremental_alter(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::InitProducerId => {
-            async move { init_producer_id::handle(&ctx, &header, &mut body).await }.boxed_local()
+            async move { init_producer_id::handle(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::AddPartitionsToTxn => {
-            async move { txn::add_partitions(&ctx, &header, &mut body).await }.boxed_local()
+            async move { txn::add_partitions(&ctx, &authz, &header, &mut body).await }.boxed_local()
         }
         ApiKey::AddOffsetsToTxn => {
-            async move { txn::add_offsets(&ctx, &header, &mut body).await }.boxed_local()
+            async move { txn::add_offsets(&ctx, &authz, &header, &mut body).await }.boxed_local()
         }
-        ApiKey::EndTxn => async move { txn::end_txn(&ctx, &header, &mut body).await }.boxed_local(),
+        ApiKey::EndTxn => {
+            async move { txn::end_txn(&ctx, &authz, &header, &mut body).await }.boxed_local()
+        }
         ApiKey::WriteTxnMarkers => {
             async move { txn_admin::write_txn_markers(&header, &mut body) }.boxed_local()
         }
         ApiKey::DescribeTransactions => {
-            async move { txn_admin::describe_transactions(&ctx, &header, &mut body) }.boxed_local()
+            async move { txn_admin::describe_transactions(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::ListTransactions => {
-            async move { txn_admin::list_transactions(&ctx, &header, &mut body) }.boxed_local()
+            async move { txn_admin::list_transactions(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::DescribeProducers => {
-            async move { txn_admin::describe_producers(&ctx, &header, &mut body) }.boxed_local()
+            async move { txn_admin::describe_producers(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::DeleteRecords => {
-            async move { delete_records::handle(&ctx, &header, &mut body).await }.boxed_local()
+            async move { delete_records::handle(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::DescribeCluster => {
             async move { cluster::describe_cluster(&ctx, &header, &mut body) }.boxed_local()
         }
         ApiKey::DescribeLogDirs => {
-            async move { cluster::describe_log_dirs(&ctx, &header, &mut body) }.boxed_local()
+            async move { cluster::describe_log_dirs(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::FindCoordinator => {
-            async move { group::find_coordinator::handle(&ctx, &header, &mut body).await }
+            async move { group::find_coordinator::handle(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
         }
         ApiKey::JoinGroup => {
-            async move { group::membership::join_group(&ctx, &header, &mut body).await }
+            async move { group::membership::join_group(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
         }
         ApiKey::SyncGroup => {
-            async move { group::membership::sync_group(&ctx, &header, &mut body).await }
+            async move { group::membership::sync_group(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
         }
         ApiKey::Heartbeat => {
-            async move { group::membership::heartbeat(&ctx, &header, &mut body) }.boxed_local()
+            async move { group::membership::heartbeat(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::LeaveGroup => {
-            async move { group::membership::leave_group(&ctx, &header, &mut body).await }
+            async move { group::membership::leave_group(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
         }
         ApiKey::OffsetCommit => {
-            async move { group::offsets::offset_commit(&ctx, &header, &mut body).await }
+            async move { group::offsets::offset_commit(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
         }
         ApiKey::OffsetFetch => {
-            async move { group::offsets::offset_fetch(&ctx, &header, &mut body) }.boxed_local()
+            async move { group::offsets::offset_fetch(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::OffsetDelete => {
-            async move { group::offsets::offset_delete(&ctx, &header, &mut body).await }
+            async move { group::offsets::offset_delete(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
         }
         ApiKey::TxnOffsetCommit => {
-            async move { group::offsets::txn_offset_commit(&ctx, &header, &mut body).await }
+            async move { group::offsets::txn_offset_commit(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
         }
         ApiKey::ListGroups => {
-            async move { group::admin::list_groups(&ctx, &header, &mut body) }.boxed_local()
+            async move { group::admin::list_groups(&ctx, &authz, &header, &mut body) }.boxed_local()
         }
         ApiKey::DescribeGroups => {
-            async move { group::admin::describe_groups(&ctx, &header, &mut body) }.boxed_local()
+            async move { group::admin::describe_groups(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::ConsumerGroupHeartbeat => {
-            async move { group::consumer::heartbeat(&ctx, &header, &mut body).await }.boxed_local()
+            async move { group::consumer::heartbeat(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::ConsumerGroupDescribe => {
-            async move { group::consumer::describe(&ctx, &header, &mut body) }.boxed_local()
+            async move { group::consumer::describe(&ctx, &authz, &header, &mut body) }.boxed_local()
         }
         ApiKey::DeleteGroups => {
-            async move { group::admin::delete_groups(&ctx, &header, &mut body).await }.boxed_local()
+            async move { group::admin::delete_groups(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
+        }
+        ApiKey::CreateAcls => {
+            async move { acls::create_acls(&ctx, &authz, &header, &mut body).await }.boxed_local()
+        }
+        ApiKey::DescribeAcls => {
+            async move { acls::describe_acls(&ctx, &authz, &header, &mut body) }.boxed_local()
+        }
+        ApiKey::DeleteAcls => {
+            async move { acls::delete_acls(&ctx, &authz, &header, &mut body).await }.boxed_local()
         }
         _ => async { Outcome::Close }.boxed_local(),
     }

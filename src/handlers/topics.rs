@@ -2,6 +2,8 @@
 //! the controller (shard 0), answered once every shard serves the change.
 
 use super::{decode, errors, respond, str_bytes, ErrorAnswer, Outcome};
+use crate::auth::acl::AclOperation;
+use crate::handlers::authz::Authz;
 use crate::metadata::{internal, topic_config};
 use crate::protocol::RequestHeader;
 use crate::shard::messages::{ControllerError, ControllerReply, ControllerRequest, NewTopic};
@@ -34,7 +36,7 @@ async fn run(
 ) -> HashMap<String, Result<i32, ControllerError>> {
     match ctx.invoke_controller(request).await {
         Ok(ControllerReply::Items(items)) => items.into_iter().collect(),
-        Ok(ControllerReply::ProducerIds(_)) => names
+        Ok(ControllerReply::ProducerIds(_) | ControllerReply::Acls(_)) => names
             .iter()
             .map(|n| (n.clone(), Err(ControllerError::Unavailable)))
             .collect(),
@@ -56,6 +58,7 @@ fn duplicates<'a>(names: impl Iterator<Item = &'a str>) -> HashSet<String> {
 
 pub async fn create_topics(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -63,6 +66,7 @@ pub async fn create_topics(
         return Outcome::Close;
     };
     let dup = duplicates(req.topics.iter().map(|t| t.name.0.as_str()));
+    let cluster_create = authz.cluster_quiet(AclOperation::Create);
     let mut results: Vec<(String, Result<(), ErrorAnswer>)> = Vec::new();
     let mut todo = Vec::new();
     for t in &req.topics {
@@ -83,6 +87,17 @@ pub async fn create_topics(
                 Err((
                     ResponseError::InvalidRequest.code(),
                     "Creation of an internal topic is not allowed; the broker creates it on first use.".into(),
+                )),
+            ));
+            continue;
+        }
+        // Kafka: CREATE on the cluster, or on the topic.
+        if !cluster_create && !authz.topic(AclOperation::Create, &name) {
+            results.push((
+                name,
+                Err((
+                    ResponseError::TopicAuthorizationFailed.code(),
+                    "Topic authorization failed.".into(),
                 )),
             ));
             continue;
@@ -154,6 +169,18 @@ pub async fn create_topics(
                 },
             };
             match outcome {
+                // The configs are shown only with DESCRIBE_CONFIGS on the
+                // topic (Kafka's `topicConfigErrorCode`).
+                Ok(count) if !authz.topic(AclOperation::DescribeConfigs, &name) => {
+                    if let Some(t) = image.topic(&name) {
+                        r = r.with_topic_id(Uuid::from_bytes(t.id));
+                    }
+                    r.with_num_partitions(count)
+                        .with_replication_factor(1)
+                        .with_topic_config_error_code(
+                            ResponseError::TopicAuthorizationFailed.code(),
+                        )
+                }
                 Ok(count) => {
                     let overrides = image
                         .topic(&name)
@@ -192,6 +219,7 @@ pub async fn create_topics(
 
 pub async fn delete_topics(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -205,15 +233,27 @@ pub async fn delete_topics(
         for t in &req.topics {
             match &t.name {
                 Some(n) => asked.push((Some(n.0.to_string()), t.topic_id, None)),
+                // Kafka: a topic asked by id whose name the principal may
+                // not DESCRIBE is answered as an unknown id, without it.
                 None => match image.topic_by_id(t.topic_id.as_bytes()) {
-                    Some(meta) => asked.push((Some(meta.name.clone()), t.topic_id, None)),
-                    None => asked.push((None, t.topic_id, Some(ResponseError::UnknownTopicId))),
+                    Some(meta) if authz.topic(AclOperation::Describe, &meta.name) => {
+                        asked.push((Some(meta.name.clone()), t.topic_id, None))
+                    }
+                    _ => asked.push((None, t.topic_id, Some(ResponseError::UnknownTopicId))),
                 },
             }
         }
     } else {
         for n in &req.topic_names {
             asked.push((Some(n.0.to_string()), Uuid::nil(), None));
+        }
+    }
+    // Kafka: DELETE on each topic, else TOPIC_AUTHORIZATION_FAILED.
+    for (name, _, pre) in &mut asked {
+        if let (Some(n), None) = (name.as_deref(), &pre) {
+            if !authz.topic(AclOperation::Delete, n) {
+                *pre = Some(ResponseError::TopicAuthorizationFailed);
+            }
         }
     }
     let dup = duplicates(asked.iter().filter_map(|(n, _, _)| n.as_deref()));
@@ -249,6 +289,10 @@ pub async fn delete_topics(
                 .with_name(name.clone().map(|n| TopicName(str_bytes(n))))
                 .with_topic_id(id);
             let err: Option<ErrorAnswer> = match (pre, &name) {
+                (Some(ResponseError::TopicAuthorizationFailed), _) => Some((
+                    ResponseError::TopicAuthorizationFailed.code(),
+                    "Topic authorization failed.".into(),
+                )),
                 (Some(e), _) => Some((e.code(), "Topic id not found".into())),
                 (None, Some(n)) if dup.contains(n) => Some((
                     ResponseError::InvalidRequest.code(),
@@ -284,6 +328,7 @@ pub async fn delete_topics(
 
 pub async fn create_partitions(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -301,6 +346,14 @@ pub async fn create_partitions(
                 (
                     ResponseError::InvalidRequest.code(),
                     "Duplicate topic in request.".into(),
+                ),
+            );
+        } else if !authz.topic(AclOperation::Alter, &name) {
+            pre.insert(
+                name,
+                (
+                    ResponseError::TopicAuthorizationFailed.code(),
+                    "The topic authorization is failed.".into(),
                 ),
             );
         } else if internal::is_internal(&name) {
