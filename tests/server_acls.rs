@@ -235,7 +235,10 @@ fn acl_apis_validate_filter_and_bindings_and_delete_what_matches() {
     assert_eq!(del.filter_results[0].matching_acls.len(), 2);
     assert_eq!(del.filter_results[1].matching_acls.len(), 0);
     // A super user is allowed whatever the ACLs say, a DENY included.
-    create_acls(broker.port, vec![acl(CLUSTER, "kafka-cluster", LITERAL, ALL, DENY)]);
+    create_acls(
+        broker.port,
+        vec![acl(CLUSTER, "kafka-cluster", LITERAL, ALL, DENY)],
+    );
     let d = raw.request(
         3,
         &DescribeAclsRequest::default()

@@ -25,7 +25,7 @@ use crate::auth::acl::{AclOperation, AclSnapshot, AuthorizerSettings, ResourceTy
 use crate::auth::Session;
 use crate::shard::ShardCtx;
 use kafka_protocol::messages::ApiKey;
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -146,31 +146,44 @@ impl Authz {
     }
 }
 
+/// The audit log's budget on one shard: at most
+/// [`AUDIT_DENIALS_PER_SECOND_MAX`] lines per one-second window; the
+/// denials over it are counted and reported with the next line logged.
+#[derive(Debug, Default)]
+struct AuditBudget {
+    window_start: Option<Instant>,
+    logged_in_window: u32,
+    skipped: u64,
+}
+
+impl AuditBudget {
+    /// Whether a denial at `now` is logged; if so, how many were skipped
+    /// since the last line.
+    fn admit(&mut self, now: Instant) -> Option<u64> {
+        let fresh = self
+            .window_start
+            .is_none_or(|s| now.saturating_duration_since(s).as_secs() >= 1);
+        if fresh {
+            self.window_start = Some(now);
+            self.logged_in_window = 0;
+        }
+        if self.logged_in_window >= AUDIT_DENIALS_PER_SECOND_MAX {
+            self.skipped += 1;
+            return None;
+        }
+        self.logged_in_window += 1;
+        Some(std::mem::take(&mut self.skipped))
+    }
+}
+
 thread_local! {
-    /// This shard's audit budget: the start of the current one-second
-    /// window, denials logged in it, denials skipped since the last line.
-    static AUDIT: (Cell<Option<Instant>>, Cell<u32>, Cell<u64>) =
-        const { (Cell::new(None), Cell::new(0), Cell::new(0)) };
+    /// This shard's audit budget (a shard is one thread).
+    static AUDIT: RefCell<AuditBudget> = RefCell::new(AuditBudget::default());
 }
 
 fn audit(c: &Check, op: AclOperation, resource_type: ResourceType, name: &str) {
     let now = crate::clock::monotonic();
-    let log = AUDIT.with(|(start, logged, skipped)| {
-        let fresh = start
-            .get()
-            .is_none_or(|s| now.duration_since(s).as_secs() >= 1);
-        if fresh {
-            start.set(Some(now));
-            logged.set(0);
-        }
-        if logged.get() >= AUDIT_DENIALS_PER_SECOND_MAX {
-            skipped.set(skipped.get() + 1);
-            return None;
-        }
-        logged.set(logged.get() + 1);
-        Some(skipped.replace(0))
-    });
-    let Some(skipped_before) = log else {
+    let Some(skipped_before) = AUDIT.with(|b| b.borrow_mut().admit(now)) else {
         return;
     };
     let api = ApiKey::try_from(c.api_key)
@@ -192,4 +205,26 @@ fn audit(c: &Check, op: AclOperation, resource_type: ResourceType, name: &str) {
         skipped_before,
         "authorization denied"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_audit_log_takes_a_bounded_number_of_lines_a_second() {
+        let mut b = AuditBudget::default();
+        let t0 = Instant::now();
+        for i in 0..AUDIT_DENIALS_PER_SECOND_MAX {
+            assert_eq!(b.admit(t0), Some(0), "denial {i} is logged");
+        }
+        // A flood in the same second is counted, not logged.
+        for _ in 0..1000 {
+            assert_eq!(b.admit(t0 + Duration::from_millis(500)), None);
+        }
+        // The next second's first line reports them.
+        assert_eq!(b.admit(t0 + Duration::from_secs(1)), Some(1000));
+        assert_eq!(b.admit(t0 + Duration::from_secs(1)), Some(0));
+    }
 }
