@@ -233,13 +233,9 @@ pub async fn delete_topics(
         for t in &req.topics {
             match &t.name {
                 Some(n) => asked.push((Some(n.0.to_string()), t.topic_id, None)),
-                // Kafka: a topic asked by id whose name the principal may
-                // not DESCRIBE is answered as an unknown id, without it.
                 None => match image.topic_by_id(t.topic_id.as_bytes()) {
-                    Some(meta) if authz.topic(AclOperation::Describe, &meta.name) => {
-                        asked.push((Some(meta.name.clone()), t.topic_id, None))
-                    }
-                    _ => asked.push((None, t.topic_id, Some(ResponseError::UnknownTopicId))),
+                    Some(meta) => asked.push((Some(meta.name.clone()), t.topic_id, None)),
+                    None => asked.push((None, t.topic_id, Some(ResponseError::UnknownTopicId))),
                 },
             }
         }
@@ -248,12 +244,18 @@ pub async fn delete_topics(
             asked.push((Some(n.0.to_string()), Uuid::nil(), None));
         }
     }
-    // Kafka: DELETE on each topic, else TOPIC_AUTHORIZATION_FAILED.
-    for (name, _, pre) in &mut asked {
-        if let (Some(n), None) = (name.as_deref(), &pre) {
-            if !authz.topic(AclOperation::Delete, n) {
-                *pre = Some(ResponseError::TopicAuthorizationFailed);
-            }
+    // Kafka's controller: DELETE on the cluster allows every topic; else
+    // DELETE on each (TOPIC_AUTHORIZATION_FAILED). A topic asked by id is
+    // answered without its name unless the principal may DESCRIBE it.
+    let cluster_delete = authz.cluster_quiet(AclOperation::Delete);
+    for (name, id, pre) in &mut asked {
+        let Some(n) = name.as_deref() else { continue };
+        if pre.is_some() || cluster_delete || authz.topic(AclOperation::Delete, n) {
+            continue;
+        }
+        *pre = Some(ResponseError::TopicAuthorizationFailed);
+        if !id.is_nil() && !authz.topic(AclOperation::Describe, n) {
+            *name = None;
         }
     }
     let dup = duplicates(asked.iter().filter_map(|(n, _, _)| n.as_deref()));
