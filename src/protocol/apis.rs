@@ -257,7 +257,13 @@ mod tests {
         // Not advertised, as stock Kafka 4.4 without a metrics plugin.
         assert!(!supported(ApiKey::GetTelemetrySubscriptions as i16, 0));
         assert!(!supported(ApiKey::PushTelemetry as i16, 0));
-        assert_eq!(SUPPORTED.len(), 38);
+        // The ACL APIs, at the versions Kafka 4.4 advertises.
+        for key in [ApiKey::DescribeAcls, ApiKey::CreateAcls, ApiKey::DeleteAcls] {
+            assert!(!supported(key as i16, 0));
+            assert!(supported(key as i16, 1) && supported(key as i16, 3));
+            assert!(!supported(key as i16, 4));
+        }
+        assert_eq!(SUPPORTED.len(), 41);
         for (key, version) in super::super::hand_versions::HAND_CODED {
             assert!(supported(*key as i16, *version), "{key:?} v{version}");
             assert!(
