@@ -187,7 +187,8 @@ pub fn handle(
             }
         }
     }
-    let denied = unauthorized_partitions(authz, &mut req, version >= PRODUCE_FIRST_TOPIC_ID_VERSION);
+    let denied =
+        unauthorized_partitions(authz, &mut req, version >= PRODUCE_FIRST_TOPIC_ID_VERSION);
     // Large batches that the topic recompresses are recompressed on the
     // shard's blocking thread first (a 1 MiB gzip batch is milliseconds of
     // CPU that would stall every other request of the shard); the
