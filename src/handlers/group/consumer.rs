@@ -228,6 +228,28 @@ pub fn describe(
                     base.with_error_code(errors::group(&e))
                         .with_error_message(Some(str_bytes(msg)))
                 }
+                // Kafka 4: a group whose members subscribe to or are
+                // assigned a topic the principal may not DESCRIBE is not
+                // described.
+                Ok(c)
+                    if authz.enabled()
+                        && c.members.values().any(|m| {
+                            let assigned = by_id(&image, &m.assigned).map(|(_, n, _)| n.as_str());
+                            let target = by_id(&image, c.target.get(&m.member_id).unwrap_or(&empty))
+                                .map(|(_, n, _)| n.as_str());
+                            m.subscribed_topic_names
+                                .iter()
+                                .map(String::as_str)
+                                .chain(assigned)
+                                .chain(target)
+                                .any(|t| !authz.topic(AclOperation::Describe, t))
+                        }) =>
+                {
+                    base.with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                        .with_error_message(Some(str_bytes(
+                            "The group has described topic(s) that the client is not authorized to describe.",
+                        )))
+                }
                 Ok(c) => base
                     .with_error_code(errors::NONE)
                     .with_group_state(str_bytes(c.state().name()))
