@@ -423,8 +423,13 @@ impl AuthorizerSettings {
         Ok(out)
     }
 
+    /// Compares `type:name` without formatting the principal (no
+    /// allocation on the hot path; super-user lists are a few entries).
     fn is_super(&self, who: &Principal) -> bool {
-        !self.super_users.is_empty() && self.super_users.contains(&who.to_string())
+        self.super_users.iter().any(|s| {
+            s.split_once(':')
+                .is_some_and(|(t, n)| t == who.principal_type && n == who.name)
+        })
     }
 }
 
