@@ -117,6 +117,18 @@ pub enum LogFormat {
     Json,
 }
 
+/// Which authorizer checks requests (Kafka's `authorizer.class.name`).
+#[derive(clap::ValueEnum, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuthorizerKind {
+    /// No authorization: every request is allowed (Kafka with an empty
+    /// `authorizer.class.name`); the ACL APIs answer SECURITY_DISABLED.
+    #[default]
+    None,
+    /// ACLs with Kafka's `StandardAuthorizer` semantics (docs/security.md).
+    Standard,
+}
+
 /// Flags of `fjord serve`. The TOML file named by `--config` takes the same
 /// keys, spelled as the long flags (`data-dir = "./data"`).
 #[derive(clap::Args, Deserialize, Debug, Clone, Default)]
@@ -312,6 +324,19 @@ pub struct ServeArgs {
     /// lag); off by default, since a broker may lead 100000 partitions.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub metrics_partition_labels: Option<bool>,
+    /// Kafka `authorizer.class.name`: `standard` checks every request
+    /// against the ACLs (Kafka's StandardAuthorizer); `none` checks nothing
+    /// [default: none].
+    #[arg(long, value_enum)]
+    pub authorizer: Option<AuthorizerKind>,
+    /// Kafka `super.users`: principals allowed everything whatever the
+    /// ACLs say, `User:a;User:b` [default: none].
+    #[arg(long)]
+    pub super_users: Option<String>,
+    /// Kafka `allow.everyone.if.no.acl.found`: a resource no ACL names is
+    /// open to everyone (otherwise only to super users) [default: false].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_everyone_if_no_acl_found: Option<bool>,
     /// TESTING ONLY: after appending every Nth produce request on a shard, close
     /// the connection instead of answering, as if the response were lost.
     #[arg(long, hide = true)]
@@ -407,6 +432,11 @@ pub struct BrokerConfig {
     pub metrics_listen_is_default: bool,
     pub metrics_recording: bool,
     pub metrics_partition_labels: bool,
+    /// See `ServeArgs::authorizer`.
+    pub authorizer: AuthorizerKind,
+    /// Principals (`User:name`) of `--super-users`.
+    pub super_users: Vec<String>,
+    pub allow_everyone_if_no_acl_found: bool,
     /// 0 = off. See `ServeArgs::debug_drop_produce_response_every`.
     pub debug_drop_produce_response_every: u64,
     /// 0 = off. See `ServeArgs::debug_delay_txn_markers_ms`.
@@ -542,6 +572,11 @@ impl ServeArgs {
             metrics_partition_labels: self
                 .metrics_partition_labels
                 .or(file.metrics_partition_labels),
+            authorizer: self.authorizer.or(file.authorizer),
+            super_users: self.super_users.or(file.super_users),
+            allow_everyone_if_no_acl_found: self
+                .allow_everyone_if_no_acl_found
+                .or(file.allow_everyone_if_no_acl_found),
         }
     }
 
@@ -664,7 +699,25 @@ impl ServeArgs {
             })?),
             None => Some(METRICS_LISTEN_DEFAULT.parse().expect("valid default")),
         };
+        let mut super_users = Vec::new();
+        for p in a
+            .super_users
+            .as_deref()
+            .unwrap_or("")
+            .split(';')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
+            anyhow::ensure!(
+                p.split_once(':').is_some_and(|(t, n)| !t.is_empty() && !n.is_empty()),
+                "--super-users: `{p}` is not a principal `type:name` (e.g. User:admin); separate principals with `;`"
+            );
+            super_users.push(p.to_string());
+        }
         Ok(BrokerConfig {
+            authorizer: a.authorizer.unwrap_or_default(),
+            super_users,
+            allow_everyone_if_no_acl_found: a.allow_everyone_if_no_acl_found.unwrap_or(false),
             metrics_listen,
             metrics_listen_is_default: a.metrics_listen.is_none(),
             metrics_recording: a.metrics_recording.unwrap_or(true),

@@ -1776,3 +1776,78 @@ fn configs_add_and_describe_a_scram_user_that_then_authenticates() {
     assert!(!out.success(), "a deleted user is refused");
     assert!(format!("{}{}", out.stdout, out.stderr).contains(refused));
 }
+
+/// kafka-acls: --add (PREFIXED allow, literal deny), --list, --remove
+/// against fjord with `--authorizer standard` (ANONYMOUS a super user to
+/// manage them), and the ACLs read back from the metadata log after a
+/// restart.
+#[test]
+fn acls_add_list_remove_survive_restart() {
+    let mut broker = Broker::start(
+        BrokerOpts::default()
+            .cores(1)
+            .arg("--authorizer=standard")
+            .arg("--super-users=User:ANONYMOUS;User:admin"),
+    );
+    let b = broker.bootstrap();
+    let acls = |args: &[&str]| {
+        let mut all = vec!["--bootstrap-server", b.as_str()];
+        all.extend_from_slice(args);
+        kafka_tool("kafka-acls", &all).ok().to_string()
+    };
+    acls(&[
+        "--add",
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Read",
+        "--operation",
+        "Write",
+        "--topic",
+        "orders",
+        "--resource-pattern-type",
+        "prefixed",
+    ]);
+    acls(&[
+        "--add",
+        "--deny-principal",
+        "User:bob",
+        "--operation",
+        "All",
+        "--group",
+        "g1",
+    ]);
+    let listed = acls(&["--list"]);
+    assert!(
+        listed.contains("name=orders, patternType=PREFIXED"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("principal=User:bob, host=*, operation=ALL, permissionType=DENY"),
+        "{listed}"
+    );
+    acls(&[
+        "--remove",
+        "--force",
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Write",
+        "--topic",
+        "orders",
+        "--resource-pattern-type",
+        "prefixed",
+    ]);
+    broker.restart();
+    let listed = acls(&["--list"]);
+    assert!(
+        listed.contains("principal=User:alice, host=*, operation=READ, permissionType=ALLOW"),
+        "{listed}"
+    );
+    assert!(!listed.contains("operation=WRITE"), "{listed}");
+    assert!(listed.contains("principal=User:bob"), "{listed}");
+}

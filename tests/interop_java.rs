@@ -307,3 +307,78 @@ fn sasl_scram_sha_256() {
 fn sasl_scram_sha_512() {
     assert_sasl_scenario_passes("SCRAM-SHA-512");
 }
+
+/// The Java client under `--authorizer standard` with Kafka's documented
+/// minimal ACLs for ANONYMOUS (set up while it is a super user, then the
+/// broker restarts without that): an idempotent producer, a transactional
+/// producer and a consumer group work; outside their ACLs each gets Kafka's
+/// authorization exception; the topic listing hides the other topic; the
+/// ACL APIs are refused. fjord only: the set-up needs fjord's restart.
+#[test]
+fn acls_minimal_for_producer_transactions_and_group() {
+    use common::raw::RawClient;
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::messages::CreateAclsRequest;
+    use kafka_protocol::protocol::StrBytes;
+    if std::env::var_os("FJORD_TEST_BROKER").is_some() {
+        eprintln!("skipped: the ACL set-up restarts a fjord broker");
+        return;
+    }
+    const SUPER: &str = "--super-users=User:ANONYMOUS";
+    let mut broker = common::Broker::start(
+        BrokerOpts::default()
+            .cores(1)
+            .arg("--authorizer=standard")
+            .arg(SUPER),
+    );
+    for t in ["acl-orders", "acl-hidden"] {
+        common::client::create_topic(&broker.bootstrap(), t, 1, &[]);
+    }
+    let s = |v: &str| StrBytes::from_string(v.to_string());
+    // (resource type, name, pattern type, operation): TOPIC 2, GROUP 3,
+    // TRANSACTIONAL_ID 5; LITERAL 3, PREFIXED 4; READ 3, WRITE 4.
+    let acls = [
+        (2, "acl-orders", 3, 4),
+        (2, "acl-orders", 3, 3),
+        (3, "acl-readers", 3, 3),
+        (5, "acl-tx-", 4, 4),
+    ]
+    .into_iter()
+    .map(|(rt, name, pt, op)| {
+        AclCreation::default()
+            .with_resource_type(rt)
+            .with_resource_name(s(name))
+            .with_resource_pattern_type(pt)
+            .with_principal(s("User:ANONYMOUS"))
+            .with_host(s("*"))
+            .with_operation(op)
+            .with_permission_type(3)
+    })
+    .collect();
+    let created = RawClient::connect(broker.port)
+        .request(3, &CreateAclsRequest::default().with_creations(acls));
+    assert!(created.results.iter().all(|r| r.error_code == 0));
+    broker.opts_mut().extra_args.retain(|a| a != SUPER);
+    broker.restart();
+    let target = Target::Fjord(broker);
+    let extra: Vec<String> = [
+        "--topic",
+        "acl-orders",
+        "--hidden-topic",
+        "acl-hidden",
+        "--group",
+        "acl-readers",
+        "--txn-prefix",
+        "acl-tx-",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let out = run_scenario(&target, "acls", &extra);
+    assert!(
+        out.success(),
+        "scenario acls: {}\n{}",
+        out.describe_status(),
+        failure_line(&out).unwrap_or("(no FAILED line; see the output above)")
+    );
+}

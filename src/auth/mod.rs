@@ -15,7 +15,11 @@
 //! ([`sasl`]; mechanisms in [`scram`]; the credentials, in the metadata
 //! image's SCRAM store, are handed in by the caller, as this layer sits below
 //! `metadata`).
+//!
+//! [`acl`] holds Kafka's ACL model and the authorizer's decision; the
+//! handlers ask it through `handlers::authz`.
 
+pub mod acl;
 pub mod audit;
 pub mod sasl;
 pub mod scram;

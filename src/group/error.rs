@@ -39,6 +39,9 @@ pub enum GroupError {
     GroupSubscribedToTopic,
     #[error("the topic or partition does not exist")]
     UnknownTopicOrPartition,
+    /// The principal may not use the group (ACLs; checked by the handlers).
+    #[error("group authorization failed")]
+    GroupAuthorizationFailed,
     #[error("offset metadata too large")]
     OffsetMetadataTooLarge,
     #[error("an unstable (transactional) offset commit is pending")]

@@ -3,8 +3,14 @@
 //! Each shard is a broker: DescribeCluster lists all of them; DescribeLogDirs,
 //! sent by a client to each broker in turn, reports the partitions of the
 //! shard that answers.
+//!
+//! As in Kafka, DescribeCluster checks nothing (its authorized-operations
+//! field is not filled: fjord leaves it at Kafka's "not requested"
+//! value), and DescribeLogDirs needs DESCRIBE on the cluster.
 
 use super::{decode, respond, str_bytes, Outcome};
+use crate::auth::acl::AclOperation;
+use crate::handlers::authz::Authz;
 use crate::protocol::hand_versions::{
     DescribeLogDirsRequestV5, DescribeLogDirsResponseV5, DESCRIBE_LOG_DIRS_CORDONED_VERSION,
 };
@@ -19,6 +25,7 @@ use kafka_protocol::messages::{
     BrokerId, DescribeClusterRequest, DescribeClusterResponse, DescribeLogDirsRequest,
     DescribeLogDirsResponse, TopicName,
 };
+use kafka_protocol::ResponseError;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
@@ -71,6 +78,7 @@ fn disk_space(path: &std::path::Path) -> (i64, i64) {
 
 pub fn describe_log_dirs(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -83,6 +91,23 @@ pub fn describe_log_dirs(
     let Some(req) = req else {
         return Outcome::Close;
     };
+    // Kafka: DESCRIBE on the cluster, else no results and
+    // CLUSTER_AUTHORIZATION_FAILED (the top-level code, v3+).
+    if !authz.cluster(AclOperation::Describe) {
+        let resp = DescribeLogDirsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+        return if v >= DESCRIBE_LOG_DIRS_CORDONED_VERSION {
+            respond(
+                header,
+                &DescribeLogDirsResponseV5 {
+                    response: resp,
+                    cordoned: Vec::new(),
+                },
+            )
+        } else {
+            respond(header, &resp)
+        };
+    }
     let wanted = |topic: &str, partition: i32| match &req.topics {
         None => true,
         Some(ts) => ts

@@ -6,7 +6,9 @@
 //! pretending to apply it.
 
 use super::{decode, errors, respond, str_bytes, ErrorAnswer, Outcome};
+use crate::auth::acl::AclOperation;
 use crate::config::BrokerConfig;
+use crate::handlers::authz::Authz;
 use crate::metadata::{internal, topic_config};
 use crate::protocol::RequestHeader;
 use crate::shard::messages::{ConfigChange, ControllerReply, ControllerRequest};
@@ -301,7 +303,12 @@ fn topic_entry(
     e
 }
 
-pub fn describe(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub fn describe(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<DescribeConfigsRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -319,6 +326,11 @@ pub fn describe(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut)
             let base = DescribeConfigsResult::default()
                 .with_resource_type(r.resource_type)
                 .with_resource_name(r.resource_name.clone());
+            if let Some(e) = refusal(authz, AclOperation::DescribeConfigs, r.resource_type, &name) {
+                return base
+                    .with_error_code(e.code())
+                    .with_error_message(Some(str_bytes(e.to_string())));
+            }
             match r.resource_type {
                 RESOURCE_TOPIC => match image.topic(&name) {
                     None => base
@@ -386,17 +398,45 @@ fn internal_topic_refusal(name: &str) -> ErrorAnswer {
     )
 }
 
+/// Kafka's `ConfigHelper` / `handleAlterConfigsRequest` checks: `op`
+/// (DESCRIBE_CONFIGS or ALTER_CONFIGS) on the topic, else
+/// TOPIC_AUTHORIZATION_FAILED; on the cluster for a broker resource, else
+/// CLUSTER_AUTHORIZATION_FAILED; on the group, else
+/// GROUP_AUTHORIZATION_FAILED.
+fn refusal(authz: &Authz, op: AclOperation, kind: i8, name: &str) -> Option<ResponseError> {
+    let allowed = match kind {
+        RESOURCE_TOPIC => authz.topic(op, name),
+        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER => authz.cluster(op),
+        RESOURCE_GROUP => authz.group(op, name),
+        _ => return None,
+    };
+    match (allowed, kind) {
+        (true, _) => None,
+        (false, RESOURCE_TOPIC) => Some(ResponseError::TopicAuthorizationFailed),
+        (false, RESOURCE_GROUP) => Some(ResponseError::GroupAuthorizationFailed),
+        (false, _) => Some(ResponseError::ClusterAuthorizationFailed),
+    }
+}
+
+/// Kafka's BROKER_LOGGER and GROUP config resource types.
+const RESOURCE_BROKER_LOGGER: i8 = 8;
+const RESOURCE_GROUP: i8 = 32;
+
 /// Runs topic config changes through the controller; returns per-resource
-/// (error code, message) in request order.
+/// (error code, message) in request order. A resource the principal may
+/// not ALTER_CONFIGS is refused first (no message, as in Kafka).
 async fn apply(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     resources: Vec<(i8, String, Result<ConfigChange, ErrorAnswer>)>,
     validate_only: bool,
 ) -> Vec<(i8, String, i16, Option<String>)> {
     let resources: Vec<_> = resources
         .into_iter()
         .map(|(kind, name, change)| {
-            let change = if kind == RESOURCE_TOPIC && internal::is_internal(&name) {
+            let change = if let Some(e) = refusal(authz, AclOperation::AlterConfigs, kind, &name) {
+                Err((e.code(), String::new()))
+            } else if kind == RESOURCE_TOPIC && internal::is_internal(&name) {
                 Err(internal_topic_refusal(&name))
             } else {
                 change
@@ -422,7 +462,7 @@ async fn apply(
                 .await
             {
                 Ok(ControllerReply::Items(items)) => items.into_iter().collect(),
-                Ok(ControllerReply::ProducerIds(_)) => names
+                Ok(ControllerReply::ProducerIds(_) | ControllerReply::Acls(_)) => names
                     .into_iter()
                     .map(|n| (n, Err(crate::shard::messages::ControllerError::Unavailable)))
                     .collect(),
@@ -432,7 +472,7 @@ async fn apply(
     resources
         .into_iter()
         .map(|(kind, name, change)| match (kind, change) {
-            (_, Err((code, msg))) => (kind, name, code, Some(msg)),
+            (_, Err((code, msg))) => (kind, name, code, (!msg.is_empty()).then_some(msg)),
             (RESOURCE_TOPIC, Ok(_)) => match outcomes.get(&name) {
                 Some(Ok(_)) => (kind, name, errors::NONE, None),
                 Some(Err(e)) => (
@@ -462,7 +502,12 @@ async fn apply(
         .collect()
 }
 
-pub async fn alter(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub async fn alter(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<AlterConfigsRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -490,7 +535,7 @@ pub async fn alter(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesM
             (r.resource_type, r.resource_name.to_string(), change)
         })
         .collect();
-    let responses = apply(ctx, resources, req.validate_only)
+    let responses = apply(ctx, authz, resources, req.validate_only)
         .await
         .into_iter()
         .map(|(kind, name, code, msg)| {
@@ -509,6 +554,7 @@ pub async fn alter(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesM
 
 pub async fn incremental_alter(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -549,7 +595,7 @@ pub async fn incremental_alter(
             (r.resource_type, r.resource_name.to_string(), change)
         })
         .collect();
-    let responses = apply(ctx, resources, req.validate_only)
+    let responses = apply(ctx, authz, resources, req.validate_only)
         .await
         .into_iter()
         .map(|(kind, name, code, msg)| {

@@ -27,6 +27,8 @@
 //! their log starts too; with one replica there is nothing to wait for.
 
 use super::{decode, led_partition, respond, Outcome};
+use crate::auth::acl::AclOperation;
+use crate::handlers::authz::Authz;
 use crate::metadata::internal::is_internal;
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
@@ -42,7 +44,12 @@ use std::rc::Rc;
 /// The offset that stands for the partition's high watermark.
 pub const HIGH_WATERMARK: i64 = -1;
 
-pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub async fn handle(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<DeleteRecordsRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -52,12 +59,18 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
     let mut moved = Vec::new();
     for t in &req.topics {
         let name = t.name.0.to_string();
+        // Kafka: DELETE on the topic, before anything else.
+        let authorized = authz.topic(AclOperation::Delete, &name);
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
             let base = DeleteRecordsPartitionResult::default()
                 .with_partition_index(p.partition_index)
                 .with_low_watermark(-1);
             let fail = |e: ResponseError| base.clone().with_error_code(e.code());
+            if !authorized {
+                partitions.push(fail(ResponseError::TopicAuthorizationFailed));
+                continue;
+            }
             if is_internal(&name) {
                 partitions.push(fail(ResponseError::InvalidTopicException));
                 continue;

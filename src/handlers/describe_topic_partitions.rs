@@ -30,6 +30,8 @@
 //! `topic_authorized_operations` says as Kafka does with no authorizer.
 
 use super::{decode, respond, str_bytes, Outcome};
+use crate::auth::acl::{AclOperation, ResourceType};
+use crate::handlers::authz::Authz;
 use crate::metadata::{validate_topic_name, MetadataImage, TopicMeta};
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
@@ -56,12 +58,17 @@ pub const PARTITIONS_PER_RESPONSE_MAX: i32 = 2000;
 pub const TOPIC_AUTHORIZED_OPERATIONS: i32 =
     (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
 
-pub fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub fn handle(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<DescribeTopicPartitionsRequest>(header, body) else {
         return Outcome::Close;
     };
     let image = ctx.image();
-    let response = match describe(ctx, &image, &req) {
+    let response = match describe(ctx, authz, &image, &req) {
         Ok(response) => response,
         // Kafka's error response: every named topic with the error.
         Err(e) => DescribeTopicPartitionsResponse::default().with_topics(
@@ -81,6 +88,7 @@ pub fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -
 /// The answer to `req` from `image`; Err: the error for the whole request.
 fn describe(
     ctx: &ShardCtx,
+    authz: &Authz,
     image: &MetadataImage,
     req: &DescribeTopicPartitionsRequest,
 ) -> Result<DescribeTopicPartitionsResponse, ResponseError> {
@@ -124,6 +132,24 @@ fn describe(
                 );
             }
             break;
+        }
+        // Kafka: DESCRIBE on the topic; a listing leaves the others out, a
+        // named one answers TOPIC_AUTHORIZATION_FAILED without its id.
+        let authorized = if list_all {
+            authz.filter(AclOperation::Describe, ResourceType::Topic, name)
+        } else {
+            authz.topic(AclOperation::Describe, name)
+        };
+        if !authorized {
+            if !list_all {
+                response.topics.push(
+                    DescribeTopicPartitionsResponseTopic::default()
+                        .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                        .with_name(Some(topic_name(name)))
+                        .with_topic_authorized_operations(TOPIC_AUTHORIZED_OPERATIONS),
+                );
+            }
+            continue;
         }
         let Some(topic) = image.topic(name) else {
             if !list_all {

@@ -461,3 +461,24 @@ mod tests {
         assert_eq!(codes(&v4, 4), vec![0, 48]);
     }
 }
+
+top_level!(DescribeAclsResponse);
+
+impl ResponseErrors for CreateAclsResponse {
+    fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
+        for r in &self.results {
+            count(r.error_code);
+        }
+    }
+}
+
+impl ResponseErrors for DeleteAclsResponse {
+    fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
+        for f in &self.filter_results {
+            count(f.error_code);
+            for m in &f.matching_acls {
+                count(m.error_code);
+            }
+        }
+    }
+}

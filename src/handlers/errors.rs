@@ -29,6 +29,7 @@ pub fn controller(e: &ControllerError) -> i16 {
         ControllerError::InvalidConfig(_) => ResponseError::InvalidConfig.code(),
         ControllerError::Storage(_) => ResponseError::KafkaStorageError.code(),
         ControllerError::ResourceNotFound(_) => ResponseError::ResourceNotFound.code(),
+        ControllerError::InvalidRequest(_) => ResponseError::InvalidRequest.code(),
         ControllerError::Unavailable | ControllerError::TimedOut(_) => {
             ResponseError::RequestTimedOut.code()
         }
@@ -142,6 +143,7 @@ pub fn group(e: &crate::group::error::GroupError) -> i16 {
         G::NonEmptyGroup => ResponseError::NonEmptyGroup,
         G::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
         G::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
+        G::GroupAuthorizationFailed => ResponseError::GroupAuthorizationFailed,
         G::OffsetMetadataTooLarge => ResponseError::OffsetMetadataTooLarge,
         G::UnstableOffsetCommit => ResponseError::UnstableOffsetCommit,
         G::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,

@@ -39,6 +39,8 @@
 use super::error_counts::ResponseErrors;
 use super::list_offsets::{check_leader_epoch, READ_COMMITTED};
 use super::{decode, errors, Outcome};
+use crate::auth::acl::AclOperation;
+use crate::handlers::authz::Authz;
 use crate::log::changes::ChangeSignal;
 use crate::metadata::{MetadataImage, TopicMeta};
 use crate::partition::Partition;
@@ -117,6 +119,7 @@ type MetaRef<'a> = Option<&'a Arc<TopicMeta>>;
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     listener: usize,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -303,6 +306,21 @@ pub async fn handle(
             SessionMode::Incremental(id, session.generation)
         }
     };
+
+    // Kafka's Fetch check: READ on each topic, once topic ids are resolved
+    // (an unknown id stays UNKNOWN_TOPIC_ID; a topic named but unknown is
+    // refused before its absence shows).
+    if authz.enabled() {
+        let allowed: Vec<bool> = topics
+            .iter()
+            .map(|t| t.name.is_empty() || authz.topic(AclOperation::Read, &t.name))
+            .collect();
+        for w in &mut wanted {
+            if !allowed[w.topic_index] {
+                w.target = Err((ResponseError::TopicAuthorizationFailed, None));
+            }
+        }
+    }
 
     let max_wait = Duration::from_millis(req.max_wait_ms.clamp(0, MAX_WAIT_MS_CAP) as u64);
     let deadline = crate::clock::monotonic() + max_wait;

@@ -11,8 +11,15 @@
 //! (`txn::coordinator`): epoch bump, fencing of an open transaction. An
 //! empty id, or one longer than the transaction log's key can hold
 //! ([`TRANSACTIONAL_ID_BYTES_MAX`]), gets INVALID_REQUEST.
+//!
+//! Authorization comes first (Kafka's `handleInitProducerIdRequest`):
+//! WRITE on the transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+//! without one, IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+//! (KIP-679), else CLUSTER_AUTHORIZATION_FAILED.
 
 use super::{decode, errors, respond, Outcome};
+use crate::auth::acl::{AclOperation, ResourceType};
+use crate::handlers::authz::Authz;
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
 use crate::txn::log::TRANSACTIONAL_ID_BYTES_MAX;
@@ -21,13 +28,30 @@ use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, Pr
 use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
-pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub async fn handle(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<InitProducerIdRequest>(header, body) else {
         return Outcome::Close;
     };
     let resp = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
+    // Kafka: WRITE on the transactional id; without one (idempotence),
+    // IDEMPOTENT_WRITE on the cluster or WRITE on any topic (KIP-679).
+    let refused = match &req.transactional_id {
+        Some(id) => (!authz.transactional_id(AclOperation::Write, id.0.as_str()))
+            .then_some(ResponseError::TransactionalIdAuthorizationFailed),
+        None => (!authz.cluster_quiet(AclOperation::IdempotentWrite)
+            && !authz.any_of_type(AclOperation::Write, ResourceType::Topic))
+        .then_some(ResponseError::ClusterAuthorizationFailed),
+    };
+    if let Some(e) = refused {
+        return respond(header, &resp.with_error_code(e.code()));
+    }
     if let Some(id) = &req.transactional_id {
         // Empty ids are Kafka's INVALID_REQUEST; ids too long for the
         // transaction log's key (an i16 length) are refused the same way,

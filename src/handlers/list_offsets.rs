@@ -10,6 +10,8 @@
 //! the epoch the offset was appended in (Kafka's `epochForOffset`).
 
 use super::{decode, errors, led_partition, respond, Outcome};
+use crate::auth::acl::AclOperation;
+use crate::handlers::authz::Authz;
 use crate::protocol::hand_versions_more::{
     ListOffsetsRequestV11, ListOffsetsResponseV11, LIST_OFFSETS_PENDING_UPLOAD_VERSION,
 };
@@ -49,7 +51,12 @@ pub fn check_leader_epoch(current_leader_epoch: i32, leader_epoch: i32) -> Optio
     }
 }
 
-pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub async fn handle(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let req = if header.api_version >= LIST_OFFSETS_PENDING_UPLOAD_VERSION {
         decode::<ListOffsetsRequestV11>(header, body).map(|r| r.0)
     } else {
@@ -62,6 +69,8 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         let name = t.name.0.to_string();
+        // Kafka: DESCRIBE on the topic, else TOPIC_AUTHORIZATION_FAILED.
+        let authorized = authz.topic(AclOperation::Describe, &name);
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
             let base = ListOffsetsPartitionResponse::default()
@@ -70,6 +79,10 @@ pub async fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 .with_offset(-1)
                 .with_leader_epoch(-1);
             let fail = |e: ResponseError| base.clone().with_error_code(e.code());
+            if !authorized {
+                partitions.push(fail(ResponseError::TopicAuthorizationFailed));
+                continue;
+            }
             let state = match led_partition(ctx, &image, &name, p.partition_index) {
                 Ok(state) => state,
                 Err((e, _)) => {

@@ -5,8 +5,16 @@
 //! always for v0–3). Creation goes through the controller and completes on
 //! every shard before the answer, so the created topic is returned ready to
 //! use instead of LEADER_NOT_AVAILABLE.
+//!
+//! Authorization (Kafka's `handleTopicMetadataRequest`): a listing of all
+//! topics leaves out those the principal may not DESCRIBE; a named one it
+//! may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED whether it exists or
+//! not; a missing one is auto-created only with CREATE on the cluster or
+//! the topic, else TOPIC_AUTHORIZATION_FAILED.
 
 use super::{decode, errors, respond, str_bytes, Outcome};
+use crate::auth::acl::{AclOperation, ResourceType};
+use crate::handlers::authz::Authz;
 use crate::metadata::{internal, validate_topic_name, MetadataImage, TopicMeta};
 use crate::protocol::RequestHeader;
 use crate::shard::messages::{ControllerRequest, NewTopic};
@@ -17,7 +25,7 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::ResponseError;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
 use uuid::Uuid;
 
@@ -68,6 +76,7 @@ fn error_entry(name: Option<String>, id: Uuid, error: ResponseError) -> Metadata
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     listener: usize,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -77,27 +86,59 @@ pub async fn handle(
     let v = header.api_version;
     let mut image = ctx.image();
     let topics: Vec<MetadataResponseTopic> = match req.topics {
-        None => all_topics(ctx, &image),
-        Some(list) if list.is_empty() && v == 0 => all_topics(ctx, &image),
+        None => all_topics(ctx, authz, &image),
+        Some(list) if list.is_empty() && v == 0 => all_topics(ctx, authz, &image),
         Some(list) => {
+            // Kafka: DESCRIBE on each named topic, checked before its
+            // existence is (TOPIC_AUTHORIZATION_FAILED, no id, either way).
+            let described: Vec<bool> = list
+                .iter()
+                .map(|t| match &t.name {
+                    Some(name) => authz.topic(AclOperation::Describe, name.0.as_str()),
+                    None => image
+                        .topic_by_id(t.topic_id.as_bytes())
+                        .is_none_or(|m| authz.topic(AclOperation::Describe, &m.name)),
+                })
+                .collect();
+            // Auto-creation needs CREATE on the cluster or on the topic.
+            let mut create_refused: HashSet<String> = HashSet::new();
             let allow_auto = v < 4 || req.allow_auto_topic_creation;
             if allow_auto && ctx.config.auto_create_topics_enable {
                 let missing: Vec<String> = list
                     .iter()
-                    .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+                    .zip(&described)
+                    .filter(|(_, &ok)| ok)
+                    .filter_map(|(t, _)| t.name.as_ref().map(|n| n.0.to_string()))
                     .filter(|n| {
                         image.topic(n).is_none()
                             && validate_topic_name(n).is_ok()
                             && !internal::is_internal(n)
                     })
                     .collect();
+                let cluster_create =
+                    missing.is_empty() || authz.cluster_quiet(AclOperation::Create);
+                let (missing, refused): (Vec<String>, Vec<String>) = missing
+                    .into_iter()
+                    .partition(|n| cluster_create || authz.topic(AclOperation::Create, n));
+                create_refused.extend(refused);
                 if !missing.is_empty() {
                     auto_create(ctx, missing).await;
                     image = ctx.image();
                 }
             }
             list.iter()
-                .map(|t| match &t.name {
+                .zip(&described)
+                .map(|(t, &ok)| match &t.name {
+                    Some(name) if !ok => error_entry(
+                        Some(name.0.to_string()),
+                        Uuid::nil(),
+                        ResponseError::TopicAuthorizationFailed,
+                    ),
+                    Some(name) if create_refused.contains(name.0.as_str()) => error_entry(
+                        Some(name.0.to_string()),
+                        Uuid::nil(),
+                        ResponseError::TopicAuthorizationFailed,
+                    ),
                     Some(name) => match image.topic(name.0.as_str()) {
                         Some(meta) => topic_entry(ctx, meta, image.leader_epoch()),
                         None if validate_topic_name(name.0.as_str()).is_err() => error_entry(
@@ -111,6 +152,10 @@ pub async fn handle(
                             ResponseError::UnknownTopicOrPartition,
                         ),
                     },
+                    // Topic ids are not secret: Kafka answers the id.
+                    None if !ok => {
+                        error_entry(None, t.topic_id, ResponseError::TopicAuthorizationFailed)
+                    }
                     None => match image.topic_by_id(t.topic_id.as_bytes()) {
                         Some(meta) => topic_entry(ctx, meta, image.leader_epoch()),
                         None => error_entry(None, t.topic_id, ResponseError::UnknownTopicId),
@@ -127,10 +172,13 @@ pub async fn handle(
     respond(header, &resp)
 }
 
-fn all_topics(ctx: &ShardCtx, image: &MetadataImage) -> Vec<MetadataResponseTopic> {
+/// Every topic the principal may DESCRIBE (the others are left out, as
+/// Kafka leaves them out, without an audit line).
+fn all_topics(ctx: &ShardCtx, authz: &Authz, image: &MetadataImage) -> Vec<MetadataResponseTopic> {
     image
         .topics
         .values()
+        .filter(|t| authz.filter(AclOperation::Describe, ResourceType::Topic, &t.name))
         .map(|t| topic_entry(ctx, t, image.leader_epoch()))
         .collect()
 }

@@ -10,7 +10,9 @@
 //! Every handler answers what Kafka answers; the mapping from fjord's domain
 //! errors to Kafka error codes lives in [`errors`] and nowhere else.
 
+pub mod acls;
 pub mod api_versions;
+pub mod authz;
 pub mod cluster;
 pub mod configs;
 pub mod delete_records;
@@ -86,8 +88,9 @@ impl Dispatched {
 /// receive-buffer allocation `body` was cut from (what a zero-copy slice of
 /// it keeps alive; Produce uses it, see `log::cache`). `session`: the
 /// connection's identity (`crate::auth`), the same for all its requests;
-/// its listener decides which endpoints are advertised. (SASL requests on
-/// a SASL listener never come here: the connection answers them through
+/// its listener decides which endpoints are advertised, and every handler
+/// asks [`authz::Authz`] what its principal may do. (SASL requests on a
+/// SASL listener never come here: the connection answers them through
 /// [`sasl::handle`] in order.)
 pub fn dispatch(
     ctx: &Rc<ShardCtx>,
@@ -98,7 +101,8 @@ pub fn dispatch(
 ) -> Dispatched {
     match header.api_key {
         k if k == ApiKey::Produce as i16 && supported(k, header.api_version) => {
-            produce::handle(ctx, session.listener, header, body, buffer_bytes)
+            let authz = authz::Authz::new(ctx, session, header.api_key);
+            produce::handle(ctx, session.listener, &authz, header, body, buffer_bytes)
         }
         _ => Dispatched::Ready(dispatch_other(ctx, session, header, body)),
     }
@@ -131,135 +135,167 @@ fn dispatch_other(
         );
         return async { Outcome::Close }.boxed_local();
     }
+    let authz = authz::Authz::new(&ctx, &session, header.api_key);
     match key {
         ApiKey::Fetch => {
-            async move { fetch::handle(&ctx, listener, &header, &mut body).await }.boxed_local()
+            async move { fetch::handle(&ctx, listener, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::Metadata => {
-            async move { metadata::handle(&ctx, listener, &header, &mut body).await }.boxed_local()
+            async move { metadata::handle(&ctx, listener, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
             async move { sasl::handle(&ctx, &session, &header, &mut body).await.0 }.boxed_local()
         }
         ApiKey::DescribeUserScramCredentials => {
-            async move { scram_credentials::describe(&ctx, &session, &header, &mut body) }
+            async move { scram_credentials::describe(&ctx, &session, &authz, &header, &mut body) }
                 .boxed_local()
         }
         ApiKey::DescribeClientQuotas => {
-            async move { scram_credentials::describe_client_quotas(&header, &mut body) }
+            async move { scram_credentials::describe_client_quotas(&authz, &header, &mut body) }
                 .boxed_local()
         }
-        ApiKey::AlterUserScramCredentials => {
-            async move { scram_credentials::alter(&ctx, &session, &header, &mut body).await }
-                .boxed_local()
+        ApiKey::AlterUserScramCredentials => async move {
+            scram_credentials::alter(&ctx, &session, &authz, &header, &mut body).await
         }
+        .boxed_local(),
         ApiKey::ListOffsets => {
-            async move { list_offsets::handle(&ctx, &header, &mut body).await }.boxed_local()
+            async move { list_offsets::handle(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::OffsetForLeaderEpoch => {
-            async move { offset_for_leader_epoch::handle(&ctx, &header, &mut body) }.boxed_local()
+            async move { offset_for_leader_epoch::handle(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::CreateTopics => {
-            async move { topics::create_topics(&ctx, &header, &mut body).await }.boxed_local()
+            async move { topics::create_topics(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::DeleteTopics => {
-            async move { topics::delete_topics(&ctx, &header, &mut body).await }.boxed_local()
+            async move { topics::delete_topics(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::CreatePartitions => {
-            async move { topics::create_partitions(&ctx, &header, &mut body).await }.boxed_local()
+            async move { topics::create_partitions(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::DescribeTopicPartitions => {
-            async move { describe_topic_partitions::handle(&ctx, &header, &mut body) }.boxed_local()
+            async move { describe_topic_partitions::handle(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::DescribeConfigs => {
-            async move { configs::describe(&ctx, &header, &mut body) }.boxed_local()
+            async move { configs::describe(&ctx, &authz, &header, &mut body) }.boxed_local()
         }
         ApiKey::AlterConfigs => {
-            async move { configs::alter(&ctx, &header, &mut body).await }.boxed_local()
+            async move { configs::alter(&ctx, &authz, &header, &mut body).await }.boxed_local()
         }
         ApiKey::IncrementalAlterConfigs => {
-            async move { configs::incremental_alter(&ctx, &header, &mut body).await }.boxed_local()
+            async move { configs::incremental_alter(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::InitProducerId => {
-            async move { init_producer_id::handle(&ctx, &header, &mut body).await }.boxed_local()
+            async move { init_producer_id::handle(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::AddPartitionsToTxn => {
-            async move { txn::add_partitions(&ctx, &header, &mut body).await }.boxed_local()
+            async move { txn::add_partitions(&ctx, &authz, &header, &mut body).await }.boxed_local()
         }
         ApiKey::AddOffsetsToTxn => {
-            async move { txn::add_offsets(&ctx, &header, &mut body).await }.boxed_local()
+            async move { txn::add_offsets(&ctx, &authz, &header, &mut body).await }.boxed_local()
         }
-        ApiKey::EndTxn => async move { txn::end_txn(&ctx, &header, &mut body).await }.boxed_local(),
+        ApiKey::EndTxn => {
+            async move { txn::end_txn(&ctx, &authz, &header, &mut body).await }.boxed_local()
+        }
         ApiKey::WriteTxnMarkers => {
             async move { txn_admin::write_txn_markers(&header, &mut body) }.boxed_local()
         }
         ApiKey::DescribeTransactions => {
-            async move { txn_admin::describe_transactions(&ctx, &header, &mut body) }.boxed_local()
+            async move { txn_admin::describe_transactions(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::ListTransactions => {
-            async move { txn_admin::list_transactions(&ctx, &header, &mut body) }.boxed_local()
+            async move { txn_admin::list_transactions(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::DescribeProducers => {
-            async move { txn_admin::describe_producers(&ctx, &header, &mut body) }.boxed_local()
+            async move { txn_admin::describe_producers(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::DeleteRecords => {
-            async move { delete_records::handle(&ctx, &header, &mut body).await }.boxed_local()
+            async move { delete_records::handle(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::DescribeCluster => {
             async move { cluster::describe_cluster(&ctx, listener, &header, &mut body) }
                 .boxed_local()
         }
         ApiKey::DescribeLogDirs => {
-            async move { cluster::describe_log_dirs(&ctx, &header, &mut body) }.boxed_local()
-        }
-        ApiKey::FindCoordinator => {
-            async move { group::find_coordinator::handle(&ctx, listener, &header, &mut body).await }
+            async move { cluster::describe_log_dirs(&ctx, &authz, &header, &mut body) }
                 .boxed_local()
         }
+        ApiKey::FindCoordinator => async move {
+            group::find_coordinator::handle(&ctx, listener, &authz, &header, &mut body).await
+        }
+        .boxed_local(),
         ApiKey::JoinGroup => {
-            async move { group::membership::join_group(&ctx, &header, &mut body).await }
+            async move { group::membership::join_group(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
         }
         ApiKey::SyncGroup => {
-            async move { group::membership::sync_group(&ctx, &header, &mut body).await }
+            async move { group::membership::sync_group(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
         }
         ApiKey::Heartbeat => {
-            async move { group::membership::heartbeat(&ctx, &header, &mut body) }.boxed_local()
+            async move { group::membership::heartbeat(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::LeaveGroup => {
-            async move { group::membership::leave_group(&ctx, &header, &mut body).await }
+            async move { group::membership::leave_group(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
         }
         ApiKey::OffsetCommit => {
-            async move { group::offsets::offset_commit(&ctx, &header, &mut body).await }
+            async move { group::offsets::offset_commit(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
         }
         ApiKey::OffsetFetch => {
-            async move { group::offsets::offset_fetch(&ctx, &header, &mut body) }.boxed_local()
+            async move { group::offsets::offset_fetch(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::OffsetDelete => {
-            async move { group::offsets::offset_delete(&ctx, &header, &mut body).await }
+            async move { group::offsets::offset_delete(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
         }
         ApiKey::TxnOffsetCommit => {
-            async move { group::offsets::txn_offset_commit(&ctx, &header, &mut body).await }
+            async move { group::offsets::txn_offset_commit(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
         }
         ApiKey::ListGroups => {
-            async move { group::admin::list_groups(&ctx, &header, &mut body) }.boxed_local()
+            async move { group::admin::list_groups(&ctx, &authz, &header, &mut body) }.boxed_local()
         }
         ApiKey::DescribeGroups => {
-            async move { group::admin::describe_groups(&ctx, &header, &mut body) }.boxed_local()
+            async move { group::admin::describe_groups(&ctx, &authz, &header, &mut body) }
+                .boxed_local()
         }
         ApiKey::ConsumerGroupHeartbeat => {
-            async move { group::consumer::heartbeat(&ctx, &header, &mut body).await }.boxed_local()
+            async move { group::consumer::heartbeat(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::ConsumerGroupDescribe => {
-            async move { group::consumer::describe(&ctx, &header, &mut body) }.boxed_local()
+            async move { group::consumer::describe(&ctx, &authz, &header, &mut body) }.boxed_local()
         }
         ApiKey::DeleteGroups => {
-            async move { group::admin::delete_groups(&ctx, &header, &mut body).await }.boxed_local()
+            async move { group::admin::delete_groups(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
+        }
+        ApiKey::CreateAcls => {
+            async move { acls::create_acls(&ctx, &authz, &header, &mut body).await }.boxed_local()
+        }
+        ApiKey::DescribeAcls => {
+            async move { acls::describe_acls(&ctx, &authz, &header, &mut body) }.boxed_local()
+        }
+        ApiKey::DeleteAcls => {
+            async move { acls::delete_acls(&ctx, &authz, &header, &mut body).await }.boxed_local()
         }
         _ => async { Outcome::Close }.boxed_local(),
     }

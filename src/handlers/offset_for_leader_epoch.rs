@@ -19,6 +19,8 @@
 //! caller is answered as a consumer is, from the leader.
 
 use super::{decode, led_partition, respond, Outcome};
+use crate::auth::acl::AclOperation;
+use crate::handlers::authz::Authz;
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
 use bytes::BytesMut;
@@ -46,21 +48,34 @@ fn check_current_leader_epoch(current: i32, leader_epoch: i32) -> Option<Respons
     }
 }
 
-pub fn handle(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub fn handle(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<OffsetForLeaderEpochRequest>(header, body) else {
         return Outcome::Close;
     };
     let image = ctx.image();
+    // Kafka: CLUSTER_ACTION on the cluster (brokers) covers every topic;
+    // else DESCRIBE on each (consumers, KIP-320).
+    let cluster_action = authz.cluster_quiet(AclOperation::ClusterAction);
     let topics = req
         .topics
         .iter()
         .map(|t| {
             let name = t.topic.0.to_string();
+            let authorized = cluster_action || authz.topic(AclOperation::Describe, &name);
             let partitions = t
                 .partitions
                 .iter()
                 .map(|p| {
                     let base = EpochEndOffset::default().with_partition(p.partition);
+                    if !authorized {
+                        return base
+                            .with_error_code(ResponseError::TopicAuthorizationFailed.code());
+                    }
                     let state = match led_partition(ctx, &image, &name, p.partition) {
                         Ok(state) => state,
                         Err((e, _)) => return base.with_error_code(e.code()),

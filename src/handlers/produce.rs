@@ -54,6 +54,8 @@
 //! a 1-replica topic with min.insync.replicas=2.
 
 use super::{errors, respond, Dispatched, Outcome};
+use crate::auth::acl::AclOperation;
+use crate::handlers::authz::Authz;
 use crate::log::{AppendInfo, PartitionLog};
 use crate::metadata::internal::{is_internal, TRANSACTION_STATE};
 use crate::metrics;
@@ -163,6 +165,7 @@ fn keyless_refusal(
 pub fn handle(
     ctx: &Rc<ShardCtx>,
     listener: usize,
+    authz: &Authz,
     header: RequestHeader,
     body: BytesMut,
     buffer_bytes: usize,
@@ -185,6 +188,8 @@ pub fn handle(
             }
         }
     }
+    let denied =
+        unauthorized_partitions(authz, &mut req, version >= PRODUCE_FIRST_TOPIC_ID_VERSION);
     // Large batches that the topic recompresses are recompressed on the
     // shard's blocking thread first (a 1 MiB gzip batch is milliseconds of
     // CPU that would stall every other request of the shard); the
@@ -204,15 +209,66 @@ pub fn handle(
                         .await;
                     done.insert(key, result);
                 }
-                dispatch_staged(&ctx, listener, header, req, buffer_bytes, done)
+                dispatch_staged(&ctx, listener, header, req, buffer_bytes, done, denied)
                     .into_answer()
                     .await
             }
             .boxed_local(),
         );
     }
-    dispatch_staged(ctx, listener, header, req, buffer_bytes, HashMap::new())
+    dispatch_staged(
+        ctx,
+        listener,
+        header,
+        req,
+        buffer_bytes,
+        HashMap::new(),
+        denied,
+    )
 }
+
+/// Kafka's Produce checks (topics named by id resolved first): WRITE on the transactional id, if any (else
+/// every partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and
+/// WRITE on each topic (else its partitions answer
+/// TOPIC_AUTHORIZATION_FAILED), before anything else is looked at. The
+/// records of refused partitions are dropped here, so nothing later
+/// recompresses, adds to a transaction or appends them.
+fn unauthorized_partitions(
+    authz: &Authz,
+    req: &mut crate::protocol::produce::ProduceRequest,
+    by_id: bool,
+) -> Denied {
+    let mut denied = Denied::new();
+    if !authz.enabled() {
+        return denied;
+    }
+    let txn_ok = req
+        .transactional_id
+        .as_deref()
+        .is_none_or(|id| authz.transactional_id(AclOperation::Write, id));
+    for t in &mut req.topics {
+        // A topic id no topic has (v13+) stays UNKNOWN_TOPIC_ID, as in
+        // Kafka, which resolves ids before it authorizes names.
+        if by_id && t.name.is_empty() {
+            continue;
+        }
+        let code = if !txn_ok {
+            ResponseError::TransactionalIdAuthorizationFailed.code()
+        } else if !authz.topic(AclOperation::Write, &t.name) {
+            ResponseError::TopicAuthorizationFailed.code()
+        } else {
+            continue;
+        };
+        for p in &mut t.partitions {
+            p.records = None;
+            denied.insert((t.name.clone(), p.index), code);
+        }
+    }
+    denied
+}
+
+/// Partitions refused by authorization, with their error code.
+type Denied = HashMap<(String, i32), i16>;
 
 /// Batches at least this large that the topic recompresses are recompressed
 /// off the reactor (`handle`).
@@ -284,6 +340,7 @@ fn dispatch_staged(
     req: crate::protocol::produce::ProduceRequest,
     buffer_bytes: usize,
     recompressed: Recompressed,
+    denied: Denied,
 ) -> Dispatched {
     let staged_max = ctx.config.staged_bytes_max as u64;
     if ctx.logs.unwritten_bytes() >= staged_max {
@@ -291,14 +348,30 @@ fn dispatch_staged(
         return Dispatched::Ordered(
             async move {
                 ctx.logs.wait_unwritten_below(staged_max).await;
-                dispatch_decoded(&ctx, listener, header, req, buffer_bytes, recompressed)
-                    .into_answer()
-                    .await
+                dispatch_decoded(
+                    &ctx,
+                    listener,
+                    header,
+                    req,
+                    buffer_bytes,
+                    recompressed,
+                    denied,
+                )
+                .into_answer()
+                .await
             }
             .boxed_local(),
         );
     }
-    dispatch_decoded(ctx, listener, header, req, buffer_bytes, recompressed)
+    dispatch_decoded(
+        ctx,
+        listener,
+        header,
+        req,
+        buffer_bytes,
+        recompressed,
+        denied,
+    )
 }
 
 /// `handle` once the request is decoded and the shard has room to stage it.
@@ -310,6 +383,7 @@ fn dispatch_decoded(
     req: crate::protocol::produce::ProduceRequest,
     buffer_bytes: usize,
     recompressed: Recompressed,
+    denied: Denied,
 ) -> Dispatched {
     let version = header.api_version;
     let to_add = partitions_to_add(ctx, &req);
@@ -320,7 +394,10 @@ fn dispatch_decoded(
             header,
             req,
             buffer_bytes,
-            HashMap::new(),
+            Refusals {
+                denied,
+                txn: HashMap::new(),
+            },
             recompressed,
         ));
     }
@@ -357,7 +434,10 @@ fn dispatch_decoded(
                 header,
                 req,
                 buffer_bytes,
-                refused,
+                Refusals {
+                    denied,
+                    txn: refused,
+                },
                 recompressed,
             )
         }
@@ -452,6 +532,14 @@ pub(crate) async fn add_partitions_to_txn(
     }
 }
 
+/// Partitions refused before their append, with the code each answers:
+/// by authorization (step 0, before anything else is checked) and by the
+/// transaction coordinator (AddPartitionsToTxn, checked after validation).
+struct Refusals {
+    denied: Denied,
+    txn: Denied,
+}
+
 /// Steps 1–6, synchronously; returns the future that waits and answers.
 fn append_and_answer(
     ctx: &Rc<ShardCtx>,
@@ -459,9 +547,13 @@ fn append_and_answer(
     header: RequestHeader,
     req: crate::protocol::produce::ProduceRequest,
     buffer_bytes: usize,
-    refused: HashMap<(String, i32), i16>,
+    refusals: Refusals,
     mut recompressed: Recompressed,
 ) -> LocalBoxFuture<'static, Outcome> {
+    let Refusals {
+        denied,
+        txn: refused,
+    } = refusals;
     let version = header.api_version;
     let acks = req.acks;
     let req_transactional_id = req.transactional_id.clone();
@@ -475,6 +567,14 @@ fn append_and_answer(
         let unknown_id = version >= PRODUCE_FIRST_TOPIC_ID_VERSION && topic.name.is_empty();
         for p in topic.partitions {
             let index = p.index;
+            // 0. Authorized (checked before existence, so that a refused
+            //    principal learns nothing of which topics exist).
+            if !denied.is_empty() {
+                if let Some(&code) = denied.get(&(topic.name.clone(), index)) {
+                    results.push(PartitionResult::error(index, code, None));
+                    continue;
+                }
+            }
             // 1. The topic and partition exist.
             if unknown_id {
                 results.push(PartitionResult::error(

@@ -16,8 +16,10 @@
 //! then any client that authenticated may call them.
 
 use super::{decode, errors, respond, str_bytes, Outcome};
+use crate::auth::acl::AclOperation;
 use crate::auth::scram::{ScramMechanism, ITERATIONS_MAX, ITERATIONS_MIN};
 use crate::auth::Session;
+use crate::handlers::authz::Authz;
 use crate::protocol::RequestHeader;
 use crate::shard::messages::{ControllerReply, ControllerRequest, ScramChange};
 use crate::shard::ShardCtx;
@@ -34,15 +36,29 @@ use kafka_protocol::ResponseError;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+/// Kafka's message for CLUSTER_AUTHORIZATION_FAILED (`Errors` default).
+const CLUSTER_AUTHORIZATION_FAILED_MESSAGE: &str = "Cluster authorization failed.";
+
 pub fn describe(
     ctx: &ShardCtx,
     _session: &Session,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
     let Some(req) = decode::<DescribeUserScramCredentialsRequest>(header, body) else {
         return Outcome::Close;
     };
+    // Kafka's handleDescribeUserScramCredentialsRequest: DESCRIBE on the
+    // cluster, else a top-level CLUSTER_AUTHORIZATION_FAILED.
+    if !authz.cluster(AclOperation::Describe) {
+        return respond(
+            header,
+            &DescribeUserScramCredentialsResponse::default()
+                .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+                .with_error_message(Some(str_bytes(CLUSTER_AUTHORIZATION_FAILED_MESSAGE))),
+        );
+    }
     let image = ctx.image();
     // Kafka's ScramImage.describe: no users named means every user; a user
     // named twice is DUPLICATE_RESOURCE.
@@ -113,12 +129,37 @@ fn validate(name: &str, mechanism: i8) -> Result<ScramMechanism, (i16, String)> 
 pub async fn alter(
     ctx: &Rc<ShardCtx>,
     _session: &Session,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
     let Some(req) = decode::<AlterUserScramCredentialsRequest>(header, body) else {
         return Outcome::Close;
     };
+    // Kafka's controller: ALTER on the cluster, else every user named gets
+    // CLUSTER_AUTHORIZATION_FAILED (AlterUserScramCredentialsRequest's
+    // error response).
+    if !authz.cluster(AclOperation::Alter) {
+        let users: std::collections::BTreeSet<String> = req
+            .deletions
+            .iter()
+            .map(|d| d.name.to_string())
+            .chain(req.upsertions.iter().map(|u| u.name.to_string()))
+            .collect();
+        let results = users
+            .into_iter()
+            .map(|user| {
+                AlterUserScramCredentialsResult::default()
+                    .with_user(str_bytes(user))
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+                    .with_error_message(Some(str_bytes(CLUSTER_AUTHORIZATION_FAILED_MESSAGE)))
+            })
+            .collect();
+        return respond(
+            header,
+            &AlterUserScramCredentialsResponse::default().with_results(results),
+        );
+    }
     let mut errors_by_user: BTreeMap<String, (i16, String)> = BTreeMap::new();
     let mut changes: BTreeMap<String, ScramChange> = BTreeMap::new();
     let duplicate = || {
@@ -201,7 +242,7 @@ pub async fn alter(
             .await;
         let items = match outcome {
             Ok(ControllerReply::Items(items)) => items,
-            Ok(ControllerReply::ProducerIds(_)) => names
+            Ok(_) => names
                 .into_iter()
                 .map(|n| (n, Err(crate::shard::messages::ControllerError::Unavailable)))
                 .collect(),
@@ -237,11 +278,26 @@ pub async fn alter(
 /// them beside the SCRAM credentials and fails on a broker that does not
 /// serve the API. AlterClientQuotas is not served: a quota could not be
 /// enforced.
-pub fn describe_client_quotas(header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub fn describe_client_quotas(
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(_req) = decode::<kafka_protocol::messages::DescribeClientQuotasRequest>(header, body)
     else {
         return Outcome::Close;
     };
+    // Kafka's handleDescribeClientQuotasRequest: DESCRIBE_CONFIGS on the
+    // cluster, else CLUSTER_AUTHORIZATION_FAILED and no entries.
+    if !authz.cluster(AclOperation::DescribeConfigs) {
+        return respond(
+            header,
+            &kafka_protocol::messages::DescribeClientQuotasResponse::default()
+                .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+                .with_error_message(Some(str_bytes(CLUSTER_AUTHORIZATION_FAILED_MESSAGE)))
+                .with_entries(None),
+        );
+    }
     respond(
         header,
         &kafka_protocol::messages::DescribeClientQuotasResponse::default()

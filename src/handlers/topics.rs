@@ -2,6 +2,8 @@
 //! the controller (shard 0), answered once every shard serves the change.
 
 use super::{decode, errors, respond, str_bytes, ErrorAnswer, Outcome};
+use crate::auth::acl::AclOperation;
+use crate::handlers::authz::Authz;
 use crate::metadata::{internal, topic_config};
 use crate::protocol::RequestHeader;
 use crate::shard::messages::{ControllerError, ControllerReply, ControllerRequest, NewTopic};
@@ -34,7 +36,7 @@ async fn run(
 ) -> HashMap<String, Result<i32, ControllerError>> {
     match ctx.invoke_controller(request).await {
         Ok(ControllerReply::Items(items)) => items.into_iter().collect(),
-        Ok(ControllerReply::ProducerIds(_)) => names
+        Ok(ControllerReply::ProducerIds(_) | ControllerReply::Acls(_)) => names
             .iter()
             .map(|n| (n.clone(), Err(ControllerError::Unavailable)))
             .collect(),
@@ -56,6 +58,7 @@ fn duplicates<'a>(names: impl Iterator<Item = &'a str>) -> HashSet<String> {
 
 pub async fn create_topics(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -63,6 +66,7 @@ pub async fn create_topics(
         return Outcome::Close;
     };
     let dup = duplicates(req.topics.iter().map(|t| t.name.0.as_str()));
+    let cluster_create = authz.cluster_quiet(AclOperation::Create);
     let mut results: Vec<(String, Result<(), ErrorAnswer>)> = Vec::new();
     let mut todo = Vec::new();
     for t in &req.topics {
@@ -83,6 +87,17 @@ pub async fn create_topics(
                 Err((
                     ResponseError::InvalidRequest.code(),
                     "Creation of an internal topic is not allowed; the broker creates it on first use.".into(),
+                )),
+            ));
+            continue;
+        }
+        // Kafka: CREATE on the cluster, or on the topic.
+        if !cluster_create && !authz.topic(AclOperation::Create, &name) {
+            results.push((
+                name,
+                Err((
+                    ResponseError::TopicAuthorizationFailed.code(),
+                    "Topic authorization failed.".into(),
                 )),
             ));
             continue;
@@ -154,6 +169,18 @@ pub async fn create_topics(
                 },
             };
             match outcome {
+                // The configs are shown only with DESCRIBE_CONFIGS on the
+                // topic (Kafka's `topicConfigErrorCode`).
+                Ok(count) if !authz.topic(AclOperation::DescribeConfigs, &name) => {
+                    if let Some(t) = image.topic(&name) {
+                        r = r.with_topic_id(Uuid::from_bytes(t.id));
+                    }
+                    r.with_num_partitions(count)
+                        .with_replication_factor(1)
+                        .with_topic_config_error_code(
+                            ResponseError::TopicAuthorizationFailed.code(),
+                        )
+                }
                 Ok(count) => {
                     let overrides = image
                         .topic(&name)
@@ -192,6 +219,7 @@ pub async fn create_topics(
 
 pub async fn delete_topics(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -214,6 +242,20 @@ pub async fn delete_topics(
     } else {
         for n in &req.topic_names {
             asked.push((Some(n.0.to_string()), Uuid::nil(), None));
+        }
+    }
+    // Kafka's controller: DELETE on the cluster allows every topic; else
+    // DELETE on each (TOPIC_AUTHORIZATION_FAILED). A topic asked by id is
+    // answered without its name unless the principal may DESCRIBE it.
+    let cluster_delete = authz.cluster_quiet(AclOperation::Delete);
+    for (name, id, pre) in &mut asked {
+        let Some(n) = name.as_deref() else { continue };
+        if pre.is_some() || cluster_delete || authz.topic(AclOperation::Delete, n) {
+            continue;
+        }
+        *pre = Some(ResponseError::TopicAuthorizationFailed);
+        if !id.is_nil() && !authz.topic(AclOperation::Describe, n) {
+            *name = None;
         }
     }
     let dup = duplicates(asked.iter().filter_map(|(n, _, _)| n.as_deref()));
@@ -249,6 +291,10 @@ pub async fn delete_topics(
                 .with_name(name.clone().map(|n| TopicName(str_bytes(n))))
                 .with_topic_id(id);
             let err: Option<ErrorAnswer> = match (pre, &name) {
+                (Some(ResponseError::TopicAuthorizationFailed), _) => Some((
+                    ResponseError::TopicAuthorizationFailed.code(),
+                    "Topic authorization failed.".into(),
+                )),
                 (Some(e), _) => Some((e.code(), "Topic id not found".into())),
                 (None, Some(n)) if dup.contains(n) => Some((
                     ResponseError::InvalidRequest.code(),
@@ -284,6 +330,7 @@ pub async fn delete_topics(
 
 pub async fn create_partitions(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -301,6 +348,14 @@ pub async fn create_partitions(
                 (
                     ResponseError::InvalidRequest.code(),
                     "Duplicate topic in request.".into(),
+                ),
+            );
+        } else if !authz.topic(AclOperation::Alter, &name) {
+            pre.insert(
+                name,
+                (
+                    ResponseError::TopicAuthorizationFailed.code(),
+                    "The topic authorization is failed.".into(),
                 ),
             );
         } else if internal::is_internal(&name) {

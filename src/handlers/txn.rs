@@ -3,6 +3,8 @@
 //! `__transaction_state` partition; see `txn::coordinator`).
 
 use super::{decode, errors, respond, Outcome};
+use crate::auth::acl::AclOperation;
+use crate::handlers::authz::Authz;
 use crate::metadata::internal::CONSUMER_OFFSETS;
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
@@ -30,6 +32,7 @@ pub const END_TXN_TV2_VERSION: i16 = 5;
 /// Adds (or, with `verify_only`, checks) the topics' partitions; the result
 /// per partition. Unknown partitions get UNKNOWN_TOPIC_OR_PARTITION and the
 /// others OPERATION_NOT_ATTEMPTED, as Kafka does.
+#[allow(clippy::too_many_arguments)]
 async fn add_topics(
     ctx: &Rc<ShardCtx>,
     id: &str,
@@ -38,28 +41,38 @@ async fn add_topics(
     verify_only: bool,
     topics: &[AddPartitionsToTxnTopic],
     fenced_known: bool,
+    authz: &Authz,
+    denied: Option<ResponseError>,
 ) -> Vec<AddPartitionsToTxnTopicResult> {
     let image = ctx.image();
     let mut wanted = Vec::new();
     let mut unknown = false;
+    let mut unauthorized = false;
     for t in topics {
+        // Kafka (client versions): WRITE on every topic, internal ones too.
+        let authorized = authz.topic(AclOperation::Write, t.name.0.as_str());
+        unauthorized |= !authorized;
         for &p in &t.partitions {
             let known = image
                 .leader_shard(t.name.0.as_str(), p, ctx.cores())
                 .is_some();
             unknown |= !known;
-            wanted.push((t.name.clone(), p, known));
+            wanted.push((t.name.clone(), p, (known, authorized)));
         }
     }
     let tps: Vec<TopicPartition> = wanted
         .iter()
         .map(|(n, p, _)| TopicPartition::new(n.0.to_string(), *p))
         .collect();
-    let outcome: Vec<i16> = if unknown {
+    let outcome: Vec<i16> = if let Some(e) = denied {
+        vec![e.code(); wanted.len()]
+    } else if unknown || unauthorized {
         wanted
             .iter()
-            .map(|(_, _, known)| {
-                if *known {
+            .map(|(_, _, (known, authorized))| {
+                if !*authorized {
+                    ResponseError::TopicAuthorizationFailed.code()
+                } else if *known {
                     ResponseError::OperationNotAttempted.code()
                 } else {
                     ResponseError::UnknownTopicOrPartition.code()
@@ -101,6 +114,7 @@ async fn add_topics(
 
 pub async fn add_partitions(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -110,6 +124,14 @@ pub async fn add_partitions(
     let v = header.api_version;
     let fenced_known = v >= ADD_PARTITIONS_FENCED_VERSION;
     let resp = if v >= ADD_PARTITIONS_BATCHED_VERSION {
+        // Kafka: the batched versions come from brokers, CLUSTER_ACTION.
+        if !authz.cluster(AclOperation::ClusterAction) {
+            return respond(
+                header,
+                &AddPartitionsToTxnResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            );
+        }
         let mut out = Vec::with_capacity(req.transactions.len());
         for t in &req.transactions {
             let topics = add_topics(
@@ -120,6 +142,8 @@ pub async fn add_partitions(
                 t.verify_only,
                 &t.topics,
                 fenced_known,
+                &Authz::allow_all(),
+                None,
             )
             .await;
             out.push(
@@ -130,14 +154,19 @@ pub async fn add_partitions(
         }
         AddPartitionsToTxnResponse::default().with_results_by_transaction(out)
     } else {
+        let id = req.v3_and_below_transactional_id.0.as_str();
+        let denied = (!authz.transactional_id(AclOperation::Write, id))
+            .then_some(ResponseError::TransactionalIdAuthorizationFailed);
         let topics = add_topics(
             ctx,
-            req.v3_and_below_transactional_id.0.as_str(),
+            id,
             req.v3_and_below_producer_id.0,
             req.v3_and_below_producer_epoch,
             false,
             &req.v3_and_below_topics,
             fenced_known,
+            authz,
+            denied,
         )
         .await;
         AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topics)
@@ -147,6 +176,7 @@ pub async fn add_partitions(
 
 pub async fn add_offsets(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -154,6 +184,20 @@ pub async fn add_offsets(
         return Outcome::Close;
     };
     let fenced_known = header.api_version >= ADD_OFFSETS_FENCED_VERSION;
+    // Kafka: WRITE on the transactional id, then READ on the group.
+    let refused = if !authz.transactional_id(AclOperation::Write, req.transactional_id.0.as_str()) {
+        Some(ResponseError::TransactionalIdAuthorizationFailed)
+    } else if !authz.group(AclOperation::Read, req.group_id.0.as_str()) {
+        Some(ResponseError::GroupAuthorizationFailed)
+    } else {
+        None
+    };
+    if let Some(e) = refused {
+        return respond(
+            header,
+            &AddOffsetsToTxnResponse::default().with_error_code(e.code()),
+        );
+    }
     let code = match ctx.ensure_internal_topic(CONSUMER_OFFSETS).await {
         Err(e) => {
             tracing::warn!(error = %e, "creating __consumer_offsets failed");
@@ -186,11 +230,28 @@ pub async fn add_offsets(
     )
 }
 
-pub async fn end_txn(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub async fn end_txn(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<EndTxnRequest>(header, body) else {
         return Outcome::Close;
     };
     let tv2 = header.api_version >= END_TXN_TV2_VERSION;
+    // Kafka: WRITE on the transactional id.
+    if !authz.transactional_id(AclOperation::Write, req.transactional_id.0.as_str()) {
+        let resp = EndTxnResponse::default()
+            .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
+        let resp = if tv2 {
+            resp.with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1)
+        } else {
+            resp
+        };
+        return respond(header, &resp);
+    }
     let result = ctx
         .txn
         .end_txn(

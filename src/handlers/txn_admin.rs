@@ -10,6 +10,8 @@
 //! brokers can authenticate each other.
 
 use super::{decode, led_partition, respond, str_bytes, Outcome};
+use crate::auth::acl::{AclOperation, ResourceType};
+use crate::handlers::authz::Authz;
 use crate::metadata::internal::TRANSACTION_STATE;
 use crate::protocol::hand_versions::{
     WriteTxnMarkersRequestV2, WriteTxnMarkersResponseV2, WRITE_TXN_MARKERS_TV_VERSION,
@@ -47,6 +49,7 @@ const TXN_STATE_NAMES: &[&str] = &[
 
 pub fn describe_transactions(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -63,6 +66,11 @@ pub fn describe_transactions(
                 .with_transaction_state(str_bytes(""))
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1);
+            // Kafka: DESCRIBE on the transactional id.
+            if !authz.transactional_id(AclOperation::Describe, id.0.as_str()) {
+                return base
+                    .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
+            }
             let owner = image.coordinator(TRANSACTION_STATE, id.0.as_str(), ctx.cores());
             if owner.map(|c| c.shard) != Some(ctx.shard) {
                 return base.with_error_code(ResponseError::NotCoordinator.code());
@@ -71,7 +79,12 @@ pub fn describe_transactions(
                 None => base.with_error_code(ResponseError::TransactionalIdNotFound.code()),
                 Some(m) => {
                     let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-                    for tp in &m.partitions {
+                    // Only the topics the principal may DESCRIBE are shown.
+                    for tp in m
+                        .partitions
+                        .iter()
+                        .filter(|tp| authz.topic(AclOperation::Describe, &tp.topic))
+                    {
                         topics.entry(&tp.topic).or_default().push(tp.partition.0);
                     }
                     base.with_transaction_state(str_bytes(m.state.name()))
@@ -101,6 +114,7 @@ pub fn describe_transactions(
 
 pub fn list_transactions(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -142,6 +156,14 @@ pub fn list_transactions(
                 .as_ref()
                 .is_none_or(|re| re.is_match(&m.transactional_id))
         })
+        // Kafka lists only the ids the principal may DESCRIBE.
+        .filter(|m| {
+            authz.filter(
+                AclOperation::Describe,
+                ResourceType::TransactionalId,
+                &m.transactional_id,
+            )
+        })
         .filter(|m| {
             req.state_filters.is_empty()
                 || req
@@ -174,6 +196,7 @@ pub fn list_transactions(
 
 pub fn describe_producers(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -185,11 +208,18 @@ pub fn describe_producers(
         .topics
         .iter()
         .map(|t| {
+            // Kafka: READ on the topic.
+            let authorized = authz.topic(AclOperation::Read, t.name.0.as_str());
             let partitions = t
                 .partition_indexes
                 .iter()
                 .map(|&p| {
                     let r = PartitionResponse::default().with_partition_index(p);
+                    if !authorized {
+                        return r
+                            .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                            .with_error_message(Some(str_bytes("Topic authorization failed.")));
+                    }
                     match led_partition(ctx, &image, t.name.0.as_str(), p) {
                         Err((e, _)) => r.with_error_code(e.code()),
                         Ok(state) => {

@@ -86,6 +86,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // No client quotas exist: answered with none (`kafka-configs
     // --describe --entity-type users` asks for them).
     (ApiKey::DescribeClientQuotas, 0, 1),
+    // v0 went in Kafka 4.0 (KIP-896); 4.4 serves 1-3.
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 /// The supported version range of `api_key`, if fjord serves it at all.
@@ -262,7 +266,13 @@ mod tests {
         // Not advertised, as stock Kafka 4.4 without a metrics plugin.
         assert!(!supported(ApiKey::GetTelemetrySubscriptions as i16, 0));
         assert!(!supported(ApiKey::PushTelemetry as i16, 0));
-        assert_eq!(SUPPORTED.len(), 43);
+        // The ACL APIs, at the versions Kafka 4.4 advertises.
+        for key in [ApiKey::DescribeAcls, ApiKey::CreateAcls, ApiKey::DeleteAcls] {
+            assert!(!supported(key as i16, 0));
+            assert!(supported(key as i16, 1) && supported(key as i16, 3));
+            assert!(!supported(key as i16, 4));
+        }
+        assert_eq!(SUPPORTED.len(), 46);
         for (key, version) in super::super::hand_versions::HAND_CODED {
             assert!(supported(*key as i16, *version), "{key:?} v{version}");
             assert!(

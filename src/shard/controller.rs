@@ -38,6 +38,7 @@ use super::messages::{
 };
 use super::router::within;
 use super::ShardCtx;
+use crate::auth::acl::{AclBinding, AclBindingFilter, ACLS_MAX};
 use crate::config::BrokerConfig;
 use crate::log::partition_meta;
 use crate::metadata::{
@@ -277,6 +278,12 @@ impl Controller {
                     }
                 }
             }
+            ControllerRequest::CreateAcls { acls } => {
+                return Ok(self.create_acls(ctx, next, acls, deadline).await);
+            }
+            ControllerRequest::DeleteAcls { filters } => {
+                return Ok(self.delete_acls(ctx, next, filters, deadline).await);
+            }
             ControllerRequest::AlterConfigs {
                 changes,
                 validate_only,
@@ -322,6 +329,103 @@ impl Controller {
             .map(|(n, r)| (n, r.and(Err(ControllerError::TimedOut(msg.clone())))))
             .collect();
         Ok(ControllerReply::Items(items))
+    }
+
+    /// CreateAcls: each binding is added unless present (a no-op success,
+    /// as in Kafka's `AclControlManager`), up to [`ACLS_MAX`] in all.
+    async fn create_acls(
+        &self,
+        ctx: &Rc<ShardCtx>,
+        image: MetadataImage,
+        acls: Vec<AclBinding>,
+        deadline: Instant,
+    ) -> ControllerReply {
+        let mut added: Vec<AclBinding> = Vec::new();
+        let mut results = Vec::with_capacity(acls.len());
+        for b in acls {
+            if image.acls.contains(&b) || added.contains(&b) {
+                results.push(Ok(Vec::new()));
+            } else if image.acls.len() + added.len() >= ACLS_MAX {
+                results.push(Err(ControllerError::InvalidRequest(format!(
+                    "The broker holds {ACLS_MAX} ACLs, its limit; delete some first."
+                ))));
+            } else {
+                added.push(b);
+                results.push(Ok(Vec::new()));
+            }
+        }
+        if added.is_empty() {
+            return ControllerReply::Acls(results);
+        }
+        let record = MetadataRecord::CreateAcls { acls: added };
+        self.commit_acls(ctx, image, record, results, deadline)
+            .await
+    }
+
+    /// DeleteAcls: per filter, the bindings it matches are removed (a
+    /// binding two filters match is removed once, and reported by the
+    /// first).
+    async fn delete_acls(
+        &self,
+        ctx: &Rc<ShardCtx>,
+        image: MetadataImage,
+        filters: Vec<AclBindingFilter>,
+        deadline: Instant,
+    ) -> ControllerReply {
+        let mut removed: BTreeSet<AclBinding> = BTreeSet::new();
+        let mut results = Vec::with_capacity(filters.len());
+        for f in filters {
+            if let Err(e) = f.validate() {
+                results.push(Err(ControllerError::InvalidRequest(e)));
+                continue;
+            }
+            let matched: Vec<AclBinding> = image
+                .acls
+                .matching(&f)
+                .filter(|b| !removed.contains(*b))
+                .cloned()
+                .collect();
+            removed.extend(matched.iter().cloned());
+            results.push(Ok(matched));
+        }
+        if removed.is_empty() {
+            return ControllerReply::Acls(results);
+        }
+        let record = MetadataRecord::DeleteAcls {
+            acls: removed.into_iter().collect(),
+        };
+        self.commit_acls(ctx, image, record, results, deadline)
+            .await
+    }
+
+    /// Persists one ACL record, broadcasts the image, and turns the
+    /// successes of `results` into errors if either step failed.
+    async fn commit_acls(
+        &self,
+        ctx: &Rc<ShardCtx>,
+        image: MetadataImage,
+        record: MetadataRecord,
+        results: Vec<Result<Vec<AclBinding>, ControllerError>>,
+        deadline: Instant,
+    ) -> ControllerReply {
+        let fail = |results: Vec<Result<Vec<AclBinding>, ControllerError>>, e: ControllerError| {
+            ControllerReply::Acls(results.into_iter().map(|r| r.and(Err(e.clone()))).collect())
+        };
+        if let Err(e) = self.persist(vec![record.clone()]).await {
+            tracing::error!(error = %e, "metadata log append failed");
+            return fail(results, ControllerError::Storage(e.to_string()));
+        }
+        let next = Arc::new(image.apply(&record));
+        *self.image.borrow_mut() = next.clone();
+        let late = self.broadcast(ctx, next, Some(deadline)).await;
+        if late.is_empty() {
+            return ControllerReply::Acls(results);
+        }
+        let msg = format!(
+            "The change is saved, but shard(s) {late:?} did not apply it within {} ms (--cross-shard-timeout-ms); they will.",
+            ctx.router.timeout().as_millis()
+        );
+        fail(results, ControllerError::TimedOut(msg))
     }
 
     async fn persist(&self, records: Vec<MetadataRecord>) -> std::io::Result<()> {

@@ -1,5 +1,6 @@
 //! Messages that cross shards. Everything here is `Send` and owns its data.
 
+use crate::auth::acl::{AclBinding, AclBindingFilter};
 use crate::metadata::MetadataImage;
 use crate::partition::{MarkerError, TxnMarker};
 use futures::channel::oneshot;
@@ -55,6 +56,14 @@ pub enum ControllerRequest {
     AlterScramCredentials {
         changes: Vec<(String, ScramChange)>,
     },
+    /// ACL bindings to add (already validated by the handler).
+    CreateAcls {
+        acls: Vec<AclBinding>,
+    },
+    /// ACL filters whose matching bindings are removed.
+    DeleteAcls {
+        filters: Vec<AclBindingFilter>,
+    },
 }
 
 /// One change of a user's SCRAM credentials.
@@ -92,6 +101,8 @@ pub enum ControllerError {
     /// does not exist).
     #[error("{0}")]
     ResourceNotFound(String),
+    #[error("{0}")]
+    InvalidRequest(String),
     #[error("the controller is unreachable")]
     Unavailable,
     /// A cross-shard wait passed its deadline (`--cross-shard-timeout-ms`):
@@ -108,6 +119,9 @@ pub enum ControllerReply {
     Items(Vec<(String, Result<i32, ControllerError>)>),
     /// A block of producer ids, persisted as handed out.
     ProducerIds(Result<std::ops::Range<i64>, ControllerError>),
+    /// Per CreateAcls binding or DeleteAcls filter, in request order: the
+    /// bindings deleted (empty for a creation), or why not.
+    Acls(Vec<Result<Vec<AclBinding>, ControllerError>>),
 }
 
 /// Everything that travels over the channel mesh.

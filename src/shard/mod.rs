@@ -31,7 +31,8 @@ pub mod metrics;
 pub mod router;
 mod txn_env;
 
-use crate::config::BrokerConfig;
+use crate::auth::acl::AuthorizerSettings;
+use crate::config::{AuthorizerKind, BrokerConfig};
 use crate::group::consumer::ConsumerGroupConfig;
 use crate::group::state::GroupConfig;
 use crate::group::GroupCoordinator;
@@ -83,6 +84,10 @@ pub struct ShardCtx {
     pub groups: Rc<GroupCoordinator>,
     /// Incremental fetch sessions opened with this shard (KIP-227).
     pub fetch_sessions: RefCell<fetch_sessions::FetchSessionCache>,
+    /// The authorizer's settings (`--super-users`,
+    /// `--allow-everyone-if-no-acl-found`); None with `--authorizer none`,
+    /// when nothing is checked. The ACLs themselves are in the image.
+    pub authorizer: Option<Rc<AuthorizerSettings>>,
 }
 
 impl ShardCtx {
@@ -112,7 +117,14 @@ impl ShardCtx {
             config.fetch_session_cache_slots,
             fetch_sessions::FETCH_SESSION_PARTITIONS_MAX,
         );
+        let authorizer = (config.authorizer == AuthorizerKind::Standard).then(|| {
+            Rc::new(AuthorizerSettings {
+                super_users: config.super_users.iter().cloned().collect(),
+                allow_everyone_if_no_acl_found: config.allow_everyone_if_no_acl_found,
+            })
+        });
         Rc::new(ShardCtx {
+            authorizer,
             shard,
             config,
             image: RefCell::new(Arc::new(MetadataImage::default())),
@@ -459,7 +471,9 @@ impl ShardCtx {
                 Some((_, Err(e))) => Err(e),
                 _ => Err(ControllerError::Unavailable),
             },
-            ControllerReply::ProducerIds(_) => Err(ControllerError::Unavailable),
+            ControllerReply::ProducerIds(_) | ControllerReply::Acls(_) => {
+                Err(ControllerError::Unavailable)
+            }
         }
     }
 

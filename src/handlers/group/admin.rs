@@ -6,8 +6,10 @@
 //! describes classic groups only (a consumer group answers as a missing
 //! group does, as in Kafka: ConsumerGroupDescribe describes it).
 
+use crate::auth::acl::{AclOperation, ResourceType};
 use crate::group::error::GroupError;
 use crate::group::state::GroupState;
+use crate::handlers::authz::{Authz, GROUP_AUTHORIZATION_FAILED};
 use crate::handlers::errors;
 use crate::handlers::{decode, respond, str_bytes, Outcome};
 use crate::protocol::hand_versions_more::{
@@ -28,7 +30,12 @@ use std::rc::Rc;
 /// `authorized_operations` when the client did not ask for them.
 pub const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 
-pub fn list_groups(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub fn list_groups(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<ListGroupsRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -39,10 +46,16 @@ pub fn list_groups(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesM
     } else {
         errors::NONE
     };
+    // Kafka: DESCRIBE on the cluster lists every group; without it, only
+    // the groups the principal may DESCRIBE.
+    let all = authz.cluster_quiet(AclOperation::Describe);
     let groups = ctx
         .groups
         .list_groups()
         .into_iter()
+        .filter(|(id, _, _, _)| {
+            all || authz.filter(AclOperation::Describe, ResourceType::Group, id)
+        })
         .filter(|(_, _, s, _)| states.is_empty() || states.contains(&s.to_lowercase()))
         .filter(|(_, _, _, kind)| types.is_empty() || types.iter().any(|t| t == kind))
         .map(|(id, protocol_type, state, kind)| {
@@ -61,7 +74,12 @@ pub fn list_groups(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesM
     )
 }
 
-pub fn describe_groups(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub fn describe_groups(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<DescribeGroupsRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -73,6 +91,12 @@ pub fn describe_groups(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut By
             let base = DescribedGroup::default()
                 .with_group_id(id.clone())
                 .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+            // Kafka: DESCRIBE on each group.
+            if !authz.group(AclOperation::Describe, id.as_str()) {
+                return base
+                    .with_error_code(GROUP_AUTHORIZATION_FAILED)
+                    .with_group_state(str_bytes(""));
+            }
             match ctx.groups.describe(id) {
                 Err(e) => base
                     .with_error_code(errors::group(&e))
@@ -122,6 +146,7 @@ pub fn describe_groups(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut By
 
 pub async fn delete_groups(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -136,6 +161,15 @@ pub async fn delete_groups(
     };
     let mut results = Vec::with_capacity(req.groups_names.len());
     for id in &req.groups_names {
+        // Kafka: DELETE on each group.
+        if !authz.group(AclOperation::Delete, id.as_str()) {
+            results.push(
+                DeletableGroupResult::default()
+                    .with_group_id(id.clone())
+                    .with_error_code(GROUP_AUTHORIZATION_FAILED),
+            );
+            continue;
+        }
         let r = match ctx.groups.check(id) {
             Ok(_) => ctx.groups.delete_group(id).await,
             Err(e) => Err(e),

@@ -7,8 +7,10 @@
 //! ConsumerGroupHeartbeat v1 (KIP-1082) requires the client to generate
 //! its member id; for v0 a member joining without one gets a fresh one.
 
+use crate::auth::acl::AclOperation;
 use crate::group::consumer::{Assignment, HeartbeatRequest};
 use crate::group::error::GroupError;
+use crate::handlers::authz::Authz;
 use crate::handlers::errors;
 use crate::handlers::group::admin::AUTHORIZED_OPERATIONS_OMITTED;
 use crate::handlers::{decode, respond, str_bytes, Outcome};
@@ -22,6 +24,7 @@ use kafka_protocol::messages::{
     ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse, TopicName,
 };
+use kafka_protocol::ResponseError;
 use std::collections::BTreeSet;
 use std::rc::Rc;
 use uuid::Uuid;
@@ -69,11 +72,46 @@ fn message(e: &GroupError) -> Option<String> {
     }
 }
 
-pub async fn heartbeat(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub async fn heartbeat(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<ConsumerGroupHeartbeatRequest>(header, body) else {
         return Outcome::Close;
     };
     let v = header.api_version;
+    // Kafka: READ on the group; and (Kafka 4) DESCRIBE on every topic it
+    // subscribes to by name.
+    let refused = if !authz.group(AclOperation::Read, req.group_id.as_str()) {
+        Some((ResponseError::GroupAuthorizationFailed, None))
+    } else {
+        let unauthorized: Vec<&str> = req
+            .subscribed_topic_names
+            .iter()
+            .flatten()
+            .map(|n| n.as_str())
+            .filter(|n| !authz.topic(AclOperation::Describe, n))
+            .collect();
+        (!unauthorized.is_empty()).then(|| {
+            (
+                ResponseError::TopicAuthorizationFailed,
+                Some(format!(
+                    "The following topics are unauthorized: {}",
+                    unauthorized.join(", ")
+                )),
+            )
+        })
+    };
+    if let Some((e, message)) = refused {
+        return respond(
+            header,
+            &ConsumerGroupHeartbeatResponse::default()
+                .with_error_code(e.code())
+                .with_error_message(message.map(str_bytes)),
+        );
+    }
     let image = ctx.groups.image();
     let mut hb = HeartbeatRequest {
         member_id: req.member_id.to_string(),
@@ -139,7 +177,12 @@ pub async fn heartbeat(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut By
     respond(header, &resp)
 }
 
-pub fn describe(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub fn describe(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<ConsumerGroupDescribeRequest>(header, body) else {
         return Outcome::Close;
     };
@@ -164,6 +207,10 @@ pub fn describe(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut)
             let base = describe::DescribedGroup::default()
                 .with_group_id(id.clone())
                 .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+            // Kafka: DESCRIBE on each group.
+            if !authz.group(AclOperation::Describe, id.as_str()) {
+                return base.with_error_code(ResponseError::GroupAuthorizationFailed.code());
+            }
             let result = if id.is_empty() {
                 Err(GroupError::InvalidGroupId)
             } else {
@@ -180,6 +227,28 @@ pub fn describe(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut)
                     };
                     base.with_error_code(errors::group(&e))
                         .with_error_message(Some(str_bytes(msg)))
+                }
+                // Kafka 4: a group whose members subscribe to or are
+                // assigned a topic the principal may not DESCRIBE is not
+                // described.
+                Ok(c)
+                    if authz.enabled()
+                        && c.members.values().any(|m| {
+                            let assigned = by_id(&image, &m.assigned).map(|(_, n, _)| n.as_str());
+                            let target = by_id(&image, c.target.get(&m.member_id).unwrap_or(&empty))
+                                .map(|(_, n, _)| n.as_str());
+                            m.subscribed_topic_names
+                                .iter()
+                                .map(String::as_str)
+                                .chain(assigned)
+                                .chain(target)
+                                .any(|t| !authz.topic(AclOperation::Describe, t))
+                        }) =>
+                {
+                    base.with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                        .with_error_message(Some(str_bytes(
+                            "The group has described topic(s) that the client is not authorized to describe.",
+                        )))
                 }
                 Ok(c) => base
                     .with_error_code(errors::NONE)

@@ -4,6 +4,8 @@
 //! `abs(javaHash(key)) % 50` of that topic, created on first use. v4+
 //! answers a batch of keys.
 
+use crate::auth::acl::AclOperation;
+use crate::handlers::authz::Authz;
 use crate::handlers::errors;
 use crate::handlers::{decode, respond, str_bytes, Outcome};
 use crate::metadata::internal;
@@ -23,6 +25,7 @@ pub const KEY_TYPE_TRANSACTION: i8 = 1;
 pub async fn handle(
     ctx: &Rc<ShardCtx>,
     listener: usize,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -55,6 +58,21 @@ pub async fn handle(
                 .with_node_id(BrokerId(-1))
                 .with_host(str_bytes(""))
                 .with_port(-1);
+            // Kafka: DESCRIBE on the group or transactional id.
+            let refused = match req.key_type {
+                KEY_TYPE_GROUP if !authz.group(AclOperation::Describe, key) => {
+                    Some(ResponseError::GroupAuthorizationFailed)
+                }
+                KEY_TYPE_TRANSACTION if !authz.transactional_id(AclOperation::Describe, key) => {
+                    Some(ResponseError::TransactionalIdAuthorizationFailed)
+                }
+                _ => None,
+            };
+            if let Some(e) = refused {
+                return base
+                    .with_error_code(e.code())
+                    .with_error_message(Some(str_bytes(e.to_string())));
+            }
             let meta = match &meta {
                 Ok(m) => m,
                 Err(code) => return base.with_error_code(*code),
@@ -77,7 +95,10 @@ pub async fn handle(
         FindCoordinatorResponse::default().with_coordinators(coordinators)
     } else {
         let c = coordinators.into_iter().next().unwrap_or_default();
-        let message = (c.error_code != 0).then(|| str_bytes("coordinator not available"));
+        let message = match c.error_message {
+            Some(m) => Some(m),
+            None => (c.error_code != 0).then(|| str_bytes("coordinator not available")),
+        };
         FindCoordinatorResponse::default()
             .with_error_code(c.error_code)
             .with_error_message(message)

@@ -3,8 +3,10 @@
 //! until the coordinator completes them; the connection keeps answering
 //! in order meanwhile (later requests wait behind them, as with Kafka).
 
+use crate::auth::acl::AclOperation;
 use crate::group::error::GroupError;
 use crate::group::state::JoinRequest;
+use crate::handlers::authz::{Authz, GROUP_AUTHORIZATION_FAILED};
 use crate::handlers::errors;
 use crate::handlers::{decode, respond, str_bytes, Outcome};
 use crate::protocol::RequestHeader;
@@ -24,6 +26,7 @@ fn opt_str(s: &Option<kafka_protocol::protocol::StrBytes>) -> Option<String> {
 
 pub async fn join_group(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -32,6 +35,18 @@ pub async fn join_group(
     };
     let v = header.api_version;
     let group_id = req.group_id.to_string();
+    // Kafka: READ on the group (Join, Sync, Heartbeat and Leave alike).
+    if !authz.group(AclOperation::Read, &group_id) {
+        return respond(
+            header,
+            &JoinGroupResponse::default()
+                .with_error_code(GROUP_AUTHORIZATION_FAILED)
+                .with_generation_id(-1)
+                .with_protocol_name(if v >= 7 { None } else { Some(str_bytes("")) })
+                .with_leader(str_bytes(""))
+                .with_member_id(str_bytes("")),
+        );
+    }
     let rebalance_timeout_ms = if v == 0 {
         req.session_timeout_ms
     } else {
@@ -97,6 +112,7 @@ pub async fn join_group(
 
 pub async fn sync_group(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -104,6 +120,12 @@ pub async fn sync_group(
         return Outcome::Close;
     };
     let group_id = req.group_id.to_string();
+    if !authz.group(AclOperation::Read, &group_id) {
+        return respond(
+            header,
+            &SyncGroupResponse::default().with_error_code(GROUP_AUTHORIZATION_FAILED),
+        );
+    }
     let assignments: Vec<(String, Bytes)> = req
         .assignments
         .iter()
@@ -139,10 +161,21 @@ pub async fn sync_group(
     respond(header, &resp)
 }
 
-pub fn heartbeat(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub fn heartbeat(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<HeartbeatRequest>(header, body) else {
         return Outcome::Close;
     };
+    if !authz.group(AclOperation::Read, req.group_id.as_str()) {
+        return respond(
+            header,
+            &HeartbeatResponse::default().with_error_code(GROUP_AUTHORIZATION_FAILED),
+        );
+    }
     let instance = opt_str(&req.group_instance_id);
     let result = ctx.groups.check(&req.group_id).and_then(|_| {
         ctx.groups.heartbeat(
@@ -161,12 +194,19 @@ pub fn heartbeat(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut
 
 pub async fn leave_group(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
     let Some(req) = decode::<LeaveGroupRequest>(header, body) else {
         return Outcome::Close;
     };
+    if !authz.group(AclOperation::Read, req.group_id.as_str()) {
+        return respond(
+            header,
+            &LeaveGroupResponse::default().with_error_code(GROUP_AUTHORIZATION_FAILED),
+        );
+    }
     let batched = header.api_version >= 3;
     let members: Vec<(String, Option<String>)> = if batched {
         req.members

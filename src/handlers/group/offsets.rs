@@ -8,10 +8,15 @@
 //! partition of a commit, as Kafka does. (v0/v1 of OffsetCommit and v0 of
 //! OffsetFetch are not in kafka-protocol 0.18's schemas, so not served.)
 
+use crate::auth::acl::{AclOperation, ResourceType};
 use crate::clock::now_ms;
 use crate::group::error::GroupError;
 use crate::group::state::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
 use crate::group::OffsetToCommit;
+use crate::handlers::authz::{
+    Authz, GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+};
 use crate::handlers::errors;
 use crate::handlers::{decode, respond, str_bytes, Outcome};
 use crate::protocol::hand_versions::{
@@ -117,6 +122,51 @@ where
         .collect()
 }
 
+/// [`commit_checked`] for the rows whose topic the principal may READ
+/// (Kafka's OffsetCommit and TxnOffsetCommit check); the others answer
+/// TOPIC_AUTHORIZATION_FAILED and are not written. Rows stay in order.
+async fn commit_authorized<F, Fut>(
+    authz: &Authz,
+    checked: Checked,
+    commit: F,
+) -> Vec<(String, i32, i16)>
+where
+    F: FnOnce(Vec<OffsetToCommit>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), GroupError>>,
+{
+    if !authz.enabled() {
+        return commit_checked(checked, commit).await;
+    }
+    let mut allowed: HashMap<String, bool> = HashMap::new();
+    let mut order = Vec::with_capacity(checked.len());
+    let mut keep = Vec::new();
+    for row in checked {
+        let ok = *allowed
+            .entry(row.0.clone())
+            .or_insert_with(|| authz.topic(AclOperation::Read, &row.0));
+        if ok {
+            order.push(None);
+            keep.push(row);
+        } else {
+            order.push(Some((row.0, row.1, TOPIC_AUTHORIZATION_FAILED)));
+        }
+    }
+    let mut done = if keep.is_empty() {
+        Vec::new().into_iter()
+    } else {
+        commit_checked(keep, commit).await.into_iter()
+    };
+    order
+        .into_iter()
+        .filter_map(|refused| refused.or_else(|| done.next()))
+        .collect()
+}
+
+/// Every row of `checked` with `code` (a refusal of the whole request).
+fn refuse_all(checked: Checked, code: i16) -> Vec<(String, i32, i16)> {
+    checked.into_iter().map(|(t, p, _)| (t, p, code)).collect()
+}
+
 /// Groups (topic, partition, code) rows by topic, in request order.
 fn by_topic(rows: Vec<(String, i32, i16)>) -> Vec<(String, Vec<(i32, i16)>)> {
     let mut out: Vec<(String, Vec<(i32, i16)>)> = Vec::new();
@@ -131,16 +181,17 @@ fn by_topic(rows: Vec<(String, i32, i16)>) -> Vec<(String, Vec<(i32, i16)>)> {
 
 pub async fn offset_commit(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
     if header.api_version >= OFFSET_COMMIT_TOPIC_ID_VERSION {
-        return offset_commit_by_id(ctx, header, body).await;
+        return offset_commit_by_id(ctx, authz, header, body).await;
     }
     let Some(req) = decode::<OffsetCommitRequest>(header, body) else {
         return Outcome::Close;
     };
-    let rows = commit_rows(ctx, header.api_version, &req).await;
+    let rows = commit_rows(ctx, authz, header.api_version, &req).await;
     let topics = by_topic(rows)
         .into_iter()
         .map(|(t, parts)| {
@@ -158,6 +209,7 @@ pub async fn offset_commit(
 /// each of its partitions, whatever the group's answer, as Kafka does.
 async fn offset_commit_by_id(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -191,7 +243,7 @@ async fn offset_commit_by_id(
             }
         }
     }
-    let rows = commit_rows(ctx, header.api_version, &named).await;
+    let rows = commit_rows(ctx, authz, header.api_version, &named).await;
     let mut topics: Vec<_> = by_topic(rows)
         .into_iter()
         .map(|(t, parts)| {
@@ -227,6 +279,7 @@ fn commit_partitions(parts: Vec<(i32, i16)>) -> Vec<OffsetCommitResponsePartitio
 /// error of every partition, in request order.
 async fn commit_rows(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     v: i16,
     req: &OffsetCommitRequest,
 ) -> Vec<(String, i32, i16)> {
@@ -251,13 +304,18 @@ async fn commit_rows(
         })
         .collect();
     let group_id = req.group_id.to_string();
+    // Kafka: READ on the group, else every partition answers
+    // GROUP_AUTHORIZATION_FAILED; then READ on each topic.
+    if !authz.group(AclOperation::Read, &group_id) {
+        return refuse_all(checked, GROUP_AUTHORIZATION_FAILED);
+    }
     let instance = req.group_instance_id.as_ref().map(|s| s.to_string());
     let unknown_group = if v >= 9 {
         GroupError::GroupIdNotFound
     } else {
         GroupError::IllegalGeneration
     };
-    commit_checked(checked, |valid| async {
+    commit_authorized(authz, checked, |valid| async {
         ctx.groups.check(&group_id)?;
         ctx.groups
             .commit_offsets(
@@ -275,16 +333,17 @@ async fn commit_rows(
 
 pub async fn txn_offset_commit(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
     if header.api_version >= TXN_OFFSET_COMMIT_TOPIC_ID_VERSION {
-        return txn_offset_commit_by_id(ctx, header, body).await;
+        return txn_offset_commit_by_id(ctx, authz, header, body).await;
     }
     let Some(req) = decode::<TxnOffsetCommitRequest>(header, body) else {
         return Outcome::Close;
     };
-    let rows = txn_commit_rows(ctx, header.api_version, &req).await;
+    let rows = txn_commit_rows(ctx, authz, header.api_version, &req).await;
     txn_offset_commit_response(header, rows)
 }
 
@@ -295,6 +354,7 @@ pub async fn txn_offset_commit(
 /// Kafka's `handleTxnOffsetCommitRequest` answers without the coordinator.
 async fn txn_offset_commit_by_id(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -331,7 +391,7 @@ async fn txn_offset_commit_by_id(
     let rows = if named.topics.is_empty() {
         Vec::new()
     } else {
-        txn_commit_rows(ctx, header.api_version, &named).await
+        txn_commit_rows(ctx, authz, header.api_version, &named).await
     };
     let mut topics: Vec<_> = by_topic(rows)
         .into_iter()
@@ -368,6 +428,7 @@ fn txn_commit_partitions(parts: Vec<(i32, i16)>) -> Vec<TxnOffsetCommitResponseP
 /// error of every partition, in request order.
 async fn txn_commit_rows(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     v: i16,
     req: &TxnOffsetCommitRequest,
 ) -> Vec<(String, i32, i16)> {
@@ -389,6 +450,14 @@ async fn txn_commit_rows(
         })
         .collect();
     let group_id = req.group_id.to_string();
+    // Kafka: WRITE on the transactional id, READ on the group (each
+    // refusing the whole request), then READ on each topic.
+    if !authz.transactional_id(AclOperation::Write, req.transactional_id.as_str()) {
+        return refuse_all(checked, TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+    }
+    if !authz.group(AclOperation::Read, &group_id) {
+        return refuse_all(checked, GROUP_AUTHORIZATION_FAILED);
+    }
     let instance = req.group_instance_id.as_ref().map(|s| s.to_string());
     let (member_id, generation) = if v >= 3 {
         (req.member_id.to_string(), req.generation_id)
@@ -409,7 +478,7 @@ async fn txn_commit_rows(
                 .collect();
         }
     }
-    commit_checked(checked, |valid| async {
+    commit_authorized(authz, checked, |valid| async {
         ctx.groups.check(&group_id)?;
         ctx.groups
             .txn_commit_offsets(
@@ -481,12 +550,34 @@ type FetchTopics = BTreeMap<String, Vec<FetchRow>>;
 /// One group's OffsetFetch rows or its group error.
 type FetchRows = Result<FetchTopics, GroupError>;
 
+/// Kafka's OffsetFetch checks: DESCRIBE on the group (else the group's
+/// error is GROUP_AUTHORIZATION_FAILED), DESCRIBE on each topic asked for
+/// (else its partitions answer TOPIC_AUTHORIZATION_FAILED); asked for all
+/// topics, those the principal may not DESCRIBE are left out.
 fn fetch_group(
     ctx: &ShardCtx,
+    authz: &Authz,
     group_id: &str,
     topics: Option<Vec<(String, Vec<i32>)>>,
     require_stable: bool,
 ) -> FetchRows {
+    if !authz.group(AclOperation::Describe, group_id) {
+        return Err(GroupError::GroupAuthorizationFailed);
+    }
+    let all_topics = topics.is_none();
+    let mut refused: Vec<(String, Vec<i32>)> = Vec::new();
+    let topics = topics.map(|ts| {
+        ts.into_iter()
+            .filter_map(|(t, ps)| {
+                if authz.topic(AclOperation::Describe, &t) {
+                    Some((t, ps))
+                } else {
+                    refused.push((t, ps));
+                    None
+                }
+            })
+            .collect::<Vec<_>>()
+    });
     let wanted = topics.map(|ts| {
         ts.into_iter()
             .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
@@ -494,7 +585,16 @@ fn fetch_group(
     });
     let rows = ctx.groups.fetch_offsets(group_id, wanted, require_stable)?;
     let mut out: FetchTopics = BTreeMap::new();
+    for (t, ps) in refused {
+        out.entry(t).or_default().extend(
+            ps.into_iter()
+                .map(|p| (p, -1, -1, String::new(), TOPIC_AUTHORIZATION_FAILED)),
+        );
+    }
     for (t, p, r) in rows {
+        if all_topics && !authz.filter(AclOperation::Describe, ResourceType::Topic, &t) {
+            continue;
+        }
         let row = match r {
             Ok(Some(o)) => (p, o.offset, o.leader_epoch, o.metadata, errors::NONE),
             Ok(None) => (p, -1, -1, String::new(), errors::NONE),
@@ -509,17 +609,21 @@ fn fetch_group(
 /// consumer groups) or v8.
 fn fetch_member_group(
     ctx: &ShardCtx,
+    authz: &Authz,
     v: i16,
     group_id: &str,
     member: (Option<&str>, i32),
     topics: Option<Vec<(String, Vec<i32>)>>,
     require_stable: bool,
 ) -> FetchRows {
+    if !authz.group(AclOperation::Describe, group_id) {
+        return Err(GroupError::GroupAuthorizationFailed);
+    }
     if v >= 9 {
         ctx.groups
             .validate_offset_fetch(group_id, member.0, member.1)?;
     }
-    fetch_group(ctx, group_id, topics, require_stable)
+    fetch_group(ctx, authz, group_id, topics, require_stable)
 }
 
 /// The v8+ response partitions of fetched rows.
@@ -543,7 +647,12 @@ fn fetch_partitions(parts: Vec<FetchRow>) -> Vec<OffsetFetchResponsePartitions> 
 /// answers), after the known ones. Asked for all topics, the group's
 /// topics are named by their current ids; offsets left of a deleted topic,
 /// which has none, are not listed.
-fn offset_fetch_by_id(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+fn offset_fetch_by_id(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     let Some(req) = decode::<OffsetFetchRequestV10>(header, body) else {
         return Outcome::Close;
     };
@@ -586,6 +695,7 @@ fn offset_fetch_by_id(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Byt
             });
             let fetched = fetch_member_group(
                 ctx,
+                authz,
                 v,
                 &g.group_id,
                 (g.member_id.as_deref(), g.member_epoch),
@@ -624,9 +734,14 @@ fn offset_fetch_by_id(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Byt
     )
 }
 
-pub fn offset_fetch(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut BytesMut) -> Outcome {
+pub fn offset_fetch(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
     if header.api_version >= OFFSET_FETCH_TOPIC_ID_VERSION {
-        return offset_fetch_by_id(ctx, header, body);
+        return offset_fetch_by_id(ctx, authz, header, body);
     }
     let Some(req) = decode::<OffsetFetchRequest>(header, body) else {
         return Outcome::Close;
@@ -646,6 +761,7 @@ pub fn offset_fetch(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
                 let base = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
                 let fetched = fetch_member_group(
                     ctx,
+                    authz,
                     v,
                     &g.group_id,
                     (g.member_id.as_deref(), g.member_epoch),
@@ -694,7 +810,7 @@ pub fn offset_fetch(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
             })
             .collect::<Vec<_>>()
     };
-    let resp = match fetch_group(ctx, &req.group_id, topics.clone(), require_stable) {
+    let resp = match fetch_group(ctx, authz, &req.group_id, topics.clone(), require_stable) {
         Ok(rows) => OffsetFetchResponse::default().with_topics(to_response(rows)),
         Err(e) if v >= 2 => OffsetFetchResponse::default().with_error_code(errors::group(&e)),
         Err(e) => {
@@ -717,6 +833,7 @@ pub fn offset_fetch(ctx: &Rc<ShardCtx>, header: &RequestHeader, body: &mut Bytes
 
 pub async fn offset_delete(
     ctx: &Rc<ShardCtx>,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
@@ -724,11 +841,25 @@ pub async fn offset_delete(
         return Outcome::Close;
     };
     let group_id: &GroupId = &req.group_id;
+    // Kafka: DELETE on the group, then READ on each topic.
+    if !authz.group(AclOperation::Delete, group_id.as_str()) {
+        return respond(
+            header,
+            &OffsetDeleteResponse::default().with_error_code(GROUP_AUTHORIZATION_FAILED),
+        );
+    }
     let mut rows: Vec<(String, i32, i16)> = Vec::new();
     let mut wanted = Vec::new();
     for t in &req.topics {
+        let authorized = authz.topic(AclOperation::Read, t.name.as_str());
         for p in &t.partitions {
-            if ctx.image().has_partition(&t.name, p.partition_index) {
+            if !authorized {
+                rows.push((
+                    t.name.to_string(),
+                    p.partition_index,
+                    TOPIC_AUTHORIZATION_FAILED,
+                ));
+            } else if ctx.image().has_partition(&t.name, p.partition_index) {
                 wanted.push((t.name.to_string(), p.partition_index));
             } else {
                 rows.push((

@@ -75,6 +75,8 @@ public final class Main {
         s.put("admin", AdminScenario::run);
         // Needs --sasl-bootstrap HOST:PORT (a SASL_PLAINTEXT listener) and --mechanism.
         s.put("sasl", SaslScenario::run);
+        // Needs --topic, --hidden-topic, --group, --txn-prefix and the ACLs set up by tests/interop_java.rs.
+        s.put("acls", AclsScenario::run);
         s.put("streams-eos", StreamsEos::run);
         // The Kafka Streams application itself, started by streams-eos in a child JVM.
         s.put(StreamsEos.APP_SCENARIO, StreamsEos::runApp);
