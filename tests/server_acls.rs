@@ -762,6 +762,29 @@ fn assert_refusals(port: u16, mode: Cluster) {
             ]),
         );
         assert_eq!(r.filter_results[0].error_code, cluster_denied, "DeleteAcls");
+
+        // SCRAM users and client quotas: DESCRIBE, ALTER and
+        // DESCRIBE_CONFIGS on the cluster (Kafka's KafkaApis / controller).
+        let r = raw.request(
+            0,
+            &DescribeUserScramCredentialsRequest::default().with_users(None),
+        );
+        assert_eq!(r.error_code, cluster_denied, "DescribeUserScramCredentials");
+        let r = raw.request(
+            0,
+            &AlterUserScramCredentialsRequest::default().with_deletions(vec![
+                alter_user_scram_credentials_request::ScramCredentialDeletion::default()
+                    .with_name(s("alice"))
+                    .with_mechanism(1),
+            ]),
+        );
+        assert_eq!(r.results.len(), 1, "AlterUserScramCredentials");
+        assert_eq!(
+            r.results[0].error_code, cluster_denied,
+            "AlterUserScramCredentials"
+        );
+        let r = raw.request(1, &DescribeClientQuotasRequest::default());
+        assert_eq!(r.error_code, cluster_denied, "DescribeClientQuotas");
     }
 }
 
