@@ -183,6 +183,36 @@ pub(super) fn count(
         .ok_or(ProtocolError::UnexpectedNull { field })
 }
 
+/// The topics of a commit named by id, as OffsetCommit v10 and
+/// TxnOffsetCommit v6 both carry them: per topic its id and partitions
+/// (index, committed offset, leader epoch, metadata, tagged fields), each
+/// partition turned into the caller's type by `partition`.
+pub(super) fn committed_topics_by_id<P>(
+    r: &mut Reader,
+    topic_min_bytes: usize,
+    partition_min_bytes: usize,
+    mut partition: impl FnMut(i32, i64, i32, Option<&str>) -> P,
+) -> Result<Vec<(TopicId, Vec<P>)>, ProtocolError> {
+    let n = count(r, topic_min_bytes, "topics")?;
+    let mut topics = Vec::with_capacity(n);
+    for _ in 0..n {
+        let id = topic_id(r)?;
+        let np = count(r, partition_min_bytes, "partitions")?;
+        let mut partitions = Vec::with_capacity(np);
+        for _ in 0..np {
+            let index = r.i32("partition_index")?;
+            let offset = r.i64("committed_offset")?;
+            let epoch = r.i32("committed_leader_epoch")?;
+            let metadata = r.nullable_string(true, "committed_metadata")?;
+            r.skip_tagged_fields("partition tagged fields")?;
+            partitions.push(partition(index, offset, epoch, metadata));
+        }
+        r.skip_tagged_fields("topic tagged fields")?;
+        topics.push((id, partitions));
+    }
+    Ok(topics)
+}
+
 fn int32_array(r: &mut Reader, field: &'static str) -> Result<Vec<i32>, ProtocolError> {
     let n = count(r, INT32_BYTES, field)?;
     (0..n).map(|_| r.i32(field)).collect()
@@ -212,29 +242,18 @@ impl Decodable for OffsetCommitRequestV10 {
                 .with_generation_id_or_member_epoch(generation)
                 .with_member_id(str_bytes(member_id))
                 .with_group_instance_id(instance.map(str_bytes));
-            let n = count(r, COMMIT_TOPIC_MIN_BYTES, "topics")?;
-            let mut topics = Vec::with_capacity(n);
-            for _ in 0..n {
-                let id = topic_id(r)?;
-                let np = count(r, COMMIT_PARTITION_MIN_BYTES, "partitions")?;
-                let mut partitions = Vec::with_capacity(np);
-                for _ in 0..np {
-                    let index = r.i32("partition_index")?;
-                    let offset = r.i64("committed_offset")?;
-                    let epoch = r.i32("committed_leader_epoch")?;
-                    let metadata = r.nullable_string(true, "committed_metadata")?;
-                    r.skip_tagged_fields("partition tagged fields")?;
-                    partitions.push(
-                        OffsetCommitRequestPartition::default()
-                            .with_partition_index(index)
-                            .with_committed_offset(offset)
-                            .with_committed_leader_epoch(epoch)
-                            .with_committed_metadata(metadata.map(str_bytes)),
-                    );
-                }
-                r.skip_tagged_fields("topic tagged fields")?;
-                topics.push((id, partitions));
-            }
+            let topics = committed_topics_by_id(
+                r,
+                COMMIT_TOPIC_MIN_BYTES,
+                COMMIT_PARTITION_MIN_BYTES,
+                |index, offset, epoch, metadata| {
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(index)
+                        .with_committed_offset(offset)
+                        .with_committed_leader_epoch(epoch)
+                        .with_committed_metadata(metadata.map(str_bytes))
+                },
+            )?;
             r.skip_tagged_fields("tagged fields")?;
             Ok(OffsetCommitRequestV10 { request, topics })
         })

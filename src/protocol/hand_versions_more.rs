@@ -30,8 +30,8 @@
 //! defined at these versions); responses carry none.
 
 use super::hand_versions::{
-    count, encoded_size, put_topics_by_id, read_all, str_bytes, topic_id, write_all, wrong_version,
-    TopicId,
+    committed_topics_by_id, count, encoded_size, put_topics_by_id, read_all, str_bytes, write_all,
+    wrong_version, TopicId,
 };
 use super::wire::{put_array_len, put_empty_tagged_fields, put_nullable_string, put_string};
 use bytes::BufMut;
@@ -202,29 +202,18 @@ impl Decodable for TxnOffsetCommitRequestV6 {
                 .with_generation_id(generation)
                 .with_member_id(str_bytes(member_id))
                 .with_group_instance_id(instance.map(str_bytes));
-            let n = count(r, TXN_TOPIC_MIN_BYTES, "topics")?;
-            let mut topics = Vec::with_capacity(n);
-            for _ in 0..n {
-                let id = topic_id(r)?;
-                let np = count(r, TXN_PARTITION_MIN_BYTES, "partitions")?;
-                let mut partitions = Vec::with_capacity(np);
-                for _ in 0..np {
-                    let index = r.i32("partition_index")?;
-                    let offset = r.i64("committed_offset")?;
-                    let epoch = r.i32("committed_leader_epoch")?;
-                    let metadata = r.nullable_string(true, "committed_metadata")?;
-                    r.skip_tagged_fields("partition tagged fields")?;
-                    partitions.push(
-                        TxnOffsetCommitRequestPartition::default()
-                            .with_partition_index(index)
-                            .with_committed_offset(offset)
-                            .with_committed_leader_epoch(epoch)
-                            .with_committed_metadata(metadata.map(str_bytes)),
-                    );
-                }
-                r.skip_tagged_fields("topic tagged fields")?;
-                topics.push((id, partitions));
-            }
+            let topics = committed_topics_by_id(
+                r,
+                TXN_TOPIC_MIN_BYTES,
+                TXN_PARTITION_MIN_BYTES,
+                |index, offset, epoch, metadata| {
+                    TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(index)
+                        .with_committed_offset(offset)
+                        .with_committed_leader_epoch(epoch)
+                        .with_committed_metadata(metadata.map(str_bytes))
+                },
+            )?;
             r.skip_tagged_fields("tagged fields")?;
             Ok(TxnOffsetCommitRequestV6 { request, topics })
         })
