@@ -52,54 +52,20 @@ impl From<&'static str> for ProtocolFormatError {
     }
 }
 
-/// The shared cursor plus this module's array readers.
-struct Reader<'a>(Cursor<'a, ProtocolFormatError>);
+type Reader<'a> = Cursor<'a, ProtocolFormatError>;
 
-impl<'a> std::ops::Deref for Reader<'a> {
-    type Target = Cursor<'a, ProtocolFormatError>;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Reader<'_> {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
-    }
-}
-
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
-        Self(Cursor::new(buf))
-    }
-    fn skip_nullable_bytes(&mut self) -> Result<(), ProtocolFormatError> {
-        self.nullable_bytes().map(drop)
-    }
-    /// An array length, bounded by the bytes left (every element takes at
-    /// least `min_element_bytes`).
-    fn array_len(&mut self, min_element_bytes: usize) -> Result<usize, ProtocolFormatError> {
-        let n = self.i32()?;
-        if n < 0 {
-            return Ok(0);
+/// `[]TopicPartition` (name, partitions), empty topics dropped.
+fn topic_partitions(r: &mut Reader) -> Result<Assignment, ProtocolFormatError> {
+    let mut out = Assignment::new();
+    for _ in 0..r.array_len(6)? {
+        let topic = r.string()?;
+        let ps = out.entry(topic).or_default();
+        for _ in 0..r.array_len(4)? {
+            ps.insert(r.i32()?);
         }
-        let n = n as usize;
-        if n.saturating_mul(min_element_bytes) > self.remaining() {
-            return Err(ProtocolFormatError("an array longer than its bytes"));
-        }
-        Ok(n)
     }
-    fn topic_partitions(&mut self) -> Result<Assignment, ProtocolFormatError> {
-        let mut out = Assignment::new();
-        for _ in 0..self.array_len(6)? {
-            let topic = self.string()?;
-            let ps = out.entry(topic).or_default();
-            for _ in 0..self.array_len(4)? {
-                ps.insert(self.i32()?);
-            }
-        }
-        out.retain(|_, ps| !ps.is_empty());
-        Ok(out)
-    }
+    out.retain(|_, ps| !ps.is_empty());
+    Ok(out)
 }
 
 /// The version of an embedded subscription or assignment (its first two
@@ -120,7 +86,7 @@ pub fn decode_subscription(bytes: &[u8]) -> Result<Subscription, ProtocolFormatE
     for _ in 0..r.array_len(2)? {
         topics.push(r.string()?);
     }
-    r.skip_nullable_bytes()?;
+    r.nullable_bytes()?; // user data, not kept
     let mut sub = Subscription {
         version: v,
         topics,
@@ -128,7 +94,7 @@ pub fn decode_subscription(bytes: &[u8]) -> Result<Subscription, ProtocolFormatE
         rack_id: None,
     };
     if v >= 1 {
-        sub.owned = Some(r.topic_partitions()?);
+        sub.owned = Some(topic_partitions(&mut r)?);
     }
     if v >= 2 {
         r.i32()?;
@@ -146,7 +112,7 @@ pub fn decode_assignment(bytes: &[u8]) -> Result<Assignment, ProtocolFormatError
         return Ok(Assignment::new());
     }
     version(bytes)?;
-    Reader::new(&bytes[2..]).topic_partitions()
+    topic_partitions(&mut Reader::new(&bytes[2..]))
 }
 
 fn put_string(out: &mut BytesMut, s: &str) {

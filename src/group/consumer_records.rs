@@ -208,9 +208,9 @@ fn classic_member_metadata(
     }
     let session_timeout_ms = r.i32()?;
     let mut protocols = Vec::new();
-    for _ in 0..r.array_len()?.unwrap_or(0) {
+    for _ in 0..r.compact_array_len(RECORD_ARRAY_LEN_MAX)?.unwrap_or(0) {
         let name = r.compact_string()?;
-        let len = r.array_len()?.unwrap_or(0);
+        let len = r.compact_array_len(RECORD_ARRAY_LEN_MAX)?.unwrap_or(0);
         let metadata = Bytes::copy_from_slice(r.take(len)?);
         r.skip_tags()?;
         protocols.push((name, metadata));
@@ -361,77 +361,34 @@ pub fn group_tombstones(group: &str) -> Result<Vec<(Bytes, Option<Bytes>)>, Reco
     ])
 }
 
-/// The shared cursor plus this module's flexible-version readers.
-struct Reader<'a>(Cursor<'a, RecordFormatError>);
+type Reader<'a> = Cursor<'a, RecordFormatError>;
 
-impl<'a> std::ops::Deref for Reader<'a> {
-    type Target = Cursor<'a, RecordFormatError>;
-    fn deref(&self) -> &Self::Target {
-        &self.0
+/// A value's version, which must be the one this module writes.
+fn value_version(r: &mut Reader) -> Result<(), RecordFormatError> {
+    if r.i16()? != VALUE_VERSION {
+        return Err(RecordFormatError("unknown consumer group value version"));
     }
+    Ok(())
 }
 
-impl std::ops::DerefMut for Reader<'_> {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
-    }
-}
-
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
-        Self(Cursor::new(buf))
-    }
-    /// A compact array's length (None for a null array).
-    fn array_len(&mut self) -> Result<Option<usize>, RecordFormatError> {
-        let n = self.uvarint()?;
-        if n == 0 {
-            return Ok(None);
+/// `[]TopicPartitions` mapped to topic names (unknown ids dropped).
+fn assignment(r: &mut Reader, image: &MetadataImage) -> Result<Assignment, RecordFormatError> {
+    let mut out = Assignment::new();
+    for _ in 0..r.compact_array_len(RECORD_ARRAY_LEN_MAX)?.unwrap_or(0) {
+        let mut id = [0u8; 16];
+        id.copy_from_slice(r.take(16)?);
+        let mut ps = BTreeSet::new();
+        for _ in 0..r.compact_array_len(RECORD_ARRAY_LEN_MAX)?.unwrap_or(0) {
+            ps.insert(r.i32()?);
         }
-        let len = usize::try_from(n - 1).map_err(|_| RecordFormatError("length"))?;
-        if len > RECORD_ARRAY_LEN_MAX || len > self.remaining() {
-            return Err(RecordFormatError("array longer than the record"));
-        }
-        Ok(Some(len))
-    }
-    /// Tagged fields: calls `f(tag, bytes)` for each.
-    fn tags(&mut self, mut f: impl FnMut(u64, &[u8])) -> Result<(), RecordFormatError> {
-        let n = self.uvarint()?;
-        for _ in 0..n {
-            let tag = self.uvarint()?;
-            let size = usize::try_from(self.uvarint()?).map_err(|_| RecordFormatError("size"))?;
-            let bytes = self.take(size)?;
-            f(tag, bytes);
-        }
-        Ok(())
-    }
-    fn skip_tags(&mut self) -> Result<(), RecordFormatError> {
-        self.tags(|_, _| {})
-    }
-    fn version(&mut self) -> Result<(), RecordFormatError> {
-        if self.i16()? != VALUE_VERSION {
-            return Err(RecordFormatError("unknown consumer group value version"));
-        }
-        Ok(())
-    }
-    /// `[]TopicPartitions` mapped to topic names (unknown ids dropped).
-    fn assignment(&mut self, image: &MetadataImage) -> Result<Assignment, RecordFormatError> {
-        let mut out = Assignment::new();
-        for _ in 0..self.array_len()?.unwrap_or(0) {
-            let mut id = [0u8; 16];
-            id.copy_from_slice(self.take(16)?);
-            let mut ps = BTreeSet::new();
-            for _ in 0..self.array_len()?.unwrap_or(0) {
-                ps.insert(self.i32()?);
-            }
-            self.skip_tags()?;
-            if let Some(t) = image.topic_by_id(&id) {
-                if !ps.is_empty() {
-                    out.insert(t.name.clone(), ps);
-                }
+        r.skip_tags()?;
+        if let Some(t) = image.topic_by_id(&id) {
+            if !ps.is_empty() {
+                out.insert(t.name.clone(), ps);
             }
         }
-        Ok(out)
     }
+    Ok(out)
 }
 
 /// Parses a consumer-group record key (its type is checked by the caller
@@ -474,7 +431,7 @@ pub fn apply(
         (ConsumerKey::GroupMetadata { .. }, None) => return Ok(false),
         (ConsumerKey::GroupMetadata { .. }, Some(v)) => {
             let mut r = Reader::new(v);
-            r.version()?;
+            value_version(&mut r)?;
             c.group_epoch = r.i32()?;
             let mut hash = 0;
             r.tags(|tag, bytes| {
@@ -490,7 +447,7 @@ pub fn apply(
         (ConsumerKey::TargetMetadata { .. }, None) => c.assignment_epoch = 0,
         (ConsumerKey::TargetMetadata { .. }, Some(v)) => {
             let mut r = Reader::new(v);
-            r.version()?;
+            value_version(&mut r)?;
             c.assignment_epoch = r.i32()?;
         }
         (ConsumerKey::MemberMetadata { member, .. }, None) => {
@@ -498,13 +455,13 @@ pub fn apply(
         }
         (ConsumerKey::MemberMetadata { member, .. }, Some(v)) => {
             let mut r = Reader::new(v);
-            r.version()?;
+            value_version(&mut r)?;
             let instance_id = r.compact_nullable_string()?;
             let rack_id = r.compact_nullable_string()?;
             let client_id = r.compact_string()?;
             let client_host = r.compact_string()?;
             let mut names = Vec::new();
-            for _ in 0..r.array_len()?.unwrap_or(0) {
+            for _ in 0..r.compact_array_len(RECORD_ARRAY_LEN_MAX)?.unwrap_or(0) {
                 names.push(r.compact_string()?);
             }
             let regex = r.compact_nullable_string()?;
@@ -536,8 +493,8 @@ pub fn apply(
         }
         (ConsumerKey::TargetMember { member, .. }, Some(v)) => {
             let mut r = Reader::new(v);
-            r.version()?;
-            let a = r.assignment(image)?;
+            value_version(&mut r)?;
+            let a = assignment(&mut r, image)?;
             c.target.insert(member.clone(), a);
         }
         (ConsumerKey::CurrentAssignment { member, .. }, None) => {
@@ -548,7 +505,7 @@ pub fn apply(
         }
         (ConsumerKey::CurrentAssignment { member, .. }, Some(v)) => {
             let mut r = Reader::new(v);
-            r.version()?;
+            value_version(&mut r)?;
             let epoch = r.i32()?;
             let previous = r.i32()?;
             let state = match r.i8()? {
@@ -557,8 +514,8 @@ pub fn apply(
                 2 => MemberState::UnreleasedPartitions,
                 _ => return Err(RecordFormatError("unknown member state")),
             };
-            let assigned = r.assignment(image)?;
-            let revoking = r.assignment(image)?;
+            let assigned = assignment(&mut r, image)?;
+            let revoking = assignment(&mut r, image)?;
             let m = c
                 .members
                 .entry(member.clone())

@@ -109,6 +109,48 @@ impl<'a, E: From<&'static str>> Cursor<'a, E> {
             .ok_or(E::from("null where a string is required"))
     }
 
+    /// An i32 array length (0 for a null array), bounded by the bytes left:
+    /// every element takes at least `min_element_bytes`.
+    pub(crate) fn array_len(&mut self, min_element_bytes: usize) -> Result<usize, E> {
+        let Ok(n) = usize::try_from(self.i32()?) else {
+            return Ok(0);
+        };
+        if n.saturating_mul(min_element_bytes) > self.remaining() {
+            return Err(E::from("array longer than its bytes"));
+        }
+        Ok(n)
+    }
+
+    /// A compact array's length (None for a null array), at most `max` and
+    /// never more than the bytes left.
+    pub(crate) fn compact_array_len(&mut self, max: usize) -> Result<Option<usize>, E> {
+        match self.uvarint()? {
+            0 => Ok(None),
+            n => {
+                let len = usize::try_from(n - 1).map_err(|_| E::from("length"))?;
+                if len > max || len > self.remaining() {
+                    return Err(E::from("array longer than its bytes"));
+                }
+                Ok(Some(len))
+            }
+        }
+    }
+
+    /// A tagged-field section: calls `f(tag, bytes)` for each field.
+    pub(crate) fn tags(&mut self, mut f: impl FnMut(u64, &[u8])) -> Result<(), E> {
+        let n = self.uvarint()?;
+        for _ in 0..n {
+            let tag = self.uvarint()?;
+            let size = usize::try_from(self.uvarint()?).map_err(|_| E::from("size"))?;
+            f(tag, self.take(size)?);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn skip_tags(&mut self) -> Result<(), E> {
+        self.tags(|_, _| {})
+    }
+
     /// i32-length bytes, or None for a negative (null) length.
     pub(crate) fn nullable_bytes(&mut self) -> Result<Option<&'a [u8]>, E> {
         match usize::try_from(self.i32()?) {
