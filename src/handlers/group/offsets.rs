@@ -203,6 +203,40 @@ pub async fn offset_commit(
     respond(header, &OffsetCommitResponse::default().with_topics(topics))
 }
 
+/// An id no topic has, with its partitions and their error code.
+type UnknownTopic = (TopicId, Vec<(i32, i16)>);
+
+/// Resolves the topic ids of a request naming topics by id (OffsetCommit
+/// v10, TxnOffsetCommit v6): `named(name, partitions)` receives each
+/// topic the image knows; the answer is each name's id (to answer by id)
+/// and, for every id no topic has, its partitions with UNKNOWN_TOPIC_ID.
+fn resolve_topic_ids<P>(
+    ctx: &ShardCtx,
+    topics: Vec<(TopicId, Vec<P>)>,
+    index: impl Fn(&P) -> i32,
+    mut named: impl FnMut(String, Vec<P>),
+) -> (HashMap<String, TopicId>, Vec<UnknownTopic>) {
+    let image = ctx.image();
+    let mut ids = HashMap::new();
+    let mut unknown = Vec::new();
+    for (id, partitions) in topics {
+        match image.topic_by_id(&id) {
+            Some(topic) => {
+                ids.insert(topic.name.clone(), id);
+                named(topic.name.clone(), partitions);
+            }
+            None => unknown.push((
+                id,
+                partitions
+                    .iter()
+                    .map(|p| (index(p), ResponseError::UnknownTopicId.code()))
+                    .collect(),
+            )),
+        }
+    }
+    (ids, unknown)
+}
+
 /// OffsetCommit v10, whose topics are named by id. The ids are resolved to
 /// names here, and the commit goes on as at v9; the answer names the
 /// topics by the ids asked for. An id no topic has is UNKNOWN_TOPIC_ID on
@@ -217,32 +251,22 @@ async fn offset_commit_by_id(
         return Outcome::Close;
     };
     let mut named = req.request;
-    let mut ids: HashMap<String, TopicId> = HashMap::new();
-    let mut unknown = Vec::new();
-    {
-        let image = ctx.image();
-        for (id, partitions) in req.topics {
-            match image.topic_by_id(&id) {
-                Some(topic) => {
-                    ids.insert(topic.name.clone(), id);
-                    named.topics.push(
-                        OffsetCommitRequestTopic::default()
-                            .with_name(TopicName(str_bytes(topic.name.clone())))
-                            .with_partitions(partitions),
-                    );
-                }
-                None => unknown.push((
-                    id,
-                    commit_partitions(
-                        partitions
-                            .iter()
-                            .map(|p| (p.partition_index, ResponseError::UnknownTopicId.code()))
-                            .collect(),
-                    ),
-                )),
-            }
-        }
-    }
+    let (ids, unknown) = resolve_topic_ids(
+        ctx,
+        req.topics,
+        |p| p.partition_index,
+        |name, partitions| {
+            named.topics.push(
+                OffsetCommitRequestTopic::default()
+                    .with_name(TopicName(str_bytes(name)))
+                    .with_partitions(partitions),
+            )
+        },
+    );
+    let unknown: Vec<_> = unknown
+        .into_iter()
+        .map(|(id, parts)| (id, commit_partitions(parts)))
+        .collect();
     let rows = commit_rows(ctx, authz, header.api_version, &named).await;
     let mut topics: Vec<_> = by_topic(rows)
         .into_iter()
@@ -362,32 +386,22 @@ async fn txn_offset_commit_by_id(
         return Outcome::Close;
     };
     let mut named = req.request;
-    let mut ids: HashMap<String, TopicId> = HashMap::new();
-    let mut unknown = Vec::new();
-    {
-        let image = ctx.image();
-        for (id, partitions) in req.topics {
-            match image.topic_by_id(&id) {
-                Some(topic) => {
-                    ids.insert(topic.name.clone(), id);
-                    named.topics.push(
-                        TxnOffsetCommitRequestTopic::default()
-                            .with_name(TopicName(str_bytes(topic.name.clone())))
-                            .with_partitions(partitions),
-                    );
-                }
-                None => unknown.push((
-                    id,
-                    txn_commit_partitions(
-                        partitions
-                            .iter()
-                            .map(|p| (p.partition_index, ResponseError::UnknownTopicId.code()))
-                            .collect(),
-                    ),
-                )),
-            }
-        }
-    }
+    let (ids, unknown) = resolve_topic_ids(
+        ctx,
+        req.topics,
+        |p| p.partition_index,
+        |name, partitions| {
+            named.topics.push(
+                TxnOffsetCommitRequestTopic::default()
+                    .with_name(TopicName(str_bytes(name)))
+                    .with_partitions(partitions),
+            )
+        },
+    );
+    let unknown: Vec<_> = unknown
+        .into_iter()
+        .map(|(id, parts)| (id, txn_commit_partitions(parts)))
+        .collect();
     let rows = if named.topics.is_empty() {
         Vec::new()
     } else {
