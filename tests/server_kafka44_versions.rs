@@ -17,9 +17,9 @@ mod common;
 use bytes::{BufMut, Bytes, BytesMut};
 use common::client::create_topic;
 use common::groups::consumer_heartbeat;
+use common::raw::call_flexible as call;
 use common::raw::{
     end_txn_v5, init_transactional, produce_values, wait_group_coordinator_port, RawClient,
-    ReadOutcome,
 };
 use common::target::Target;
 use common::BrokerOpts;
@@ -59,31 +59,6 @@ type TopicId = [u8; 16];
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
-}
-
-/// Sends `body` as request `api_key` v`version` with a v2 (flexible)
-/// request header, and returns the response body after its header
-/// (v0 for ApiVersions, v1 otherwise).
-fn call(raw: &mut RawClient, api_key: ApiKey, version: i16, body: &[u8]) -> Bytes {
-    let correlation_id = 4343;
-    let mut frame = BytesMut::new();
-    frame.put_i16(api_key as i16);
-    frame.put_i16(version);
-    frame.put_i32(correlation_id);
-    put_nullable_string(&mut frame, Some("fjord-itest-44"), false);
-    put_empty_tagged_fields(&mut frame);
-    frame.put_slice(body);
-    raw.send_frame(&frame);
-    let resp = match raw.read_frame(Duration::from_secs(15)) {
-        ReadOutcome::Frame(f) => f,
-        other => panic!("expected a {api_key:?} v{version} response, got {other:?}"),
-    };
-    let mut r = Reader::new(&resp);
-    assert_eq!(r.i32("correlation id").unwrap(), correlation_id);
-    if api_key != ApiKey::ApiVersions {
-        r.skip_tagged_fields("response header").unwrap();
-    }
-    resp.slice(r.position()..)
 }
 
 /// Reads a compact array's element count (non-null).
