@@ -77,7 +77,10 @@ pub async fn create_acls(
     };
     if !authz.cluster(AclOperation::Alter) {
         let code = ResponseError::ClusterAuthorizationFailed.code();
-        return respond(header, &all(code, "Cluster authorization failed."));
+        return respond(
+            header,
+            &all(code, errors::CLUSTER_AUTHORIZATION_FAILED_MESSAGE),
+        );
     }
     if !authz.enabled() {
         let code = ResponseError::SecurityDisabled.code();
@@ -155,7 +158,10 @@ pub fn describe_acls(
     };
     if !authz.cluster(AclOperation::Describe) {
         let code = ResponseError::ClusterAuthorizationFailed.code();
-        return respond(header, &error(code, "Cluster authorization failed."));
+        return respond(
+            header,
+            &error(code, errors::CLUSTER_AUTHORIZATION_FAILED_MESSAGE),
+        );
     }
     if !authz.enabled() {
         let code = ResponseError::SecurityDisabled.code();
@@ -234,7 +240,10 @@ pub async fn delete_acls(
     };
     if !authz.cluster(AclOperation::Alter) {
         let code = ResponseError::ClusterAuthorizationFailed.code();
-        return respond(header, &all(code, "Cluster authorization failed."));
+        return respond(
+            header,
+            &all(code, errors::CLUSTER_AUTHORIZATION_FAILED_MESSAGE),
+        );
     }
     if !authz.enabled() {
         let code = ResponseError::SecurityDisabled.code();

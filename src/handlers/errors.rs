@@ -9,6 +9,10 @@ use kafka_protocol::ResponseError;
 
 pub const NONE: i16 = 0;
 
+/// Kafka's message for CLUSTER_AUTHORIZATION_FAILED (the `Errors` default),
+/// which the cluster-level refusals carry.
+pub const CLUSTER_AUTHORIZATION_FAILED_MESSAGE: &str = "Cluster authorization failed.";
+
 pub fn code(e: ResponseError) -> i16 {
     e.code()
 }

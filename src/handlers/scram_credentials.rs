@@ -36,9 +36,6 @@ use kafka_protocol::ResponseError;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-/// Kafka's message for CLUSTER_AUTHORIZATION_FAILED (`Errors` default).
-const CLUSTER_AUTHORIZATION_FAILED_MESSAGE: &str = "Cluster authorization failed.";
-
 pub fn describe(
     ctx: &ShardCtx,
     _session: &Session,
@@ -56,7 +53,9 @@ pub fn describe(
             header,
             &DescribeUserScramCredentialsResponse::default()
                 .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
-                .with_error_message(Some(str_bytes(CLUSTER_AUTHORIZATION_FAILED_MESSAGE))),
+                .with_error_message(Some(str_bytes(
+                    errors::CLUSTER_AUTHORIZATION_FAILED_MESSAGE,
+                ))),
         );
     }
     let image = ctx.image();
@@ -152,7 +151,9 @@ pub async fn alter(
                 AlterUserScramCredentialsResult::default()
                     .with_user(str_bytes(user))
                     .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
-                    .with_error_message(Some(str_bytes(CLUSTER_AUTHORIZATION_FAILED_MESSAGE)))
+                    .with_error_message(Some(str_bytes(
+                        errors::CLUSTER_AUTHORIZATION_FAILED_MESSAGE,
+                    )))
             })
             .collect();
         return respond(
@@ -294,7 +295,9 @@ pub fn describe_client_quotas(
             header,
             &kafka_protocol::messages::DescribeClientQuotasResponse::default()
                 .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
-                .with_error_message(Some(str_bytes(CLUSTER_AUTHORIZATION_FAILED_MESSAGE)))
+                .with_error_message(Some(str_bytes(
+                    errors::CLUSTER_AUTHORIZATION_FAILED_MESSAGE,
+                )))
                 .with_entries(None),
         );
     }
