@@ -165,7 +165,8 @@ impl<D: RaftDisk> QuorumNode<D> {
         if m.to != me {
             return Err(StepError::NotForMe { to: m.to, me });
         }
-        let cs = self.store.snapshot_core().conf_state;
+        // Only the membership: the whole log is not copied per message.
+        let cs = self.store.conf_state();
         let member = |id: u64| {
             cs.voters.contains(&id)
                 || cs.learners.contains(&id)

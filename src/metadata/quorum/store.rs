@@ -142,27 +142,26 @@ pub fn load(bytes: &[u8]) -> Result<(Core, usize), LoadError> {
     let mut at = 0usize;
     while at < bytes.len() {
         let rest = &bytes[at..];
-        let bad = |what: String| -> Option<String> { Some(what) };
         let problem = if rest.len() < RECORD_HEADER_BYTES {
-            bad("a header cut short".into())
+            Some("a header cut short".into())
         } else {
             let len = u32::from_be_bytes(rest[0..4].try_into().unwrap()) as usize;
             let crc = u32::from_be_bytes(rest[4..8].try_into().unwrap());
             if len == 0 || len > RECORD_BYTES_MAX {
-                bad(format!("length {len}"))
+                Some(format!("length {len}"))
             } else if rest.len() < RECORD_HEADER_BYTES + len {
-                bad("a body cut short".into())
+                Some("a body cut short".into())
             } else {
                 let payload = &rest[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + len];
                 if crc32c::crc32c(payload) != crc {
-                    bad("CRC mismatch".into())
+                    Some("CRC mismatch".into())
                 } else {
                     match core.apply(payload[0] as i8, &payload[1..]) {
                         Ok(()) => {
                             at += RECORD_HEADER_BYTES + len;
                             None
                         }
-                        Err(e) => bad(e),
+                        Err(e) => Some(e),
                     }
                 }
             }
@@ -198,6 +197,11 @@ impl RaftStore {
         Self {
             core: Rc::new(RefCell::new(core)),
         }
+    }
+
+    /// The membership as last set.
+    pub fn conf_state(&self) -> ConfState {
+        self.core.borrow().conf_state.clone()
     }
 
     /// A copy of the state (tests, diagnostics).
