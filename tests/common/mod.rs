@@ -21,6 +21,7 @@ pub mod disk;
 pub mod groups;
 pub mod raw;
 pub mod target;
+pub mod tls;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
