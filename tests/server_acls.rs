@@ -47,6 +47,7 @@ const ALL: i8 = 2;
 const READ: i8 = 3;
 const WRITE: i8 = 4;
 const DESCRIBE: i8 = 8;
+const CLUSTER_ACTION: i8 = 9;
 const DENY: i8 = 2;
 const ALLOW: i8 = 3;
 
@@ -663,6 +664,17 @@ fn assert_refusals(port: u16, mode: Cluster) {
             .with_protocol_name(Some(s("range"))),
     );
     assert_eq!(r.error_code, group_denied, "SyncGroup");
+    // From v5 the protocol type and name are mandatory, checked before
+    // the ACL.
+    let r = raw.request(
+        5,
+        &SyncGroupRequest::default().with_group_id(GroupId(s("g"))),
+    );
+    assert_eq!(
+        r.error_code,
+        ResponseError::InconsistentGroupProtocol.code(),
+        "SyncGroup v5 without protocol type and name"
+    );
     let r = raw.request(
         4,
         &HeartbeatRequest::default().with_group_id(GroupId(s("g"))),
@@ -925,6 +937,234 @@ fn prefixed_allow_deny_wins_and_metadata_hides_unauthorized_topics() {
         "DENY WRITE wins"
     );
     // DENY WRITE does not deny DESCRIBE: app-b is still listed above.
+}
+
+/// Without an authorizer the authorized-operations fields, when asked for,
+/// hold every operation Kafka supports on the resource type, and the
+/// schema's default (i32::MIN) when not. Runs against stock Kafka too
+/// (`FJORD_TEST_BROKER=kafka:127.0.0.1:19092`), which answered the same.
+#[test]
+fn authorized_operations_without_an_authorizer_are_every_supported_operation() {
+    const TOPIC_OPS: i32 = 3576; // READ WRITE CREATE DELETE ALTER DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
+    const GROUP_OPS: i32 = 3400; // READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
+    const CLUSTER_OPS: i32 = 8096; // CREATE ALTER DESCRIBE CLUSTER_ACTION *_CONFIGS IDEMPOTENT_WRITE
+    let target = common::target::Target::start(BrokerOpts::default().cores(1));
+    let bootstrap = target.bootstrap();
+    let port: u16 = bootstrap.rsplit(':').next().unwrap().parse().unwrap();
+    let topic = format!("ops-{}", std::process::id());
+    create_topic(&bootstrap, &topic, 1, &[]);
+    let mut raw = RawClient::connect(port);
+    let ops_of = |r: &MetadataResponse| {
+        r.topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+            .expect("the topic")
+            .topic_authorized_operations
+    };
+    let asked = MetadataRequest::default()
+        .with_topics(None)
+        .with_include_cluster_authorized_operations(true)
+        .with_include_topic_authorized_operations(true);
+    let r = raw.request(10, &asked);
+    assert_eq!(
+        (ops_of(&r), r.cluster_authorized_operations),
+        (TOPIC_OPS, CLUSTER_OPS)
+    );
+    let r = raw.request(12, &MetadataRequest::default().with_topics(None));
+    assert_eq!(ops_of(&r), i32::MIN, "not asked for");
+    let r = raw.request(
+        1,
+        &DescribeClusterRequest::default().with_include_cluster_authorized_operations(true),
+    );
+    assert_eq!(r.cluster_authorized_operations, CLUSTER_OPS);
+    let r = raw.request(1, &DescribeClusterRequest::default());
+    assert_eq!(r.cluster_authorized_operations, i32::MIN, "not asked for");
+    let group = format!("ops-g-{}", std::process::id());
+    let coordinator =
+        common::raw::wait_group_coordinator_port(port, &group, Duration::from_secs(30));
+    // A coordinator that has just been made may still be loading.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let r = loop {
+        let r = RawClient::connect(coordinator).request(
+            5,
+            &DescribeGroupsRequest::default()
+                .with_groups(vec![GroupId(s(&group))])
+                .with_include_authorized_operations(true),
+        );
+        let loading = [
+            ResponseError::NotCoordinator.code(),
+            ResponseError::CoordinatorLoadInProgress.code(),
+        ];
+        if !loading.contains(&r.groups[0].error_code) || std::time::Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        (r.groups[0].error_code, r.groups[0].authorized_operations),
+        (0, GROUP_OPS),
+        "a group not known is described as Dead, with its operations"
+    );
+}
+
+/// The authorized-operations fields (Kafka's `authorizedOperations`): a bit
+/// per operation the principal may do on the resource, implied ones
+/// included; a refused resource keeps the schema's default (i32::MIN) and
+/// the cluster's field is 0 without DESCRIBE on it. Without an authorizer
+/// every supported operation is set (topic 3576, group 3400, cluster 8096,
+/// checked in `tests/server_describe_topic_partitions.rs` and against
+/// stock Kafka 4.4 once).
+#[test]
+fn authorized_operations_report_what_the_acls_allow() {
+    // CLUSTER_ACTION as the stock peer needs it for its own connections.
+    let broker = secured(
+        &[],
+        &["ops-t", "secret"],
+        vec![
+            allow(TOPIC, "ops-t", READ),
+            allow(GROUP, "ops-g", READ),
+            allow(CLUSTER, "kafka-cluster", CLUSTER_ACTION),
+        ],
+    );
+    assert_authorized_operations(broker.port);
+}
+
+/// The same against stock Kafka 4.4 with the StandardAuthorizer, where
+/// ANONYMOUS has exactly the ACLs of the test above and the topics exist:
+/// `FJORD_ACL_PEER_PORT=19092 cargo test --test server_acls -- --ignored
+/// stock_kafka_reports_the_same_authorized_operations`.
+#[test]
+#[ignore]
+fn stock_kafka_reports_the_same_authorized_operations() {
+    let port: u16 = std::env::var("FJORD_ACL_PEER_PORT")
+        .expect("FJORD_ACL_PEER_PORT")
+        .parse()
+        .expect("a port");
+    assert_authorized_operations(port);
+}
+
+fn assert_authorized_operations(port: u16) {
+    const NOT_GIVEN: i32 = i32::MIN;
+    // READ implies DESCRIBE: bits 3 and 8.
+    const READ_AND_DESCRIBE: i32 = (1 << 3) | (1 << 8);
+    let refused = ResponseError::TopicAuthorizationFailed.code();
+    let mut raw = RawClient::connect(port);
+
+    let r = raw.request(
+        10,
+        &MetadataRequest::default()
+            .with_topics(None)
+            .with_include_cluster_authorized_operations(true)
+            .with_include_topic_authorized_operations(true),
+    );
+    let listed: Vec<(String, i32)> = r
+        .topics
+        .iter()
+        .map(|t| {
+            (
+                t.name.as_ref().expect("name").0.to_string(),
+                t.topic_authorized_operations,
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [("ops-t".to_string(), READ_AND_DESCRIBE)],
+        "Metadata v10, all topics"
+    );
+    assert_eq!(
+        r.cluster_authorized_operations, 0,
+        "no DESCRIBE on the cluster"
+    );
+
+    let named = |n: &str| {
+        metadata_request::MetadataRequestTopic::default().with_name(Some(TopicName(s(n))))
+    };
+    let r = raw.request(
+        12,
+        &MetadataRequest::default()
+            .with_topics(Some(vec![named("secret"), named("ops-t")]))
+            .with_allow_auto_topic_creation(false)
+            .with_include_topic_authorized_operations(true),
+    );
+    let by_name = |name: &str| {
+        r.topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name))
+            .map(|t| (t.error_code, t.topic_authorized_operations))
+            .expect("the topic's entry")
+    };
+    assert_eq!(by_name("secret"), (refused, NOT_GIVEN));
+    assert_eq!(by_name("ops-t"), (0, READ_AND_DESCRIBE));
+    assert_eq!(r.cluster_authorized_operations, NOT_GIVEN, "v11+ has none");
+
+    let r = raw.request(
+        1,
+        &DescribeClusterRequest::default().with_include_cluster_authorized_operations(true),
+    );
+    assert_eq!(r.cluster_authorized_operations, 0);
+
+    let r = raw.request(
+        0,
+        &DescribeTopicPartitionsRequest::default().with_topics(vec![
+            describe_topic_partitions_request::TopicRequest::default()
+                .with_name(TopicName(s("secret"))),
+            describe_topic_partitions_request::TopicRequest::default()
+                .with_name(TopicName(s("ops-t"))),
+        ]),
+    );
+    let got: Vec<(String, i16, i32)> = r
+        .topics
+        .iter()
+        .map(|t| {
+            (
+                t.name.as_ref().expect("name").0.to_string(),
+                t.error_code,
+                t.topic_authorized_operations,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("ops-t".to_string(), 0, READ_AND_DESCRIBE),
+            ("secret".to_string(), refused, NOT_GIVEN),
+        ],
+        "DescribeTopicPartitions lists the refused topic last"
+    );
+
+    let coordinator =
+        common::raw::wait_group_coordinator_port(port, "ops-g", Duration::from_secs(30));
+    let mut raw = RawClient::connect(coordinator);
+    let r = raw.request(
+        5,
+        &DescribeGroupsRequest::default()
+            .with_groups(vec![GroupId(s("ops-g")), GroupId(s("other-g"))])
+            .with_include_authorized_operations(true),
+    );
+    let got: Vec<(String, i16, i32)> = r
+        .groups
+        .iter()
+        .map(|g| {
+            (
+                g.group_id.to_string(),
+                g.error_code,
+                g.authorized_operations,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "other-g".to_string(),
+                ResponseError::GroupAuthorizationFailed.code(),
+                NOT_GIVEN
+            ),
+            ("ops-g".to_string(), 0, READ_AND_DESCRIBE),
+        ],
+        "the refused group first, as Kafka lists it"
+    );
 }
 
 #[test]

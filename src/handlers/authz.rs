@@ -21,7 +21,9 @@
 //! next one it logs. Filtering denials (Metadata hiding topics, ListGroups
 //! skipping groups) are not logged, as in Kafka.
 
-use crate::auth::acl::{AclOperation, AclSnapshot, AuthorizerSettings, ResourceType, CLUSTER_NAME};
+use crate::auth::acl::{
+    self, AclOperation, AclSnapshot, AuthorizerSettings, ResourceType, CLUSTER_NAME,
+};
 use crate::auth::Session;
 use crate::shard::ShardCtx;
 use kafka_protocol::messages::ApiKey;
@@ -127,6 +129,18 @@ impl Authz {
             audit(c, op, resource_type, "*any*");
         }
         ok
+    }
+
+    /// Kafka's `authorizedOperations`: the bit field of the supported
+    /// operations of the resource the principal may do (every supported
+    /// one without an authorizer). Nothing is audited: the answer only
+    /// informs the client.
+    pub fn authorized_operations(&self, resource_type: ResourceType, name: &str) -> i32 {
+        let ops = acl::supported_operations(resource_type).iter().copied();
+        if self.check.is_none() {
+            return acl::operations_bit_field(ops);
+        }
+        acl::operations_bit_field(ops.filter(|op| self.filter(*op, resource_type, name)))
     }
 
     fn decide(&self, op: AclOperation, resource_type: ResourceType, name: &str, log: bool) -> bool {

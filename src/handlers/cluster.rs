@@ -4,12 +4,12 @@
 //! sent by a client to each broker in turn, reports the partitions of the
 //! shard that answers.
 //!
-//! As in Kafka, DescribeCluster checks nothing (its authorized-operations
-//! field is not filled: fjord leaves it at Kafka's "not requested"
-//! value), and DescribeLogDirs needs DESCRIBE on the cluster.
+//! As in Kafka, DescribeCluster checks nothing, except that the cluster's
+//! authorized operations, when asked for, are 0 to a principal that may not
+//! DESCRIBE the cluster; DescribeLogDirs needs DESCRIBE on the cluster.
 
 use super::{decode, respond, str_bytes, Outcome};
-use crate::auth::acl::AclOperation;
+use crate::auth::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use crate::handlers::authz::Authz;
 use crate::protocol::hand_versions::{
     DescribeLogDirsRequestV5, DescribeLogDirsResponseV5, DESCRIBE_LOG_DIRS_CORDONED_VERSION,
@@ -36,11 +36,19 @@ const ENDPOINT_TYPE_BROKERS: i8 = 1;
 pub fn describe_cluster(
     ctx: &Rc<ShardCtx>,
     listener: usize,
+    authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
 ) -> Outcome {
-    let Some(_req) = decode::<DescribeClusterRequest>(header, body) else {
+    let Some(req) = decode::<DescribeClusterRequest>(header, body) else {
         return Outcome::Close;
+    };
+    let cluster_authorized_operations = if !req.include_cluster_authorized_operations {
+        i32::MIN // the schema's default
+    } else if authz.cluster(AclOperation::Describe) {
+        authz.authorized_operations(ResourceType::Cluster, CLUSTER_NAME)
+    } else {
+        0
     };
     let brokers = (0..ctx.cores())
         .map(|shard| {
@@ -52,6 +60,7 @@ pub fn describe_cluster(
         })
         .collect();
     let mut resp = DescribeClusterResponse::default()
+        .with_cluster_authorized_operations(cluster_authorized_operations)
         .with_cluster_id(str_bytes(ctx.config.cluster_id.clone()))
         .with_controller_id(BrokerId(ctx.config.node_id_of(0)))
         .with_brokers(brokers);

@@ -26,8 +26,9 @@
 //! Each partition is led by the shard that owns it, in the broker's leader
 //! epoch, with that shard as its only replica and in-sync replica (as
 //! Metadata reports it), no eligible leader replicas and none offline.
-//! Without authorization, every topic operation is allowed, which
-//! `topic_authorized_operations` says as Kafka does with no authorizer.
+//! `topic_authorized_operations` is the topic operations the principal may
+//! do (every one without an authorizer), on every entry but the refused
+//! ones, which Kafka lists last with the field's default.
 
 use super::{decode, respond, str_bytes, Outcome};
 use crate::auth::acl::{AclOperation, ResourceType};
@@ -50,13 +51,6 @@ use uuid::Uuid;
 /// Most partitions one response lists, whatever the client asks (Kafka's
 /// `max.request.partition.size.limit`, default 2000).
 pub const PARTITIONS_PER_RESPONSE_MAX: i32 = 2000;
-
-/// The topic operations a client may do on any topic without an authorizer
-/// (Kafka's `AclOperation` codes READ 3, WRITE 4, CREATE 5, DELETE 6,
-/// ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, as a bit
-/// set).
-pub const TOPIC_AUTHORIZED_OPERATIONS: i32 =
-    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
 
 pub fn handle(
     ctx: &Rc<ShardCtx>,
@@ -119,6 +113,25 @@ fn describe(
     let mut remaining = req
         .response_partition_limit
         .min(PARTITIONS_PER_RESPONSE_MAX);
+    // Kafka: DESCRIBE on each topic. A listing leaves the others out; a
+    // named one answers TOPIC_AUTHORIZATION_FAILED without its id, after
+    // all the others and whatever the partition limit left out.
+    let mut denied = Vec::new();
+    let names = names.into_iter().filter(|name| {
+        if list_all {
+            return authz.filter(AclOperation::Describe, ResourceType::Topic, name);
+        }
+        let allowed = authz.topic(AclOperation::Describe, name);
+        if !allowed {
+            denied.push(
+                DescribeTopicPartitionsResponseTopic::default()
+                    .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                    .with_name(Some(topic_name(name))),
+            );
+        }
+        allowed
+    });
+    let names: Vec<&str> = names.collect();
     let mut response = DescribeTopicPartitionsResponse::default();
     for name in names {
         if remaining <= 0 {
@@ -133,24 +146,6 @@ fn describe(
             }
             break;
         }
-        // Kafka: DESCRIBE on the topic; a listing leaves the others out, a
-        // named one answers TOPIC_AUTHORIZATION_FAILED without its id.
-        let authorized = if list_all {
-            authz.filter(AclOperation::Describe, ResourceType::Topic, name)
-        } else {
-            authz.topic(AclOperation::Describe, name)
-        };
-        if !authorized {
-            if !list_all {
-                response.topics.push(
-                    DescribeTopicPartitionsResponseTopic::default()
-                        .with_error_code(ResponseError::TopicAuthorizationFailed.code())
-                        .with_name(Some(topic_name(name)))
-                        .with_topic_authorized_operations(TOPIC_AUTHORIZED_OPERATIONS),
-                );
-            }
-            continue;
-        }
         let Some(topic) = image.topic(name) else {
             if !list_all {
                 let error = match validate_topic_name(name) {
@@ -162,7 +157,9 @@ fn describe(
                         .with_error_code(error.code())
                         .with_name(Some(topic_name(name)))
                         .with_is_internal(crate::metadata::internal::is_internal(name))
-                        .with_topic_authorized_operations(TOPIC_AUTHORIZED_OPERATIONS),
+                        .with_topic_authorized_operations(
+                            authz.authorized_operations(ResourceType::Topic, name),
+                        ),
                 );
             }
             continue;
@@ -180,7 +177,9 @@ fn describe(
                 .with_topic_id(Uuid::from_bytes(topic.id))
                 .with_is_internal(topic.is_internal())
                 .with_partitions(partitions)
-                .with_topic_authorized_operations(TOPIC_AUTHORIZED_OPERATIONS),
+                .with_topic_authorized_operations(
+                    authz.authorized_operations(ResourceType::Topic, name),
+                ),
         );
         if let Some(next) = next {
             response.next_cursor = Some(
@@ -191,6 +190,7 @@ fn describe(
             break;
         }
     }
+    response.topics.extend(denied);
     Ok(response)
 }
 

@@ -13,7 +13,7 @@
 //! the topic, else TOPIC_AUTHORIZATION_FAILED.
 
 use super::{decode, errors, respond, str_bytes, Outcome};
-use crate::auth::acl::{AclOperation, ResourceType};
+use crate::auth::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use crate::handlers::authz::Authz;
 use crate::metadata::{internal, validate_topic_name, MetadataImage, TopicMeta};
 use crate::protocol::RequestHeader;
@@ -164,7 +164,31 @@ pub async fn handle(
                 .collect()
         }
     };
+    let mut topics = topics;
+    let mut cluster_authorized_operations = i32::MIN; // the schema's default
+    if v >= 8 {
+        // Kafka: the operations on each topic described (not on the refused
+        // ones nor on unknown ids), and, v8–10, on the cluster if the
+        // principal may DESCRIBE it (0 if not).
+        if req.include_topic_authorized_operations {
+            let refused = ResponseError::TopicAuthorizationFailed.code();
+            for t in topics.iter_mut().filter(|t| t.error_code != refused) {
+                if let Some(name) = &t.name {
+                    t.topic_authorized_operations =
+                        authz.authorized_operations(ResourceType::Topic, name.0.as_str());
+                }
+            }
+        }
+        if v <= 10 && req.include_cluster_authorized_operations {
+            cluster_authorized_operations = if authz.cluster(AclOperation::Describe) {
+                authz.authorized_operations(ResourceType::Cluster, CLUSTER_NAME)
+            } else {
+                0
+            };
+        }
+    }
     let resp = MetadataResponse::default()
+        .with_cluster_authorized_operations(cluster_authorized_operations)
         .with_brokers(brokers(ctx, listener))
         .with_cluster_id(Some(str_bytes(ctx.config.cluster_id.clone())))
         .with_controller_id(BrokerId(ctx.config.node_id_of(0)))

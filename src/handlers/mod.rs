@@ -227,7 +227,7 @@ fn dispatch_other(
                 .boxed_local()
         }
         ApiKey::DescribeCluster => {
-            async move { cluster::describe_cluster(&ctx, listener, &header, &mut body) }
+            async move { cluster::describe_cluster(&ctx, listener, &authz, &header, &mut body) }
                 .boxed_local()
         }
         ApiKey::DescribeLogDirs => {

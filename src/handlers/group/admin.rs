@@ -27,7 +27,8 @@ use kafka_protocol::messages::{
 };
 use std::rc::Rc;
 
-/// `authorized_operations` when the client did not ask for them.
+/// `authorized_operations` when the client did not ask for them, or for a
+/// group answered with an error (the schema's default).
 pub const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 
 pub fn list_groups(
@@ -138,6 +139,17 @@ pub fn describe_groups(
             }
         })
         .collect();
+    let mut groups: Vec<DescribedGroup> = groups;
+    // Kafka lists the groups refused by the ACLs first, then the others in
+    // the order asked.
+    groups.sort_by_key(|g| g.error_code != GROUP_AUTHORIZATION_FAILED);
+    // Kafka (v3+): the operations the principal may do on each group
+    // described without an error; the others keep the field's default.
+    if v >= 3 && req.include_authorized_operations {
+        for g in groups.iter_mut().filter(|g| g.error_code == errors::NONE) {
+            g.authorized_operations = authz.authorized_operations(ResourceType::Group, &g.group_id);
+        }
+    }
     respond(
         header,
         &DescribeGroupsResponse::default().with_groups(groups),

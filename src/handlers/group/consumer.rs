@@ -7,7 +7,7 @@
 //! ConsumerGroupHeartbeat v1 (KIP-1082) requires the client to generate
 //! its member id; for v0 a member joining without one gets a fresh one.
 
-use crate::auth::acl::AclOperation;
+use crate::auth::acl::{AclOperation, ResourceType};
 use crate::group::consumer::{Assignment, HeartbeatRequest};
 use crate::group::error::GroupError;
 use crate::handlers::authz::Authz;
@@ -291,6 +291,17 @@ pub fn describe(
             }
         })
         .collect();
+    let mut groups: Vec<describe::DescribedGroup> = groups;
+    // Kafka lists the groups refused by the ACLs first, then the others in
+    // the order asked.
+    groups.sort_by_key(|g| g.error_code != ResponseError::GroupAuthorizationFailed.code());
+    // Kafka: the operations the principal may do on each group described
+    // without an error; the others keep the field's default.
+    if req.include_authorized_operations {
+        for g in groups.iter_mut().filter(|g| g.error_code == errors::NONE) {
+            g.authorized_operations = authz.authorized_operations(ResourceType::Group, &g.group_id);
+        }
+    }
     respond(
         header,
         &ConsumerGroupDescribeResponse::default().with_groups(groups),

@@ -18,6 +18,7 @@ use kafka_protocol::messages::{
     HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
     LeaveGroupResponse, SyncGroupRequest, SyncGroupResponse,
 };
+use kafka_protocol::ResponseError;
 use std::rc::Rc;
 
 fn opt_str(s: &Option<kafka_protocol::protocol::StrBytes>) -> Option<String> {
@@ -120,6 +121,15 @@ pub async fn sync_group(
         return Outcome::Close;
     };
     let group_id = req.group_id.to_string();
+    // Kafka: from v5 the protocol type and name are mandatory, checked
+    // before the group's ACL.
+    if header.api_version >= 5 && (req.protocol_type.is_none() || req.protocol_name.is_none()) {
+        return respond(
+            header,
+            &SyncGroupResponse::default()
+                .with_error_code(ResponseError::InconsistentGroupProtocol.code()),
+        );
+    }
     if !authz.group(AclOperation::Read, &group_id) {
         return respond(
             header,
