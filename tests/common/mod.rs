@@ -19,6 +19,7 @@ pub mod child;
 pub mod client;
 pub mod disk;
 pub mod groups;
+pub mod netns;
 pub mod raw;
 pub mod target;
 pub mod tls;
@@ -56,6 +57,9 @@ pub struct BrokerOpts {
     pub nofile: Option<u64>,
     /// Environment variables of the broker process.
     pub env: Vec<(String, String)>,
+    /// Run in this network namespace (`netns::Host`), listening on this
+    /// address instead of 127.0.0.1.
+    pub netns: Option<(String, std::net::Ipv4Addr)>,
 }
 
 impl Default for BrokerOpts {
@@ -65,6 +69,7 @@ impl Default for BrokerOpts {
             extra_args: Vec::new(),
             nofile: None,
             env: Vec::new(),
+            netns: None,
         }
     }
 }
@@ -82,6 +87,12 @@ impl BrokerOpts {
 
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Runs the broker in `host`'s namespace, listening on its address.
+    pub fn in_host(mut self, host: &netns::Host) -> Self {
+        self.netns = Some((host.ns.clone(), host.addr));
         self
     }
 
@@ -121,14 +132,22 @@ impl Broker {
         broker
     }
 
+    /// The address the broker listens on.
+    pub fn host(&self) -> std::net::Ipv4Addr {
+        self.opts
+            .netns
+            .as_ref()
+            .map_or(std::net::Ipv4Addr::LOCALHOST, |(_, addr)| *addr)
+    }
+
     /// The broker's `--data-dir`.
     pub fn data_dir(&self) -> PathBuf {
         self.root.path().join("data")
     }
 
-    /// `127.0.0.1:<port of shard 0>`, for `bootstrap.servers`.
+    /// `HOST:<port of shard 0>` (127.0.0.1 unless in a namespace), for `bootstrap.servers`.
     pub fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.host(), self.port)
     }
 
     /// The port of shard `shard` (Kafka node `shard`).
@@ -271,14 +290,22 @@ impl Broker {
         let bin = std::env::var_os("FJORD_TEST_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_fjord")));
-        let mut cmd = Command::new(bin);
+        let mut cmd = match &self.opts.netns {
+            // `ip netns exec` execs the broker: the child is the broker.
+            Some((ns, _)) => {
+                let mut cmd = Command::new("ip");
+                cmd.arg("netns").arg("exec").arg(ns).arg(bin);
+                cmd
+            }
+            None => Command::new(bin),
+        };
         cmd.arg("serve")
             .arg("--data-dir")
             .arg(self.data_dir())
             .arg("--port")
             .arg(port.to_string())
             .arg("--listen")
-            .arg("127.0.0.1")
+            .arg(self.host().to_string())
             .arg("--cores")
             .arg(self.opts.cores.to_string())
             .arg("--no-pin")
