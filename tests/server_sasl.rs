@@ -2,9 +2,11 @@
 //! with PLAIN, and raw Kafka-protocol clients for what must fail and how
 //! (the error code, Kafka's message, the closed connection), each followed
 //! by a check that another connection of the same shard still works.
-//! SCRAM with real clients is in `interop_java.rs` (the Java client) and
-//! `interop_cli.rs` (`kafka-configs`, Kafka's CLI tools); librdkafka's
-//! SCRAM needs its OpenSSL build, which the test build does not have.
+//! librdkafka with both SCRAM mechanisms (it has OpenSSL, which its SCRAM
+//! needs): produce, a transaction, a consumer group, bad logins beside an
+//! open session, and a session kept alive over several re-authentications
+//! (KIP-368, which librdkafka does by itself). SCRAM with the Java client is
+//! in `interop_java.rs`, with Kafka's CLI tools in `interop_cli.rs`.
 //!
 //! What Kafka answers (checked once against stock Kafka 4.4 with a
 //! SASL_PLAINTEXT listener, `scripts/kafka-peer.sh` with the listener
@@ -28,7 +30,10 @@ use kafka_protocol::messages::{
     MetadataRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
 };
 use kafka_protocol::protocol::StrBytes;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::Producer;
+use rdkafka::Message;
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// How long a closed connection may take to be seen closed.
@@ -56,7 +61,12 @@ fn sasl_broker(cores: usize) -> (Broker, u16) {
 /// Creates `user` with a SCRAM-SHA-256 credential over the PLAINTEXT
 /// listener, salting the password as the Java admin client does.
 fn add_user(plaintext_port: u16, user: &str, password: &str) {
-    let m = ScramMechanism::Sha256;
+    add_scram_user(plaintext_port, user, password, ScramMechanism::Sha256);
+}
+
+/// Creates `user` with a credential for mechanism `m` over the PLAINTEXT
+/// listener.
+fn add_scram_user(plaintext_port: u16, user: &str, password: &str, m: ScramMechanism) {
     let salt = b"a-salt-for-the-test".to_vec();
     let salted = m.salted_password(password.as_bytes(), &salt, 4096);
     let mut raw = RawClient::connect(plaintext_port);
@@ -523,4 +533,245 @@ fn without_a_listener_the_broker_binds_loopback_and_says_so() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("SSL is not supported yet"), "{err}");
+}
+
+/// librdkafka settings for `user` with SASL `mechanism` on a SASL_PLAINTEXT
+/// listener.
+fn rdkafka_sasl<'a>(
+    mechanism: &'a str,
+    user: &'a str,
+    password: &'a str,
+) -> [(&'a str, &'a str); 4] {
+    [
+        ("security.protocol", "SASL_PLAINTEXT"),
+        ("sasl.mechanisms", mechanism),
+        ("sasl.username", user),
+        ("sasl.password", password),
+    ]
+}
+
+/// Produces `values` to `topic` with `producer` and asserts every delivery.
+fn produce_all(producer: &common::client::TestProducer, topic: &str, values: &[String]) {
+    let before = producer.context().deliveries.lock().unwrap().len();
+    for (i, v) in values.iter().enumerate() {
+        common::client::send(
+            producer,
+            topic,
+            &common::client::TestMessage {
+                id: before + i,
+                key: format!("k{i}").into_bytes(),
+                value: v.clone().into_bytes(),
+                headers: vec![],
+            },
+        );
+    }
+    let all =
+        common::client::await_deliveries(producer, before + values.len(), Duration::from_secs(60));
+    for d in &all[before..] {
+        assert!(d.error.is_none(), "delivery failed: {:?}", d.error);
+    }
+}
+
+/// Polls `consumer` until it has read `n` records, and returns their values.
+fn poll_values(consumer: &BaseConsumer, n: usize) -> Vec<String> {
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while got.len() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "consumed {} of {n}: {got:?}",
+            got.len()
+        );
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.expect("consumer error");
+            got.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+        }
+    }
+    got
+}
+
+/// A subscribing, read_committed consumer of `group` that commits by hand.
+fn group_consumer(bootstrap: &str, group: &str, sasl: &[(&str, &str)]) -> BaseConsumer {
+    let mut extra = vec![
+        ("group.id", group),
+        ("isolation.level", "read_committed"),
+        ("auto.offset.reset", "earliest"),
+        ("session.timeout.ms", "10000"),
+        ("enable.auto.offset.store", "true"),
+    ];
+    extra.extend_from_slice(sasl);
+    // common::client::consumer sets its own group.id and turns the offset
+    // store off first; the later settings win.
+    common::client::consumer(bootstrap, &extra)
+}
+
+/// librdkafka with SCRAM `m` on the SASL listener: an idempotent producer,
+/// a committed and an aborted transaction, a consumer group that reads
+/// exactly the committed records and commits its offsets; then a wrong
+/// password and an unknown user are refused while the group's connections
+/// stay open and go on working.
+fn librdkafka_scram_workload(m: ScramMechanism) {
+    let (broker, sasl_port) = sasl_broker(2);
+    let user = "carol";
+    let password = "carol-secret";
+    add_scram_user(broker.port, user, password, m);
+    let bootstrap = format!("127.0.0.1:{sasl_port}");
+    let topic = format!("scram-{}", m.name().to_lowercase());
+    common::client::create_topic(&broker.bootstrap(), &topic, 2, &[]);
+    let sasl = rdkafka_sasl(m.name(), user, password);
+
+    let mut extra = vec![("acks", "all"), ("enable.idempotence", "true")];
+    extra.extend_from_slice(&sasl);
+    let producer = common::client::producer(&bootstrap, &extra);
+    let plain: Vec<String> = (0..40).map(|i| format!("plain-{i}")).collect();
+    produce_all(&producer, &topic, &plain);
+
+    let txn_id = format!("{topic}-txn");
+    let mut extra = vec![("transactional.id", txn_id.as_str())];
+    extra.extend_from_slice(&sasl);
+    let txn = common::client::producer(&bootstrap, &extra);
+    let t = Duration::from_secs(30);
+    txn.init_transactions(t).expect("init_transactions");
+    txn.begin_transaction().unwrap();
+    let committed: Vec<String> = (0..10).map(|i| format!("committed-{i}")).collect();
+    produce_all(&txn, &topic, &committed);
+    txn.commit_transaction(t).expect("commit_transaction");
+    txn.begin_transaction().unwrap();
+    produce_all(
+        &txn,
+        &topic,
+        &(0..5).map(|i| format!("aborted-{i}")).collect::<Vec<_>>(),
+    );
+    txn.abort_transaction(t).expect("abort_transaction");
+
+    let group = format!("{topic}-group");
+    let consumer = group_consumer(&bootstrap, &group, &sasl);
+    consumer.subscribe(&[&topic]).unwrap();
+    let mut got = poll_values(&consumer, 50);
+    got.sort();
+    let mut want: Vec<String> = plain.iter().chain(&committed).cloned().collect();
+    want.sort();
+    assert_eq!(got, want, "read_committed: the plain and committed records");
+    consumer
+        .commit_consumer_state(CommitMode::Sync)
+        .expect("commit");
+    let offsets = consumer.committed(t).expect("committed offsets");
+    let sum: i64 = offsets
+        .elements()
+        .iter()
+        .map(|e| e.offset().to_raw().unwrap_or(0))
+        .sum();
+    // At least past the 50 records read (the aborted ones and the markers
+    // count too once the consumer has skipped them).
+    assert!(
+        offsets.count() == 2 && sum >= 50,
+        "committed offsets {offsets:?}"
+    );
+
+    // Bad logins, each on a connection of its own, while the group's are open.
+    let failed_before = broker
+        .stderr_since(0)
+        .matches("authentication failed")
+        .count();
+    for (u, p) in [(user, "not-the-password"), ("nobody", password)] {
+        let bad = common::client::consumer(&bootstrap, &rdkafka_sasl(m.name(), u, p));
+        let md = bad.fetch_metadata(None, Duration::from_secs(10));
+        assert!(md.is_err(), "{u} with a bad login must not fetch metadata");
+    }
+    let log = broker.stderr_since(0);
+    assert!(
+        log.matches("authentication failed").count() >= failed_before + 2
+            && !log.contains("not-the-password")
+            && !log.contains(password),
+        "both failures are audited, without the password:\n{}",
+        broker.stderr_tail()
+    );
+    let more: Vec<String> = (0..10).map(|i| format!("after-{i}")).collect();
+    produce_all(&producer, &topic, &more);
+    let mut got = poll_values(&consumer, 10);
+    got.sort();
+    let mut want = more.clone();
+    want.sort();
+    assert_eq!(
+        got, want,
+        "the open group session goes on after the bad logins"
+    );
+}
+
+#[test]
+fn librdkafka_scram_sha_256_produces_transacts_and_consumes_in_a_group() {
+    librdkafka_scram_workload(ScramMechanism::Sha256);
+}
+
+#[test]
+fn librdkafka_scram_sha_512_produces_transacts_and_consumes_in_a_group() {
+    librdkafka_scram_workload(ScramMechanism::Sha512);
+}
+
+/// The broker's log without the terminal colours of its text format.
+fn plain_log(broker: &common::Broker) -> String {
+    broker
+        .stderr_since(0)
+        .split('\u{1b}')
+        .map(|part| match part.strip_prefix('[') {
+            Some(rest) => rest.split_once('m').map_or(rest, |(_, text)| text),
+            None => part,
+        })
+        .collect()
+}
+
+/// librdkafka re-authenticates on its own (KIP-368) before its session
+/// expires: a producer and a consumer keep working over several session
+/// lifetimes, and the broker logs several re-authentications of one
+/// connection (the same client address), so they were not reconnections.
+#[test]
+fn librdkafka_scram_re_authenticates_across_several_session_lifetimes() {
+    let (broker, sasl_port) = sasl_broker(1);
+    add_scram_user(broker.port, "dave", "dave-secret", ScramMechanism::Sha512);
+    let bootstrap = format!("127.0.0.1:{sasl_port}");
+    common::client::create_topic(&broker.bootstrap(), "reauth", 1, &[]);
+    let sasl = rdkafka_sasl("SCRAM-SHA-512", "dave", "dave-secret");
+    let mut extra = vec![("acks", "all"), ("linger.ms", "0")];
+    extra.extend_from_slice(&sasl);
+    let producer = common::client::producer(&bootstrap, &extra);
+    let consumer = common::client::consumer(&bootstrap, &sasl);
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset("reauth", 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+
+    // Four session lifetimes, one record every quarter of a lifetime, each
+    // read back before the next (waits for the broker's clock, not timed
+    // assertions).
+    let rounds = 16;
+    for i in 0..rounds {
+        produce_all(&producer, "reauth", &[format!("r{i}")]);
+        assert_eq!(poll_values(&consumer, 1), [format!("r{i}")]);
+        std::thread::sleep(Duration::from_millis(REAUTH_MS / 4));
+    }
+
+    let log = plain_log(&broker);
+    let mut per_peer: HashMap<&str, usize> = HashMap::new();
+    for line in log
+        .lines()
+        .filter(|l| l.contains("authenticated") && l.contains("reauthentication=true"))
+    {
+        if let Some(peer) = line
+            .split("peer=Some(")
+            .nth(1)
+            .and_then(|r| r.split(')').next())
+        {
+            *per_peer.entry(peer).or_default() += 1;
+        }
+    }
+    assert!(
+        per_peer.values().any(|&n| n >= 3),
+        "one connection re-authenticated at least 3 times: {per_peer:?}\n{}",
+        broker.stderr_tail()
+    );
+    assert!(
+        !log.contains("connection closed by SASL"),
+        "no connection was closed for an expired session:\n{}",
+        broker.stderr_tail()
+    );
 }
