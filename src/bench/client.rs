@@ -82,10 +82,16 @@ fn kafka(what: &str) -> impl Fn(KafkaError) -> BenchError + '_ {
     }
 }
 
+/// What every client of the run starts from: the bootstrap, then
+/// `--client-config` (e.g. the security settings, which the admin client
+/// creating the topic needs as much as the producers).
 fn base_config(cfg: &BenchConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &cfg.bootstrap)
         .set("log_level", "3");
+    for (k, v) in &cfg.client_config {
+        c.set(k, v);
+    }
     c
 }
 

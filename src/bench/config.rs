@@ -111,6 +111,13 @@ pub struct BenchArgs {
     /// CPU list the bench's threads (and librdkafka's) may run on, e.g. `1` or `0,1`.
     #[arg(long)]
     pub client_cores: Option<String>,
+    /// Extra librdkafka properties `key=value` for every client of the run
+    /// (repeatable): the admin client that creates the topic, the set-up
+    /// consumer, the producers and the consumers, e.g. the security settings
+    /// `security.protocol=SASL_SSL`. `--producer-config` and
+    /// `--consumer-config` come after these, so theirs win.
+    #[arg(long = "client-config")]
+    pub client_config: Vec<String>,
     /// Extra librdkafka producer properties `key=value` (repeatable).
     #[arg(long = "producer-config")]
     pub producer_config: Vec<String>,
@@ -151,6 +158,8 @@ pub struct WorkloadFile {
     pub keys: Option<KeyMode>,
     pub idempotence: Option<bool>,
     pub transaction_duration_ms: Option<u64>,
+    #[serde(default)]
+    pub client_config: Vec<String>,
     #[serde(default)]
     pub producer_config: Vec<String>,
     #[serde(default)]
@@ -213,7 +222,14 @@ pub struct BenchConfig {
     pub keys: KeyMode,
     pub idempotence: bool,
     pub transaction_duration_ms: u64,
+    /// Properties of every client (admin, set-up consumer, producers,
+    /// consumers); recorded in the result without the values of keys that
+    /// name secrets (see [`redacted`]).
+    #[serde(serialize_with = "ser_redacted")]
+    pub client_config: Vec<(String, String)>,
+    #[serde(serialize_with = "ser_redacted")]
     pub producer_config: Vec<(String, String)>,
+    #[serde(serialize_with = "ser_redacted")]
     pub consumer_config: Vec<(String, String)>,
     #[serde(skip)]
     pub output: Option<PathBuf>,
@@ -226,6 +242,27 @@ pub struct BenchConfig {
     pub client_cores: Vec<usize>,
     #[serde(serialize_with = "ser_duration_s")]
     pub status_interval: Duration,
+}
+
+/// Whether a client property's value is a secret that a result file must
+/// not hold (`sasl.password`, `ssl.key.password`, ...).
+pub fn is_secret(key: &str) -> bool {
+    key.contains("password") || key.contains("secret") || key.ends_with(".pem")
+}
+
+/// `props` with the values of secret keys ([`is_secret`]) replaced.
+pub fn redacted(props: &[(String, String)]) -> Vec<(String, String)> {
+    props
+        .iter()
+        .map(|(k, v)| {
+            let v = if is_secret(k) { "[redacted]" } else { v };
+            (k.clone(), v.to_string())
+        })
+        .collect()
+}
+
+fn ser_redacted<S: serde::Serializer>(props: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&redacted(props), s)
 }
 
 fn ser_duration_s<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -254,6 +291,7 @@ impl BenchConfig {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
+        let client_config = properties("client-config", &file.client_config, &args.client_config)?;
         let producer_config = properties(
             "producer-config",
             &file.producer_config,
@@ -296,6 +334,7 @@ impl BenchConfig {
                 &file.transaction_duration_ms,
                 0,
             ),
+            client_config,
             producer_config,
             consumer_config,
             output: args.output.clone(),
@@ -473,6 +512,35 @@ mod tests {
         };
         let e = BenchConfig::resolve(&bad).unwrap_err().to_string();
         assert!(e.contains("consumer-config `no-equals`"), "{e}");
+    }
+
+    #[test]
+    fn client_config_applies_to_all_and_its_secrets_are_not_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.toml");
+        std::fs::write(&p, "client-config = [\"security.protocol=SASL_SSL\"]\n").unwrap();
+        let args = BenchArgs {
+            workload: Some(p),
+            client_config: vec!["sasl.password=hunter2".into(), "sasl.username=bench".into()],
+            producer_config: vec!["ssl.key.password=k3y".into()],
+            ..Default::default()
+        };
+        let c = BenchConfig::resolve(&args).unwrap();
+        let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            c.client_config,
+            [
+                kv("security.protocol", "SASL_SSL"),
+                kv("sasl.password", "hunter2"),
+                kv("sasl.username", "bench")
+            ]
+        );
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(!json.contains("hunter2") && !json.contains("k3y"), "{json}");
+        assert!(
+            json.contains("SASL_SSL") && json.contains("[redacted]"),
+            "{json}"
+        );
     }
 
     #[test]
