@@ -242,8 +242,10 @@ fn connect_distributed() {
 /// described, then produce, a consumer group, a re-authentication
 /// (`--connections-max-reauth-ms` shorter than the scenario's wait), a
 /// committed and an aborted transaction, and a wrong password and an
-/// unknown user refused. fjord only: the stock peer has no SASL listener
-/// in this harness (see `scripts/kafka-peer-sasl.sh` for the comparison).
+/// unknown user refused. fjord only: the stock peer of this harness has no
+/// SASL listener (docs/security.md shows the SASL_PLAINTEXT peer the
+/// behaviour was compared with; `scripts/kafka-peer-ssl.sh` runs the same
+/// scenario over SASL_SSL against stock Kafka).
 fn assert_sasl_scenario_passes(mechanism: &str) {
     if std::env::var(common::target::TARGET_ENV).is_ok_and(|v| !v.trim().is_empty()) {
         println!("skipped: the SASL scenario runs against fjord only");

@@ -73,8 +73,12 @@ public final class Main {
         s.put("group-consumer", GroupClassic::runConsumer);
         s.put("group-upgrade", GroupUpgrade::run);
         s.put("admin", AdminScenario::run);
-        // Needs --sasl-bootstrap HOST:PORT (a SASL_PLAINTEXT listener) and --mechanism.
+        // Needs --sasl-bootstrap HOST:PORT (a SASL_PLAINTEXT listener, or SASL_SSL with
+        // --security-protocol SASL_SSL --truststore CA.pem) and --mechanism.
         s.put("sasl", SaslScenario::run);
+        // Needs --ssl-bootstrap HOST:PORT (an SSL listener) and --truststore CA.pem; mTLS
+        // with --client-cert, --client-key, --principal and --wrong-principal.
+        s.put("tls", TlsScenario::run);
         // Needs --topic, --hidden-topic, --group, --txn-prefix and the ACLs set up by tests/interop_java.rs.
         s.put("acls", AclsScenario::run);
         s.put("streams-eos", StreamsEos::run);

@@ -27,20 +27,22 @@ import org.apache.kafka.common.config.SaslConfigs;
 import org.apache.kafka.common.errors.SaslAuthenticationException;
 
 /**
- * sasl: the Java client on a SASL_PLAINTEXT listener, with the mechanism given by
- * {@code --mechanism} (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512).
+ * sasl: the Java client on a SASL listener, with the mechanism given by
+ * {@code --mechanism} (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512), SASL_PLAINTEXT or, with
+ * {@code --security-protocol SASL_SSL} and {@code --truststore CA.pem}, SASL_SSL.
  *
  * <p>The user is created with AlterUserScramCredentials over the PLAINTEXT listener
  * ({@code --bootstrap}; the admin client salts the password) and described. Then, on
- * the SASL listener ({@code --sasl-bootstrap}), authenticated as that user: the
- * cluster is described and every node must be advertised on the SASL listener's ports;
- * a topic is created, an idempotent producer writes, a consumer group reads and
- * commits; after {@code --reauth-wait-ms} (longer than the broker's
- * {@code --connections-max-reauth-ms}) the same producer and consumer go on, which
- * needs a re-authentication (KIP-368) on their open connections; a transaction is
- * committed and one aborted, and a read_committed consumer sees exactly the committed
- * records. Finally a wrong password and an unknown user fail with
- * SaslAuthenticationException.
+ * the SASL listener ({@code --sasl-bootstrap}), authenticated as that user (or as
+ * {@code --login-user}/{@code --login-password}, a user the broker already knows, e.g.
+ * a PLAIN user of stock Kafka's JAAS configuration), {@link #workload}: the cluster is
+ * described and every node must be advertised on the listener's ports; a topic is
+ * created, an idempotent producer writes, a consumer group reads and commits; after
+ * {@code --reauth-wait-ms} (longer than the broker's {@code --connections-max-reauth-ms})
+ * the same producer and consumer go on, which needs a re-authentication (KIP-368) on
+ * their open connections; a transaction is committed and one aborted, and a
+ * read_committed consumer sees exactly the committed records. Finally a wrong password
+ * and an unknown user fail with SaslAuthenticationException.
  */
 final class SaslScenario {
     static final int PARTITIONS = 2;
@@ -56,26 +58,44 @@ final class SaslScenario {
         return module + " required username=\"" + user + "\" password=\"" + password + "\";";
     }
 
-    static Properties sasl(Properties p, String mechanism, String user, String password) {
-        p.put(CommonClientConfigs.SECURITY_PROTOCOL_CONFIG, "SASL_PLAINTEXT");
+    /**
+     * The client settings for SASL {@code mechanism} as {@code user} over
+     * {@code protocol} (SASL_PLAINTEXT or SASL_SSL; with SASL_SSL the CA in
+     * {@code truststore}, a PEM file, is trusted).
+     */
+    static Properties security(String protocol, String truststore, String mechanism, String user,
+            String password) {
+        Properties p = new Properties();
+        p.put(CommonClientConfigs.SECURITY_PROTOCOL_CONFIG, protocol);
         p.put(SaslConfigs.SASL_MECHANISM, mechanism);
         p.put(SaslConfigs.SASL_JAAS_CONFIG, jaas(mechanism, user, password));
+        if (protocol.endsWith("SSL")) {
+            p.putAll(TlsScenario.trust(truststore));
+        }
         return p;
     }
 
-    static Admin saslAdmin(String bootstrap, String mechanism, String user, String password) {
+    /** {@code p} with every setting of {@code security} added. */
+    static Properties with(Properties p, Properties security) {
+        p.putAll(security);
+        return p;
+    }
+
+    static Admin secureAdmin(String bootstrap, Properties security) {
         Properties p = new Properties();
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        p.put(AdminClientConfig.CLIENT_ID_CONFIG, "fjord-interop-sasl-admin");
+        p.put(AdminClientConfig.CLIENT_ID_CONFIG, "fjord-interop-secure-admin");
         p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "20000");
         p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
-        return Admin.create(sasl(p, mechanism, user, password));
+        return Admin.create(with(p, security));
     }
 
     static void run(Main.Args args) throws Exception {
         String mechanism = args.require("mechanism");
         String saslBootstrap = args.require("sasl-bootstrap");
         long reauthWaitMs = Long.parseLong(args.options.getOrDefault("reauth-wait-ms", "0"));
+        String protocol = args.options.getOrDefault("security-protocol", "SASL_PLAINTEXT");
+        String truststore = args.options.get("truststore");
         String user = Kit.unique("user");
         String password = "pw-" + Kit.unique("secret");
 
@@ -110,22 +130,47 @@ final class SaslScenario {
             Check.ok("described " + infos);
         }
 
-        String topic = Kit.unique("sasl-" + mechanism.toLowerCase());
-        int saslPort = Integer.parseInt(saslBootstrap.substring(saslBootstrap.lastIndexOf(':') + 1));
-        try (Admin admin = saslAdmin(saslBootstrap, mechanism, user, password)) {
-            Collection<Node> nodes = Kit.get(admin.describeCluster().nodes(), "describeCluster over SASL");
-            for (Node n : nodes) {
-                Check.that(n.port() >= saslPort && n.port() < saslPort + nodes.size(),
-                        "node " + n.id() + " is advertised on the SASL listener's ports", n);
+        String loginUser = args.options.getOrDefault("login-user", user);
+        String loginPassword = args.options.getOrDefault("login-password", password);
+        workload(saslBootstrap, security(protocol, truststore, mechanism, loginUser, loginPassword),
+                "sasl-" + mechanism.toLowerCase(), protocol + " " + mechanism, reauthWaitMs);
+
+        for (String[] bad : new String[][] {{loginUser, "wrong-" + loginPassword}, {Kit.unique("nobody"), loginPassword}}) {
+            try (Admin admin = secureAdmin(saslBootstrap,
+                    security(protocol, truststore, mechanism, bad[0], bad[1]))) {
+                Throwable e = Kit.failureOf(admin.describeCluster().nodes(), "describeCluster as " + bad[0]);
+                Check.that(e instanceof SaslAuthenticationException,
+                        "a bad login fails with SaslAuthenticationException", Check.describe(e));
+                Check.ok("bad login as " + bad[0] + " refused: " + e.getMessage());
             }
-            Check.ok("authenticated with " + mechanism + "; nodes " + nodes);
+        }
+    }
+
+    /**
+     * The workload every secured scenario runs on {@code bootstrap} with the client
+     * settings {@code security}: every node advertised on that listener's ports, a topic
+     * (named {@code prefix-...}), an idempotent producer and a consumer group (group and
+     * transactional id named {@code prefix-...} too), a wait of {@code reauthWaitMs}
+     * between two phases, a committed and an aborted transaction, read_committed.
+     */
+    static void workload(String bootstrap, Properties security, String prefix, String what,
+            long reauthWaitMs) throws Exception {
+        String topic = Kit.unique(prefix);
+        int port = Integer.parseInt(bootstrap.substring(bootstrap.lastIndexOf(':') + 1));
+        try (Admin admin = secureAdmin(bootstrap, security)) {
+            Collection<Node> nodes = Kit.get(admin.describeCluster().nodes(), "describeCluster over " + what);
+            for (Node n : nodes) {
+                Check.that(n.port() >= port && n.port() < port + nodes.size(),
+                        "node " + n.id() + " is advertised on the listener's ports", n);
+            }
+            Check.ok("connected with " + what + "; nodes " + nodes);
             Kit.createTopic(admin, topic, PARTITIONS);
         }
 
         List<TopicPartition> tps = Kit.partitions(topic, PARTITIONS);
-        String group = Kit.unique("sasl-group");
-        Properties pp = sasl(Kit.stringProducerProps(saslBootstrap), mechanism, user, password);
-        Properties cp = sasl(Kit.stringConsumerProps(saslBootstrap, "read_uncommitted"), mechanism, user, password);
+        String group = Kit.unique(prefix + "-group");
+        Properties pp = with(Kit.stringProducerProps(bootstrap), security);
+        Properties cp = with(Kit.stringConsumerProps(bootstrap, "read_uncommitted"), security);
         cp.put(ConsumerConfig.GROUP_ID_CONFIG, group);
         int expected = 0;
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(pp);
@@ -162,7 +207,7 @@ final class SaslScenario {
                 }
             }
         }
-        try (Admin admin = saslAdmin(saslBootstrap, mechanism, user, password)) {
+        try (Admin admin = secureAdmin(bootstrap, security)) {
             Map<TopicPartition, OffsetAndMetadata> committed =
                     Kit.get(admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata(),
                             "listConsumerGroupOffsets");
@@ -170,8 +215,8 @@ final class SaslScenario {
             Check.equal((long) expected, sum, "committed offsets of " + group);
         }
 
-        Properties tp = sasl(Kit.stringProducerProps(saslBootstrap), mechanism, user, password);
-        tp.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, Kit.unique("sasl-txn"));
+        Properties tp = with(Kit.stringProducerProps(bootstrap), security);
+        tp.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, Kit.unique(prefix + "-txn"));
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(tp)) {
             producer.initTransactions();
             producer.beginTransaction();
@@ -186,7 +231,7 @@ final class SaslScenario {
             producer.abortTransaction();
         }
         Check.ok("committed one transaction and aborted one");
-        Properties rc = sasl(Kit.stringConsumerProps(saslBootstrap, "read_committed"), mechanism, user, password);
+        Properties rc = with(Kit.stringConsumerProps(bootstrap, "read_committed"), security);
         try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(rc)) {
             Map<TopicPartition, Long> end = new HashMap<>(Kit.endOffsets(consumer, tps));
             List<ConsumerRecord<String, String>> all = Kit.readToEnd(consumer, tps, end, CONSUME_TIMEOUT_MS);
@@ -203,14 +248,5 @@ final class SaslScenario {
             Check.equal(expected + 10, all.size(), "records read_committed");
         }
         Check.ok("read_committed sees the committed transaction only");
-
-        for (String[] bad : new String[][] {{user, "wrong-" + password}, {Kit.unique("nobody"), password}}) {
-            try (Admin admin = saslAdmin(saslBootstrap, mechanism, bad[0], bad[1])) {
-                Throwable e = Kit.failureOf(admin.describeCluster().nodes(), "describeCluster as " + bad[0]);
-                Check.that(e instanceof SaslAuthenticationException,
-                        "a bad login fails with SaslAuthenticationException", Check.describe(e));
-                Check.ok("bad login as " + bad[0] + " refused: " + e.getMessage());
-            }
-        }
     }
 }
