@@ -1182,3 +1182,124 @@ fn allow_everyone_if_no_acl_found_opens_resources_no_acl_names() {
     let err = errors[0].clone().expect("refused");
     assert!(err.contains("uthoriz"), "{err}");
 }
+
+/// ConsumerGroupHeartbeat (KIP-848) by a member that may READ its group:
+/// subscribing by name to a topic it may not DESCRIBE is
+/// TOPIC_AUTHORIZATION_FAILED, naming the topic, and the member does not
+/// join; without that topic it joins. Kafka's KafkaApis checks DESCRIBE on
+/// every subscribed name before the group coordinator sees the request.
+#[test]
+fn consumer_group_heartbeat_refuses_a_subscription_to_a_topic_it_may_not_describe() {
+    let broker = secured(
+        &[],
+        &["hb-visible", "hb-secret"],
+        vec![
+            allow(GROUP, "hb-group", READ),
+            allow(TOPIC, "hb-visible", DESCRIBE),
+        ],
+    );
+    assert_heartbeat_subscription_refusal(broker.port);
+}
+
+/// The same against stock Kafka (run by hand): a fresh peer started with
+/// `scripts/kafka-peer.sh start --fresh --conf
+/// authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+/// --conf allow.everyone.if.no.acl.found=true`; the test creates the topics
+/// and a DENY DESCRIBE on `hb-secret` for ANONYMOUS itself (the group and
+/// `hb-visible` have no ACL, so they are open).
+/// `FJORD_ACL_PEER_PORT=19092 cargo test --test server_acls stock_kafka_refuses -- --ignored`.
+#[test]
+#[ignore]
+fn stock_kafka_refuses_a_heartbeat_subscription_to_a_topic_it_may_not_describe() {
+    let port: u16 = std::env::var("FJORD_ACL_PEER_PORT")
+        .expect("FJORD_ACL_PEER_PORT")
+        .parse()
+        .expect("a port");
+    let bootstrap = format!("127.0.0.1:{port}");
+    for t in ["hb-visible", "hb-secret"] {
+        create_topic(&bootstrap, t, 1, &[]);
+    }
+    create_acls(port, vec![acl(TOPIC, "hb-secret", LITERAL, DESCRIBE, DENY)]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_heartbeat_subscription_refusal(port);
+}
+
+/// Asserts the refusal of [`consumer_group_heartbeat_refuses_a_subscription_to_a_topic_it_may_not_describe`]
+/// on the broker at `port` (group `hb-group`, topics `hb-visible` and `hb-secret`).
+fn assert_heartbeat_subscription_refusal(port: u16) {
+    let mut raw = RawClient::connect(port);
+    // v1 (KIP-1082): the member names itself.
+    let heartbeat = |raw: &mut RawClient, version: i16, topics: &[&str]| {
+        let member_id = if version >= 1 {
+            s("hb-member-0000000001")
+        } else {
+            s("")
+        };
+        raw.request(
+            version,
+            &ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(s("hb-group")))
+                .with_member_id(member_id)
+                .with_member_epoch(0)
+                .with_rebalance_timeout_ms(10_000)
+                .with_subscribed_topic_names(Some(topics.iter().map(|t| TopicName(s(t))).collect()))
+                .with_topic_partitions(Some(Vec::new())),
+        )
+    };
+    for version in [0, 1] {
+        let r = heartbeat(&mut raw, version, &["hb-visible", "hb-secret"]);
+        assert_eq!(
+            r.error_code,
+            ResponseError::TopicAuthorizationFailed.code(),
+            "v{version}: {r:?}"
+        );
+        assert_eq!(r.error_message, None, "v{version}: Kafka sends no message");
+        assert_eq!(r.member_epoch, 0, "v{version}: not joined: {r:?}");
+        assert!(r.assignment.is_none(), "v{version}: {r:?}");
+    }
+
+    // Without it the member joins (once the coordinator is up and has
+    // loaded the group's offsets partition: COORDINATOR_NOT_AVAILABLE,
+    // NOT_COORDINATOR and COORDINATOR_LOAD_IN_PROGRESS until then).
+    let retriable = [
+        ResponseError::CoordinatorNotAvailable.code(),
+        ResponseError::NotCoordinator.code(),
+        ResponseError::CoordinatorLoadInProgress.code(),
+    ];
+    common::wait_for(Duration::from_secs(30), "the group coordinator", || {
+        let found = raw.request(
+            4,
+            &FindCoordinatorRequest::default()
+                .with_key_type(0)
+                .with_coordinator_keys(vec![s("hb-group")]),
+        );
+        let code = found.coordinators[0].error_code;
+        assert!(code == 0 || retriable.contains(&code), "{found:?}");
+        (code == 0).then_some(())
+    });
+    let r = common::wait_for(Duration::from_secs(30), "the member to join", || {
+        let r = heartbeat(&mut raw, 1, &["hb-visible"]);
+        if retriable.contains(&r.error_code) {
+            std::thread::sleep(Duration::from_millis(100));
+            None
+        } else {
+            Some(r)
+        }
+    });
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert!(r.member_epoch >= 1, "joined: {r:?}");
+    let described = raw.request(
+        0,
+        &ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s("hb-group"))]),
+    );
+    let members: Vec<String> = described.groups[0]
+        .members
+        .iter()
+        .map(|m| m.member_id.to_string())
+        .collect();
+    assert_eq!(
+        members,
+        ["hb-member-0000000001"],
+        "only the member that joined: {described:?}"
+    );
+}
