@@ -16,10 +16,11 @@ use common::{Broker, BrokerOpts};
 fn bench(broker: &Broker, out: &Path, label: &str, extra: &[&str]) -> serde_json::Value {
     let pid = broker.pid().expect("broker is running").to_string();
     let bootstrap = broker.bootstrap();
-    let mut args = vec![
-        "bench",
-        "--bootstrap",
-        &bootstrap,
+    let mut args = vec!["bench"];
+    if !extra.contains(&"--bootstrap") {
+        args.extend_from_slice(&["--bootstrap", &bootstrap]);
+    }
+    args.extend_from_slice(&[
         "--label",
         label,
         "--name",
@@ -36,7 +37,7 @@ fn bench(broker: &Broker, out: &Path, label: &str, extra: &[&str]) -> serde_json
         &pid,
         "--output",
         out.to_str().expect("utf-8 temp path"),
-    ];
+    ]);
     if !extra.contains(&"--rate") {
         args.extend_from_slice(&["--rate", "500"]);
     }
@@ -256,5 +257,66 @@ fn saturating_bursts_deliver_every_message_once() {
     assert!(
         t["refusedQueueFull"].as_u64().unwrap_or(0) > 0,
         "no send was refused: {t}"
+    );
+}
+
+/// `--client-config` reaches every client of a run, the admin client that
+/// creates the topic and the set-up consumer included: the whole run goes
+/// through a SASL_PLAINTEXT listener (which closes any connection that
+/// sends Metadata before authenticating), as `User:bench`, and the result
+/// file does not hold the password.
+#[test]
+fn client_config_authenticates_every_client_on_a_sasl_listener() {
+    let sasl_port = common::free_port_base(1);
+    let mut broker = Broker::start(
+        BrokerOpts::default()
+            .cores(1)
+            .arg("--listener")
+            .arg(format!("SASL_PLAINTEXT://127.0.0.1:{sasl_port}"))
+            .arg("--sasl-enabled-mechanisms")
+            .arg("SCRAM-SHA-256"),
+    );
+    broker.stop();
+    let added = Command::new(env!("CARGO_BIN_EXE_fjord"))
+        .args(["scram", "add", "--data-dir"])
+        .arg(broker.data_dir())
+        .args(["--user", "bench", "--mechanism", "SCRAM-SHA-256"])
+        .args(["--password", "bench-secret"])
+        .output()
+        .expect("run fjord scram add");
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    broker.restart();
+    let out = tempfile::tempdir().expect("tempdir");
+    let bootstrap = format!("127.0.0.1:{sasl_port}");
+    let r = bench(
+        &broker,
+        out.path(),
+        "sasl",
+        &[
+            "--bootstrap",
+            &bootstrap,
+            "--client-config",
+            "security.protocol=SASL_PLAINTEXT",
+            "--client-config",
+            "sasl.mechanisms=SCRAM-SHA-256",
+            "--client-config",
+            "sasl.username=bench",
+            "--client-config",
+            "sasl.password=bench-secret",
+        ],
+    );
+    check_result(&r);
+    let text = r.to_string();
+    assert!(!text.contains("bench-secret"), "password recorded: {text}");
+    assert!(text.contains("SASL_PLAINTEXT"), "{text}");
+    let log = broker.stderr_since(0);
+    assert!(
+        log.contains("authenticated") && log.contains("User:bench"),
+        "the bench's clients authenticated:\n{}",
+        broker.stderr_tail()
     );
 }
