@@ -605,20 +605,21 @@ fn group_consumer(bootstrap: &str, group: &str, sasl: &[(&str, &str)]) -> BaseCo
     common::client::consumer(bootstrap, &extra)
 }
 
-/// librdkafka with SCRAM `m` on the SASL listener: an idempotent producer,
+/// librdkafka with SASL `mechanism` on the SASL listener, as a user with a
+/// credential for `m` (PLAIN checks the password against it): an idempotent producer,
 /// a committed and an aborted transaction, a consumer group that reads
 /// exactly the committed records and commits its offsets; then a wrong
 /// password and an unknown user are refused while the group's connections
 /// stay open and go on working.
-fn librdkafka_scram_workload(m: ScramMechanism) {
+fn librdkafka_sasl_workload(mechanism: &str, m: ScramMechanism) {
     let (broker, sasl_port) = sasl_broker(2);
     let user = "carol";
     let password = "carol-secret";
     add_scram_user(broker.port, user, password, m);
     let bootstrap = format!("127.0.0.1:{sasl_port}");
-    let topic = format!("scram-{}", m.name().to_lowercase());
+    let topic = format!("sasl-{}", mechanism.to_lowercase());
     common::client::create_topic(&broker.bootstrap(), &topic, 2, &[]);
-    let sasl = rdkafka_sasl(m.name(), user, password);
+    let sasl = rdkafka_sasl(mechanism, user, password);
 
     let mut extra = vec![("acks", "all"), ("enable.idempotence", "true")];
     extra.extend_from_slice(&sasl);
@@ -674,7 +675,7 @@ fn librdkafka_scram_workload(m: ScramMechanism) {
         .matches("authentication failed")
         .count();
     for (u, p) in [(user, "not-the-password"), ("nobody", password)] {
-        let bad = common::client::consumer(&bootstrap, &rdkafka_sasl(m.name(), u, p));
+        let bad = common::client::consumer(&bootstrap, &rdkafka_sasl(mechanism, u, p));
         let md = bad.fetch_metadata(None, Duration::from_secs(10));
         assert!(md.is_err(), "{u} with a bad login must not fetch metadata");
     }
@@ -700,12 +701,18 @@ fn librdkafka_scram_workload(m: ScramMechanism) {
 
 #[test]
 fn librdkafka_scram_sha_256_produces_transacts_and_consumes_in_a_group() {
-    librdkafka_scram_workload(ScramMechanism::Sha256);
+    librdkafka_sasl_workload("SCRAM-SHA-256", ScramMechanism::Sha256);
 }
 
 #[test]
 fn librdkafka_scram_sha_512_produces_transacts_and_consumes_in_a_group() {
-    librdkafka_scram_workload(ScramMechanism::Sha512);
+    librdkafka_sasl_workload("SCRAM-SHA-512", ScramMechanism::Sha512);
+}
+
+/// PLAIN, checked against the salted SCRAM-SHA-256 credential.
+#[test]
+fn librdkafka_plain_transacts_and_consumes_in_a_group() {
+    librdkafka_sasl_workload("PLAIN", ScramMechanism::Sha256);
 }
 
 /// The broker's log without the terminal colours of its text format.
