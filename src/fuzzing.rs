@@ -864,7 +864,8 @@ pub fn snapshot_round_trip(offset: i64, entries: &[(i64, ProducerEntry)]) {
     assert_eq!(back, expected);
 }
 
-/// The metadata log. `data[0]` holds the flags: bit 0 rewrites every line
+/// The old (pre-Raft) metadata log, still read by the migration
+/// (`metadata::store::load_legacy`). `data[0]` holds the flags: bit 0 rewrites every line
 /// of `data[1..]` as `<crc32c> <line>` so that the JSON is reached. Checks:
 /// a corrupt line before others is refused (InvalidData) and the file left
 /// alone; otherwise loading keeps the intact lines and cuts a torn last
@@ -891,10 +892,10 @@ pub fn metadata_log(data: &[u8]) {
     };
     let dir = scratch_dir();
     clear_scratch();
-    let path = metadata_store::metadata_path(dir);
+    let path = metadata_store::legacy_path(dir);
     std::fs::create_dir_all(path.parent().expect("a parent")).expect("metadata dir");
     write_file(&path, &bytes);
-    let records = match metadata_store::load(dir) {
+    let records = match metadata_store::load_legacy(dir) {
         Ok(records) => records,
         Err(e) => {
             // A corrupt line before others: refused, the file left as it was.
@@ -915,7 +916,7 @@ pub fn metadata_log(data: &[u8]) {
         records.len(),
         "one record a line"
     );
-    let again = metadata_store::load(dir).expect("second load");
+    let again = metadata_store::load_legacy(dir).expect("second load");
     assert_eq!(again, records);
     assert_eq!(
         std::fs::metadata(&path).expect("still there").len() as usize,

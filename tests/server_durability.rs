@@ -332,13 +332,43 @@ fn topic_names(bootstrap: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// A corrupt line in the middle of the metadata log stops the broker at
-/// start-up with an error naming the file and the line, instead of
+/// The frames of the metadata Raft log (`metadata::quorum::store`: each
+/// `[length u32][crc32c u32][kind and body]`), as (start, end) byte ranges;
+/// panics unless the file is whole frames with valid CRCs.
+fn raft_frames(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let len = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        let crc = u32::from_be_bytes(bytes[at + 4..at + 8].try_into().unwrap());
+        let end = at + 8 + len;
+        assert_eq!(crc32c::crc32c(&bytes[at + 8..end]), crc, "frame at {at}");
+        out.push((at, end));
+        at = end;
+    }
+    out
+}
+
+/// The first frame of `frames` whose bytes contain `needle`.
+fn frame_with(bytes: &[u8], frames: &[(usize, usize)], needle: &str) -> (usize, usize) {
+    *frames
+        .iter()
+        .find(|(s, e)| {
+            bytes[*s..*e]
+                .windows(needle.len())
+                .any(|w| w == needle.as_bytes())
+        })
+        .unwrap_or_else(|| panic!("no frame holds {needle}"))
+}
+
+/// A corrupt record in the middle of the metadata log (the Raft log,
+/// `__cluster_metadata/raft.log`) stops the broker at start-up with an
+/// error naming the file and the record's byte offset, instead of
 /// replaying the records before it and silently dropping every later one;
-/// a torn last line (a crash mid-append) is still cut off and the broker
+/// a torn last record (a crash mid-append) is still cut off and the broker
 /// starts with everything before it.
 #[test]
-fn a_corrupt_metadata_line_before_others_stops_the_broker_with_its_line_number() {
+fn a_corrupt_metadata_record_before_others_stops_the_broker_naming_its_offset() {
     let mut broker = Broker::start(BrokerOpts::default().cores(1));
     let topics = ["dur-meta-a", "dur-meta-b", "dur-meta-c"];
     for t in topics {
@@ -349,26 +379,33 @@ fn a_corrupt_metadata_line_before_others_stops_the_broker_with_its_line_number()
         topics.iter().map(|t| t.to_string()).collect()
     );
     broker.stop();
-    let path = broker.data_dir().join("__cluster_metadata/metadata.log");
+    let path = broker.data_dir().join("__cluster_metadata/raft.log");
+    assert!(
+        !broker
+            .data_dir()
+            .join("__cluster_metadata/metadata.log")
+            .exists(),
+        "no old-format log is written"
+    );
     let good = std::fs::read(&path).unwrap();
-    let starts: Vec<usize> = std::iter::once(0)
-        .chain(
-            good.iter()
-                .enumerate()
-                .filter(|&(_, &b)| b == b'\n')
-                .map(|(i, _)| i + 1),
-        )
-        .filter(|&i| i < good.len())
-        .collect();
-    assert!(starts.len() >= 3, "one line per topic at least");
+    let frames = raft_frames(&good);
 
-    // One flipped bit inside the JSON of line 2 (after `<crc> {"t`).
+    // One flipped bit inside the record of topic b, which c's follows.
+    let (b_start, b_end) = frame_with(&good, &frames, "\"dur-meta-b\"");
+    let at = b_start
+        + good[b_start..b_end]
+            .windows(10)
+            .position(|w| w == b"dur-meta-b")
+            .unwrap();
     let mut bad = good.clone();
-    bad[starts[1] + 12] ^= 0x20;
+    bad[at + 9] ^= 0x20;
     std::fs::write(&path, &bad).unwrap();
     let (status, output) = broker.start_expecting_exit(Duration::from_secs(30));
     assert!(!status.success(), "exit status {status}\n{output}");
-    assert!(output.contains("line 2 is corrupt"), "{output}");
+    assert!(
+        output.contains(&format!("the record at byte {b_start} is corrupt")),
+        "{output}"
+    );
     assert!(output.contains(&path.display().to_string()), "{output}");
     assert_eq!(
         std::fs::read(&path).unwrap(),
@@ -376,35 +413,24 @@ fn a_corrupt_metadata_line_before_others_stops_the_broker_with_its_line_number()
         "the file is left for repair"
     );
 
-    // A torn last line: cut in the middle of it. The broker starts, with
-    // the topics created by the lines before it.
-    let last = *starts.last().unwrap();
-    let torn = &good[..last + (good.len() - last) / 2];
+    // A torn record: the log cut in the middle of topic c's record. The
+    // broker starts, with the topics of the records before it.
+    let (c_start, c_end) = frame_with(&good, &frames, "\"dur-meta-c\"");
+    let torn = &good[..c_start + (c_end - c_start) / 2];
     std::fs::write(&path, torn).unwrap();
-    let kept: BTreeSet<String> = good[..last]
-        .split(|&b| b == b'\n')
-        .filter_map(|line| {
-            let json = std::str::from_utf8(line).ok()?.split_once(' ')?.1;
-            let v: serde_json::Value = serde_json::from_str(json).ok()?;
-            (v["type"] == "CreateTopic").then(|| v["name"].as_str().unwrap().to_string())
-        })
-        .filter(|n| !n.starts_with("__"))
-        .collect();
-    assert!(kept.len() >= 2, "{kept:?}");
     broker.restart();
-    assert_eq!(topic_names(&broker.bootstrap()), kept);
-    // The torn line was cut off: what the broker appended since follows
-    // the intact lines, each whole and with its CRC.
+    assert_eq!(
+        topic_names(&broker.bootstrap()),
+        ["dur-meta-a", "dur-meta-b"]
+            .iter()
+            .map(|t| t.to_string())
+            .collect()
+    );
+    // The torn record was cut off: what the broker appended since follows
+    // the intact records, each whole and with its CRC.
+    broker.stop();
     let now = std::fs::read(&path).unwrap();
-    assert_eq!(&now[..last], &good[..last]);
-    assert!(now.ends_with(b"\n"));
-    for line in now[..now.len() - 1].split(|&b| b == b'\n') {
-        let (crc, json) = std::str::from_utf8(line).unwrap().split_once(' ').unwrap();
-        assert_eq!(
-            u32::from_str_radix(crc, 16).unwrap(),
-            crc32c::crc32c(json.as_bytes()),
-            "{}",
-            String::from_utf8_lossy(&now)
-        );
-    }
+    assert_eq!(&now[..c_start], &good[..c_start]);
+    let frames = raft_frames(&now);
+    assert!(frames.iter().any(|&(s, _)| s == c_start), "{frames:?}");
 }

@@ -400,7 +400,12 @@ fn scram_add_creates_a_user_offline_and_refuses_a_running_broker() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let log = std::fs::read_to_string(data_dir.join("__cluster_metadata/metadata.log")).unwrap();
+    let log = std::fs::read(data_dir.join("__cluster_metadata/raft.log")).unwrap();
+    let log = String::from_utf8_lossy(&log);
+    assert!(
+        log.contains("\"name\":\"admin\""),
+        "the record is in the Raft log"
+    );
     assert!(!log.contains("admin-secret"), "only salted keys are stored");
     broker.restart();
 

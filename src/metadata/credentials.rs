@@ -6,8 +6,9 @@
 //! client: the first (admin) user is therefore written straight into the
 //! metadata log of a stopped broker. The record is the one the controller
 //! writes for AlterUserScramCredentials (`MetadataRecord::UserScramCredential`,
-//! salted: the password itself is never written), appended and fdatasync'ed
-//! by `metadata::store`. The data dir's lock (`store::lock_data_dir`) is
+//! salted: the password itself is never written), committed to the Raft
+//! metadata log by `metadata::store` (fdatasync'ed) exactly as the broker
+//! commits it. The data dir's lock (`store::lock_data_dir`) is
 //! taken first, so this refuses to run beside a broker that owns the log.
 
 use super::{store, MetadataRecord};
@@ -72,20 +73,21 @@ fn add(args: &ScramAddArgs) -> anyhow::Result<()> {
             anyhow::anyhow!("cannot lock {}: {e}", args.data_dir.display())
         }
     })?;
-    // A damaged log is refused here as at the broker's start.
-    store::load(&args.data_dir)?;
+    // A damaged log is refused here as at the broker's start (and an old
+    // `metadata.log` is migrated first, as the broker would).
+    let (mut log, _) = store::MetadataLog::open(&args.data_dir)?;
     let record = MetadataRecord::UserScramCredential {
         name: args.user.clone(),
         mechanism: mechanism.type_id(),
         credential: mechanism.new_credential(&args.password, args.iterations),
     };
-    store::append(&args.data_dir, &record)?;
+    log.append(&[record])?;
     println!(
         "fjord: added {} credential for User:{} ({} iterations) to {}",
         mechanism.name(),
         args.user,
         args.iterations,
-        store::metadata_path(&args.data_dir).display()
+        log.path().display()
     );
     Ok(())
 }

@@ -3,8 +3,10 @@
 //! `UserScramCredentialRecord`: never a password) and ACLs.
 //!
 //! The controller (shard 0) is the only writer. It validates a change, turns
-//! it into a [`MetadataRecord`], appends that record to the metadata log
-//! ([`store`]) and only then applies it to a new [`MetadataImage`]. Every shard
+//! it into a [`MetadataRecord`], proposes that record to the metadata log
+//! ([`store`]: the Raft log of a quorum of one, [`quorum`]) and only once it
+//! comes back committed (fdatasync'ed) applies it to a new
+//! [`MetadataImage`]. Every shard
 //! holds an immutable `Arc<MetadataImage>` that is swapped whole when the
 //! controller broadcasts a new one; nothing in an image is ever mutated in
 //! place, so a handler can hold one across awaits and see a consistent view.
@@ -427,7 +429,10 @@ mod tests {
             mechanism: 2,
         });
         assert!(img.scram_credentials.is_empty());
-        // The record survives the metadata log's encoding.
+        // The record survives the metadata log's encoding (and the old
+        // log's, which a migration reads).
+        let data = store::encode_record(&set(1, 4096)).unwrap();
+        assert_eq!(store::decode_record(&data).unwrap(), set(1, 4096));
         let line = store::encode_line(&set(1, 4096)).unwrap();
         assert_eq!(
             store::decode_line(line.trim_end().as_bytes()).unwrap(),
@@ -451,6 +456,8 @@ mod tests {
             acls: vec![b.clone(), b.clone()],
         };
         // The record goes through the log's JSON form and back unchanged.
+        let data = store::encode_record(&add).unwrap();
+        assert_eq!(store::decode_record(&data).unwrap(), add);
         let line = store::encode_line(&add).unwrap();
         assert_eq!(store::decode_line(line.trim_end().as_bytes()).unwrap(), add);
         let img = MetadataImage::default().apply(&add);

@@ -1,39 +1,87 @@
-//! The metadata log: `<data-dir>/__cluster_metadata/metadata.log`, one record
-//! a line (`<crc32c as 8 hex digits> <json>`), appended and fdatasync'ed
-//! before the controller applies the change.
+//! The metadata log: `<data-dir>/__cluster_metadata/raft.log`, the Raft log
+//! of a metadata quorum of one ([`super::quorum`], raft-rs), through which
+//! every [`MetadataRecord`] goes before the controller applies it.
 //!
-//! Metadata changes are rare (topic creation, configs, producer-id blocks), so
-//! this is plain blocking file I/O run off the reactor (glommio's
-//! `spawn_blocking`); start-up replays the whole file.
+//! [`MetadataLog`] owns the quorum node. The controller proposes a
+//! request's records ([`MetadataLog::append`]); they come back committed
+//! once the Raft log is fdatasync'ed (with one voter, its own durable copy
+//! is the majority), and only then does the controller apply them to the
+//! image and answer. Each record is one Raft entry whose data is the
+//! record's JSON (serde, the shape the old log stored; bounded by the Raft
+//! log's record limit, `quorum::store::RECORD_BYTES_MAX`). The node is a
+//! `Send` value: the controller moves it to a blocking thread (glommio's
+//! `spawn_blocking`) for every step that writes or syncs, so the reactor
+//! never waits on the disk; ticks come from a glommio timer and touch the
+//! disk only when raft-rs has something to write.
 //!
-//! Damage, as Kafka's metadata loader treats it:
-//! - A torn or corrupt **last** line is what a crash mid-append leaves (each
-//!   append is fdatasync'ed before the next one starts, so only the last line
-//!   can be half written, or zeros where a power loss kept the new length but
-//!   not the data). It is cut off, with a warning, so the next append starts
-//!   on a clean line; the change it held was never applied nor acknowledged.
-//! - A corrupt line **followed by any other line** cannot come from a crash:
-//!   the disk or someone changed the file. Replaying only the records before
-//!   it would silently drop every topic, config and producer-id block after
-//!   it (and hand out producer ids again), so [`load`] fails with an error
-//!   naming the file, the line number and what is wrong with the line, and
-//!   the broker refuses to start until the file is repaired.
+//! Start-up ([`MetadataLog::open`]) replays the Raft log: the node opens
+//! its log, campaigns (a quorum of one wins at once), and the new term's
+//! first entry commits every entry the log holds, which are returned in
+//! order to be applied to a fresh image, as the old log's lines were.
+//! Every start therefore adds the leader's empty entry and a hard state
+//! to the log, a few dozen bytes.
 //!
-//! Snapshots (rkyv, DESIGN.md §6) are not written yet: the log stays small
-//! because it holds only control records.
+//! Damage, as Kafka's metadata loader treats it (`quorum::store` frames and
+//! checks every record with a CRC):
+//! - A torn or corrupt **last** record is what a crash mid-append leaves
+//!   (nothing after it was synced, nothing depended on it). It is cut off,
+//!   with a warning; the change it held was never applied nor acknowledged.
+//! - A corrupt record **followed by another** cannot come from a crash: the
+//!   disk or someone changed the file. Replaying only the records before it
+//!   would silently drop every topic, config and producer-id block after it
+//!   (and hand out producer ids again), so [`MetadataLog::open`] fails with
+//!   an error naming the file, the byte offset and what is wrong, and the
+//!   broker refuses to start until the file is restored. So does a
+//!   committed entry whose record does not decode.
+//!
+//! Migration: a data dir written before the Raft log has
+//! `__cluster_metadata/metadata.log` (one record a line, `<crc32c as 8 hex
+//! digits> <json>`). At the first start the old file is read with its own
+//! damage rules ([`load_legacy`]), its records are committed as the first
+//! entries of a new Raft log written under a temporary name, and only when
+//! that log is durable is it renamed to `raft.log`, then the old file to
+//! `metadata.log.migrated`. A crash before the first rename leaves the old
+//! file in charge (the temporary log is written again from scratch); a crash
+//! between the renames leaves both, and the Raft log wins (the old file is
+//! retired then). Never are the records applied twice or lost.
+//!
+//! Not built yet: snapshots of the applied image and compaction of the Raft
+//! log behind them (raft-rs's compaction stays off; the log holds only
+//! control records, replayed whole at start-up); several voters
+//! (`docs/replication.md` §9 step 2). The node id is 1, the only voter.
 
+use super::quorum::store::{FileDisk, LoadError};
+use super::quorum::{QuorumConfig, QuorumNode};
 use super::MetadataRecord;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// Directory of the metadata log inside the data dir (named as Kafka's KRaft log).
 pub const METADATA_DIR: &str = "__cluster_metadata";
-const METADATA_FILE: &str = "metadata.log";
+/// The Raft log, in [`METADATA_DIR`].
+pub const RAFT_LOG_FILE: &str = "raft.log";
+/// The Raft log being written by a migration, renamed to [`RAFT_LOG_FILE`]
+/// once durable.
+const MIGRATING_FILE: &str = "raft.log.migrating";
+/// The metadata log of fjord before the Raft log, one JSON record a line.
+const LEGACY_FILE: &str = "metadata.log";
+/// What the old file is renamed to once migrated (kept for the operator).
+pub const MIGRATED_FILE: &str = "metadata.log.migrated";
+/// The Raft id of the only voter (raft-rs ids are not 0).
+const NODE_ID: u64 = 1;
+/// How many `advance` rounds opening or appending may take before the
+/// quorum of one is declared broken (each normally takes one or two).
+const ROUNDS_MAX: usize = 16;
 
-/// Where the metadata log of `data_dir` lives.
-pub fn metadata_path(data_dir: &Path) -> PathBuf {
-    data_dir.join(METADATA_DIR).join(METADATA_FILE)
+/// Where the Raft metadata log of `data_dir` lives.
+pub fn raft_log_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(METADATA_DIR).join(RAFT_LOG_FILE)
+}
+
+/// Where the old (pre-Raft) metadata log of `data_dir` lives.
+pub fn legacy_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(METADATA_DIR).join(LEGACY_FILE)
 }
 
 pub(crate) fn encode_line(record: &MetadataRecord) -> io::Result<String> {
@@ -57,11 +105,12 @@ pub(crate) fn decode_line(line: &[u8]) -> Result<MetadataRecord, String> {
     serde_json::from_str(json).map_err(|e| format!("undecodable record: {e}"))
 }
 
-/// Reads every record. A torn or corrupt last line is cut off (a crash
-/// mid-append); a corrupt line with more lines after it is an
-/// `InvalidData` error naming the file and the line (see the module doc).
-pub fn load(data_dir: &Path) -> io::Result<Vec<MetadataRecord>> {
-    let path = metadata_path(data_dir);
+/// Reads every record of the old (pre-Raft) metadata log, for the
+/// migration. A torn or corrupt last line is cut off (a crash mid-append);
+/// a corrupt line with more lines after it is an `InvalidData` error naming
+/// the file and the line (see the module doc).
+pub fn load_legacy(data_dir: &Path) -> io::Result<Vec<MetadataRecord>> {
+    let path = legacy_path(data_dir);
     let bytes = match fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -138,26 +187,214 @@ pub fn lock_data_dir(data_dir: &Path) -> io::Result<File> {
     Ok(f)
 }
 
-/// Appends one record and makes it durable before returning.
-pub fn append(data_dir: &Path, record: &MetadataRecord) -> io::Result<()> {
-    let path = metadata_path(data_dir);
+/// The record a Raft entry carries.
+pub fn encode_record(record: &MetadataRecord) -> io::Result<Vec<u8>> {
+    serde_json::to_vec(record).map_err(io::Error::other)
+}
+
+/// The record of a Raft entry's data, or what is wrong with it.
+pub fn decode_record(data: &[u8]) -> Result<MetadataRecord, String> {
+    serde_json::from_slice(data).map_err(|e| format!("undecodable record: {e}"))
+}
+
+/// The metadata log of this node: a Raft quorum of one over
+/// `raft.log` (see the module doc).
+pub struct MetadataLog {
+    node: QuorumNode<FileDisk>,
+    path: PathBuf,
+    /// Committed and decoded, not yet handed to the controller.
+    committed: Vec<MetadataRecord>,
+}
+
+impl MetadataLog {
+    /// Opens the metadata log of `data_dir` (creating it, or migrating the
+    /// old `metadata.log` into it, on the first start) and returns it with
+    /// every record it holds, in order. Blocking: run it off the reactor.
+    /// Err `InvalidData`: damage a crash cannot cause (module doc).
+    pub fn open(data_dir: &Path) -> io::Result<(Self, Vec<MetadataRecord>)> {
+        migrate(data_dir)?;
+        Self::open_at(&raft_log_path(data_dir))
+    }
+
+    fn open_at(path: &Path) -> io::Result<(Self, Vec<MetadataRecord>)> {
+        let dir = path.parent().expect("the log is in a directory");
+        let dir_created = !dir.exists();
+        let created = !path.exists();
+        let (disk, bytes) = FileDisk::open(path)?;
+        let config = QuorumConfig::new(NODE_ID, vec![NODE_ID], Vec::new());
+        let node = QuorumNode::open(&config, disk, &bytes).map_err(|e| {
+            match e.downcast_ref::<LoadError>() {
+                Some(LoadError::Corrupt { at, what }) => io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "metadata log {}: the record at byte {at} is corrupt ({what}) and more \
+                         records follow it; refusing to start, as replaying only the records \
+                         before it would silently drop every change after it (restore the file \
+                         from a backup)",
+                        path.display()
+                    ),
+                ),
+                None => io::Error::other(format!("metadata log {}: {e}", path.display())),
+            }
+        })?;
+        // The file's directory entry (and the directory's own) is durable
+        // before anything written to it is acknowledged.
+        if created {
+            File::open(dir)?.sync_all()?;
+        }
+        if dir_created {
+            if let Some(parent) = dir.parent() {
+                File::open(parent)?.sync_all()?;
+            }
+        }
+        let mut log = MetadataLog {
+            node,
+            path: path.to_path_buf(),
+            committed: Vec::new(),
+        };
+        let last = log.node.log().last_index();
+        log.node.campaign().map_err(io::Error::other)?;
+        // The new term's first entry commits everything before it.
+        let mut rounds = 0;
+        while log.node.has_ready() || !log.node.is_leader() || log.node.commit_index() < last {
+            rounds += 1;
+            if rounds > ROUNDS_MAX {
+                return Err(io::Error::other(format!(
+                    "metadata log {}: the quorum of one did not commit its log (leader: {}, \
+                     commit index {}, last index {last})",
+                    path.display(),
+                    log.node.is_leader(),
+                    log.node.commit_index()
+                )));
+            }
+            log.advance()?;
+        }
+        let records = std::mem::take(&mut log.committed);
+        Ok((log, records))
+    }
+
+    /// The Raft log file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Proposes `records` as consecutive entries and returns them once
+    /// committed (durable), with any committed before them that were not
+    /// returned yet, in log order. Blocking: run it off the reactor. An
+    /// error leaves the log unusable (the node may have written part of a
+    /// step): drop it; the next start recovers from the file.
+    pub fn append(&mut self, records: &[MetadataRecord]) -> io::Result<Vec<MetadataRecord>> {
+        let target = self.node.log().last_index() + records.len() as u64;
+        for r in records {
+            self.node
+                .propose(encode_record(r)?)
+                .map_err(|e| io::Error::other(format!("metadata log: proposal refused: {e}")))?;
+        }
+        let mut rounds = 0;
+        while self.node.has_ready() || self.node.commit_index() < target {
+            rounds += 1;
+            if rounds > ROUNDS_MAX {
+                return Err(io::Error::other(format!(
+                    "metadata log {}: {} record(s) proposed were not committed (commit index {}, \
+                     wanted {target})",
+                    self.path.display(),
+                    records.len(),
+                    self.node.commit_index()
+                )));
+            }
+            self.advance()?;
+        }
+        Ok(std::mem::take(&mut self.committed))
+    }
+
+    /// One timer tick; true when raft-rs has something for
+    /// [`Self::advance`] (rare for a quorum of one), which the caller then
+    /// runs off the reactor.
+    pub fn tick(&mut self) -> bool {
+        self.node.tick();
+        self.node.has_ready()
+    }
+
+    /// Runs raft-rs's Ready protocol once (writes, fdatasync). Committed
+    /// records are kept for the next [`Self::append`]. Blocking.
+    pub fn advance(&mut self) -> io::Result<()> {
+        let progress = self.node.advance()?;
+        // A quorum of one has no peer to send messages to.
+        debug_assert!(progress.messages.is_empty());
+        for c in progress.committed {
+            let record = decode_record(&c.data).map_err(|what| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "metadata log {}: committed entry {} (term {}) does not decode ({what}); \
+                         refusing to start (restore the file from a backup)",
+                        self.path.display(),
+                        c.index,
+                        c.term
+                    ),
+                )
+            })?;
+            self.committed.push(record);
+        }
+        Ok(())
+    }
+}
+
+/// Converts the old `metadata.log` of `data_dir` into the Raft log, once
+/// (crash-safe; see the module doc). Nothing to do when the Raft log
+/// exists or there is no old file.
+fn migrate(data_dir: &Path) -> io::Result<()> {
     let dir = data_dir.join(METADATA_DIR);
-    let created = !path.exists();
-    let dir_created = !dir.exists();
-    if created {
-        fs::create_dir_all(&dir)?;
+    let raft = raft_log_path(data_dir);
+    let legacy = legacy_path(data_dir);
+    let migrated = dir.join(MIGRATED_FILE);
+    if raft.exists() {
+        if legacy.exists() {
+            // A crash came between the two renames: the Raft log has it all.
+            fs::rename(&legacy, &migrated)?;
+            File::open(&dir)?.sync_all()?;
+            tracing::info!(
+                path = %legacy.display(),
+                "metadata log: retired the old log the last migration had copied"
+            );
+        }
+        return Ok(());
     }
-    let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
-    f.write_all(encode_line(record)?.as_bytes())?;
-    f.sync_data()?;
-    // The first record is acknowledged only once the file's directory entry
-    // (and the directory's own, in the data dir) is durable too.
-    if created {
-        File::open(&dir)?.sync_all()?;
+    if !legacy.exists() {
+        return Ok(());
     }
-    if dir_created {
-        File::open(data_dir)?.sync_all()?;
+    let records = load_legacy(data_dir)?;
+    let temp = dir.join(MIGRATING_FILE);
+    match fs::remove_file(&temp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
     }
+    {
+        let (mut log, replayed) = MetadataLog::open_at(&temp)?;
+        if !replayed.is_empty() {
+            return Err(io::Error::other(format!(
+                "metadata log migration: {} is not empty",
+                temp.display()
+            )));
+        }
+        let committed = log.append(&records)?;
+        if committed != records {
+            return Err(io::Error::other(
+                "metadata log migration: the new log does not hold the old log's records",
+            ));
+        }
+    }
+    fs::rename(&temp, &raft)?;
+    File::open(&dir)?.sync_all()?;
+    fs::rename(&legacy, &migrated)?;
+    File::open(&dir)?.sync_all()?;
+    tracing::info!(
+        records = records.len(),
+        from = %legacy.display(),
+        to = %raft.display(),
+        "metadata log migrated to the Raft log; the old file is kept as {MIGRATED_FILE}"
+    );
     Ok(())
 }
 
@@ -165,33 +402,49 @@ pub fn append(data_dir: &Path, record: &MetadataRecord) -> io::Result<()> {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+    use std::io::Write;
 
-    #[test]
-    fn append_load_and_torn_tail() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = MetadataRecord::CreateTopic {
-            name: "t".into(),
+    fn topic(name: &str) -> MetadataRecord {
+        MetadataRecord::CreateTopic {
+            name: name.into(),
             id: [7; 16],
             shards: vec![0, 1],
             configs: BTreeMap::new(),
-        };
+        }
+    }
+
+    /// Appends records to the old log the way fjord wrote it.
+    fn write_legacy(data_dir: &Path, records: &[MetadataRecord]) {
+        fs::create_dir_all(data_dir.join(METADATA_DIR)).unwrap();
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(legacy_path(data_dir))
+            .unwrap();
+        for r in records {
+            f.write_all(encode_line(r).unwrap().as_bytes()).unwrap();
+        }
+    }
+
+    #[test]
+    fn legacy_load_and_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = topic("t");
         let b = MetadataRecord::ProducerIdBlock { next: 1000 };
-        append(dir.path(), &a).unwrap();
-        append(dir.path(), &b).unwrap();
-        assert_eq!(load(dir.path()).unwrap(), vec![a.clone(), b.clone()]);
+        write_legacy(dir.path(), &[a.clone(), b.clone()]);
+        assert_eq!(load_legacy(dir.path()).unwrap(), vec![a.clone(), b.clone()]);
 
         // A crash mid-append leaves half a line: it is dropped and cut off.
-        let path = metadata_path(dir.path());
+        let path = legacy_path(dir.path());
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b"0badc0de {\"type\":\"Dele").unwrap();
         drop(f);
-        assert_eq!(load(dir.path()).unwrap(), vec![a.clone(), b.clone()]);
-        append(
+        assert_eq!(load_legacy(dir.path()).unwrap(), vec![a.clone(), b.clone()]);
+        write_legacy(
             dir.path(),
-            &MetadataRecord::DeleteTopic { name: "t".into() },
-        )
-        .unwrap();
-        assert_eq!(load(dir.path()).unwrap().len(), 3);
+            &[MetadataRecord::DeleteTopic { name: "t".into() }],
+        );
+        assert_eq!(load_legacy(dir.path()).unwrap().len(), 3);
 
         // A flipped byte in the last line fails its CRC: it is cut off as
         // a torn tail.
@@ -199,28 +452,134 @@ mod tests {
         let at = bytes.len() - 5;
         bytes[at] ^= 1;
         fs::write(&path, &bytes).unwrap();
-        assert_eq!(load(dir.path()).unwrap(), vec![a, b]);
+        assert_eq!(load_legacy(dir.path()).unwrap(), vec![a, b]);
     }
 
     #[test]
-    fn a_corrupt_line_before_others_is_an_error_naming_the_line() {
+    fn a_corrupt_legacy_line_before_others_is_an_error_naming_the_line() {
         let dir = tempfile::tempdir().unwrap();
-        for next in [1000, 2000, 3000] {
-            append(dir.path(), &MetadataRecord::ProducerIdBlock { next }).unwrap();
-        }
-        let path = metadata_path(dir.path());
+        let blocks: Vec<_> = [1000, 2000, 3000]
+            .map(|next| MetadataRecord::ProducerIdBlock { next })
+            .to_vec();
+        write_legacy(dir.path(), &blocks);
+        let path = legacy_path(dir.path());
         let good = fs::read(&path).unwrap();
         let second = good.iter().position(|&b| b == b'\n').unwrap() + 1;
         let mut bad = good.clone();
         bad[second + 12] ^= 0x20; // inside the second line's JSON
         fs::write(&path, &bad).unwrap();
-        let e = load(dir.path()).unwrap_err();
+        let e = load_legacy(dir.path()).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
         let text = e.to_string();
         assert!(text.contains("line 2 is corrupt"), "{text}");
         assert!(text.contains(&path.display().to_string()), "{text}");
         assert!(text.contains("CRC mismatch"), "{text}");
-        // Nothing was cut off: the file is left for repair.
+        // Nothing was cut off, and nothing migrated: the file is left for
+        // repair and the broker does not start.
+        let e = MetadataLog::open(dir.path()).err().unwrap();
+        assert!(e.to_string().contains("line 2 is corrupt"), "{e}");
         assert_eq!(fs::read(&path).unwrap(), bad);
+        assert!(!raft_log_path(dir.path()).exists());
+    }
+
+    #[test]
+    fn records_come_back_committed_and_are_replayed_in_order_at_every_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, replayed) = MetadataLog::open(dir.path()).unwrap();
+        assert!(replayed.is_empty());
+        let first = vec![topic("a"), MetadataRecord::ProducerIdBlock { next: 1000 }];
+        assert_eq!(log.append(&first).unwrap(), first);
+        drop(log);
+        let (mut log, replayed) = MetadataLog::open(dir.path()).unwrap();
+        assert_eq!(replayed, first);
+        let second = vec![MetadataRecord::DeleteTopic { name: "a".into() }];
+        assert_eq!(log.append(&second).unwrap(), second);
+        // Nothing to do on a tick of a quorum of one.
+        assert!(!log.tick());
+        drop(log);
+        let (_, replayed) = MetadataLog::open(dir.path()).unwrap();
+        assert_eq!(replayed, [first, second].concat());
+        assert!(!legacy_path(dir.path()).exists());
+    }
+
+    #[test]
+    fn a_torn_raft_record_is_cut_and_a_corrupt_one_before_others_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = raft_log_path(dir.path());
+        let (mut log, _) = MetadataLog::open(dir.path()).unwrap();
+        log.append(&[topic("a")]).unwrap();
+        let kept = fs::metadata(&path).unwrap().len() as usize;
+        log.append(&[topic("b")]).unwrap();
+        drop(log);
+        let good = fs::read(&path).unwrap();
+        // Every cut inside what the second append wrote keeps the first topic
+        // and loses the second (never acknowledged), or keeps both.
+        for cut in kept..good.len() {
+            fs::write(&path, &good[..cut]).unwrap();
+            let (_, replayed) = MetadataLog::open(dir.path()).unwrap();
+            assert!(
+                replayed == vec![topic("a")] || replayed == vec![topic("a"), topic("b")],
+                "cut at {cut}: {replayed:?}"
+            );
+        }
+        // A flipped byte in the entry of topic "a", with records after it.
+        let at = good
+            .windows(3)
+            .position(|w| w == b"\"a\"")
+            .expect("the record's JSON");
+        let mut bad = good.clone();
+        bad[at + 1] ^= 0x20;
+        fs::write(&path, &bad).unwrap();
+        let e = MetadataLog::open(dir.path()).err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        let text = e.to_string();
+        assert!(text.contains("is corrupt (CRC mismatch)"), "{text}");
+        assert!(text.contains(&path.display().to_string()), "{text}");
+        assert_eq!(fs::read(&path).unwrap(), bad, "left for repair");
+    }
+
+    #[test]
+    fn the_old_log_is_migrated_once_and_every_crash_point_recovers() {
+        let old = vec![
+            topic("a"),
+            MetadataRecord::ProducerIdBlock { next: 1000 },
+            MetadataRecord::LeaderEpoch { epoch: 3 },
+        ];
+        // A plain migration: the records, then the same records again at the
+        // next start (not twice), the old file retired.
+        let dir = tempfile::tempdir().unwrap();
+        write_legacy(dir.path(), &old);
+        let legacy_bytes = fs::read(legacy_path(dir.path())).unwrap();
+        let (mut log, replayed) = MetadataLog::open(dir.path()).unwrap();
+        assert_eq!(replayed, old);
+        assert!(!legacy_path(dir.path()).exists());
+        let migrated = dir.path().join(METADATA_DIR).join(MIGRATED_FILE);
+        assert_eq!(fs::read(&migrated).unwrap(), legacy_bytes);
+        log.append(&[topic("b")]).unwrap();
+        drop(log);
+        let (_, replayed) = MetadataLog::open(dir.path()).unwrap();
+        assert_eq!(replayed, [old.clone(), vec![topic("b")]].concat());
+
+        // A crash before the Raft log was renamed into place: a partial
+        // temporary log is there, and the old file is still in charge.
+        let dir = tempfile::tempdir().unwrap();
+        write_legacy(dir.path(), &old);
+        let temp = dir.path().join(METADATA_DIR).join(MIGRATING_FILE);
+        fs::write(&temp, b"\x00\x00\x00\x09half a record").unwrap();
+        let (_, replayed) = MetadataLog::open(dir.path()).unwrap();
+        assert_eq!(replayed, old);
+        assert!(!temp.exists());
+
+        // A crash between the two renames: both logs are there; the Raft
+        // log wins and the old file is retired.
+        let dir = tempfile::tempdir().unwrap();
+        write_legacy(dir.path(), &old);
+        drop(MetadataLog::open(dir.path()).unwrap());
+        let migrated = dir.path().join(METADATA_DIR).join(MIGRATED_FILE);
+        fs::rename(&migrated, legacy_path(dir.path())).unwrap();
+        let (_, replayed) = MetadataLog::open(dir.path()).unwrap();
+        assert_eq!(replayed, old, "applied once");
+        assert!(!legacy_path(dir.path()).exists());
+        assert!(migrated.exists());
     }
 }

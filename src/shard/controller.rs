@@ -1,9 +1,11 @@
 //! The controller: the single writer of cluster metadata, on shard 0.
 //!
 //! Requests are handled one at a time (a one-permit semaphore), each in three
-//! steps: validate against the current image, append the resulting records
-//! to the metadata log (fdatasync'ed, off the reactor), then build the new
-//! image and broadcast it to every shard, waiting for all acks. Only then is
+//! steps: validate against the current image, propose the resulting records
+//! to the metadata log (a Raft quorum of one, `metadata::store`; its writes
+//! and fdatasyncs run off the reactor, its ticks come from a timer), then
+//! build the new image from the records the log committed and broadcast it
+//! to every shard, waiting for all acks. Only then is
 //! the request answered, so a client that sees a topic created can produce to
 //! every partition of it at once, on whichever shard leads it.
 //!
@@ -41,8 +43,9 @@ use super::ShardCtx;
 use crate::auth::acl::{AclBinding, AclBindingFilter, ACLS_MAX};
 use crate::config::BrokerConfig;
 use crate::log::partition_meta;
+use crate::metadata::store::MetadataLog;
 use crate::metadata::{
-    new_topic_id, next_leader_epoch, store, topic_config, validate_topic_name, MetadataImage,
+    new_topic_id, next_leader_epoch, topic_config, validate_topic_name, MetadataImage,
     MetadataRecord, PRODUCER_ID_BLOCK_SIZE,
 };
 use glommio::sync::Semaphore;
@@ -68,7 +71,19 @@ pub struct Controller {
     /// Shards that did not ack an image in time and are being sent the
     /// newest one in the background (see the module doc).
     lagging: RefCell<BTreeSet<usize>>,
+    /// The metadata log (a Raft quorum of one, `metadata::store`): None
+    /// before [`Self::load`], while a step of it runs on a blocking thread,
+    /// and for good after it failed.
+    log: RefCell<Option<MetadataLog>>,
+    /// Held for every step of the log (a request's append, a tick's
+    /// advance), so the log is taken out by one step at a time.
+    log_lock: Semaphore,
+    /// The metadata log failed: no change is accepted until a restart.
+    log_failed: std::cell::Cell<bool>,
 }
+
+/// How often the metadata log's Raft node ticks (`docs/replication.md` §2).
+const RAFT_TICK: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Controller {
     pub fn new(config: Arc<BrokerConfig>) -> Controller {
@@ -77,6 +92,9 @@ impl Controller {
             lock: Semaphore::new(1),
             image: RefCell::new(Arc::new(MetadataImage::default())),
             lagging: RefCell::new(BTreeSet::new()),
+            log: RefCell::new(None),
+            log_lock: Semaphore::new(1),
+            log_failed: std::cell::Cell::new(false),
         }
     }
 
@@ -90,19 +108,20 @@ impl Controller {
             .await
             .map_err(|_| std::io::Error::other("controller lock closed"))?;
         let dir = self.config.data_dir.clone();
-        let records = glommio::executor()
-            .spawn_blocking(move || store::load(&dir))
+        let (log, records) = glommio::executor()
+            .spawn_blocking(move || MetadataLog::open(&dir))
             .await?;
-        let mut image = MetadataImage::default();
-        for r in &records {
-            image = image.apply(r);
-        }
+        tracing::info!(path = %log.path().display(), "metadata log opened");
+        *self.log.borrow_mut() = Some(log);
+        let image = apply_all(&MetadataImage::default(), &records);
         // This start leads every partition in a new leader epoch, durable
         // before any shard opens a log and stamps it (`types::FIRST_LEADER_EPOCH`).
         let epoch = next_leader_epoch(&image, !records.is_empty());
-        let record = MetadataRecord::LeaderEpoch { epoch };
-        self.persist(vec![record.clone()]).await?;
-        image = image.apply(&record);
+        let committed = self
+            .persist(vec![MetadataRecord::LeaderEpoch { epoch }])
+            .await?;
+        let image = apply_all(&image, &committed);
+        self.start_ticks(ctx);
         tracing::info!(
             records = records.len(),
             topics = image.topics.len(),
@@ -232,14 +251,17 @@ impl Controller {
                 let start = next.next_producer_id;
                 let end = start + PRODUCER_ID_BLOCK_SIZE;
                 let record = MetadataRecord::ProducerIdBlock { next: end };
-                if let Err(e) = self.persist(vec![record.clone()]).await {
-                    tracing::error!(error = %e, "persisting a producer id block failed");
-                    return Ok(ControllerReply::ProducerIds(Err(ControllerError::Storage(
-                        e.to_string(),
-                    ))));
-                }
+                let committed = match self.persist(vec![record]).await {
+                    Ok(committed) => committed,
+                    Err(e) => {
+                        tracing::error!(error = %e, "persisting a producer id block failed");
+                        return Ok(ControllerReply::ProducerIds(Err(ControllerError::Storage(
+                            e.to_string(),
+                        ))));
+                    }
+                };
                 // Only the controller's own image needs the new high-water mark.
-                *self.image.borrow_mut() = Arc::new(next.apply(&record));
+                *self.image.borrow_mut() = Arc::new(apply_all(&image, &committed));
                 return Ok(ControllerReply::ProducerIds(Ok(start..end)));
             }
             ControllerRequest::AlterScramCredentials { changes } => {
@@ -305,16 +327,20 @@ impl Controller {
         if records.is_empty() {
             return Ok(ControllerReply::Items(items));
         }
-        if let Err(e) = self.persist(records).await {
-            tracing::error!(error = %e, "metadata log append failed");
-            let msg = e.to_string();
-            let items = items
-                .into_iter()
-                .map(|(n, r)| (n, r.and(Err(ControllerError::Storage(msg.clone())))))
-                .collect();
-            return Ok(ControllerReply::Items(items));
-        }
-        let next = Arc::new(next);
+        // `next` was the plan; the image is what the log committed.
+        let committed = match self.persist(records).await {
+            Ok(committed) => committed,
+            Err(e) => {
+                tracing::error!(error = %e, "metadata log append failed");
+                let msg = e.to_string();
+                let items = items
+                    .into_iter()
+                    .map(|(n, r)| (n, r.and(Err(ControllerError::Storage(msg.clone())))))
+                    .collect();
+                return Ok(ControllerReply::Items(items));
+            }
+        };
+        let next = Arc::new(apply_all(&image, &committed));
         *self.image.borrow_mut() = next.clone();
         let late = self.broadcast(ctx, next, Some(deadline)).await;
         if late.is_empty() {
@@ -411,11 +437,14 @@ impl Controller {
         let fail = |results: Vec<Result<Vec<AclBinding>, ControllerError>>, e: ControllerError| {
             ControllerReply::Acls(results.into_iter().map(|r| r.and(Err(e.clone()))).collect())
         };
-        if let Err(e) = self.persist(vec![record.clone()]).await {
-            tracing::error!(error = %e, "metadata log append failed");
-            return fail(results, ControllerError::Storage(e.to_string()));
-        }
-        let next = Arc::new(image.apply(&record));
+        let committed = match self.persist(vec![record]).await {
+            Ok(committed) => committed,
+            Err(e) => {
+                tracing::error!(error = %e, "metadata log append failed");
+                return fail(results, ControllerError::Storage(e.to_string()));
+            }
+        };
+        let next = Arc::new(apply_all(&image, &committed));
         *self.image.borrow_mut() = next.clone();
         let late = self.broadcast(ctx, next, Some(deadline)).await;
         if late.is_empty() {
@@ -428,11 +457,86 @@ impl Controller {
         fail(results, ControllerError::TimedOut(msg))
     }
 
-    async fn persist(&self, records: Vec<MetadataRecord>) -> std::io::Result<()> {
-        let dir = self.config.data_dir.clone();
-        glommio::executor()
-            .spawn_blocking(move || records.iter().try_for_each(|r| store::append(&dir, r)))
+    /// Proposes `records` to the metadata log and returns what it
+    /// committed (those records, in order), to be applied to the image.
+    async fn persist(&self, records: Vec<MetadataRecord>) -> std::io::Result<Vec<MetadataRecord>> {
+        self.with_log(move |log| log.append(&records)).await
+    }
+
+    /// Runs one step of the metadata log on a blocking thread (its writes
+    /// and fdatasyncs never block the reactor), one step at a time. A step
+    /// that fails leaves the Raft node in an unknown state (and a failed
+    /// fdatasync may have lost writes the page cache reported done): the log
+    /// is closed, every later change fails with the error below, and the
+    /// next start recovers from the file.
+    async fn with_log<R: Send + 'static>(
+        &self,
+        step: impl FnOnce(&mut MetadataLog) -> std::io::Result<R> + Send + 'static,
+    ) -> std::io::Result<R> {
+        let _permit = self
+            .log_lock
+            .acquire_permit(1)
             .await
+            .map_err(|_| std::io::Error::other("metadata log lock closed"))?;
+        let taken = self.log.borrow_mut().take();
+        let Some(mut log) = taken else {
+            return Err(std::io::Error::other(if self.log_failed.get() {
+                "the metadata log failed earlier; no metadata change is accepted until the broker restarts"
+            } else {
+                "the metadata log is not open"
+            }));
+        };
+        let (log, result) = glommio::executor()
+            .spawn_blocking(move || {
+                let result = step(&mut log);
+                (log, result)
+            })
+            .await;
+        match &result {
+            Ok(_) => *self.log.borrow_mut() = Some(log),
+            Err(e) => {
+                self.log_failed.set(true);
+                tracing::error!(
+                    error = %e,
+                    "the metadata log failed; it is closed and no metadata change is accepted until the broker restarts"
+                );
+            }
+        }
+        result
+    }
+
+    /// Ticks the metadata log's Raft node from a glommio timer. A tick that
+    /// leaves raft-rs something to write runs it off the reactor; anything
+    /// it commits is applied with the next append (a quorum of one commits
+    /// only its own proposals, so nothing in practice).
+    fn start_ticks(&self, ctx: &Rc<ShardCtx>) {
+        let ctx = Rc::downgrade(ctx);
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(RAFT_TICK).await;
+                let Some(ctx) = ctx.upgrade() else { break };
+                let Some(controller) = ctx.controller.as_ref() else {
+                    break;
+                };
+                if controller.log_failed.get() {
+                    break;
+                }
+                let Ok(permit) = controller.log_lock.try_acquire_permit(1) else {
+                    continue; // a step is running: this tick waits for the next
+                };
+                let ready = controller
+                    .log
+                    .borrow_mut()
+                    .as_mut()
+                    .is_some_and(|log| log.tick());
+                drop(permit);
+                if ready {
+                    // The error is logged and the log closed by with_log.
+                    let _ = controller.with_log(|log| log.advance()).await;
+                }
+            }
+        })
+        .detach();
     }
 
     /// Sends `image` to every shard and waits until all have applied it, or
@@ -608,6 +712,15 @@ impl Controller {
             shards: image.assign_shards((count - current) as usize, self.config.cores),
         })
     }
+}
+
+/// `image` with `records` applied in order.
+fn apply_all(image: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage {
+    let mut next = image.clone();
+    for r in records {
+        next = next.apply(r);
+    }
+    next
 }
 
 /// A deadline that does not come (waits that are deliberately unbounded).

@@ -2,9 +2,10 @@
 //! fjord, as `docs/replication.md` §2–3 decides. This module is the first
 //! step of that plan: the node, its durable log ([`store`]), its own wire
 //! codec ([`codec`]) and a seeded multi-node simulation that checks Raft's
-//! guarantees through this code (`simulation`, tests only). It is not yet
-//! wired into the controller: the single node still writes
-//! `metadata::store`'s log directly.
+//! guarantees through this code (`simulation`, tests only). The
+//! controller's metadata log is a quorum of one of these nodes
+//! (`metadata::store::MetadataLog`, `docs/replication.md` §9 step 1);
+//! several voters, learners and the network between them are step 2.
 //!
 //! raft-rs is sans-io. A [`QuorumNode`] is a plain value owned by one shard
 //! (the controller shard); the caller ticks it from a timer, steps it with
@@ -158,6 +159,19 @@ impl<D: RaftDisk> QuorumNode<D> {
         self.raw.tick();
     }
 
+    /// Starts an election now instead of after an election timeout. A
+    /// quorum of one (`metadata::store`) wins it at once, so a single node
+    /// leads, and can commit, as soon as it has opened its log.
+    pub fn campaign(&mut self) -> Result<(), raft::Error> {
+        self.raw.campaign()
+    }
+
+    /// Whether [`Self::advance`] has anything to do (a tick usually leaves
+    /// nothing for a quorum of one; the caller can skip the disk then).
+    pub fn has_ready(&self) -> bool {
+        self.raw.has_ready()
+    }
+
     /// Hands a peer's message to raft-rs, unless it must be dropped (module
     /// doc).
     pub fn step(&mut self, m: Message) -> Result<(), StepError> {
@@ -308,6 +322,14 @@ impl<D: RaftDisk> QuorumNode<D> {
         Ok(())
     }
 }
+
+/// A node over a `Send` disk can be moved to a blocking thread for its disk
+/// I/O and back (`metadata::store::MetadataLog`): checked here, at compile
+/// time.
+const _: fn() = || {
+    fn is_send<T: Send>() {}
+    is_send::<QuorumNode<store::FileDisk>>();
+};
 
 /// raft-rs logs through `slog`; this forwards its records to `tracing`.
 fn logger() -> slog::Logger {

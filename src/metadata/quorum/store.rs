@@ -35,9 +35,8 @@ use crate::protocol::wire::Reader;
 use bytes::{BufMut, BytesMut};
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
-use std::cell::RefCell;
 use std::io;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 const ENTRIES: i8 = 1;
 const HARD_STATE: i8 = 2;
@@ -186,27 +185,35 @@ pub fn load(bytes: &[u8]) -> Result<(Core, usize), LoadError> {
 }
 
 /// raft-rs's view of the log (`raft::Storage`), shared with the node that
-/// writes it.
+/// writes it. Behind a mutex (never contended: one node, one thread at a
+/// time) so that a node can be moved to a blocking thread for its disk
+/// I/O and back (`metadata::store`).
 #[derive(Clone)]
 pub struct RaftStore {
-    core: Rc<RefCell<Core>>,
+    core: Arc<Mutex<Core>>,
 }
 
 impl RaftStore {
     pub fn new(core: Core) -> Self {
         Self {
-            core: Rc::new(RefCell::new(core)),
+            core: Arc::new(Mutex::new(core)),
         }
+    }
+
+    /// The state. A panic while it was held (a bug) is not hidden: the
+    /// state is used as it is, as it would have been without the mutex.
+    fn core(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The membership as last set.
     pub fn conf_state(&self) -> ConfState {
-        self.core.borrow().conf_state.clone()
+        self.core().conf_state.clone()
     }
 
     /// A copy of the state (tests, diagnostics).
     pub fn snapshot_core(&self) -> Core {
-        self.core.borrow().clone()
+        self.core().clone()
     }
 
     /// Appends entries (replacing any from the first one's index on).
@@ -215,35 +222,35 @@ impl RaftStore {
             return Ok(());
         }
         disk.append(&record(ENTRIES, |b| codec::put_entries(b, ents)))?;
-        self.core.borrow_mut().append(ents);
+        self.core().append(ents);
         Ok(())
     }
 
     pub fn set_hard_state(&self, hs: &HardState, disk: &mut impl RaftDisk) -> io::Result<()> {
-        if self.core.borrow().hard_state == *hs {
+        if self.core().hard_state == *hs {
             return Ok(());
         }
         disk.append(&record(HARD_STATE, |b| codec::put_hard_state(b, hs)))?;
-        self.core.borrow_mut().hard_state = hs.clone();
+        self.core().hard_state = hs.clone();
         Ok(())
     }
 
     pub fn set_commit(&self, commit: u64, disk: &mut impl RaftDisk) -> io::Result<()> {
-        let mut hs = self.core.borrow().hard_state.clone();
+        let mut hs = self.core().hard_state.clone();
         hs.commit = commit;
         self.set_hard_state(&hs, disk)
     }
 
     pub fn set_conf_state(&self, cs: &ConfState, disk: &mut impl RaftDisk) -> io::Result<()> {
         disk.append(&record(CONF_STATE, |b| codec::put_conf_state(b, cs)))?;
-        self.core.borrow_mut().conf_state = cs.clone();
+        self.core().conf_state = cs.clone();
         Ok(())
     }
 }
 
 impl raft::Storage for RaftStore {
     fn initial_state(&self) -> raft::Result<RaftState> {
-        let c = self.core.borrow();
+        let c = self.core();
         Ok(RaftState::new(c.hard_state.clone(), c.conf_state.clone()))
     }
 
@@ -254,7 +261,7 @@ impl raft::Storage for RaftStore {
         max_size: impl Into<Option<u64>>,
         _context: GetEntriesContext,
     ) -> raft::Result<Vec<Entry>> {
-        let c = self.core.borrow();
+        let c = self.core();
         if low <= c.offset_index {
             return Err(raft::Error::Store(StorageError::Compacted));
         }
@@ -269,7 +276,7 @@ impl raft::Storage for RaftStore {
     }
 
     fn term(&self, idx: u64) -> raft::Result<u64> {
-        let c = self.core.borrow();
+        let c = self.core();
         if idx == c.offset_index {
             return Ok(c.offset_term);
         }
@@ -283,11 +290,11 @@ impl raft::Storage for RaftStore {
     }
 
     fn first_index(&self) -> raft::Result<u64> {
-        Ok(self.core.borrow().offset_index + 1)
+        Ok(self.core().offset_index + 1)
     }
 
     fn last_index(&self) -> raft::Result<u64> {
-        Ok(self.core.borrow().last_index())
+        Ok(self.core().last_index())
     }
 
     fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
