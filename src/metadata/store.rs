@@ -7,8 +7,9 @@
 //! once the Raft log is fdatasync'ed (with one voter, its own durable copy
 //! is the majority), and only then does the controller apply them to the
 //! image and answer. Each record is one Raft entry whose data is the
-//! record's JSON (serde, the shape the old log stored; bounded by the Raft
-//! log's record limit, `quorum::store::RECORD_BYTES_MAX`). The node is a
+//! record's JSON (serde, the shape the old log stored), of at most
+//! `quorum::store::ENTRY_BYTES_MAX` (32 MiB; a larger record is refused
+//! before it is proposed). The node is a
 //! `Send` value: the controller moves it to a blocking thread (glommio's
 //! `spawn_blocking`) for every step that writes or syncs, so the reactor
 //! never waits on the disk; ticks come from a glommio timer and touch the
@@ -50,7 +51,7 @@
 //! control records, replayed whole at start-up); several voters
 //! (`docs/replication.md` §9 step 2). The node id is 1, the only voter.
 
-use super::quorum::store::{FileDisk, LoadError};
+use super::quorum::store::{FileDisk, LoadError, ENTRY_BYTES_MAX};
 use super::quorum::{QuorumConfig, QuorumNode};
 use super::MetadataRecord;
 use std::fs::{self, File, OpenOptions};
@@ -204,6 +205,9 @@ pub struct MetadataLog {
     path: PathBuf,
     /// Committed and decoded, not yet handed to the controller.
     committed: Vec<MetadataRecord>,
+    /// A step of the Raft node failed midway: the log must not be used
+    /// again (see [`Self::append`]).
+    failed: bool,
 }
 
 impl MetadataLog {
@@ -234,6 +238,13 @@ impl MetadataLog {
                         path.display()
                     ),
                 ),
+                Some(e @ LoadError::Inconsistent(_)) => io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "metadata log {}: {e}; refusing to start (restore the file from a backup)",
+                        path.display()
+                    ),
+                ),
                 None => io::Error::other(format!("metadata log {}: {e}", path.display())),
             }
         })?;
@@ -251,6 +262,7 @@ impl MetadataLog {
             node,
             path: path.to_path_buf(),
             committed: Vec::new(),
+            failed: false,
         };
         let last = log.node.log().last_index();
         log.node.campaign().map_err(io::Error::other)?;
@@ -280,20 +292,43 @@ impl MetadataLog {
 
     /// Proposes `records` as consecutive entries and returns them once
     /// committed (durable), with any committed before them that were not
-    /// returned yet, in log order. Blocking: run it off the reactor. An
-    /// error leaves the log unusable (the node may have written part of a
-    /// step): drop it; the next start recovers from the file.
+    /// returned yet, in log order. Blocking: run it off the reactor.
+    ///
+    /// A record over [`ENTRY_BYTES_MAX`] is refused (`InvalidInput`) before
+    /// anything is proposed, and the log stays usable. Any other error may
+    /// leave the Raft node midway through a step: [`Self::failed`] is then
+    /// true, the log must be dropped, and the next start recovers from the
+    /// file.
     pub fn append(&mut self, records: &[MetadataRecord]) -> io::Result<Vec<MetadataRecord>> {
-        let target = self.node.log().last_index() + records.len() as u64;
+        let mut encoded = Vec::with_capacity(records.len());
         for r in records {
-            self.node
-                .propose(encode_record(r)?)
-                .map_err(|e| io::Error::other(format!("metadata log: proposal refused: {e}")))?;
+            let data = encode_record(r)?;
+            if data.len() > ENTRY_BYTES_MAX {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "a metadata record of {} bytes is over the metadata log's limit of \
+                         {ENTRY_BYTES_MAX} bytes",
+                        data.len()
+                    ),
+                ));
+            }
+            encoded.push(data);
+        }
+        let target = self.node.log().last_index() + records.len() as u64;
+        for data in encoded {
+            if let Err(e) = self.node.propose(data) {
+                self.failed = true;
+                return Err(io::Error::other(format!(
+                    "metadata log: proposal refused: {e}"
+                )));
+            }
         }
         let mut rounds = 0;
         while self.node.has_ready() || self.node.commit_index() < target {
             rounds += 1;
             if rounds > ROUNDS_MAX {
+                self.failed = true;
                 return Err(io::Error::other(format!(
                     "metadata log {}: {} record(s) proposed were not committed (commit index {}, \
                      wanted {target})",
@@ -315,9 +350,16 @@ impl MetadataLog {
         self.node.has_ready()
     }
 
+    /// Whether a step failed midway (see [`Self::append`]).
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
     /// Runs raft-rs's Ready protocol once (writes, fdatasync). Committed
     /// records are kept for the next [`Self::append`]. Blocking.
     pub fn advance(&mut self) -> io::Result<()> {
+        // Set until this step completes.
+        self.failed = true;
         let progress = self.node.advance()?;
         // A quorum of one has no peer to send messages to.
         debug_assert!(progress.messages.is_empty());
@@ -336,6 +378,7 @@ impl MetadataLog {
             })?;
             self.committed.push(record);
         }
+        self.failed = false;
         Ok(())
     }
 }
@@ -500,6 +543,21 @@ mod tests {
         let (_, replayed) = MetadataLog::open(dir.path()).unwrap();
         assert_eq!(replayed, [first, second].concat());
         assert!(!legacy_path(dir.path()).exists());
+    }
+
+    #[test]
+    fn a_record_over_the_limit_is_refused_and_the_log_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _) = MetadataLog::open(dir.path()).unwrap();
+        let huge = MetadataRecord::DeleteTopic {
+            name: "x".repeat(ENTRY_BYTES_MAX),
+        };
+        let e = log.append(&[topic("a"), huge]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+        assert!(!log.failed());
+        assert_eq!(log.append(&[topic("b")]).unwrap(), vec![topic("b")]);
+        drop(log);
+        assert_eq!(MetadataLog::open(dir.path()).unwrap().1, vec![topic("b")]);
     }
 
     #[test]

@@ -465,10 +465,11 @@ impl Controller {
 
     /// Runs one step of the metadata log on a blocking thread (its writes
     /// and fdatasyncs never block the reactor), one step at a time. A step
-    /// that fails leaves the Raft node in an unknown state (and a failed
-    /// fdatasync may have lost writes the page cache reported done): the log
-    /// is closed, every later change fails with the error below, and the
-    /// next start recovers from the file.
+    /// that fails midway (`MetadataLog::failed`) leaves the Raft node in an
+    /// unknown state (and a failed fdatasync may have lost writes the page
+    /// cache reported done): the log is closed, every later change fails
+    /// with the error below, and the next start recovers from the file. A
+    /// record refused before it was proposed (too large) closes nothing.
     async fn with_log<R: Send + 'static>(
         &self,
         step: impl FnOnce(&mut MetadataLog) -> std::io::Result<R> + Send + 'static,
@@ -492,15 +493,14 @@ impl Controller {
                 (log, result)
             })
             .await;
-        match &result {
-            Ok(_) => *self.log.borrow_mut() = Some(log),
-            Err(e) => {
-                self.log_failed.set(true);
-                tracing::error!(
-                    error = %e,
-                    "the metadata log failed; it is closed and no metadata change is accepted until the broker restarts"
-                );
-            }
+        if log.failed() {
+            self.log_failed.set(true);
+            tracing::error!(
+                error = %result.as_ref().err().map_or(String::new(), |e| e.to_string()),
+                "the metadata log failed; it is closed and no metadata change is accepted until the broker restarts"
+            );
+        } else {
+            *self.log.borrow_mut() = Some(log);
         }
         result
     }

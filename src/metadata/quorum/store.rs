@@ -45,6 +45,14 @@ const CONF_STATE: i8 = 3;
 const RECORD_HEADER_BYTES: usize = 8;
 /// A record larger than this is damage, not something fjord wrote.
 pub const RECORD_BYTES_MAX: usize = 64 << 20;
+/// The largest entry data this log takes (a caller refuses larger ones
+/// before proposing them): with its framing, one such entry always fits a
+/// record.
+pub const ENTRY_BYTES_MAX: usize = RECORD_BYTES_MAX / 2;
+/// Entries are written in records of about this many bytes at most, so a
+/// `Ready` with many entries never makes a record the loader would take
+/// for damage.
+const ENTRIES_RECORD_BYTES: usize = RECORD_BYTES_MAX / 4;
 
 /// Where the Raft log's records go: a file in production, memory with
 /// crash semantics in the simulation.
@@ -62,6 +70,10 @@ pub trait RaftDisk {
 pub enum LoadError {
     #[error("raft log record at byte {at} is corrupt ({what}) and is followed by more records")]
     Corrupt { at: usize, what: String },
+    /// Every record is intact but together they are not a state this code
+    /// writes (raft-rs would abort on it).
+    #[error("raft log is inconsistent: {0}")]
+    Inconsistent(String),
 }
 
 /// The log's in-memory state.
@@ -178,10 +190,54 @@ pub fn load(bytes: &[u8]) -> Result<(Core, usize), LoadError> {
             if rest[claimed_end..].iter().any(|&b| b != 0) {
                 return Err(LoadError::Corrupt { at, what });
             }
-            return Ok((core, at));
+            return consistent(core, at);
         }
     }
-    Ok((core, at))
+    consistent(core, at)
+}
+
+/// The loaded state, unless it is one this code never writes, on which
+/// raft-rs would abort (its `fatal!`) or go wrong: a commit index past the
+/// last entry (a cut log is never behind its hard state, which is written
+/// after the entries it commits), entry terms that go down, a membership
+/// that lists a node twice, names node 0 or is mid change (membership
+/// changes are not built). Only a bug or an edit that fixed up the CRCs
+/// gets here. (Entries of a term above the hard state's are possible: a
+/// crash can keep a `Ready`'s entries and lose its hard state written after
+/// them; nothing was sent that depended on either.)
+fn consistent(core: Core, valid: usize) -> Result<(Core, usize), LoadError> {
+    let bad = |what: String| Err(LoadError::Inconsistent(what));
+    let hs = &core.hard_state;
+    if hs.commit > core.last_index() {
+        return bad(format!(
+            "commit index {} is past the last entry {}",
+            hs.commit,
+            core.last_index()
+        ));
+    }
+    let mut term = core.offset_term;
+    for e in &core.entries {
+        if e.term < term {
+            return bad(format!(
+                "entry {} has term {}, below the {term} of the entry before",
+                e.index, e.term
+            ));
+        }
+        term = e.term;
+    }
+    let cs = &core.conf_state;
+    let mut ids: Vec<u64> = cs.voters.iter().chain(&cs.learners).copied().collect();
+    ids.sort_unstable();
+    if *cs != ConfState::default()
+        && (!cs.voters_outgoing.is_empty()
+            || !cs.learners_next.is_empty()
+            || cs.auto_leave
+            || ids.contains(&0)
+            || ids.windows(2).any(|w| w[0] == w[1]))
+    {
+        return bad(format!("membership {cs:?} is not one this version writes"));
+    }
+    Ok((core, valid))
 }
 
 /// raft-rs's view of the log (`raft::Storage`), shared with the node that
@@ -216,13 +272,37 @@ impl RaftStore {
         self.core().clone()
     }
 
-    /// Appends entries (replacing any from the first one's index on).
+    /// Appends entries (replacing any from the first one's index on), in
+    /// as many records as keep each under [`ENTRIES_RECORD_BYTES`] (one
+    /// entry alone may exceed that, up to [`ENTRY_BYTES_MAX`]).
     pub fn append(&self, ents: &[Entry], disk: &mut impl RaftDisk) -> io::Result<()> {
-        if ents.is_empty() {
-            return Ok(());
+        let size = |e: &Entry| e.data.len() + e.context.len() + 64;
+        if let Some(e) = ents.iter().find(|e| size(e) > ENTRY_BYTES_MAX) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "raft entry {} of {} bytes is over the limit",
+                    e.index,
+                    size(e)
+                ),
+            ));
         }
-        disk.append(&record(ENTRIES, |b| codec::put_entries(b, ents)))?;
-        self.core().append(ents);
+        let mut rest = ents;
+        while !rest.is_empty() {
+            let mut bytes = 0;
+            let n = rest
+                .iter()
+                .take_while(|e| {
+                    bytes += size(e);
+                    bytes <= ENTRIES_RECORD_BYTES
+                })
+                .count()
+                .max(1);
+            let (chunk, after) = rest.split_at(n);
+            disk.append(&record(ENTRIES, |b| codec::put_entries(b, chunk)))?;
+            self.core().append(chunk);
+            rest = after;
+        }
         Ok(())
     }
 
@@ -442,6 +522,33 @@ mod tests {
     }
 
     #[test]
+    fn many_large_entries_are_written_in_records_the_loader_takes() {
+        let big = Bytes::from(vec![7u8; ENTRIES_RECORD_BYTES / 3]);
+        let ents: Vec<Entry> = (1..=7)
+            .map(|i| {
+                let mut e = entry(i, 1, b"");
+                e.data = big.clone();
+                e
+            })
+            .collect();
+        let mut disk = MemDisk::default();
+        let store = RaftStore::new(Core::default());
+        store.append(&ents, &mut disk).unwrap();
+        disk.sync().unwrap();
+        let (core, valid) = load(&disk.synced).unwrap();
+        assert_eq!(valid, disk.synced.len());
+        assert_eq!(core.entries, ents);
+        // One entry over the limit is refused before anything is written.
+        let mut huge = entry(8, 1, b"");
+        huge.data = Bytes::from(vec![0u8; ENTRY_BYTES_MAX]);
+        let before = disk.synced.len();
+        assert!(store.append(&[huge], &mut disk).is_err());
+        disk.sync().unwrap();
+        assert_eq!(disk.synced.len(), before);
+        assert_eq!(store.snapshot_core().last_index(), 7);
+    }
+
+    #[test]
     fn a_torn_last_record_is_cut_and_damage_before_the_end_refuses_to_load() {
         let mut disk = MemDisk::default();
         let store = RaftStore::new(Core::default());
@@ -458,6 +565,18 @@ mod tests {
         let mut zeros = bytes.clone();
         zeros.extend_from_slice(&[0; 32]);
         assert_eq!(load(&zeros).unwrap().0.last_index(), 2);
+        // A commit index past the log (raft-rs would abort on it).
+        let mut hs = HardState::default();
+        hs.commit = 3;
+        let mut past = MemDisk::default();
+        RaftStore::new(Core::default())
+            .set_hard_state(&hs, &mut past)
+            .unwrap();
+        past.sync().unwrap();
+        assert!(matches!(
+            load(&past.synced),
+            Err(LoadError::Inconsistent(_))
+        ));
         // A flipped byte in the first record, with a valid one after it.
         let mut bad = bytes.clone();
         bad[RECORD_HEADER_BYTES + 3] ^= 0xff;
