@@ -264,7 +264,7 @@ impl MetadataLog {
             committed: Vec::new(),
             failed: false,
         };
-        let last = log.node.log().last_index();
+        let last = log.node.last_index();
         log.node.campaign().map_err(io::Error::other)?;
         // The new term's first entry commits everything before it.
         let mut rounds = 0;
@@ -315,7 +315,7 @@ impl MetadataLog {
             }
             encoded.push(data);
         }
-        let target = self.node.log().last_index() + records.len() as u64;
+        let target = self.node.last_index() + records.len() as u64;
         for data in encoded {
             if let Err(e) = self.node.propose(data) {
                 self.failed = true;

@@ -250,6 +250,11 @@ impl<D: RaftDisk> QuorumNode<D> {
         self.raw.raft.term
     }
 
+    /// The index of the last entry in the log (committed or not).
+    pub fn last_index(&self) -> u64 {
+        self.raw.raft.raft_log.last_index()
+    }
+
     pub fn commit_index(&self) -> u64 {
         self.raw.raft.raft_log.committed
     }

@@ -45,9 +45,9 @@ const CONF_STATE: i8 = 3;
 const RECORD_HEADER_BYTES: usize = 8;
 /// A record larger than this is damage, not something fjord wrote.
 pub const RECORD_BYTES_MAX: usize = 64 << 20;
-/// The largest entry data this log takes (a caller refuses larger ones
-/// before proposing them): with its framing, one such entry always fits a
-/// record.
+/// The largest entry (data and context) this log takes (a caller refuses
+/// larger ones before proposing them): with its framing, one such entry
+/// always fits a record.
 pub const ENTRY_BYTES_MAX: usize = RECORD_BYTES_MAX / 2;
 /// Entries are written in records of about this many bytes at most, so a
 /// `Ready` with many entries never makes a record the loader would take
@@ -276,17 +276,19 @@ impl RaftStore {
     /// as many records as keep each under [`ENTRIES_RECORD_BYTES`] (one
     /// entry alone may exceed that, up to [`ENTRY_BYTES_MAX`]).
     pub fn append(&self, ents: &[Entry], disk: &mut impl RaftDisk) -> io::Result<()> {
-        let size = |e: &Entry| e.data.len() + e.context.len() + 64;
-        if let Some(e) = ents.iter().find(|e| size(e) > ENTRY_BYTES_MAX) {
+        let payload = |e: &Entry| e.data.len() + e.context.len();
+        if let Some(e) = ents.iter().find(|e| payload(e) > ENTRY_BYTES_MAX) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
                     "raft entry {} of {} bytes is over the limit",
                     e.index,
-                    size(e)
+                    payload(e)
                 ),
             ));
         }
+        // With the entry's own framing (index, term, type, lengths).
+        let size = |e: &Entry| payload(e) + 64;
         let mut rest = ents;
         while !rest.is_empty() {
             let mut bytes = 0;
@@ -540,7 +542,7 @@ mod tests {
         assert_eq!(core.entries, ents);
         // One entry over the limit is refused before anything is written.
         let mut huge = entry(8, 1, b"");
-        huge.data = Bytes::from(vec![0u8; ENTRY_BYTES_MAX]);
+        huge.data = Bytes::from(vec![0u8; ENTRY_BYTES_MAX + 1]);
         let before = disk.synced.len();
         assert!(store.append(&[huge], &mut disk).is_err());
         disk.sync().unwrap();
