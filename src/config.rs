@@ -117,6 +117,30 @@ pub enum LogFormat {
     Json,
 }
 
+/// Kafka's `ssl.client.auth`: whether a TLS listener asks clients for a
+/// certificate.
+#[derive(clap::ValueEnum, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum TlsClientAuth {
+    /// A client without a valid certificate is refused in the handshake.
+    Required,
+    /// A certificate is asked for; a client without one is `User:ANONYMOUS`.
+    Requested,
+    /// No certificate is asked for.
+    #[default]
+    None,
+}
+
+/// The TLS settings of SSL and SASL_SSL listeners (files re-read on
+/// SIGHUP; `net::tls` loads them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+    pub client_auth: TlsClientAuth,
+}
+
 /// Which authorizer checks requests (Kafka's `authorizer.class.name`).
 #[derive(clap::ValueEnum, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -155,9 +179,10 @@ pub struct ServeArgs {
     #[arg(long)]
     pub listen: Option<IpAddr>,
     /// A listener, Kafka's `listeners` spelling: `PROTOCOL://HOST:PORT`
-    /// with PROTOCOL `PLAINTEXT` or `SASL_PLAINTEXT` (`SSL`, `SASL_SSL`:
-    /// not supported yet); repeat for several (a list in the file). Shard k
-    /// listens on PORT + k of each. An empty HOST is every interface.
+    /// with PROTOCOL `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`
+    /// (the TLS ones need `--tls-cert` and `--tls-key`); repeat for several
+    /// (a list in the file). Shard k listens on PORT + k of each. An empty
+    /// HOST is every interface.
     /// With `--listener`, `--port`/`--listen` add a PLAINTEXT listener only
     /// when given.
     #[arg(long = "listener")]
@@ -176,6 +201,25 @@ pub struct ServeArgs {
     /// re-authenticate (KIP-368) or is disconnected. 0: never [default: 0].
     #[arg(long)]
     pub connections_max_reauth_ms: Option<u64>,
+    /// The TLS certificate chain of SSL and SASL_SSL listeners (PEM, the
+    /// server's certificate first); re-read on SIGHUP.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `--tls-cert` (PEM: PKCS#8, RSA or SEC1); re-read
+    /// on SIGHUP.
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM bundle) that client certificates must chain
+    /// to; needed by `--tls-client-auth required|requested`; re-read on
+    /// SIGHUP.
+    #[arg(long)]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Kafka `ssl.client.auth`: `required` (a client without a certificate
+    /// signed by `--tls-client-ca` is refused), `requested` (asked for, not
+    /// required) or `none`. On SSL the principal is the certificate's
+    /// subject, `User:CN=...` [default: none].
+    #[arg(long, value_enum)]
+    pub tls_client_auth: Option<TlsClientAuth>,
     /// Number of shards (one per core) [default: all online cores].
     #[arg(long)]
     pub cores: Option<usize>,
@@ -375,6 +419,9 @@ pub struct BrokerConfig {
     pub listeners: Vec<Listener>,
     /// `--advertised-host` for every listener, or the first listener's.
     pub advertised_host: String,
+    /// Certificate, key and client authentication of the TLS listeners
+    /// (None when no listener is SSL or SASL_SSL).
+    pub tls: Option<TlsSettings>,
     /// Mechanisms and session lifetime of SASL listeners.
     pub sasl_mechanisms: Vec<String>,
     pub connections_max_reauth_ms: u64,
@@ -468,6 +515,10 @@ impl ServeArgs {
             connections_max_reauth_ms: self
                 .connections_max_reauth_ms
                 .or(file.connections_max_reauth_ms),
+            tls_cert: self.tls_cert.or(file.tls_cert),
+            tls_key: self.tls_key.or(file.tls_key),
+            tls_client_ca: self.tls_client_ca.or(file.tls_client_ca),
+            tls_client_auth: self.tls_client_auth.or(file.tls_client_auth),
             cores: self.cores.or(file.cores),
             node_id: self.node_id.or(file.node_id),
             fsync_acks: self.fsync_acks.or(file.fsync_acks),
@@ -699,6 +750,7 @@ impl ServeArgs {
             })?),
             None => Some(METRICS_LISTEN_DEFAULT.parse().expect("valid default")),
         };
+        let tls = resolve_tls(&listeners, &a)?;
         let mut super_users = Vec::new();
         for p in a
             .super_users
@@ -727,6 +779,7 @@ impl ServeArgs {
             data_dir: a.data_dir.unwrap_or_else(|| PathBuf::from("./data")),
             listeners,
             advertised_host,
+            tls,
             sasl_mechanisms,
             connections_max_reauth_ms: a.connections_max_reauth_ms.unwrap_or(0),
             listen_is_safe_default,
@@ -868,9 +921,16 @@ impl BrokerConfig {
         self.listeners.get(index).unwrap_or(&self.listeners[0])
     }
 
-    /// Whether any listener authenticates its clients.
+    /// Whether any listener authenticates its clients (SASL, or TLS
+    /// client certificates required).
     pub fn authentication_configured(&self) -> bool {
-        self.listeners.iter().any(|l| l.protocol.is_sasl())
+        let certificates_required = self
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.client_auth == TlsClientAuth::Required);
+        self.listeners
+            .iter()
+            .any(|l| l.protocol.is_sasl() || (l.protocol.is_tls() && certificates_required))
     }
 }
 
@@ -907,6 +967,10 @@ impl SecurityProtocol {
             self,
             SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
         )
+    }
+
+    pub fn is_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
     }
 
     fn parse(name: &str) -> Option<Self> {
@@ -980,8 +1044,8 @@ fn parse_listener(spec: &str) -> anyhow::Result<(SecurityProtocol, IpAddr, u16)>
 
 /// The listeners from `--listener` and the `--port`/`--listen` shorthand,
 /// and whether the address is the safe default (loopback: nothing asked
-/// for another). Refuses SSL and SASL_SSL (TLS is not built yet), two
-/// listeners of one protocol, and port ranges that overlap or overflow.
+/// for another). Refuses two listeners of one protocol, and port ranges
+/// that overlap or overflow.
 fn resolve_listeners(
     specs: &[String],
     port: Option<u16>,
@@ -1005,12 +1069,6 @@ fn resolve_listeners(
     }
     let mut listeners: Vec<Listener> = Vec::new();
     for (protocol, host, port) in raw {
-        anyhow::ensure!(
-            !matches!(protocol, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl),
-            "listener {}://{host}:{port}: {} is not supported yet (TLS is not built); use PLAINTEXT or SASL_PLAINTEXT",
-            protocol.name(),
-            protocol.name()
-        );
         anyhow::ensure!(
             (port as usize) + cores - 1 <= u16::MAX as usize,
             "ports {port}..{} do not fit",
@@ -1047,6 +1105,41 @@ fn resolve_listeners(
         });
     }
     Ok((listeners, safe_default))
+}
+
+/// The TLS settings when a listener is SSL or SASL_SSL: a certificate and
+/// key are then required, and client authentication other than `none`
+/// needs the CA to check client certificates against. TLS flags without a
+/// TLS listener are refused too (they would silently do nothing).
+fn resolve_tls(listeners: &[Listener], a: &ServeArgs) -> anyhow::Result<Option<TlsSettings>> {
+    let client_auth = a.tls_client_auth.unwrap_or_default();
+    let Some(tls_listener) = listeners.iter().find(|l| l.protocol.is_tls()) else {
+        anyhow::ensure!(
+            a.tls_cert.is_none()
+                && a.tls_key.is_none()
+                && a.tls_client_ca.is_none()
+                && a.tls_client_auth.is_none(),
+            "--tls-cert, --tls-key, --tls-client-ca and --tls-client-auth apply to SSL and SASL_SSL listeners, and none is configured"
+        );
+        return Ok(None);
+    };
+    let (Some(cert), Some(key)) = (a.tls_cert.clone(), a.tls_key.clone()) else {
+        anyhow::bail!(
+            "listener {} needs a certificate and its key: --tls-cert PATH and --tls-key PATH (PEM)",
+            tls_listener.describe()
+        );
+    };
+    anyhow::ensure!(
+        client_auth == TlsClientAuth::None || a.tls_client_ca.is_some(),
+        "--tls-client-auth {}: needs --tls-client-ca PATH (the CA certificates client certificates must chain to)",
+        if client_auth == TlsClientAuth::Required { "required" } else { "requested" }
+    );
+    Ok(Some(TlsSettings {
+        cert,
+        key,
+        client_ca: a.tls_client_ca.clone(),
+        client_auth,
+    }))
 }
 
 fn host_name() -> Option<String> {
@@ -1175,13 +1268,7 @@ mod tests {
                 "SASL_PLAINTEXT://127.0.0.1:9192"
             ]
         );
-        for bad in [
-            "SSL://:9093",
-            "SASL_SSL://:9093",
-            "HTTP://:80",
-            "PLAINTEXT//:9093",
-            "PLAINTEXT://:x",
-        ] {
+        for bad in ["HTTP://:80", "PLAINTEXT//:9093", "PLAINTEXT://:x"] {
             assert!(resolve(&["--listener", bad], "").is_err(), "{bad}");
         }
         let e = resolve(
@@ -1198,8 +1285,48 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("overlap"), "{e}");
         let e = resolve(&["--listener", "SSL://:9093"], "").unwrap_err();
-        assert!(e.to_string().contains("not supported yet"), "{e}");
+        assert!(
+            e.to_string().contains("--tls-cert PATH and --tls-key PATH"),
+            "{e}"
+        );
         assert!(resolve(&["--sasl-enabled-mechanisms", "GSSAPI"], "").is_err());
+    }
+
+    #[test]
+    fn tls_listeners_need_a_certificate_and_client_auth_needs_a_ca() {
+        let resolve = |cli: &[&str], file: &str| {
+            let file: ServeArgs = toml::from_str(file).unwrap();
+            serve_args(cli).overlay(file).resolve()
+        };
+        let tls = ["--listener", "SASL_SSL://:9093", "--tls-cert", "c.pem"];
+        let e = resolve(&tls, "").unwrap_err();
+        assert!(
+            e.to_string().contains("SASL_SSL://0.0.0.0:9093 needs"),
+            "{e}"
+        );
+        let c = resolve(&[&tls[..], &["--tls-key", "k.pem"]].concat(), "").unwrap();
+        let t = c.tls.unwrap();
+        assert_eq!(t.client_auth, TlsClientAuth::None);
+        assert_eq!(t.key, PathBuf::from("k.pem"));
+        let e = resolve(
+            &[
+                &tls[..],
+                &["--tls-key", "k.pem", "--tls-client-auth", "required"],
+            ]
+            .concat(),
+            "",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("--tls-client-ca"), "{e}");
+        let c = resolve(
+            &["--listener", "SSL://:9093", "--tls-client-auth", "required"],
+            "tls-cert = \"c.pem\"\ntls-key = \"k.pem\"\ntls-client-ca = \"ca.pem\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.tls.as_ref().unwrap().client_auth, TlsClientAuth::Required);
+        assert!(c.authentication_configured());
+        let e = resolve(&["--tls-cert", "c.pem"], "").unwrap_err();
+        assert!(e.to_string().contains("none is configured"), "{e}");
     }
 
     #[test]

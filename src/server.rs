@@ -24,6 +24,9 @@
 //! Ctrl-C twice means it. Either way the next start recovers as after a
 //! kill -9.
 //!
+//! SIGHUP re-reads the TLS files of SSL and SASL_SSL listeners
+//! ([`spawn_tls_reloader`], `net::tls`); a failed reload keeps the old ones.
+//!
 //! A panic on any thread aborts the process ([`abort_on_panic`]): a broker
 //! with a dead shard would keep advertising a node that never answers.
 
@@ -125,6 +128,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(files, "open file limit");
     }
 
+    // A TLS listener with a missing or bad certificate, key or CA file
+    // does not start (the error names the file).
+    let tls = match &config.tls {
+        Some(settings) => Some(Arc::new(crate::net::tls::TlsStore::load(settings.clone())?)),
+        None => None,
+    };
     let clean_start = take_clean_shutdown_marker(&config.data_dir)?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -134,6 +143,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         signal_hook::flag::register(signal, stop.clone())?;
     }
     spawn_stop_watchdog(stop.clone())?;
+    // SIGHUP: reload the TLS files (and nothing else); registered even
+    // without TLS, so that a SIGHUP never ends the broker.
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())?;
+    spawn_tls_reloader(reload, stop.clone(), tls.clone())?;
     if config.log_cleaner_enable {
         // From this (unpinned) thread, so the cleaner threads run on any core.
         crate::log::compact::start_cleaner_threads(config.log_cleaner_threads);
@@ -151,11 +165,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .then(|| cpus.get(shard % cpus.len().max(1)).copied())
             .flatten();
         let builder = runtime::executor_builder(shard, cpu, io_memory);
-        let (config, mesh, ready_tx, stop) =
-            (config.clone(), mesh.clone(), ready_tx.clone(), stop.clone());
+        let (config, mesh, ready_tx, stop, tls) = (
+            config.clone(),
+            mesh.clone(),
+            ready_tx.clone(),
+            stop.clone(),
+            tls.clone(),
+        );
         let handle = builder
             .spawn(move || async move {
-                let outcome = shard_main(shard, config, mesh, &ready_tx, stop, clean_start).await;
+                let outcome =
+                    shard_main(shard, config, mesh, &ready_tx, stop, clean_start, tls).await;
                 if let Err(e) = &outcome {
                     let _ = ready_tx.send((shard, Err(e.to_string())));
                 }
@@ -262,6 +282,7 @@ async fn shard_main(
     ready_tx: &std::sync::mpsc::Sender<(usize, Result<Vec<SocketAddr>, String>)>,
     stop: Arc<AtomicBool>,
     clean_start: bool,
+    tls: Option<Arc<crate::net::tls::TlsStore>>,
 ) -> anyhow::Result<()> {
     let (senders, mut receivers) = mesh
         .join()
@@ -440,11 +461,17 @@ async fn shard_main(
         }
         None => None,
     };
+    let tls = tls.map(|store| Rc::new(crate::net::tls::ShardTls::new(store)));
     let accept: Vec<_> = sockets
         .into_iter()
         .enumerate()
         .map(|(index, socket)| {
-            glommio::spawn_local(crate::net::accept_loop(ctx.clone(), index, socket))
+            glommio::spawn_local(crate::net::accept_loop(
+                ctx.clone(),
+                index,
+                socket,
+                tls.clone(),
+            ))
         })
         .collect();
     let _ = ready_tx.send((shard, Ok(bound)));
@@ -573,6 +600,40 @@ fn spawn_stop_watchdog(stop: Arc<AtomicBool>) -> std::io::Result<()> {
                 "fjord: stop took longer than {SHUTDOWN_MS_MAX} ms; exiting without finishing it"
             );
             std::process::exit(EXIT_SHUTDOWN_TIMEOUT);
+        })
+        .map(|_| ())
+}
+
+/// Once `reload` is set (SIGHUP): re-reads the TLS certificate, key and
+/// client CA, off the shards; each shard takes the new config for the
+/// connections it accepts from then on (`net::tls`). Polled as the shards
+/// poll the stop flag; ends when the broker stops.
+fn spawn_tls_reloader(
+    reload: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    tls: Option<Arc<crate::net::tls::TlsStore>>,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("tls-reload".into())
+        .spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(SHUTDOWN_POLL_MS));
+                if !reload.swap(false, Ordering::SeqCst) {
+                    continue;
+                }
+                match &tls {
+                    None => tracing::info!("SIGHUP: no TLS listener, nothing to reload"),
+                    Some(store) => match store.reload() {
+                        Ok(()) => tracing::info!(
+                            "SIGHUP: TLS certificate, key and client CA reloaded; new connections use them"
+                        ),
+                        Err(e) => tracing::error!(
+                            error = %e,
+                            "SIGHUP: TLS reload failed; keeping the previous certificate and key"
+                        ),
+                    },
+                }
+            }
         })
         .map(|_| ())
 }

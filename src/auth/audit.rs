@@ -113,6 +113,15 @@ pub fn refused(peer: Option<SocketAddr>, reason: &str) {
     }
 }
 
+/// A TLS handshake failed or timed out (the connection is closed): a
+/// plaintext client on a TLS port, garbage, an untrusted or missing client
+/// certificate.
+pub fn tls_failed(peer: Option<SocketAddr>, listener: &str, reason: &str) {
+    if let Some(suppressed) = admit(Kind::Failed) {
+        tracing::warn!(target: "fjord::audit", ?peer, listener, reason, suppressed, "TLS handshake failed");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

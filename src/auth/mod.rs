@@ -16,6 +16,10 @@
 //! image's SCRAM store, are handed in by the caller, as this layer sits below
 //! `metadata`).
 //!
+//! On an SSL listener a verified client certificate sets the principal
+//! once, after the handshake: `User:` + its subject as Kafka prints it
+//! ([`x500`]).
+//!
 //! [`acl`] holds Kafka's ACL model and the authorizer's decision; the
 //! handlers ask it through `handlers::authz`.
 
@@ -23,6 +27,7 @@ pub mod acl;
 pub mod audit;
 pub mod sasl;
 pub mod scram;
+pub mod x500;
 
 use std::cell::RefCell;
 use std::fmt;

@@ -48,9 +48,27 @@
 //! answered at once, in order, so the principal they set applies to the
 //! requests read after them and to no earlier one. An answer that ends the
 //! authentication (a failure) is written, then the connection closes.
-//! The transport is the TCP socket read with `recv` and written with
-//! `write`/`sendfile`; TLS (a later change) needs its own read and write
-//! path under the same reader and writer, chosen per listener here.
+//! Transport: on PLAINTEXT and SASL_PLAINTEXT the TCP socket, read with
+//! `recv` and written with `write`/`sendfile`. On SSL and SASL_SSL a TLS
+//! handshake ([`tls`], rustls) comes first, bounded by
+//! `tls::TLS_HANDSHAKE_TIMEOUT` and counted against the connection limit;
+//! then the same reader and writer run over the TLS stream: records are
+//! decrypted into the same receive buffer (frames are still split off it
+//! without a copy), responses are encrypted as written, and file ranges
+//! are read into memory and encrypted (no sendfile through user-space
+//! TLS). Reader and writer are generic over the [`Transport`], so the
+//! plaintext path is compiled as before, with no per-read TLS branch.
+//!
+//! Kernel TLS (kTLS) would give the zero-copy paths back: after rustls's
+//! handshake, `dangerous_extract_secrets()` yields the traffic keys and
+//! sequence numbers; `setsockopt(TCP_ULP, "tls")` then `SOL_TLS`
+//! `TLS_TX`/`TLS_RX` with them hands record encryption to the kernel, after
+//! which `write`, `sendfile` and `recv` work on plaintext as on a TCP
+//! socket (control records such as TLS 1.3 KeyUpdate or NewSessionTicket
+//! arrive as `recvmsg` control messages and must be handled, and rustls
+//! can no longer be used on the connection). It was not built: this
+//! machine's kernel has `CONFIG_TLS` unset (`TCP_ULP` "tls" fails with
+//! ENOENT), so it could be neither tried nor measured.
 //!
 //! Metrics: each request carries a `RequestStamp` (its API key, when the
 //! read that completed its frame returned, when dispatch began) and its
@@ -65,6 +83,7 @@
 mod file_range;
 pub mod metrics_http;
 mod sendfile;
+pub mod tls;
 
 use crate::auth::sasl::Gate;
 use crate::auth::{audit, Session};
@@ -78,6 +97,7 @@ use crate::shard::ShardCtx;
 use bytes::{Buf, BytesMut};
 use futures::FutureExt;
 use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use futures_rustls::server::TlsStream;
 use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
 use glommio::task::JoinHandle;
@@ -100,6 +120,9 @@ const READ_WINDOW_BYTES: usize = 4 * 1024;
 const FRAME_ROOM_AT_ONCE_MAX_BYTES: usize = 4 << 20;
 /// Longest a response write may wait for the client to make room.
 const SOCKET_WRITE_STALL_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+/// The room a read through TLS gets at most: one TLS record's plaintext
+/// (the zeroing is small beside decrypting it).
+const TLS_READ_WINDOW_BYTES: usize = 16 * 1024;
 /// Responses smaller than this are coalesced into one write.
 const COALESCE_BYTES_MAX: usize = 64 * 1024;
 /// At most one warning this often for connections refused at the limit.
@@ -129,9 +152,24 @@ thread_local! {
 /// (Kafka's acceptor stops accepting at `max.connections`; closing tells
 /// the client sooner than a full backlog would, and it retries with
 /// back-off).
-pub async fn accept_loop(ctx: Rc<ShardCtx>, listener_index: usize, listener: TcpListener) {
+/// On an SSL or SASL_SSL listener each connection first completes a TLS
+/// handshake with the shard's current TLS config (`tls`).
+pub async fn accept_loop(
+    ctx: Rc<ShardCtx>,
+    listener_index: usize,
+    listener: TcpListener,
+    tls: Option<Rc<tls::ShardTls>>,
+) {
     let net = SHARD_NET.with(|n| n.clone());
     let protocol = ctx.config.listener(listener_index).protocol;
+    let tls = tls.filter(|_| protocol.is_tls());
+    if protocol.is_tls() && tls.is_none() {
+        tracing::error!(
+            listener = protocol.name(),
+            "TLS listener without a TLS config: not accepting"
+        );
+        return;
+    }
     let mut refused_logged_at: Option<std::time::Instant> = None;
     loop {
         match listener.accept().await {
@@ -155,12 +193,33 @@ pub async fn accept_loop(ctx: Rc<ShardCtx>, listener_index: usize, listener: Tcp
                 metrics::record_connection(ConnectionEvent::Accepted);
                 let ctx = ctx.clone();
                 let net = net.clone();
+                let tls = tls.clone();
                 glommio::spawn_local(async move {
                     let peer = stream.peer_addr().ok();
                     let _open = OpenConnection::new(&net);
                     audit::accepted(peer, protocol.name());
                     let session = Session::on_listener(peer, listener_index, protocol.is_sasl());
-                    if let Err(e) = serve_connection(ctx, net.clone(), session, stream).await {
+                    let served = match configure_socket(&ctx, &stream) {
+                        Err(e) => Err(e),
+                        Ok(()) => match tls {
+                            None => serve_connection(ctx, net.clone(), session, stream).await,
+                            Some(tls) => match tls.handshake(stream, peer, protocol.name()).await {
+                                Err(e) => Err(e),
+                                Ok(stream) => {
+                                    // On SSL the client certificate names
+                                    // the principal; on SASL_SSL, SASL does.
+                                    if !protocol.is_sasl() {
+                                        if let Some(p) = tls::client_principal(&stream) {
+                                            audit::authenticated(peer, &p, "SSL", false);
+                                            session.set_principal(p);
+                                        }
+                                    }
+                                    serve_connection(ctx, net.clone(), session, stream).await
+                                }
+                            },
+                        },
+                    };
+                    if let Err(e) = served {
                         tracing::debug!(?peer, error = %e, "connection closed");
                     }
                 })
@@ -249,13 +308,40 @@ impl Drop for HeldBytes {
     }
 }
 
-/// A TCP stream shared by the reader and writer tasks of one connection. Both
-/// run on the same thread and never poll at the same time, so a `RefCell`
-/// borrowed only inside `poll_*` is enough.
-#[derive(Clone)]
-struct SharedStream(Rc<RefCell<TcpStream>>);
+/// What a connection's reader and writer run over: the TCP socket itself
+/// (PLAINTEXT, SASL_PLAINTEXT) or TLS over it (SSL, SASL_SSL). The code
+/// below is generic over it, so each protocol gets its own copy and the
+/// plaintext one has no TLS branch at all.
+trait Transport: AsyncRead + AsyncWrite + AsRawFd + Unpin + 'static {
+    /// The socket carries the Kafka protocol's bytes as they are: the
+    /// reader may `recv` from the descriptor directly, the writer may
+    /// `sendfile`, and a write needs no flush. Through TLS, the bytes are
+    /// decrypted into the receive buffer and encrypted from the responses
+    /// (file ranges are read into memory first), and written data may wait
+    /// in the TLS session until flushed.
+    const RAW: bool;
+}
 
-impl AsyncRead for SharedStream {
+impl Transport for TcpStream {
+    const RAW: bool = true;
+}
+
+impl Transport for TlsStream<TcpStream> {
+    const RAW: bool = false;
+}
+
+/// A connection's stream shared by its reader and writer tasks. Both run on
+/// the same thread and never poll at the same time, so a `RefCell` borrowed
+/// only inside `poll_*` is enough.
+struct SharedStream<S>(Rc<RefCell<S>>);
+
+impl<S> Clone for SharedStream<S> {
+    fn clone(&self) -> Self {
+        SharedStream(self.0.clone())
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for SharedStream<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -265,7 +351,7 @@ impl AsyncRead for SharedStream {
     }
 }
 
-impl AsyncWrite for SharedStream {
+impl<S: AsyncWrite + Unpin> AsyncWrite for SharedStream<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -281,12 +367,9 @@ impl AsyncWrite for SharedStream {
     }
 }
 
-async fn serve_connection(
-    ctx: Rc<ShardCtx>,
-    net: Rc<ShardNet>,
-    session: Rc<Session>,
-    stream: TcpStream,
-) -> io::Result<()> {
+/// The socket options of every connection, set before a TLS handshake so
+/// that the idle and write-stall limits bound it too.
+fn configure_socket(ctx: &ShardCtx, stream: &TcpStream) -> io::Result<()> {
     stream.set_nodelay(true)?;
     // A client that leaves a response unread this long loses the
     // connection, so it cannot pin the response's segment file and read
@@ -297,6 +380,15 @@ async fn serve_connection(
     stream.set_read_timeout(Some(std::time::Duration::from_millis(
         ctx.config.connections_max_idle_ms,
     )))?;
+    Ok(())
+}
+
+async fn serve_connection<S: Transport>(
+    ctx: Rc<ShardCtx>,
+    net: Rc<ShardNet>,
+    session: Rc<Session>,
+    stream: S,
+) -> io::Result<()> {
     let fd = stream.as_raw_fd();
     let stream = SharedStream(Rc::new(RefCell::new(stream)));
     let (tx, rx) = local_channel::new_bounded::<Dispatch>(ctx.config.inflight_requests_max);
@@ -364,10 +456,10 @@ async fn admit(ctx: &ShardCtx, held: &HeldBytes, queued: &Cell<usize>) {
     }
 }
 
-async fn read_requests(
+async fn read_requests<S: Transport>(
     ctx: &Rc<ShardCtx>,
     session: &Rc<Session>,
-    mut stream: SharedStream,
+    mut stream: SharedStream<S>,
     fd: i32,
     tx: local_channel::LocalSender<Dispatch>,
     queued: Rc<Cell<usize>>,
@@ -512,7 +604,7 @@ async fn read_requests(
         if frame_total.is_none() {
             admit(ctx, held, &queued).await;
         }
-        if more_queued {
+        if S::RAW && more_queued {
             let n = recv_into_spare(fd, &mut buf, limit)?;
             held.hold(n);
             more_queued = n == limit;
@@ -526,7 +618,14 @@ async fn read_requests(
         // large frame) before every read cost as much CPU as the kernel's
         // copy. If the window fills, more is likely queued: the next reads
         // take it straight into the uninitialized room, without waiting.
-        let window = READ_WINDOW_BYTES.min(limit);
+        // (Through TLS every read goes through the session, into a window
+        // of up to a record.)
+        let window = if S::RAW {
+            READ_WINDOW_BYTES
+        } else {
+            TLS_READ_WINDOW_BYTES
+        }
+        .min(limit);
         buf.resize(filled + window, 0);
         let n = stream.read(&mut buf[filled..]).await?;
         read_at = stamp();
@@ -580,9 +679,9 @@ fn recv_into_spare(fd: i32, buf: &mut BytesMut, limit: usize) -> io::Result<usiz
     Ok(n as usize)
 }
 
-async fn write_responses(
+async fn write_responses<S: Transport>(
     ctx: Rc<ShardCtx>,
-    mut stream: SharedStream,
+    mut stream: SharedStream<S>,
     fd: i32,
     rx: local_channel::LocalReceiver<Dispatch>,
     queued: Rc<Cell<usize>>,
@@ -600,9 +699,9 @@ async fn write_responses(
     result
 }
 
-async fn write_loop(
+async fn write_loop<S: Transport>(
     ctx: &ShardCtx,
-    stream: &mut SharedStream,
+    stream: &mut SharedStream<S>,
     fd: i32,
     rx: &local_channel::LocalReceiver<Dispatch>,
     queued: &Cell<usize>,
@@ -653,8 +752,9 @@ async fn write_loop(
                         RecordsChunk::File(range) => {
                             flush(stream, &mut out).await?;
                             match &range.buffered {
-                                // `--catch-up-reads sendfile`
-                                Some(file) => {
+                                // `--catch-up-reads sendfile` (not through
+                                // TLS: the bytes must be encrypted)
+                                Some(file) if S::RAW => {
                                     sendfile::send_range(
                                         fd,
                                         file,
@@ -664,7 +764,7 @@ async fn write_loop(
                                     )
                                     .await?
                                 }
-                                None => file_range::send_range(stream, &range).await?,
+                                _ => file_range::send_range(stream, &range).await?,
                             }
                         }
                     }
@@ -708,8 +808,8 @@ async fn write_loop(
 
 /// Writes `bytes` after what `out` holds: into `out` if it stays within
 /// `COALESCE_BYTES_MAX`, else after flushing it, straight from `bytes`.
-async fn write_bytes(
-    stream: &mut SharedStream,
+async fn write_bytes<S: Transport>(
+    stream: &mut SharedStream<S>,
     out: &mut BytesMut,
     bytes: &[u8],
 ) -> io::Result<()> {
@@ -721,10 +821,15 @@ async fn write_bytes(
     stream.write_all(bytes).await
 }
 
-async fn flush(stream: &mut SharedStream, out: &mut BytesMut) -> io::Result<()> {
+/// Writes what `out` holds; through TLS, also sends what the session
+/// still holds encrypted.
+async fn flush<S: Transport>(stream: &mut SharedStream<S>, out: &mut BytesMut) -> io::Result<()> {
     if !out.is_empty() {
         stream.write_all(out).await?;
         out.clear();
+    }
+    if !S::RAW {
+        stream.flush().await?;
     }
     Ok(())
 }

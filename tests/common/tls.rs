@@ -77,8 +77,9 @@ impl TestPki {
         self.dir.path()
     }
 
-    /// A client certificate whose subject is `subject`, in order (e.g.
-    /// `[(DnType::CommonName, "alice"), (DnType::OrganizationName, "fjord")]`),
+    /// A client certificate whose subject is `subject`, in the
+    /// certificate's order (which RFC 2253 reverses: `[(OrganizationName,
+    /// "fjord"), (CommonName, "alice")]` is Kafka's `CN=alice,O=fjord`),
     /// written as `<file_stem>.pem` and `<file_stem>.key`.
     pub fn client(&self, file_stem: &str, subject: &[(DnType, &str)]) -> ClientCert {
         let (cert_pem, key_pem) = self.sign(&[], subject, ExtendedKeyUsagePurpose::ClientAuth);
@@ -101,6 +102,9 @@ impl TestPki {
         let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
         // Strings that parse as IP addresses become IP SANs, the rest DNS names.
         let mut params = CertificateParams::new(sans).expect("leaf params");
+        // rcgen starts with a CN of its own, which would keep its place
+        // first: the subject is exactly `subject`, in order.
+        params.distinguished_name = rcgen::DistinguishedName::new();
         for (kind, value) in subject {
             params.distinguished_name.push(kind.clone(), *value);
         }
