@@ -538,3 +538,37 @@ fn a_tls_listener_without_usable_files_refuses_to_start() {
         assert!(stderr.contains(expected), "{expected}: {stderr}");
     }
 }
+
+#[test]
+fn requested_client_auth_admits_clients_with_and_without_a_certificate() {
+    let pki = TestPki::new("fjord-test-ca");
+    let ca = pki.ca_path.display().to_string();
+    let (broker, port) = tls_broker(
+        "SSL",
+        &pki,
+        1,
+        &["--tls-client-ca", &ca, "--tls-client-auth", "requested"],
+    );
+    let bootstrap = format!("127.0.0.1:{port}");
+    assert_eq!(
+        metadata_ok(&bootstrap, &ssl(&pki.ca_path)),
+        Ok(1),
+        "no certificate"
+    );
+    let bob = pki.client("bob", &[(rcgen::DnType::CommonName, "bob")]);
+    let mut settings = ssl(&pki.ca_path);
+    settings.push((
+        "ssl.certificate.location".into(),
+        bob.cert_path.display().to_string(),
+    ));
+    settings.push((
+        "ssl.key.location".into(),
+        bob.key_path.display().to_string(),
+    ));
+    assert_eq!(metadata_ok(&bootstrap, &settings), Ok(1), "a certificate");
+    assert!(
+        broker.stderr_since(0).contains("User:CN=bob"),
+        "the certificate named the principal:\n{}",
+        broker.stderr_tail()
+    );
+}
