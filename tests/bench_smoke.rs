@@ -320,3 +320,45 @@ fn client_config_authenticates_every_client_on_a_sasl_listener() {
         broker.stderr_tail()
     );
 }
+
+/// The same over an SSL listener: `--client-config security.protocol=ssl`
+/// and `ssl.ca.location` take every client of the run (admin included)
+/// through TLS, and the run measures as over PLAINTEXT.
+#[test]
+fn client_config_runs_a_bench_over_an_ssl_listener() {
+    let pki = common::tls::TestPki::new("bench-ca");
+    let ssl_port = common::free_port_base(1);
+    let broker = Broker::start(
+        BrokerOpts::default()
+            .cores(1)
+            .arg("--listener")
+            .arg(format!("SSL://127.0.0.1:{ssl_port}"))
+            .arg("--tls-cert")
+            .arg(pki.server_cert_path.display().to_string())
+            .arg("--tls-key")
+            .arg(pki.server_key_path.display().to_string()),
+    );
+    let out = tempfile::tempdir().expect("tempdir");
+    let bootstrap = format!("127.0.0.1:{ssl_port}");
+    let ca = format!("ssl.ca.location={}", pki.ca_path.display());
+    let r = bench(
+        &broker,
+        out.path(),
+        "ssl",
+        &[
+            "--bootstrap",
+            &bootstrap,
+            "--client-config",
+            "security.protocol=ssl",
+            "--client-config",
+            &ca,
+        ],
+    );
+    check_result(&r);
+    let log = broker.stderr_since(0);
+    assert!(
+        !log.contains("TLS handshake failed"),
+        "every client spoke TLS:\n{}",
+        broker.stderr_tail()
+    );
+}
