@@ -521,7 +521,8 @@ fn without_a_listener_the_broker_binds_loopback_and_says_so() {
     );
     assert!(!err.contains("listening on loopback only"), "{err}");
 
-    // SSL is refused at start-up, with a clear message.
+    // SSL without a certificate is refused at start-up, with a clear
+    // message (tests/server_tls.rs has the rest).
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_fjord"))
         .arg("serve")
@@ -537,7 +538,10 @@ fn without_a_listener_the_broker_binds_loopback_and_says_so() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("SSL is not supported yet"), "{err}");
+    assert!(
+        err.contains("SSL://127.0.0.1:9093 needs a certificate and its key: --tls-cert"),
+        "{err}"
+    );
 }
 
 /// librdkafka settings for `user` with SASL `mechanism` on a SASL_PLAINTEXT
