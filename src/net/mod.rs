@@ -199,25 +199,12 @@ pub async fn accept_loop(
                     let _open = OpenConnection::new(&net);
                     audit::accepted(peer, protocol.name());
                     let session = Session::on_listener(peer, listener_index, protocol.is_sasl());
-                    let served = match configure_socket(&ctx, &stream) {
-                        Err(e) => Err(e),
-                        Ok(()) => match tls {
-                            None => serve_connection(ctx, net.clone(), session, stream).await,
-                            Some(tls) => match tls.handshake(stream, peer, protocol.name()).await {
-                                Err(e) => Err(e),
-                                Ok(stream) => {
-                                    // On SSL the client certificate names
-                                    // the principal; on SASL_SSL, SASL does.
-                                    if !protocol.is_sasl() {
-                                        if let Some(p) = tls::client_principal(&stream) {
-                                            audit::authenticated(peer, &p, "SSL", false);
-                                            session.set_principal(p);
-                                        }
-                                    }
-                                    serve_connection(ctx, net.clone(), session, stream).await
-                                }
-                            },
-                        },
+                    let served = match (configure_socket(&ctx, &stream), tls) {
+                        (Err(e), _) => Err(e),
+                        (Ok(()), None) => serve_connection(ctx, net.clone(), session, stream).await,
+                        (Ok(()), Some(tls)) => {
+                            serve_tls(ctx, net.clone(), session, stream, &tls).await
+                        }
                     };
                     if let Err(e) = served {
                         tracing::debug!(?peer, error = %e, "connection closed");
@@ -365,6 +352,27 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for SharedStream<S> {
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut *self.0.borrow_mut()).poll_close(cx)
     }
+}
+
+/// A connection of a TLS listener: the handshake, then the same service as
+/// plaintext over the TLS stream. On SSL the client certificate, if any,
+/// names the principal; on SASL_SSL the SASL exchange does.
+async fn serve_tls(
+    ctx: Rc<ShardCtx>,
+    net: Rc<ShardNet>,
+    session: Rc<Session>,
+    stream: TcpStream,
+    tls: &tls::ShardTls,
+) -> io::Result<()> {
+    let protocol = ctx.config.listener(session.listener).protocol;
+    let stream = tls.handshake(stream, session.peer, protocol.name()).await?;
+    if !protocol.is_sasl() {
+        if let Some(principal) = tls::client_principal(&stream) {
+            audit::authenticated(session.peer, &principal, "SSL", false);
+            session.set_principal(principal);
+        }
+    }
+    serve_connection(ctx, net, session, stream).await
 }
 
 /// The socket options of every connection, set before a TLS handshake so
