@@ -581,3 +581,90 @@ fn requested_client_auth_admits_clients_with_and_without_a_certificate() {
         broker.stderr_tail()
     );
 }
+
+/// The value of record `id` in the catch-up test: its id, then filler of a
+/// length that varies with it.
+fn catch_up_value(id: usize) -> Vec<u8> {
+    let mut v = format!("{id}:").into_bytes();
+    v.extend((0..100 + (id * 37) % 2_000).map(|i| (i * 7 + id) as u8));
+    v
+}
+
+/// Fetches served from segment files (a tail cache of 4 KiB holds next to
+/// nothing) in both `--catch-up-reads` modes go through TLS byte-exact:
+/// with `sendfile` configured, a TLS connection reads the file into memory
+/// and encrypts it instead.
+#[test]
+fn catch_up_reads_through_tls_arrive_byte_exact_in_both_modes() {
+    const RECORDS: usize = 3_000;
+    let pki = TestPki::new("fjord-test-ca");
+    for mode in ["direct", "sendfile"] {
+        let (broker, port) = tls_broker(
+            "SSL",
+            &pki,
+            1,
+            &[
+                "--tail-cache-bytes",
+                "4096",
+                "--catch-up-reads",
+                mode,
+                "--log-segment-bytes",
+                "1048576",
+            ],
+        );
+        let bootstrap = format!("127.0.0.1:{port}");
+        let settings = ssl(&pki.ca_path);
+        let topic = format!("catch-up-{mode}");
+        let mut extra = borrowed(&settings);
+        extra.extend([("acks", "all"), ("linger.ms", "5")]);
+        let producer = client::producer(&bootstrap, &extra);
+        for id in 0..RECORDS {
+            client::send(
+                &producer,
+                &topic,
+                &client::TestMessage {
+                    id,
+                    key: Vec::new(),
+                    value: catch_up_value(id),
+                    headers: vec![],
+                },
+            );
+        }
+        for d in client::await_deliveries(&producer, RECORDS, CLIENT_WAIT) {
+            assert!(d.error.is_none(), "{mode}: delivery failed: {:?}", d.error);
+        }
+        let mut consumer_extra = borrowed(&settings);
+        consumer_extra.push(("fetch.max.bytes", "8388608"));
+        consumer_extra.push(("max.partition.fetch.bytes", "4194304"));
+        let consumer = client::consumer(&bootstrap, &consumer_extra);
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(&topic, 0, rdkafka::Offset::Beginning)
+            .unwrap();
+        consumer.assign(&tpl).unwrap();
+        let mut seen = HashSet::new();
+        let deadline = Instant::now() + CLIENT_WAIT;
+        while seen.len() < RECORDS {
+            assert!(
+                Instant::now() < deadline,
+                "{mode}: read {} of {RECORDS}",
+                seen.len()
+            );
+            match consumer.poll(Duration::from_millis(100)) {
+                None => {}
+                Some(Err(e)) => panic!("{mode}: consumer error: {e}"),
+                Some(Ok(m)) => {
+                    use rdkafka::Message;
+                    let value = m.payload().unwrap_or_default();
+                    let digits = value.iter().position(|&b| b == b':').unwrap_or(0);
+                    let id: usize = std::str::from_utf8(&value[..digits])
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or_else(|| panic!("{mode}: a value without its id"));
+                    assert!(value == catch_up_value(id), "{mode}: record {id} differs");
+                    seen.insert(id);
+                }
+            }
+        }
+        drop(broker);
+    }
+}
