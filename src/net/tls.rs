@@ -17,6 +17,12 @@
 //!   client on a TLS port, garbage, an untrusted certificate or a timeout
 //!   end that connection only and are logged through `auth::audit`
 //!   (rate-limited).
+//! - Memory: what one connection's TLS session holds is bounded by
+//!   rustls's defaults, which fjord keeps: 16 KiB of decrypted bytes not
+//!   yet read, 64 KiB each of plaintext and of records waiting to be sent,
+//!   one incoming record (16 KiB and its header) being deframed, and
+//!   handshake messages of at most 64 KiB. The connection limits
+//!   (`--max-connections-per-shard`, the handshake bound) bound the rest.
 //! - Principal: on SSL, a verified client certificate's subject as Kafka
 //!   prints it (`auth::x500`), `User:CN=...`; no certificate:
 //!   `User:ANONYMOUS`. On SASL_SSL the SASL exchange sets it, as on
