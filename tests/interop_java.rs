@@ -19,6 +19,11 @@
 //! Kafka, e.g. `scripts/kafka-peer.sh start` then
 //! `FJORD_TEST_BROKER=kafka:127.0.0.1:19092 cargo test --test interop_java`).
 //! Scenario names are unique per run, so several runs can share one broker.
+//! The TLS tests (`tls_*`) run against stock Kafka only with its TLS
+//! listeners: `scripts/kafka-peer-ssl.sh start`, then
+//! `FJORD_TEST_BROKER=kafka:127.0.0.1:19392
+//! FJORD_TEST_TLS_PEER=target/kafka-peer/ssl-pki cargo test --test
+//! interop_java tls_` (the peer's PKI directory and listener layout).
 
 mod common;
 
@@ -383,4 +388,250 @@ fn acls_minimal_for_producer_transactions_and_group() {
         out.describe_status(),
         failure_line(&out).unwrap_or("(no FAILED line; see the output above)")
     );
+}
+
+/// `FJORD_TEST_TLS_PEER`: the PKI directory of `scripts/kafka-peer-ssl.sh`,
+/// for the TLS tests' differential run against stock Kafka.
+const TLS_PEER_ENV: &str = "FJORD_TEST_TLS_PEER";
+/// The principal Kafka gives the client certificate of the TLS tests,
+/// subject C=NO, O="fjord, test", OU=interop, CN=alice in that order: its
+/// RFC 2253 string, RDNs reversed, the comma escaped (what stock Kafka 4.4
+/// answered; docs/security.md).
+const MTLS_PRINCIPAL: &str = r"User:CN=alice,OU=interop,O=fjord\, test,C=NO";
+/// The same subject in the certificate's order: not the principal.
+const MTLS_WRONG_PRINCIPAL: &str = r"User:C=NO,O=fjord\, test,OU=interop,CN=alice";
+
+/// Which TLS listener a test needs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TlsListener {
+    /// SSL, no client authentication.
+    Ssl,
+    /// SSL with `--tls-client-auth required`, under an authorizer that
+    /// allows what no ACL names, with ANONYMOUS a super user.
+    Mtls,
+    /// SASL_SSL with PLAIN and both SCRAM mechanisms, sessions of 3 s.
+    SaslSsl,
+}
+
+/// A broker with a TLS listener: a fjord broker of the test's own, with a
+/// fresh PKI (tests/common/tls.rs), or the stock Kafka peer of
+/// `scripts/kafka-peer-ssl.sh` (`FJORD_TEST_BROKER` and `FJORD_TEST_TLS_PEER`).
+struct TlsBroker {
+    broker: Option<common::Broker>,
+    _pki: Option<common::tls::TestPki>,
+    /// The PLAINTEXT listener (ANONYMOUS: creates users and ACLs).
+    plaintext: String,
+    /// The TLS listener.
+    tls: String,
+    ca: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+}
+
+impl TlsBroker {
+    /// None (and a line saying so) against an external broker without
+    /// `FJORD_TEST_TLS_PEER`.
+    fn start(listener: TlsListener) -> Option<TlsBroker> {
+        if std::env::var(common::target::TARGET_ENV).is_ok_and(|v| !v.trim().is_empty()) {
+            let Some(dir) = std::env::var_os(TLS_PEER_ENV).map(PathBuf::from) else {
+                println!("skipped: {TLS_PEER_ENV} names no scripts/kafka-peer-ssl.sh peer");
+                return None;
+            };
+            let target = Target::start(BrokerOpts::default());
+            // scripts/kafka-peer-ssl.sh: SSL on PORT+2, MTLS on PORT+3,
+            // SASL_SSL on PORT+4.
+            let offset = match listener {
+                TlsListener::Ssl => 2,
+                TlsListener::Mtls => 3,
+                TlsListener::SaslSsl => 4,
+            };
+            return Some(TlsBroker {
+                broker: None,
+                _pki: None,
+                plaintext: target.bootstrap(),
+                tls: format!("127.0.0.1:{}", target.port() + offset),
+                ca: dir.join("ca.pem"),
+                client_cert: dir.join("client.pem"),
+                client_key: dir.join("client.key"),
+            });
+        }
+        use rcgen::DnType;
+        let pki = common::tls::TestPki::new("fjord-test-ca");
+        let client = pki.client(
+            "client",
+            &[
+                (DnType::CountryName, "NO"),
+                (DnType::OrganizationName, "fjord, test"),
+                (DnType::OrganizationalUnitName, "interop"),
+                (DnType::CommonName, "alice"),
+            ],
+        );
+        let tls_port = common::free_port_base(2);
+        let protocol = match listener {
+            TlsListener::SaslSsl => "SASL_SSL",
+            _ => "SSL",
+        };
+        let mut opts = BrokerOpts::default()
+            .arg("--listener")
+            .arg(format!("{protocol}://127.0.0.1:{tls_port}"))
+            .arg("--tls-cert")
+            .arg(pki.server_cert_path.display().to_string())
+            .arg("--tls-key")
+            .arg(pki.server_key_path.display().to_string());
+        match listener {
+            TlsListener::Ssl => {}
+            TlsListener::Mtls => {
+                opts = opts
+                    .arg("--tls-client-ca")
+                    .arg(pki.ca_path.display().to_string())
+                    .arg("--tls-client-auth")
+                    .arg("required")
+                    .arg("--authorizer=standard")
+                    .arg("--allow-everyone-if-no-acl-found")
+                    .arg("--super-users=User:ANONYMOUS");
+            }
+            TlsListener::SaslSsl => {
+                opts = opts
+                    .arg("--sasl-enabled-mechanisms")
+                    .arg("PLAIN,SCRAM-SHA-256,SCRAM-SHA-512")
+                    .arg("--connections-max-reauth-ms")
+                    .arg("3000");
+            }
+        }
+        let broker = common::Broker::start(opts);
+        Some(TlsBroker {
+            plaintext: broker.bootstrap(),
+            tls: format!("127.0.0.1:{tls_port}"),
+            broker: Some(broker),
+            ca: pki.ca_path.clone(),
+            client_cert: client.cert_path,
+            client_key: client.key_path,
+            _pki: Some(pki),
+        })
+    }
+
+    /// Runs `scenario` with `extra` arguments and asserts that it passed
+    /// and that the fjord broker, if it is one, is still alive.
+    fn assert_passes(&mut self, scenario: &str, extra: &[String]) {
+        let target = Target::External(self.plaintext.clone());
+        let out = run_scenario(&target, scenario, extra);
+        let tail = match &mut self.broker {
+            Some(b) => {
+                b.assert_alive();
+                b.stderr_tail()
+            }
+            None => String::new(),
+        };
+        assert!(
+            out.success(),
+            "scenario {scenario} {extra:?}: {}\n{}\n{tail}",
+            out.describe_status(),
+            failure_line(&out).unwrap_or("(no FAILED line; see the output above)"),
+        );
+    }
+}
+
+fn args(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+/// The Java client on an SSL listener, trusting the test CA from a PEM
+/// trust store with host name verification on (`TlsScenario.java`):
+/// every node advertised on the SSL ports, produce, a consumer group, a
+/// committed and an aborted transaction; a client that does not trust the
+/// CA is refused.
+#[test]
+fn tls_ssl() {
+    let Some(mut b) = TlsBroker::start(TlsListener::Ssl) else {
+        return;
+    };
+    let ca = b.ca.display().to_string();
+    let tls = b.tls.clone();
+    b.assert_passes(
+        "tls",
+        &args(&["--ssl-bootstrap", &tls, "--truststore", &ca]),
+    );
+}
+
+/// mTLS: the Java client with a PEM key store (certificate subject C=NO,
+/// O="fjord, test", OU=interop, CN=alice). ACLs for exactly
+/// [`MTLS_PRINCIPAL`] let it run the whole workload; an ACL for
+/// [`MTLS_WRONG_PRINCIPAL`] does not let it write; a client without a
+/// certificate is refused.
+#[test]
+fn tls_mtls_principal_is_the_rfc2253_subject() {
+    let Some(mut b) = TlsBroker::start(TlsListener::Mtls) else {
+        return;
+    };
+    let (ca, cert, key) = (
+        b.ca.display().to_string(),
+        b.client_cert.display().to_string(),
+        b.client_key.display().to_string(),
+    );
+    let tls = b.tls.clone();
+    b.assert_passes(
+        "tls",
+        &args(&[
+            "--ssl-bootstrap",
+            &tls,
+            "--truststore",
+            &ca,
+            "--client-cert",
+            &cert,
+            "--client-key",
+            &key,
+            "--principal",
+            MTLS_PRINCIPAL,
+            "--wrong-principal",
+            MTLS_WRONG_PRINCIPAL,
+        ]),
+    );
+}
+
+/// The `sasl` scenario over SASL_SSL with `mechanism`: a user created and
+/// described, produce, a group, a re-authentication after the 3 s session,
+/// transactions, bad logins refused. Against the stock peer PLAIN logs in
+/// as its JAAS user `alice`.
+fn assert_sasl_ssl_scenario_passes(mechanism: &str) {
+    let Some(mut b) = TlsBroker::start(TlsListener::SaslSsl) else {
+        return;
+    };
+    let ca = b.ca.display().to_string();
+    let tls = b.tls.clone();
+    let mut extra = args(&[
+        "--sasl-bootstrap",
+        &tls,
+        "--security-protocol",
+        "SASL_SSL",
+        "--truststore",
+        &ca,
+        "--mechanism",
+        mechanism,
+        "--reauth-wait-ms",
+        "4500",
+    ]);
+    if mechanism == "PLAIN" && b.broker.is_none() {
+        extra.extend(args(&[
+            "--login-user",
+            "alice",
+            "--login-password",
+            "alice-secret",
+        ]));
+    }
+    b.assert_passes("sasl", &extra);
+}
+
+#[test]
+fn tls_sasl_ssl_plain() {
+    assert_sasl_ssl_scenario_passes("PLAIN");
+}
+
+#[test]
+fn tls_sasl_ssl_scram_sha_256() {
+    assert_sasl_ssl_scenario_passes("SCRAM-SHA-256");
+}
+
+#[test]
+fn tls_sasl_ssl_scram_sha_512() {
+    assert_sasl_ssl_scenario_passes("SCRAM-SHA-512");
 }
