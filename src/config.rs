@@ -226,6 +226,18 @@ pub struct ServeArgs {
     /// This server's node id; shard k is advertised as node_id * 1000 + k [default: 0].
     #[arg(long)]
     pub node_id: Option<i32>,
+    /// Kafka `controller.quorum.voters`: the metadata quorum's voters as
+    /// `ID@HOST:PORT,...`, each node's controller address (Raft traffic and
+    /// forwarding). Without it the node is a quorum of one. The multi-node
+    /// quorum is not built yet: a list naming any other node is refused at
+    /// start (docs/replication.md §9) [default: none].
+    #[arg(long)]
+    pub controller_quorum: Option<String>,
+    /// The controller address this node listens on, HOST:PORT: required for
+    /// a node outside `--controller-quorum` (a learner); a voter listens on
+    /// its own entry and may repeat it here [default: its quorum entry].
+    #[arg(long)]
+    pub controller_listen: Option<String>,
     /// Answer acks=all only after an fdatasync covering the batch (group commit).
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub fsync_acks: Option<bool>,
@@ -407,6 +419,165 @@ pub struct ServeArgs {
     pub debug_write_delay_ms: Option<u64>,
 }
 
+/// One voter of `--controller-quorum`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumVoter {
+    /// Its `--node-id`.
+    pub node_id: i32,
+    /// Its controller address, `HOST:PORT` as written.
+    pub host: String,
+    pub port: u16,
+}
+
+/// The metadata quorum this node belongs to (`--controller-quorum`,
+/// `--controller-listen`), checked at start: every voter's id and address
+/// unique, this node's id in the list or a learner's own address given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumSettings {
+    /// This node's `--node-id`.
+    pub node_id: i32,
+    /// The voters, in the order given.
+    pub voters: Vec<QuorumVoter>,
+    /// Where this node's controller listens: its own voter entry, or
+    /// `--controller-listen` for a learner.
+    pub listen: (String, u16),
+}
+
+impl QuorumSettings {
+    /// Most voters accepted (Kafka runs 3 or 5; more only slows commits).
+    pub const VOTERS_MAX: usize = 9;
+
+    /// Whether this node votes (else it is a learner, Kafka's observer).
+    pub fn is_voter(&self) -> bool {
+        self.voters.iter().any(|v| v.node_id == self.node_id)
+    }
+
+    /// Whether the quorum is this node alone (the only case built so far).
+    pub fn is_single_node(&self) -> bool {
+        self.voters.len() == 1 && self.is_voter()
+    }
+
+    fn resolve(
+        node_id: Option<i32>,
+        quorum: Option<&str>,
+        listen: Option<&str>,
+    ) -> anyhow::Result<Option<QuorumSettings>> {
+        let Some(quorum) = quorum else {
+            anyhow::ensure!(
+                listen.is_none(),
+                "--controller-listen is only meaningful with --controller-quorum"
+            );
+            return Ok(None);
+        };
+        let Some(node_id) = node_id else {
+            anyhow::bail!(
+                "--controller-quorum needs --node-id: each node of a quorum names itself"
+            );
+        };
+        anyhow::ensure!(
+            node_id >= 0,
+            "--node-id must be at least 0 with --controller-quorum (got {node_id})"
+        );
+        let mut voters: Vec<QuorumVoter> = Vec::new();
+        for entry in quorum.split(',').map(str::trim) {
+            let bad = |why: &str| {
+                anyhow::anyhow!(
+                    "--controller-quorum: `{entry}` {why}; expected ID@HOST:PORT entries separated by commas, e.g. 1@10.0.0.1:9093,2@10.0.0.2:9093,3@10.0.0.3:9093"
+                )
+            };
+            let (id, addr) = entry.split_once('@').ok_or_else(|| bad("has no `@`"))?;
+            let id: i32 = id
+                .parse()
+                .ok()
+                .filter(|id| *id >= 0)
+                .ok_or_else(|| bad("does not start with a node id (0 or more)"))?;
+            let (host, port) = split_host_port(addr).map_err(|why| bad(&why))?;
+            let voter = QuorumVoter {
+                node_id: id,
+                host,
+                port,
+            };
+            if voters.iter().any(|v| v.node_id == id) {
+                anyhow::bail!("--controller-quorum: node id {id} is listed twice");
+            }
+            if let Some(v) = voters
+                .iter()
+                .find(|v| v.host == voter.host && v.port == voter.port)
+            {
+                anyhow::bail!(
+                    "--controller-quorum: nodes {} and {id} have the same address {addr}",
+                    v.node_id
+                );
+            }
+            voters.push(voter);
+        }
+        anyhow::ensure!(
+            voters.len() <= Self::VOTERS_MAX,
+            "--controller-quorum lists {} voters; at most {} are accepted",
+            voters.len(),
+            Self::VOTERS_MAX
+        );
+        let own = voters.iter().find(|v| v.node_id == node_id);
+        let listen = match (own, listen) {
+            (Some(v), None) => (v.host.clone(), v.port),
+            (Some(v), Some(l)) => {
+                let l = split_host_port(l)
+                    .map_err(|why| anyhow::anyhow!("--controller-listen `{l}` {why}"))?;
+                anyhow::ensure!(
+                    l == (v.host.clone(), v.port),
+                    "--controller-listen {}:{} does not match node {node_id}'s entry {}:{} in --controller-quorum",
+                    l.0,
+                    l.1,
+                    v.host,
+                    v.port
+                );
+                l
+            }
+            (None, Some(l)) => {
+                let l = split_host_port(l)
+                    .map_err(|why| anyhow::anyhow!("--controller-listen `{l}` {why}"))?;
+                if let Some(v) = voters.iter().find(|v| (v.host.clone(), v.port) == l) {
+                    anyhow::bail!(
+                        "--controller-listen {}:{} is node {}'s address in --controller-quorum, but this is node {node_id}",
+                        l.0,
+                        l.1,
+                        v.node_id
+                    );
+                }
+                l
+            }
+            (None, None) => anyhow::bail!(
+                "node {node_id} is not in --controller-quorum: a learner needs --controller-listen HOST:PORT"
+            ),
+        };
+        Ok(Some(QuorumSettings {
+            node_id,
+            voters,
+            listen,
+        }))
+    }
+}
+
+/// `HOST:PORT` (a bracketed IPv6 host allowed), or why not.
+fn split_host_port(addr: &str) -> Result<(String, u16), String> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| "has no :PORT".to_string())?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if host.is_empty() {
+        return Err("has no host".into());
+    }
+    let port: u16 = port
+        .parse()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| format!("has no valid port (`{port}`)"))?;
+    Ok((host.to_string(), port))
+}
+
 /// The resolved broker configuration, identical on every shard.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -430,6 +601,9 @@ pub struct BrokerConfig {
     pub listen_is_safe_default: bool,
     pub cores: usize,
     pub node_id: i32,
+    /// `--controller-quorum` and `--controller-listen`, validated; None: a
+    /// quorum of one (this node alone, as before those flags existed).
+    pub quorum: Option<QuorumSettings>,
     pub fsync_acks: bool,
     pub direct_writes: bool,
     pub tail_cache_bytes: usize,
@@ -521,6 +695,8 @@ impl ServeArgs {
             tls_client_auth: self.tls_client_auth.or(file.tls_client_auth),
             cores: self.cores.or(file.cores),
             node_id: self.node_id.or(file.node_id),
+            controller_quorum: self.controller_quorum.or(file.controller_quorum),
+            controller_listen: self.controller_listen.or(file.controller_listen),
             fsync_acks: self.fsync_acks.or(file.fsync_acks),
             direct_writes: self.direct_writes.or(file.direct_writes),
             tail_cache_bytes: self.tail_cache_bytes.or(file.tail_cache_bytes),
@@ -679,6 +855,11 @@ impl ServeArgs {
             cores < 1000,
             "--cores must be below 1000 (node ids are node_id * 1000 + shard)"
         );
+        let quorum = QuorumSettings::resolve(
+            a.node_id,
+            a.controller_quorum.as_deref(),
+            a.controller_listen.as_deref(),
+        )?;
         let num_partitions = a.num_partitions.unwrap_or(1);
         anyhow::ensure!(num_partitions >= 1, "--num-partitions must be at least 1");
         // Kafka's ranges for these broker settings (`CleanerConfig` /
@@ -785,6 +966,7 @@ impl ServeArgs {
             listen_is_safe_default,
             cores,
             node_id: a.node_id.unwrap_or(0),
+            quorum,
             fsync_acks: a.fsync_acks.unwrap_or(false),
             direct_writes: a.direct_writes.unwrap_or(false),
             tail_cache_bytes: a.tail_cache_bytes.unwrap_or(TAIL_CACHE_BYTES_DEFAULT),
@@ -1189,6 +1371,108 @@ mod tests {
         }
         let argv = std::iter::once("serve").chain(args.iter().copied());
         <Serve as clap::Parser>::try_parse_from(argv).unwrap().args
+    }
+
+    #[test]
+    fn controller_quorum_flags_are_validated() {
+        let resolve = |args: &[&str]| serve_args(args).overlay(ServeArgs::default()).resolve();
+        let err = |args: &[&str]| resolve(args).unwrap_err().to_string();
+        assert_eq!(resolve(&[]).unwrap().quorum, None, "a quorum of one");
+        let three = "1@h1:9093,2@h2:9093,3@[::1]:9094";
+        let c = resolve(&["--node-id", "2", "--controller-quorum", three]).unwrap();
+        let q = c.quorum.unwrap();
+        assert!(q.is_voter() && !q.is_single_node());
+        assert_eq!(q.listen, ("h2".to_string(), 9093));
+        assert_eq!(q.voters[2].host, "::1");
+        let q = resolve(&[
+            "--node-id",
+            "7",
+            "--controller-quorum",
+            three,
+            "--controller-listen",
+            "h7:9093",
+        ])
+        .unwrap()
+        .quorum
+        .unwrap();
+        assert!(!q.is_voter(), "a learner");
+        assert_eq!(q.listen, ("h7".to_string(), 9093));
+        let alone = resolve(&["--node-id", "0", "--controller-quorum", "0@127.0.0.1:9093"])
+            .unwrap()
+            .quorum
+            .unwrap();
+        assert!(alone.is_single_node());
+
+        for (args, says) in [
+            (vec!["--controller-quorum", three], "needs --node-id"),
+            (
+                vec!["--node-id", "7", "--controller-quorum", three],
+                "a learner needs --controller-listen",
+            ),
+            (
+                vec![
+                    "--node-id",
+                    "1",
+                    "--controller-quorum",
+                    "1@h1:9093,1@h2:9093",
+                ],
+                "node id 1 is listed twice",
+            ),
+            (
+                vec![
+                    "--node-id",
+                    "1",
+                    "--controller-quorum",
+                    "1@h1:9093,2@h1:9093",
+                ],
+                "same address h1:9093",
+            ),
+            (
+                vec!["--node-id", "1", "--controller-quorum", "1@h1"],
+                "has no :PORT",
+            ),
+            (
+                vec!["--node-id", "1", "--controller-quorum", "h1:9093"],
+                "has no `@`",
+            ),
+            (
+                vec!["--node-id", "1", "--controller-quorum", "x@h1:9093"],
+                "node id",
+            ),
+            (
+                vec!["--node-id", "1", "--controller-quorum", "1@h1:0"],
+                "valid port",
+            ),
+            (
+                vec![
+                    "--node-id",
+                    "1",
+                    "--controller-quorum",
+                    "1@h1:9093",
+                    "--controller-listen",
+                    "h1:9094",
+                ],
+                "does not match node 1's entry",
+            ),
+            (
+                vec![
+                    "--node-id",
+                    "9",
+                    "--controller-quorum",
+                    "1@h1:9093",
+                    "--controller-listen",
+                    "h1:9093",
+                ],
+                "is node 1's address",
+            ),
+            (
+                vec!["--controller-listen", "h1:9093"],
+                "only meaningful with --controller-quorum",
+            ),
+        ] {
+            let e = err(&args);
+            assert!(e.contains(says), "{args:?}: {e}");
+        }
     }
 
     #[test]

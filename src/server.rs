@@ -101,6 +101,19 @@ pub fn abort_on_panic() {
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     abort_on_panic();
     let mut config = args.resolve()?;
+    if let Some(q) = &config.quorum {
+        // docs/replication.md §9 step 2: the flags are parsed and checked,
+        // but the Raft transport between nodes, forwarding and the
+        // multi-node apply are not built. A quorum naming other nodes is
+        // refused rather than run as if it were one node.
+        anyhow::ensure!(
+            q.is_single_node(),
+            "--controller-quorum lists {} voter(s){}: a metadata quorum of several nodes is not built yet (docs/replication.md §9 step 2); list only this node ({}@HOST:PORT) or leave --controller-quorum out",
+            q.voters.len(),
+            if q.is_voter() { "" } else { " and this node is a learner" },
+            q.node_id
+        );
+    }
     init_tracing(config.log_format);
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display())

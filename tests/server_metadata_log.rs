@@ -410,3 +410,44 @@ fn an_old_metadata_log_is_migrated_into_the_raft_log_once() {
     let log = std::fs::read(raft_log(&data_dir)).unwrap();
     assert_eq!(occurrences(&log, "\"name\":\"mig-a\""), 1, "migrated once");
 }
+
+/// `--controller-quorum` naming this node alone is the quorum of one: the
+/// broker serves and keeps its metadata across a restart with the flags.
+/// A quorum naming other nodes is refused at start with a message saying
+/// the multi-node quorum is not built, and the running data dir is left
+/// as it was (docs/replication.md §9 step 2).
+#[test]
+fn a_controller_quorum_of_this_node_alone_serves_and_several_nodes_are_refused() {
+    let controller = common::free_port_base(1);
+    let mut broker = Broker::start(
+        opts(1)
+            .arg("--node-id=0")
+            .arg(format!("--controller-quorum=0@127.0.0.1:{controller}")),
+    );
+    create_topic(&broker.bootstrap(), "mq-alone", 2, &[]);
+    broker.stop();
+    broker.restart();
+    assert_eq!(state(&broker).topics["mq-alone"], 2);
+    broker.stop();
+    let raft_before = std::fs::read(raft_log(&broker.data_dir())).unwrap();
+
+    let three = format!(
+        "--controller-quorum=0@127.0.0.1:{controller},1@127.0.0.2:{controller},2@127.0.0.3:{controller}"
+    );
+    for arg in &mut broker.opts_mut().extra_args {
+        if arg.starts_with("--controller-quorum=") {
+            *arg = three.clone();
+        }
+    }
+    let (status, output) = broker.start_expecting_exit(Duration::from_secs(30));
+    assert!(!status.success(), "exit status {status}\n{output}");
+    assert!(
+        output.contains("--controller-quorum lists 3 voter(s)") && output.contains("not built yet"),
+        "{output}"
+    );
+    assert_eq!(
+        std::fs::read(raft_log(&broker.data_dir())).unwrap(),
+        raft_before,
+        "the refused start wrote nothing to the metadata log"
+    );
+}
