@@ -37,6 +37,7 @@ pub mod codec;
 #[allow(clippy::field_reassign_with_default)] // protobuf structs
 mod simulation;
 pub mod store;
+pub mod transport;
 
 use bytes::Bytes;
 use raft::eraftpb::{ConfState, EntryType, Message, MessageType};

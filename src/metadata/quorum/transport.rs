@@ -1,0 +1,471 @@
+//! The network between the metadata quorum's nodes: Raft messages over TCP
+//! between the controller shards (shard 0) of the nodes, as
+//! `docs/replication.md` §2 plans. Built and tested on its own; the
+//! controller does not run a quorum of several nodes yet (`server` refuses
+//! one at start), so nothing starts this transport in a broker so far.
+//!
+//! Why it looks like this:
+//! - **Frames** are a u32 length and a message in fjord's own codec
+//!   ([`super::codec`]), never raft-rs's protobuf decoder (module doc of
+//!   the codec). A length over [`FRAME_BYTES_MAX`], a message that does
+//!   not decode, or one whose `from` is not the peer that connected closes
+//!   the connection: a hostile or broken peer costs at most one frame's
+//!   buffer, and never a panic.
+//! - **Who may talk**: a connection's first frame is a handshake naming
+//!   the sender and the receiver; the receiver keeps it only if the sender
+//!   is a member and the receiver is itself, within [`HANDSHAKE_TIMEOUT`].
+//!   At most [`Inbound::CONNECTIONS_MAX`] inbound connections are open at
+//!   once (a member reconnecting after a cut opens a new one while the old
+//!   one is still being noticed as dead).
+//! - **One outbound connection per peer**, fed by a bounded queue of
+//!   [`QUEUE_MESSAGES`]: a message to a peer whose queue is full is dropped
+//!   ([`Peers::send`] says so). Raft retransmits whatever matters (a leader
+//!   re-sends appends from the follower's acknowledged index, heartbeats
+//!   and elections repeat), so dropping is safe and keeps a dead peer from
+//!   growing memory.
+//! - **Reconnect with back-off**: a failed connect or write waits
+//!   [`BACKOFF_MIN`], doubling to [`BACKOFF_MAX`], then tries again; a
+//!   success resets it.
+//! - Each side writes on its own outbound connection only; replies come
+//!   back on the peer's outbound connection. Two one-way streams per pair
+//!   of nodes keep the code free of who-dials-whom races.
+
+use super::codec;
+use bytes::{BufMut, BytesMut};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::channels::local_channel::{self, LocalSender};
+use glommio::net::{TcpListener, TcpStream};
+use raft::eraftpb::Message;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Largest frame accepted: a Raft append carries at most one entry over
+/// raft-rs's `max_size_per_msg` (1 MiB), and an entry is at most
+/// `store::ENTRY_BYTES_MAX` (32 MiB).
+pub const FRAME_BYTES_MAX: usize = super::store::RECORD_BYTES_MAX;
+/// Messages queued for one peer before new ones are dropped.
+pub const QUEUE_MESSAGES: usize = 1024;
+/// First wait after a failed connection to a peer.
+pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// Longest wait between two connection attempts.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// How long a connect may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long an accepted connection may take to send its handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The handshake's first bytes (and its version).
+const MAGIC: &[u8; 4] = b"FJQ0";
+/// magic, from u64, to u64.
+const HANDSHAKE_BYTES: usize = 4 + 8 + 8;
+
+/// Why a connection was closed (logged; tests check it).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FrameError {
+    #[error("connection closed")]
+    Closed,
+    #[error("a frame of {0} bytes is over the limit of {FRAME_BYTES_MAX}")]
+    TooLarge(usize),
+    #[error("bad handshake: {0}")]
+    Handshake(String),
+    #[error("undecodable message: {0}")]
+    Undecodable(String),
+    #[error("a message from node {got} on node {peer}'s connection")]
+    Spoofed { peer: u64, got: u64 },
+    #[error("i/o: {0}")]
+    Io(String),
+}
+
+/// Writes one frame (length, then `payload`).
+fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + payload.len());
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+fn handshake(from: u64, to: u64) -> Vec<u8> {
+    let mut b = BytesMut::with_capacity(HANDSHAKE_BYTES);
+    b.put_slice(MAGIC);
+    b.put_u64(from);
+    b.put_u64(to);
+    frame(&b)
+}
+
+/// Reads one frame of at most `max` bytes.
+async fn read_frame(stream: &mut TcpStream, max: usize) -> Result<Vec<u8>, FrameError> {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            FrameError::Closed
+        } else {
+            FrameError::Io(e.to_string())
+        }
+    })?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > max {
+        return Err(FrameError::TooLarge(len));
+    }
+    let mut buf = vec![0u8; len];
+    stream
+        .read_exact(&mut buf)
+        .await
+        .map_err(|e| FrameError::Io(e.to_string()))?;
+    Ok(buf)
+}
+
+/// The outbound side: one task and one bounded queue per peer.
+pub struct Peers {
+    queues: HashMap<u64, LocalSender<Message>>,
+    dropped: Rc<Cell<u64>>,
+}
+
+impl Peers {
+    /// Starts a sender task per peer (`(raft id, "host:port")`) on the
+    /// current glommio executor. The tasks end when `self` is dropped.
+    pub fn start(me: u64, peers: &[(u64, String)]) -> Peers {
+        let mut queues = HashMap::new();
+        for (id, addr) in peers.iter().cloned() {
+            if id == me {
+                continue;
+            }
+            let (tx, rx) = local_channel::new_bounded::<Message>(QUEUE_MESSAGES);
+            queues.insert(id, tx);
+            glommio::spawn_local(async move {
+                let mut backoff = BACKOFF_MIN;
+                // A message taken off the queue whose write failed: sent
+                // first on the next connection.
+                let mut pending: Option<Message> = None;
+                loop {
+                    let connected =
+                        match TcpStream::connect_timeout(addr.as_str(), CONNECT_TIMEOUT).await {
+                            Ok(mut s) => {
+                                let _ = s.set_nodelay(true);
+                                s.write_all(&handshake(me, id)).await.map(|()| s)
+                            }
+                            Err(e) => Err(std::io::Error::other(e.to_string())),
+                        };
+                    let mut stream = match connected {
+                        Ok(s) => s,
+                        Err(e) => {
+                            tracing::debug!(peer = id, %addr, error = %e, "metadata quorum: cannot reach a peer");
+                            glommio::timer::sleep(backoff).await;
+                            backoff = (backoff * 2).min(BACKOFF_MAX);
+                            continue;
+                        }
+                    };
+                    tracing::debug!(peer = id, %addr, "metadata quorum: connected to a peer");
+                    backoff = BACKOFF_MIN;
+                    loop {
+                        let m = match pending.take() {
+                            Some(m) => m,
+                            None => match rx.recv().await {
+                                Some(m) => m,
+                                None => return, // Peers dropped
+                            },
+                        };
+                        let bytes = frame(&codec::encode_message(&m));
+                        if let Err(e) = stream.write_all(&bytes).await {
+                            tracing::debug!(peer = id, error = %e, "metadata quorum: a peer's connection failed");
+                            pending = Some(m);
+                            break;
+                        }
+                    }
+                    glommio::timer::sleep(backoff).await;
+                }
+            })
+            .detach();
+        }
+        Peers {
+            queues,
+            dropped: Rc::new(Cell::new(0)),
+        }
+    }
+
+    /// Queues `m` for `m.to`; false when it was dropped (an unknown peer or
+    /// a full queue; Raft retransmits).
+    pub fn send(&self, m: Message) -> bool {
+        let sent = self
+            .queues
+            .get(&m.to)
+            .is_some_and(|q| q.try_send(m).is_ok());
+        if !sent {
+            self.dropped.set(self.dropped.get() + 1);
+        }
+        sent
+    }
+
+    /// Messages dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.get()
+    }
+}
+
+/// The inbound side: accepts members' connections and hands each message
+/// to `deliver`.
+pub struct Inbound;
+
+impl Inbound {
+    /// Inbound connections open at once, at most.
+    pub const CONNECTIONS_MAX: usize = 32;
+
+    /// Accepts connections on `listener` until it fails; each connection
+    /// runs as its own task. `members`: the raft ids that may connect.
+    pub async fn serve(
+        listener: TcpListener,
+        me: u64,
+        members: Vec<u64>,
+        deliver: Rc<dyn Fn(Message)>,
+    ) {
+        let open = Rc::new(Cell::new(0usize));
+        let members = Rc::new(members);
+        loop {
+            let stream = match listener.accept().await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metadata quorum: accept failed");
+                    glommio::timer::sleep(BACKOFF_MIN).await;
+                    continue;
+                }
+            };
+            if open.get() >= Self::CONNECTIONS_MAX {
+                tracing::warn!(
+                    max = Self::CONNECTIONS_MAX,
+                    "metadata quorum: too many inbound connections; closing a new one"
+                );
+                drop(stream);
+                continue;
+            }
+            open.set(open.get() + 1);
+            let open = open.clone();
+            let members = members.clone();
+            let deliver = deliver.clone();
+            glommio::spawn_local(async move {
+                let peer = stream.peer_addr().ok();
+                let why = Self::connection(stream, me, &members, &*deliver).await;
+                tracing::debug!(?peer, reason = %why, "metadata quorum: inbound connection closed");
+                open.set(open.get() - 1);
+            })
+            .detach();
+        }
+    }
+
+    /// Runs one inbound connection to its end; returns why it ended.
+    pub async fn connection(
+        mut stream: TcpStream,
+        me: u64,
+        members: &[u64],
+        deliver: &dyn Fn(Message),
+    ) -> FrameError {
+        let hello = futures_lite::future::or(read_frame(&mut stream, HANDSHAKE_BYTES), async {
+            glommio::timer::sleep(HANDSHAKE_TIMEOUT).await;
+            Err(FrameError::Handshake("none within the timeout".into()))
+        })
+        .await;
+        let hello = match hello {
+            Ok(h) => h,
+            Err(FrameError::TooLarge(n)) => {
+                return FrameError::Handshake(format!("a first frame of {n} bytes"))
+            }
+            Err(e) => return e,
+        };
+        if hello.len() != HANDSHAKE_BYTES || &hello[..4] != MAGIC {
+            return FrameError::Handshake("not a fjord metadata quorum handshake".into());
+        }
+        let from = u64::from_be_bytes(hello[4..12].try_into().expect("8 bytes"));
+        let to = u64::from_be_bytes(hello[12..20].try_into().expect("8 bytes"));
+        if to != me {
+            return FrameError::Handshake(format!("for node {to}, this is node {me}"));
+        }
+        if from == me || !members.contains(&from) {
+            return FrameError::Handshake(format!("node {from} is not a member"));
+        }
+        loop {
+            let bytes = match read_frame(&mut stream, FRAME_BYTES_MAX).await {
+                Ok(b) => b,
+                Err(e) => return e,
+            };
+            let m = match codec::decode_message(&bytes) {
+                Ok(m) => m,
+                Err(e) => return FrameError::Undecodable(e.to_string()),
+            };
+            if m.from != from {
+                return FrameError::Spoofed {
+                    peer: from,
+                    got: m.from,
+                };
+            }
+            deliver(m);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::eraftpb::{Entry, MessageType};
+    use std::cell::RefCell;
+
+    fn message(from: u64, to: u64, index: u64) -> Message {
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgAppend);
+        m.from = from;
+        m.to = to;
+        m.index = index;
+        m.term = 3;
+        let e = Entry {
+            index: index + 1,
+            term: 3,
+            data: bytes::Bytes::from(format!("entry {index}")),
+            ..Default::default()
+        };
+        m.set_entries(vec![e].into());
+        m
+    }
+
+    fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .spawn(f)
+            .expect("executor")
+            .join()
+            .expect("test body");
+    }
+
+    async fn wait_until(mut f: impl FnMut() -> bool) {
+        for _ in 0..500 {
+            if f() {
+                return;
+            }
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("condition not reached in 5 s");
+    }
+
+    /// Messages arrive in order and whole, also to a peer that starts
+    /// listening only after the sender began (the sender reconnects).
+    #[test]
+    fn messages_reach_a_peer_that_comes_up_late() {
+        run(|| async {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let addr = format!("127.0.0.1:{port}");
+            let peers = Peers::start(1, &[(1, "unused".into()), (2, addr.clone())]);
+            for i in 0..5 {
+                assert!(peers.send(message(1, 2, i)));
+            }
+            assert!(!peers.send(message(1, 9, 0)), "no such peer");
+            glommio::timer::sleep(BACKOFF_MIN * 3).await;
+            let got = Rc::new(RefCell::new(Vec::new()));
+            let sink = got.clone();
+            let listener = TcpListener::bind(addr.as_str()).unwrap();
+            glommio::spawn_local(Inbound::serve(
+                listener,
+                2,
+                vec![1, 2, 3],
+                Rc::new(move |m: Message| sink.borrow_mut().push(m)),
+            ))
+            .detach();
+            wait_until(|| got.borrow().len() == 5).await;
+            for (i, m) in got.borrow().iter().enumerate() {
+                assert_eq!(*m, message(1, 2, i as u64));
+            }
+        });
+    }
+
+    /// Hostile or broken peers: each connection is closed with the reason,
+    /// and the listener goes on serving a good peer after them.
+    #[test]
+    fn bad_peers_are_disconnected_and_cannot_grow_memory() {
+        run(|| async {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let got = Rc::new(RefCell::new(Vec::new()));
+            let sink = got.clone();
+            let deliver = move |m: Message| sink.borrow_mut().push(m);
+            let cases: Vec<(Vec<u8>, FrameError)> = vec![
+                (
+                    frame(b"GET / HTTP/1.1\r\n\r\n"),
+                    FrameError::Handshake("not a fjord metadata quorum handshake".into()),
+                ),
+                (
+                    frame(&[0; 100]),
+                    FrameError::Handshake("a first frame of 100 bytes".into()),
+                ),
+                (
+                    handshake(7, 2),
+                    FrameError::Handshake("node 7 is not a member".into()),
+                ),
+                (
+                    handshake(1, 3),
+                    FrameError::Handshake("for node 3, this is node 2".into()),
+                ),
+                (
+                    [handshake(1, 2), (u32::MAX).to_be_bytes().to_vec()].concat(),
+                    FrameError::TooLarge(u32::MAX as usize),
+                ),
+                (
+                    [handshake(1, 2), frame(&[0, 99, 1, 2])].concat(),
+                    FrameError::Undecodable(String::new()),
+                ),
+                (
+                    [
+                        handshake(1, 2),
+                        frame(&codec::encode_message(&message(3, 2, 0))),
+                    ]
+                    .concat(),
+                    FrameError::Spoofed { peer: 1, got: 3 },
+                ),
+            ];
+            for (bytes, want) in cases {
+                let mut client = TcpStream::connect(addr).await.unwrap();
+                client.write_all(&bytes).await.unwrap();
+                let server = listener.accept().await.unwrap();
+                let why = Inbound::connection(server, 2, &[1, 2, 3], &deliver).await;
+                match (&why, &want) {
+                    (FrameError::Undecodable(_), FrameError::Undecodable(_)) => {}
+                    _ => assert_eq!(why, want),
+                }
+            }
+            assert!(got.borrow().is_empty(), "nothing was delivered");
+            // A good peer afterwards.
+            let mut client = TcpStream::connect(addr).await.unwrap();
+            client
+                .write_all(
+                    &[
+                        handshake(3, 2),
+                        frame(&codec::encode_message(&message(3, 2, 4))),
+                    ]
+                    .concat(),
+                )
+                .await
+                .unwrap();
+            drop(client);
+            let server = listener.accept().await.unwrap();
+            let why = Inbound::connection(server, 2, &[1, 2, 3], &deliver).await;
+            assert_eq!(why, FrameError::Closed);
+            assert_eq!(*got.borrow(), vec![message(3, 2, 4)]);
+        });
+    }
+
+    /// A peer that never answers: its queue fills and further messages are
+    /// dropped, not buffered.
+    #[test]
+    fn a_dead_peers_queue_is_bounded() {
+        run(|| async {
+            // Nothing listens on port 1 of loopback.
+            let peers = Peers::start(1, &[(2, "127.0.0.1:1".into())]);
+            let mut sent = 0;
+            for i in 0..(QUEUE_MESSAGES as u64 * 2) {
+                if peers.send(message(1, 2, i)) {
+                    sent += 1;
+                }
+            }
+            assert!(sent <= QUEUE_MESSAGES + 1, "{sent}");
+            assert_eq!(peers.dropped(), QUEUE_MESSAGES as u64 * 2 - sent as u64);
+        });
+    }
+}
