@@ -48,12 +48,21 @@
 //!
 //! Not built yet: snapshots of the applied image and compaction of the Raft
 //! log behind them (raft-rs's compaction stays off; the log holds only
-//! control records, replayed whole at start-up); several voters
-//! (`docs/replication.md` §9 step 2). The node id is 1, the only voter.
+//! control records, replayed whole at start-up). The single node's Raft id
+//! is 1, the only voter.
+//!
+//! Several voters (`docs/replication.md` §9 step 2), the log's half:
+//! [`MetadataLog::open_member`] opens the log as one member of a fixed set
+//! of voters, and [`MetadataLog::propose`], [`MetadataLog::step`] and
+//! [`MetadataLog::advance_member`] drive it without waiting: messages go to
+//! the peers (`quorum::transport`), committed records come back with their
+//! index, wherever they were proposed. The controller does not run it yet
+//! (a broker refuses a quorum of several nodes at start).
 
 use super::quorum::store::{FileDisk, LoadError, ENTRY_BYTES_MAX};
-use super::quorum::{QuorumConfig, QuorumNode};
+use super::quorum::{QuorumConfig, QuorumNode, StepError};
 use super::MetadataRecord;
+use raft::eraftpb::Message;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -198,13 +207,22 @@ pub fn decode_record(data: &[u8]) -> Result<MetadataRecord, String> {
     serde_json::from_slice(data).map_err(|e| format!("undecodable record: {e}"))
 }
 
+/// What one [`MetadataLog::advance_member`] produced: messages for the
+/// peers, and the records committed since the last call with their Raft
+/// index, in order.
+pub type MemberProgress = (Vec<Message>, Vec<(u64, MetadataRecord)>);
+
 /// The metadata log of this node: a Raft quorum of one over
 /// `raft.log` (see the module doc).
 pub struct MetadataLog {
     node: QuorumNode<FileDisk>,
     path: PathBuf,
-    /// Committed and decoded, not yet handed to the controller.
-    committed: Vec<MetadataRecord>,
+    /// Committed and decoded, not yet handed to the controller, with
+    /// their Raft index.
+    committed: Vec<(u64, MetadataRecord)>,
+    /// Messages for peers from the last steps, not yet taken (a member of
+    /// several voters; a quorum of one has no peer).
+    outbox: Vec<Message>,
     /// A step of the Raft node failed midway: the log must not be used
     /// again (see [`Self::append`]).
     failed: bool,
@@ -262,6 +280,7 @@ impl MetadataLog {
             node,
             path: path.to_path_buf(),
             committed: Vec::new(),
+            outbox: Vec::new(),
             failed: false,
         };
         let last = log.node.last_index();
@@ -281,8 +300,160 @@ impl MetadataLog {
             }
             log.advance()?;
         }
+        let records = log.take_committed();
+        Ok((log, records))
+    }
+
+    fn take_committed(&mut self) -> Vec<MetadataRecord> {
+        std::mem::take(&mut self.committed)
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect()
+    }
+
+    /// Opens `data_dir`'s metadata log as Raft node `me` of a quorum of
+    /// several `voters` (Raft ids, not 0), and returns it with the records
+    /// it knows to be committed, in order. Unlike [`Self::open`] it does not
+    /// campaign nor wait for a commit: that takes the peers, reached through
+    /// [`Self::step`], [`Self::advance_member`] and
+    /// `quorum::transport`. Refused: a data dir of a single node (its log's
+    /// voters differ; membership changes are not built) or with the old
+    /// `metadata.log` (migration is for a single node). Blocking.
+    pub fn open_member(
+        data_dir: &Path,
+        me: u64,
+        voters: Vec<u64>,
+    ) -> io::Result<(Self, Vec<(u64, MetadataRecord)>)> {
+        if legacy_path(data_dir).exists() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} holds a single node's metadata log from before the Raft log; it cannot                      join a quorum of several nodes",
+                    legacy_path(data_dir).display()
+                ),
+            ));
+        }
+        let path = raft_log_path(data_dir);
+        let dir = path.parent().expect("the log is in a directory");
+        fs::create_dir_all(dir)?;
+        let created = !path.exists();
+        let (disk, bytes) = FileDisk::open(&path)?;
+        let config = QuorumConfig::new(me, voters.clone(), Vec::new());
+        let node = QuorumNode::open(&config, disk, &bytes)
+            .map_err(|e| io::Error::other(format!("metadata log {}: {e}", path.display())))?;
+        if created {
+            File::open(dir)?.sync_all()?;
+            if let Some(parent) = dir.parent() {
+                File::open(parent)?.sync_all()?;
+            }
+        }
+        let mut held = node.conf_state().voters;
+        held.sort_unstable();
+        let mut wanted = voters;
+        wanted.sort_unstable();
+        if held != wanted {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "metadata log {}: its quorum's voters are {held:?}, the configured ones                      {wanted:?}; changing the voters of an existing quorum is not built yet",
+                    path.display()
+                ),
+            ));
+        }
+        let mut log = MetadataLog {
+            node,
+            path,
+            committed: Vec::new(),
+            outbox: Vec::new(),
+            failed: false,
+        };
+        // The commit index the log kept: its entries are applied now.
+        if log.node.has_ready() {
+            log.advance()?;
+        }
         let records = std::mem::take(&mut log.committed);
         Ok((log, records))
+    }
+
+    /// Proposes `records` as consecutive entries on the leader and returns
+    /// the index the last one will have; they come back from
+    /// [`Self::advance_member`] once committed (here or on any member).
+    /// Err `NotConnected`: this node does not lead (the caller answers
+    /// NOT_CONTROLLER, or forwards); `InvalidInput`: a record over the
+    /// size limit, nothing proposed.
+    pub fn propose(&mut self, records: &[MetadataRecord]) -> io::Result<u64> {
+        let mut encoded = Vec::with_capacity(records.len());
+        for r in records {
+            let data = encode_record(r)?;
+            if data.len() > ENTRY_BYTES_MAX {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "a metadata record of {} bytes is over the metadata log's limit of \
+                         {ENTRY_BYTES_MAX} bytes",
+                        data.len()
+                    ),
+                ));
+            }
+            encoded.push(data);
+        }
+        if !self.node.is_leader() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                format!(
+                    "this node does not lead the metadata quorum (leader: {})",
+                    self.node.leader_id()
+                ),
+            ));
+        }
+        let target = self.node.last_index() + records.len() as u64;
+        for data in encoded {
+            // Leadership was checked: raft-rs drops a proposal only while a
+            // leader transfer runs, which fjord never starts.
+            if let Err(e) = self.node.propose(data) {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    format!("metadata log: proposal refused: {e}"),
+                ));
+            }
+        }
+        Ok(target)
+    }
+
+    /// Hands a peer's message to the Raft node (dropped when implausible,
+    /// see `quorum`'s module doc); [`Self::advance_member`] then runs.
+    pub fn step(&mut self, m: Message) -> Result<(), StepError> {
+        self.node.step(m)
+    }
+
+    /// Runs raft-rs's Ready protocol once and returns the messages for the
+    /// peers and the records committed since the last call, with their
+    /// Raft index, in order. Blocking (writes and fdatasync).
+    pub fn advance_member(&mut self) -> io::Result<MemberProgress> {
+        if self.node.has_ready() {
+            self.advance()?;
+        }
+        Ok((
+            std::mem::take(&mut self.outbox),
+            std::mem::take(&mut self.committed),
+        ))
+    }
+
+    /// Whether this node leads the quorum now.
+    pub fn is_leader(&self) -> bool {
+        self.node.is_leader()
+    }
+
+    /// The Raft id of the leader this node knows of (0: none).
+    pub fn leader_id(&self) -> u64 {
+        self.node.leader_id()
+    }
+
+    /// One timer tick of a member; true when [`Self::advance_member`] has
+    /// work.
+    pub fn tick_member(&mut self) -> bool {
+        self.node.tick();
+        self.node.has_ready()
     }
 
     /// The Raft log file.
@@ -339,7 +510,10 @@ impl MetadataLog {
             }
             self.advance()?;
         }
-        Ok(std::mem::take(&mut self.committed))
+        // A quorum of one has no peer: nothing to keep for one.
+        debug_assert!(self.outbox.is_empty());
+        self.outbox.clear();
+        Ok(self.take_committed())
     }
 
     /// One timer tick; true when raft-rs has something for
@@ -362,7 +536,7 @@ impl MetadataLog {
         self.failed = true;
         let progress = self.node.advance()?;
         // A quorum of one has no peer to send messages to.
-        debug_assert!(progress.messages.is_empty());
+        self.outbox.extend(progress.messages);
         for c in progress.committed {
             let record = decode_record(&c.data).map_err(|what| {
                 io::Error::new(
@@ -376,7 +550,7 @@ impl MetadataLog {
                     ),
                 )
             })?;
-            self.committed.push(record);
+            self.committed.push((c.index, record));
         }
         self.failed = false;
         Ok(())
@@ -467,6 +641,159 @@ mod tests {
         for r in records {
             f.write_all(encode_line(r).unwrap().as_bytes()).unwrap();
         }
+    }
+
+    /// Three members over their own directories, messages passed by hand
+    /// (crash = drop: every step is synced before it returns).
+    struct Cluster {
+        dirs: Vec<tempfile::TempDir>,
+        logs: Vec<Option<MetadataLog>>,
+        applied: Vec<Vec<(u64, MetadataRecord)>>,
+    }
+
+    impl Cluster {
+        fn new() -> Cluster {
+            let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+            let mut c = Cluster {
+                logs: Vec::new(),
+                applied: vec![Vec::new(); 3],
+                dirs,
+            };
+            for i in 0..3 {
+                c.logs.push(None);
+                c.start(i);
+            }
+            c
+        }
+
+        fn start(&mut self, i: usize) {
+            let (log, replayed) =
+                MetadataLog::open_member(self.dirs[i].path(), i as u64 + 1, vec![1, 2, 3]).unwrap();
+            self.applied[i] = replayed;
+            self.logs[i] = Some(log);
+        }
+
+        /// Runs every live member until no message is left.
+        fn pump(&mut self) {
+            for _ in 0..100 {
+                let mut mail = Vec::new();
+                for (i, log) in self.logs.iter_mut().enumerate() {
+                    if let Some(log) = log {
+                        let (messages, committed) = log.advance_member().unwrap();
+                        mail.extend(messages);
+                        self.applied[i].extend(committed);
+                    }
+                }
+                if mail.is_empty() {
+                    return;
+                }
+                for m in mail {
+                    if let Some(log) = self.logs[m.to as usize - 1].as_mut() {
+                        let _ = log.step(m);
+                    }
+                }
+            }
+            panic!("the members did not settle");
+        }
+
+        /// Ticks until some live member leads; returns its index.
+        fn elect(&mut self) -> usize {
+            for _ in 0..200 {
+                for log in self.logs.iter_mut().flatten() {
+                    log.tick_member();
+                }
+                self.pump();
+                if let Some(i) =
+                    (0..3).find(|&i| self.logs[i].as_ref().is_some_and(|l| l.is_leader()))
+                {
+                    return i;
+                }
+            }
+            panic!("no leader elected");
+        }
+
+        fn records(&self, i: usize) -> Vec<MetadataRecord> {
+            self.applied[i].iter().map(|(_, r)| r.clone()).collect()
+        }
+    }
+
+    /// Several voters share one log: what the leader proposes is committed
+    /// and applied on every member; a follower refuses proposals; after
+    /// the leader dies the others elect one and commit; the dead one comes
+    /// back with what it had committed and catches up.
+    #[test]
+    fn three_members_commit_the_same_records_through_a_leader_failure() {
+        let mut c = Cluster::new();
+        let leader = c.elect();
+        let follower = (leader + 1) % 3;
+        let e = c.logs[follower]
+            .as_mut()
+            .unwrap()
+            .propose(&[topic("x")])
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotConnected, "{e}");
+        assert_eq!(
+            c.logs[follower].as_ref().unwrap().leader_id(),
+            leader as u64 + 1
+        );
+        c.logs[leader]
+            .as_mut()
+            .unwrap()
+            .propose(&[topic("a")])
+            .unwrap();
+        c.pump();
+        // Followers learn the commit with the next heartbeat.
+        for log in c.logs.iter_mut().flatten() {
+            log.tick_member();
+        }
+        c.pump();
+        for i in 0..3 {
+            assert_eq!(c.records(i), vec![topic("a")], "member {i}");
+        }
+
+        c.logs[leader] = None; // killed
+        let second = c.elect();
+        assert_ne!(second, leader);
+        c.logs[second]
+            .as_mut()
+            .unwrap()
+            .propose(&[topic("b")])
+            .unwrap();
+        c.pump();
+        for log in c.logs.iter_mut().flatten() {
+            log.tick_member();
+        }
+        c.pump();
+        let survivor = (0..3).find(|&i| i != leader && i != second).unwrap();
+        for i in [second, survivor] {
+            assert_eq!(c.records(i), vec![topic("a"), topic("b")], "member {i}");
+        }
+
+        c.start(leader);
+        assert_eq!(c.records(leader), vec![topic("a")], "what it had committed");
+        for _ in 0..3 {
+            for log in c.logs.iter_mut().flatten() {
+                log.tick_member();
+            }
+            c.pump();
+        }
+        assert_eq!(c.records(leader), vec![topic("a"), topic("b")], "caught up");
+        let indexes: Vec<u64> = c.applied[leader].iter().map(|(i, _)| *i).collect();
+        assert_eq!(
+            indexes,
+            c.applied[survivor]
+                .iter()
+                .map(|(i, _)| *i)
+                .collect::<Vec<_>>(),
+            "the same entries"
+        );
+
+        // The voters are the log's: another list is refused.
+        drop(c.logs[leader].take());
+        let e = MetadataLog::open_member(c.dirs[leader].path(), leader as u64 + 1, vec![1, 2])
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("changing the voters"), "{e}");
     }
 
     #[test]

@@ -260,6 +260,11 @@ impl<D: RaftDisk> QuorumNode<D> {
         self.raw.raft.raft_log.committed
     }
 
+    /// The membership the log holds.
+    pub fn conf_state(&self) -> ConfState {
+        self.store.conf_state()
+    }
+
     /// The log's state (tests, diagnostics).
     pub fn log(&self) -> Core {
         self.store.snapshot_core()
