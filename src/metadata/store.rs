@@ -796,6 +796,96 @@ mod tests {
         assert!(e.to_string().contains("changing the voters"), "{e}");
     }
 
+    /// The log's members over the real transport (`quorum::transport`, TCP
+    /// on loopback), each driven by a task the way a controller would: a
+    /// record proposed on the leader is applied on all three.
+    #[test]
+    fn three_members_commit_over_tcp() {
+        use crate::metadata::quorum::transport::{Inbound, Peers};
+        use glommio::net::TcpListener;
+        use std::cell::RefCell;
+        use std::rc::Rc;
+        use std::time::Duration;
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .spawn(|| async {
+                let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+                let listeners: Vec<_> = (0..3)
+                    .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+                    .collect();
+                let addrs: Vec<(u64, String)> = listeners
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| (i as u64 + 1, l.local_addr().unwrap().to_string()))
+                    .collect();
+                let logs: Vec<Rc<RefCell<MetadataLog>>> = (0..3)
+                    .map(|i| {
+                        let (log, _) =
+                            MetadataLog::open_member(dirs[i].path(), i as u64 + 1, vec![1, 2, 3])
+                                .unwrap();
+                        Rc::new(RefCell::new(log))
+                    })
+                    .collect();
+                let applied: Vec<Rc<RefCell<Vec<MetadataRecord>>>> =
+                    (0..3).map(|_| Rc::default()).collect();
+                for (i, listener) in listeners.into_iter().enumerate() {
+                    let me = i as u64 + 1;
+                    let inbox: Rc<RefCell<Vec<Message>>> = Rc::default();
+                    let sink = inbox.clone();
+                    glommio::spawn_local(Inbound::serve(
+                        listener,
+                        me,
+                        vec![1, 2, 3],
+                        Rc::new(move |m| sink.borrow_mut().push(m)),
+                    ))
+                    .detach();
+                    let peers = Peers::start(me, &addrs);
+                    let log = logs[i].clone();
+                    let applied = applied[i].clone();
+                    glommio::spawn_local(async move {
+                        loop {
+                            glommio::timer::sleep(Duration::from_millis(10)).await;
+                            let mut log = log.borrow_mut();
+                            for m in inbox.borrow_mut().drain(..) {
+                                let _ = log.step(m);
+                            }
+                            log.tick_member();
+                            let (messages, committed) = log.advance_member().unwrap();
+                            for m in messages {
+                                peers.send(m);
+                            }
+                            applied
+                                .borrow_mut()
+                                .extend(committed.into_iter().map(|(_, r)| r));
+                        }
+                    })
+                    .detach();
+                }
+                let mut proposed = false;
+                for _ in 0..1000 {
+                    glommio::timer::sleep(Duration::from_millis(10)).await;
+                    if !proposed {
+                        if let Some(l) = logs.iter().find(|l| l.borrow().is_leader()) {
+                            l.borrow_mut().propose(&[topic("tcp")]).unwrap();
+                            proposed = true;
+                        }
+                    }
+                    if applied.iter().all(|a| *a.borrow() == vec![topic("tcp")]) {
+                        return;
+                    }
+                }
+                panic!(
+                    "not applied everywhere: {:?}",
+                    applied
+                        .iter()
+                        .map(|a| a.borrow().clone())
+                        .collect::<Vec<_>>()
+                );
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
     #[test]
     fn legacy_load_and_torn_tail() {
         let dir = tempfile::tempdir().unwrap();
