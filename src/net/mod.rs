@@ -313,7 +313,7 @@ impl Transport for TcpStream {
     const RAW: bool = true;
 }
 
-impl Transport for TlsStream<TcpStream> {
+impl Transport for TlsStream<tls::TlsSocket> {
     const RAW: bool = false;
 }
 

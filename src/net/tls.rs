@@ -30,6 +30,7 @@
 
 use crate::auth::{audit, x500, Principal};
 use crate::config::{TlsClientAuth, TlsSettings};
+use futures_lite::io::{AsyncRead, AsyncWrite};
 use futures_rustls::server::TlsStream;
 use futures_rustls::TlsAcceptor;
 use glommio::net::TcpStream;
@@ -40,9 +41,12 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use std::cell::RefCell;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// Longest a TLS handshake may take from accept to its end; a client still
@@ -120,8 +124,8 @@ impl ShardTls {
         stream: TcpStream,
         peer: Option<SocketAddr>,
         listener: &str,
-    ) -> io::Result<TlsStream<TcpStream>> {
-        let accept = self.acceptor().accept(stream);
+    ) -> io::Result<TlsStream<TlsSocket>> {
+        let accept = self.acceptor().accept(TlsSocket::new(stream));
         let timeout = glommio::timer::sleep(TLS_HANDSHAKE_TIMEOUT);
         let result = match futures::future::select(accept, std::pin::pin!(timeout)).await {
             futures::future::Either::Left((result, _)) => result,
@@ -137,10 +141,100 @@ impl ShardTls {
     }
 }
 
+/// Ciphertext read from the socket at once, for the TLS session to take
+/// from memory.
+pub const TLS_SOCKET_READ_BYTES: usize = 64 * 1024;
+
+/// The TCP socket under a TLS session, read in chunks of
+/// [`TLS_SOCKET_READ_BYTES`]. rustls asks its transport for at most 4 KiB
+/// at a time; straight on the socket that was one read operation per 4 KiB
+/// of ciphertext, which cost the broker more CPU per gigabyte than
+/// decrypting it (`tuning/results/security.md`). Through this buffer one
+/// socket read serves sixteen of rustls's. Writes go to the socket as they
+/// come: rustls already hands over whole records.
+///
+/// Memory: one buffer per TLS connection, allocated at accept (bounded by
+/// `--max-connections-per-shard`).
+pub struct TlsSocket {
+    inner: TcpStream,
+    buf: Box<[u8]>,
+    /// `buf[start..end]` is read from the socket, not yet taken.
+    start: usize,
+    end: usize,
+}
+
+impl TlsSocket {
+    pub fn new(inner: TcpStream) -> TlsSocket {
+        TlsSocket {
+            inner,
+            buf: vec![0; TLS_SOCKET_READ_BYTES].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+}
+
+impl AsyncRead for TlsSocket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.start == this.end {
+            if out.len() >= this.buf.len() {
+                return Pin::new(&mut this.inner).poll_read(cx, out);
+            }
+            let n = match Pin::new(&mut this.inner).poll_read(cx, &mut this.buf) {
+                Poll::Ready(Ok(n)) => n,
+                other => return other,
+            };
+            this.start = 0;
+            this.end = n;
+        }
+        let n = out.len().min(this.end - this.start);
+        out[..n].copy_from_slice(&this.buf[this.start..this.start + n]);
+        this.start += n;
+        Poll::Ready(Ok(n))
+    }
+}
+
+impl AsyncWrite for TlsSocket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_close(cx)
+    }
+}
+
+impl AsRawFd for TlsSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.as_raw_fd()
+    }
+}
+
 /// The principal a verified client certificate gives on an SSL listener:
 /// `User:` + its subject (Kafka's DEFAULT `ssl.principal.mapping.rules`);
 /// None without a certificate (the connection stays `User:ANONYMOUS`).
-pub fn client_principal(stream: &TlsStream<TcpStream>) -> Option<Principal> {
+pub fn client_principal(stream: &TlsStream<TlsSocket>) -> Option<Principal> {
     let cert = stream.get_ref().1.peer_certificates()?.first()?;
     x500::subject_name(cert).map(Principal::user)
 }
