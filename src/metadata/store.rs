@@ -449,6 +449,23 @@ impl MetadataLog {
         self.node.leader_id()
     }
 
+    /// The current Raft term (a proposal's term is the term when it was made).
+    pub fn term(&self) -> u64 {
+        self.node.term()
+    }
+
+    /// The term of the entry at `index`, if the log holds it: the
+    /// controller checks that the entry committed at a proposal's index is
+    /// of the proposal's term (else another leader's entry took its place).
+    pub fn term_of(&self, index: u64) -> Option<u64> {
+        self.node.term_of(index)
+    }
+
+    /// Whether [`Self::advance_member`] has work (after [`Self::step`]).
+    pub fn has_ready(&self) -> bool {
+        self.node.has_ready()
+    }
+
     /// One timer tick of a member; true when [`Self::advance_member`] has
     /// work.
     pub fn tick_member(&mut self) -> bool {
