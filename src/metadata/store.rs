@@ -328,7 +328,8 @@ impl MetadataLog {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "{} holds a single node's metadata log from before the Raft log; it cannot                      join a quorum of several nodes",
+                    "{} holds a single node's metadata log from before the Raft log; it cannot \
+                     join a quorum of several nodes",
                     legacy_path(data_dir).display()
                 ),
             ));
@@ -355,7 +356,8 @@ impl MetadataLog {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "metadata log {}: its quorum's voters are {held:?}, the configured ones                      {wanted:?}; changing the voters of an existing quorum is not built yet",
+                    "metadata log {}: its quorum's voters are {held:?}, the configured ones \
+                     {wanted:?}; changing the voters of an existing quorum is not built yet",
                     path.display()
                 ),
             ));
@@ -644,6 +646,7 @@ mod tests {
             id: [7; 16],
             shards: vec![0, 1],
             configs: BTreeMap::new(),
+            node: None,
         }
     }
 

@@ -43,12 +43,12 @@ use super::ShardCtx;
 use crate::auth::acl::{AclBinding, AclBindingFilter, ACLS_MAX};
 use crate::config::BrokerConfig;
 use crate::log::partition_meta;
+use crate::metadata::quorum::transport::{Inbound, Peers};
 use crate::metadata::store::MetadataLog;
 use crate::metadata::{
     new_topic_id, next_leader_epoch, topic_config, validate_topic_name, MetadataImage,
     MetadataRecord, PRODUCER_ID_BLOCK_SIZE,
 };
-use crate::metadata::quorum::transport::{Inbound, Peers};
 use futures::channel::oneshot;
 use futures::FutureExt;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
@@ -768,6 +768,7 @@ impl Controller {
         }
         if let Some(&(last, _)) = committed.last() {
             let records: Vec<MetadataRecord> = committed.into_iter().map(|(_, r)| r).collect();
+            tracing::debug!(records = ?records, index = last, "metadata quorum: applying committed records");
             let next = Arc::new(apply_all(&self.image.borrow(), &records));
             *self.image.borrow_mut() = next.clone();
             let deadline = crate::clock::monotonic() + ctx.router.timeout();
@@ -799,10 +800,8 @@ impl Controller {
         let new_term = {
             let log = self.log.borrow();
             let member = self.member.borrow();
-            match (log.as_ref(), member.as_ref()) {
-                (Some(log), Some(m)) if log.is_leader() && m.proposed.0 != log.term() => true,
-                _ => false,
-            }
+            matches!((log.as_ref(), member.as_ref()),
+                (Some(log), Some(m)) if log.is_leader() && m.proposed.0 != log.term())
         };
         if new_term {
             let epoch = next_leader_epoch(&self.image.borrow(), true);
@@ -812,7 +811,11 @@ impl Controller {
             {
                 Ok(_) => {
                     let me = self.member.borrow().as_ref().map_or(0, |m| m.me);
-                    tracing::info!(node = me - 1, leader_epoch = epoch, "this node leads the metadata quorum");
+                    tracing::info!(
+                        node = me - 1,
+                        leader_epoch = epoch,
+                        "this node leads the metadata quorum"
+                    );
                 }
                 Err(e) => tracing::warn!(error = %e, "a new leader's first proposal failed"),
             }
@@ -1048,6 +1051,13 @@ impl Controller {
             id: new_topic_id(),
             shards,
             configs: topic_config::normalized(t.configs.clone()),
+            // Several nodes: the leader's own shards hold the partitions
+            // (`docs/replication.md` §3.2).
+            node: self
+                .member
+                .borrow()
+                .is_some()
+                .then_some(self.config.node_id),
         })
     }
 
