@@ -101,6 +101,23 @@ fn topics(broker: &Broker) -> Vec<String> {
         .collect()
 }
 
+/// The leader id and error of partition 0 of `name` in `broker`'s Metadata.
+fn leader_of(broker: &Broker, name: &str) -> (i32, i16) {
+    let resp = RawClient::connect_to(addr(broker)).request(
+        9,
+        &MetadataRequest::default()
+            .with_topics(None)
+            .with_allow_auto_topic_creation(false),
+    );
+    let t = resp
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name))
+        .expect("the topic is listed");
+    let p = &t.partitions[0];
+    (p.leader_id.0, p.error_code)
+}
+
 fn wait_lists(broker: &Broker, node: usize, name: &str) {
     common::wait_for(SETTLE, &format!("node {node} to list {name}"), || {
         topics(broker).iter().any(|t| t == name).then_some(())
@@ -152,6 +169,16 @@ fn three_nodes_share_metadata_through_a_leader_failure_and_a_partition() {
             "node {i}"
         );
         assert!(!topics(b).iter().any(|t| t == "refused"), "node {i}");
+        // Until partitions are replicated only the leader's node holds the
+        // topic's partition (one log); the others name no leader.
+        let expected = if i == leader {
+            (leader as i32 * 1000, 0)
+        } else {
+            (-1, ResponseError::LeaderNotAvailable.code())
+        };
+        assert_eq!(leader_of(b, "first"), expected, "node {i}");
+        let holds_log = b.data_dir().join("first-0").exists();
+        assert_eq!(holds_log, i == leader, "node {i} holds a log of first-0");
     }
 
     // The leader dies: the survivors elect one that accepts a topic.
