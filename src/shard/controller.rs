@@ -33,6 +33,16 @@
 //! The start-up broadcast ([`Controller::load`]) waits without a deadline:
 //! shards open and recover their logs for as long as that takes, and the
 //! broker is not ready before.
+//!
+//! With several voters (`--controller-quorum`, `docs/replication.md` §3.2)
+//! the log is one member of a Raft group: a member loop on this shard
+//! steps the peers' messages, ticks, writes off the reactor and applies
+//! and broadcasts every committed record, wherever it was proposed, since
+//! every node must hold the same image. A request then runs only on the
+//! leader (elsewhere NOT_CONTROLLER, as writes are not forwarded yet), is
+//! proposed, and is answered once the loop has applied it, or
+//! REQUEST_TIMED_OUT at its deadline; an entry of another term at its
+//! index means it was replaced, and is answered NOT_CONTROLLER.
 
 use super::messages::{
     ConfigChange, ControllerError, ControllerReply, ControllerRequest, NewTopic, ScramChange,
