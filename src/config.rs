@@ -228,9 +228,11 @@ pub struct ServeArgs {
     pub node_id: Option<i32>,
     /// Kafka `controller.quorum.voters`: the metadata quorum's voters as
     /// `ID@HOST:PORT,...`, each node's controller address (Raft traffic and
-    /// forwarding). Without it the node is a quorum of one. The multi-node
-    /// quorum is not built yet: a list naming any other node is refused at
-    /// start (docs/replication.md §9) [default: none].
+    /// forwarding). Without it the node is a quorum of one. Several voters
+    /// run one metadata log; writes go to its leader's node (no forwarding
+    /// yet) and a topic's partitions live on that node only (no replication
+    /// yet); a learner is refused at start (docs/replication.md §3.2)
+    /// [default: none].
     #[arg(long)]
     pub controller_quorum: Option<String>,
     /// The controller address this node listens on, HOST:PORT: required for

@@ -102,15 +102,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     abort_on_panic();
     let mut config = args.resolve()?;
     if let Some(q) = &config.quorum {
-        // docs/replication.md §9 step 2: the flags are parsed and checked,
-        // but the Raft transport between nodes, forwarding and the
-        // multi-node apply are not built. A quorum naming other nodes is
-        // refused rather than run as if it were one node.
+        // docs/replication.md §3.2: voters run the metadata quorum; a
+        // learner needs a membership change, not built yet.
         anyhow::ensure!(
-            q.is_single_node(),
-            "--controller-quorum lists {} voter(s){}: a metadata quorum of several nodes is not built yet (docs/replication.md §9 step 2); list only this node ({}@HOST:PORT) or leave --controller-quorum out",
-            q.voters.len(),
-            if q.is_voter() { "" } else { " and this node is a learner" },
+            q.is_voter(),
+            "node {} is not in --controller-quorum: learners (nodes outside the voters) are not built yet (docs/replication.md §3.2); list it as a voter",
             q.node_id
         );
     }

@@ -319,12 +319,14 @@ fn an_old_metadata_log_is_migrated_into_the_raft_log_once() {
             id: [3; 16],
             shards: vec![0, 0],
             configs: BTreeMap::from([("retention.ms".to_string(), "654321".to_string())]),
+            node: None,
         },
         MetadataRecord::CreateTopic {
             name: "mig-gone".into(),
             id: [4; 16],
             shards: vec![0],
             configs: BTreeMap::new(),
+            node: None,
         },
         MetadataRecord::DeleteTopic {
             name: "mig-gone".into(),
@@ -413,9 +415,9 @@ fn an_old_metadata_log_is_migrated_into_the_raft_log_once() {
 
 /// `--controller-quorum` naming this node alone is the quorum of one: the
 /// broker serves and keeps its metadata across a restart with the flags.
-/// A quorum naming other nodes is refused at start with a message saying
-/// the multi-node quorum is not built, and the running data dir is left
-/// as it was (docs/replication.md §9 step 2).
+/// The same data dir started with a quorum naming other nodes is refused
+/// (its log's voters are this node alone, and changing the voters is not
+/// built), and the data dir is left as it was (docs/replication.md §3.2).
 #[test]
 fn a_controller_quorum_of_this_node_alone_serves_and_several_nodes_are_refused() {
     let controller = common::free_port_base(1);
@@ -442,7 +444,7 @@ fn a_controller_quorum_of_this_node_alone_serves_and_several_nodes_are_refused()
     let (status, output) = broker.start_expecting_exit(Duration::from_secs(30));
     assert!(!status.success(), "exit status {status}\n{output}");
     assert!(
-        output.contains("--controller-quorum lists 3 voter(s)") && output.contains("not built yet"),
+        output.contains("its quorum's voters are [1]") && output.contains("not built yet"),
         "{output}"
     );
     assert_eq!(

@@ -593,6 +593,7 @@ mod tests {
             id: crate::metadata::new_topic_id(),
             shards: vec![0; partitions],
             configs: Default::default(),
+            node: None,
         })
     }
 

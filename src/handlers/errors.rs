@@ -34,6 +34,7 @@ pub fn controller(e: &ControllerError) -> i16 {
         ControllerError::Storage(_) => ResponseError::KafkaStorageError.code(),
         ControllerError::ResourceNotFound(_) => ResponseError::ResourceNotFound.code(),
         ControllerError::InvalidRequest(_) => ResponseError::InvalidRequest.code(),
+        ControllerError::NotController(_) => ResponseError::NotController.code(),
         ControllerError::Unavailable | ControllerError::TimedOut(_) => {
             ResponseError::RequestTimedOut.code()
         }

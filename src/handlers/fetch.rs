@@ -662,6 +662,10 @@ fn resolve(
     else {
         return Err((ResponseError::UnknownTopicOrPartition, None));
     };
+    if !meta.hosted_by(ctx.config.node_id) {
+        // Another node holds it (`docs/replication.md` §3.2).
+        return Err((ResponseError::NotLeaderOrFollower, None));
+    }
     let leader = owner % ctx.cores();
     if leader != ctx.shard {
         let hint = (ctx.config.node_id_of(leader), image.leader_epoch());

@@ -50,6 +50,15 @@ fn topic_entry(ctx: &ShardCtx, t: &TopicMeta, leader_epoch: i32) -> MetadataResp
         .iter()
         .enumerate()
         .map(|(i, &shard)| {
+            if !t.hosted_by(ctx.config.node_id) {
+                // Another node holds it; its brokers are not known here
+                // until broker registration (`docs/replication.md` §3.2).
+                return MetadataResponsePartition::default()
+                    .with_error_code(ResponseError::LeaderNotAvailable.code())
+                    .with_partition_index(i as i32)
+                    .with_leader_id(BrokerId(-1))
+                    .with_leader_epoch(leader_epoch);
+            }
             let leader = BrokerId(ctx.config.node_id_of(shard % ctx.cores()));
             MetadataResponsePartition::default()
                 .with_partition_index(i as i32)

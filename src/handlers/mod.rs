@@ -356,6 +356,14 @@ pub fn led_partition(
 ) -> Result<Rc<Partition>, (ResponseError, Option<usize>)> {
     match image.leader_shard(topic, index, ctx.cores()) {
         None => Err((ResponseError::UnknownTopicOrPartition, None)),
+        // Another node holds it (`docs/replication.md` §3.2).
+        Some(_)
+            if image
+                .topic(topic)
+                .is_some_and(|t| !t.hosted_by(ctx.config.node_id)) =>
+        {
+            Err((ResponseError::NotLeaderOrFollower, None))
+        }
         Some(leader) if leader != ctx.shard => {
             Err((ResponseError::NotLeaderOrFollower, Some(leader)))
         }

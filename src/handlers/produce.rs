@@ -592,6 +592,18 @@ fn append_and_answer(
                 ));
                 continue;
             };
+            // Another node holds it (`docs/replication.md` §3.2).
+            if image
+                .topic(&topic.name)
+                .is_some_and(|t| !t.hosted_by(ctx.config.node_id))
+            {
+                results.push(PartitionResult::error(
+                    index,
+                    ResponseError::NotLeaderOrFollower.code(),
+                    None,
+                ));
+                continue;
+            }
             // 2. Exactly one v2 batch.
             let mut records = p.records.unwrap_or_default();
             let header = match single_batch_for_version(&records, version) {

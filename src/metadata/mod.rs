@@ -53,6 +53,11 @@ pub enum MetadataRecord {
         /// The owning shard of each partition, by partition index.
         shards: Vec<usize>,
         configs: BTreeMap<String, String>,
+        /// The node whose shards hold every partition (a quorum of several
+        /// nodes, until partitions are replicated: `docs/replication.md`
+        /// §3.2); absent for a single node's topics.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<i32>,
     },
     DeleteTopic {
         name: String,
@@ -110,6 +115,9 @@ pub struct TopicMeta {
     pub shards: Vec<usize>,
     /// Overrides set on the topic; everything else is the broker default.
     pub configs: BTreeMap<String, String>,
+    /// The node holding its partitions (None: this one; see
+    /// `MetadataRecord::CreateTopic`).
+    pub node: Option<i32>,
 }
 
 impl TopicMeta {
@@ -119,6 +127,13 @@ impl TopicMeta {
 
     pub fn is_internal(&self) -> bool {
         internal::is_internal(&self.name)
+    }
+
+    /// Whether node `node_id` holds this topic's partitions: only that node
+    /// opens their logs and serves them, so a partition never has two logs
+    /// (`docs/replication.md` §3.2).
+    pub fn hosted_by(&self, node_id: i32) -> bool {
+        self.node.is_none_or(|n| n == node_id)
     }
 
     /// The partition of this (internal) topic that coordinates `key`, a
@@ -222,6 +237,7 @@ impl MetadataImage {
                 id,
                 shards,
                 configs,
+                node,
             } => {
                 if let Some(last) = shards.last() {
                     next.next_shard = last + 1;
@@ -234,6 +250,7 @@ impl MetadataImage {
                         id: *id,
                         shards: shards.clone(),
                         configs: configs.clone(),
+                        node: *node,
                     }),
                 );
             }
@@ -354,6 +371,7 @@ mod tests {
             id: new_topic_id(),
             shards,
             configs: BTreeMap::new(),
+            node: None,
         }
     }
 

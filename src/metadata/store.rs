@@ -328,7 +328,8 @@ impl MetadataLog {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "{} holds a single node's metadata log from before the Raft log; it cannot                      join a quorum of several nodes",
+                    "{} holds a single node's metadata log from before the Raft log; it cannot \
+                     join a quorum of several nodes",
                     legacy_path(data_dir).display()
                 ),
             ));
@@ -355,7 +356,8 @@ impl MetadataLog {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "metadata log {}: its quorum's voters are {held:?}, the configured ones                      {wanted:?}; changing the voters of an existing quorum is not built yet",
+                    "metadata log {}: its quorum's voters are {held:?}, the configured ones \
+                     {wanted:?}; changing the voters of an existing quorum is not built yet",
                     path.display()
                 ),
             ));
@@ -447,6 +449,23 @@ impl MetadataLog {
     /// The Raft id of the leader this node knows of (0: none).
     pub fn leader_id(&self) -> u64 {
         self.node.leader_id()
+    }
+
+    /// The current Raft term (a proposal's term is the term when it was made).
+    pub fn term(&self) -> u64 {
+        self.node.term()
+    }
+
+    /// The term of the entry at `index`, if the log holds it: the
+    /// controller checks that the entry committed at a proposal's index is
+    /// of the proposal's term (else another leader's entry took its place).
+    pub fn term_of(&self, index: u64) -> Option<u64> {
+        self.node.term_of(index)
+    }
+
+    /// Whether [`Self::advance_member`] has work (after [`Self::step`]).
+    pub fn has_ready(&self) -> bool {
+        self.node.has_ready()
     }
 
     /// One timer tick of a member; true when [`Self::advance_member`] has
@@ -627,6 +646,7 @@ mod tests {
             id: [7; 16],
             shards: vec![0, 1],
             configs: BTreeMap::new(),
+            node: None,
         }
     }
 

@@ -33,6 +33,16 @@
 //! The start-up broadcast ([`Controller::load`]) waits without a deadline:
 //! shards open and recover their logs for as long as that takes, and the
 //! broker is not ready before.
+//!
+//! With several voters (`--controller-quorum`, `docs/replication.md` §3.2)
+//! the log is one member of a Raft group: a member loop on this shard
+//! steps the peers' messages, ticks, writes off the reactor and applies
+//! and broadcasts every committed record, wherever it was proposed, since
+//! every node must hold the same image. A request then runs only on the
+//! leader (elsewhere NOT_CONTROLLER, as writes are not forwarded yet), is
+//! proposed, and is answered once the loop has applied it, or
+//! REQUEST_TIMED_OUT at its deadline; an entry of another term at its
+//! index means it was replaced, and is answered NOT_CONTROLLER.
 
 use super::messages::{
     ConfigChange, ControllerError, ControllerReply, ControllerRequest, NewTopic, ScramChange,
@@ -43,12 +53,17 @@ use super::ShardCtx;
 use crate::auth::acl::{AclBinding, AclBindingFilter, ACLS_MAX};
 use crate::config::BrokerConfig;
 use crate::log::partition_meta;
+use crate::metadata::quorum::transport::{Inbound, Peers};
 use crate::metadata::store::MetadataLog;
 use crate::metadata::{
     new_topic_id, next_leader_epoch, topic_config, validate_topic_name, MetadataImage,
     MetadataRecord, PRODUCER_ID_BLOCK_SIZE,
 };
+use futures::channel::oneshot;
+use futures::FutureExt;
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::sync::Semaphore;
+use raft::eraftpb::Message;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::rc::Rc;
@@ -80,7 +95,39 @@ pub struct Controller {
     log_lock: Semaphore,
     /// The metadata log failed: no change is accepted until a restart.
     log_failed: std::cell::Cell<bool>,
+    /// Set when the quorum has other voters (`docs/replication.md` §3.2):
+    /// the loop that runs the log with its peers.
+    member: RefCell<Option<Member>>,
 }
+
+/// The controller's side of a metadata quorum of several voters.
+struct Member {
+    /// This node's Raft id.
+    me: u64,
+    peers: Peers,
+    /// Wakes the loop (peers' messages, and a proposal to advance).
+    wake: Rc<LocalSender<Inbox>>,
+    /// The index of the last committed record applied to the image and
+    /// broadcast to the shards.
+    applied: u64,
+    /// This node's last proposal as leader: (term, index of its last
+    /// entry). The first of a term is the leader's `LeaderEpoch`.
+    proposed: (u64, u64),
+    /// Requests waiting for their proposal, by the index of its last entry,
+    /// with its term. At most one, as requests run one at a time and a
+    /// request is not started while an earlier proposal is not applied.
+    waiters: BTreeMap<u64, (u64, oneshot::Sender<Result<(), ControllerError>>)>,
+}
+
+/// What the member loop is woken with.
+enum Inbox {
+    Message(Message),
+    Wake,
+}
+
+/// Messages from peers (and wakes) queued for the loop, at most; more are
+/// dropped (Raft retransmits).
+const INBOX_MAX: usize = 1024;
 
 /// How often the metadata log's Raft node ticks (`docs/replication.md` §2).
 const RAFT_TICK: std::time::Duration = std::time::Duration::from_millis(100);
@@ -95,6 +142,7 @@ impl Controller {
             log: RefCell::new(None),
             log_lock: Semaphore::new(1),
             log_failed: std::cell::Cell::new(false),
+            member: RefCell::new(None),
         }
     }
 
@@ -107,6 +155,14 @@ impl Controller {
             .acquire_permit(1)
             .await
             .map_err(|_| std::io::Error::other("controller lock closed"))?;
+        if self
+            .config
+            .quorum
+            .as_ref()
+            .is_some_and(|q| !q.is_single_node())
+        {
+            return self.load_member(ctx).await;
+        }
         let dir = self.config.data_dir.clone();
         let (log, records) = glommio::executor()
             .spawn_blocking(move || MetadataLog::open(&dir))
@@ -118,7 +174,7 @@ impl Controller {
         // before any shard opens a log and stamps it (`types::FIRST_LEADER_EPOCH`).
         let epoch = next_leader_epoch(&image, !records.is_empty());
         let committed = self
-            .persist(vec![MetadataRecord::LeaderEpoch { epoch }])
+            .with_log(move |log| log.append(&[MetadataRecord::LeaderEpoch { epoch }]))
             .await?;
         let image = apply_all(&image, &committed);
         self.start_ticks(ctx);
@@ -169,6 +225,9 @@ impl Controller {
         };
         if crate::clock::monotonic() >= deadline {
             return Err(not_started());
+        }
+        if self.member.borrow().is_some() {
+            self.member_gate(deadline).await?;
         }
         let image = self.image.borrow().clone();
         let mut items = Vec::new();
@@ -251,17 +310,18 @@ impl Controller {
                 let start = next.next_producer_id;
                 let end = start + PRODUCER_ID_BLOCK_SIZE;
                 let record = MetadataRecord::ProducerIdBlock { next: end };
-                let committed = match self.persist(vec![record]).await {
+                let committed = match self.persist(vec![record], deadline).await {
                     Ok(committed) => committed,
                     Err(e) => {
                         tracing::error!(error = %e, "persisting a producer id block failed");
-                        return Ok(ControllerReply::ProducerIds(Err(ControllerError::Storage(
-                            e.to_string(),
-                        ))));
+                        return Ok(ControllerReply::ProducerIds(Err(persist_error(&e))));
                     }
                 };
-                // Only the controller's own image needs the new high-water mark.
-                *self.image.borrow_mut() = Arc::new(apply_all(&image, &committed));
+                // Only the controller's own image needs the new high-water
+                // mark (several nodes: the member loop applied it).
+                if let Some(committed) = committed {
+                    *self.image.borrow_mut() = Arc::new(apply_all(&image, &committed));
+                }
                 return Ok(ControllerReply::ProducerIds(Ok(start..end)));
             }
             ControllerRequest::AlterScramCredentials { changes } => {
@@ -328,14 +388,16 @@ impl Controller {
             return Ok(ControllerReply::Items(items));
         }
         // `next` was the plan; the image is what the log committed.
-        let committed = match self.persist(records).await {
-            Ok(committed) => committed,
+        let committed = match self.persist(records, deadline).await {
+            Ok(Some(committed)) => committed,
+            // Several nodes: applied and broadcast by the member loop.
+            Ok(None) => return Ok(ControllerReply::Items(items)),
             Err(e) => {
                 tracing::error!(error = %e, "metadata log append failed");
-                let msg = e.to_string();
+                let err = persist_error(&e);
                 let items = items
                     .into_iter()
-                    .map(|(n, r)| (n, r.and(Err(ControllerError::Storage(msg.clone())))))
+                    .map(|(n, r)| (n, r.and(Err(err.clone()))))
                     .collect();
                 return Ok(ControllerReply::Items(items));
             }
@@ -437,11 +499,12 @@ impl Controller {
         let fail = |results: Vec<Result<Vec<AclBinding>, ControllerError>>, e: ControllerError| {
             ControllerReply::Acls(results.into_iter().map(|r| r.and(Err(e.clone()))).collect())
         };
-        let committed = match self.persist(vec![record]).await {
-            Ok(committed) => committed,
+        let committed = match self.persist(vec![record], deadline).await {
+            Ok(Some(committed)) => committed,
+            Ok(None) => return ControllerReply::Acls(results),
             Err(e) => {
                 tracing::error!(error = %e, "metadata log append failed");
-                return fail(results, ControllerError::Storage(e.to_string()));
+                return fail(results, persist_error(&e));
             }
         };
         let next = Arc::new(apply_all(&image, &committed));
@@ -459,8 +522,327 @@ impl Controller {
 
     /// Proposes `records` to the metadata log and returns what it
     /// committed (those records, in order), to be applied to the image.
-    async fn persist(&self, records: Vec<MetadataRecord>) -> std::io::Result<Vec<MetadataRecord>> {
-        self.with_log(move |log| log.append(&records)).await
+    /// Several nodes: proposes them and waits, until `deadline`, for the
+    /// member loop to apply and broadcast them; None then (see
+    /// [`persist_error`] for the errors).
+    async fn persist(
+        &self,
+        records: Vec<MetadataRecord>,
+        deadline: Instant,
+    ) -> std::io::Result<Option<Vec<MetadataRecord>>> {
+        if self.member.borrow().is_none() {
+            return self
+                .with_log(move |log| log.append(&records))
+                .await
+                .map(Some);
+        }
+        let done = self.propose_member(&records).await?;
+        match within(deadline, done).await {
+            Some(Ok(Ok(()))) => Ok(None),
+            Some(Ok(Err(e))) => Err(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                e.to_string(),
+            )),
+            Some(Err(_)) => Err(std::io::Error::other(
+                "the metadata log failed before the change was committed",
+            )),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "The change was proposed but not committed by the metadata quorum in time; it may or may not be made.",
+            )),
+        }
+    }
+
+    /// Proposes `records` (this node must lead) and registers a waiter
+    /// for them; wakes the loop to write and send them.
+    async fn propose_member(
+        &self,
+        records: &[MetadataRecord],
+    ) -> std::io::Result<oneshot::Receiver<Result<(), ControllerError>>> {
+        let (target, term) = self
+            .on_log(|log| {
+                let target = log.propose(records)?;
+                Ok((target, log.term()))
+            })
+            .await?;
+        let (tx, rx) = oneshot::channel();
+        let mut member = self.member.borrow_mut();
+        let member = member.as_mut().expect("several nodes");
+        member.proposed = (term, target);
+        member.waiters.insert(target, (term, tx));
+        let _ = member.wake.try_send(Inbox::Wake);
+        Ok(rx)
+    }
+
+    /// Runs a step of the log that does no I/O (propose, step, tick) on
+    /// the reactor, between the steps [`Self::with_log`] runs off it.
+    async fn on_log<R>(
+        &self,
+        step: impl FnOnce(&mut MetadataLog) -> std::io::Result<R>,
+    ) -> std::io::Result<R> {
+        let _permit = self
+            .log_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| std::io::Error::other("metadata log lock closed"))?;
+        let mut log = self.log.borrow_mut();
+        let Some(log) = log.as_mut() else {
+            return Err(std::io::Error::other(
+                "the metadata log failed earlier; no metadata change is accepted until the broker restarts",
+            ));
+        };
+        step(log)
+    }
+
+    /// Several nodes: a request starts only on the leader, once its term's
+    /// first entry and its own last proposal are applied (so it validates
+    /// against an image that holds every committed change). Err, nothing
+    /// changed: NOT_CONTROLLER on a node that does not lead, TimedOut when
+    /// the leader is not ready by `deadline`.
+    async fn member_gate(&self, deadline: Instant) -> Result<(), ControllerError> {
+        loop {
+            let (leader, term, leading) = {
+                let log = self.log.borrow();
+                match log.as_ref() {
+                    Some(log) => (log.leader_id(), log.term(), log.is_leader()),
+                    // A step runs off the reactor: look again shortly.
+                    None if !self.log_failed.get() => (u64::MAX, 0, false),
+                    None => {
+                        return Err(ControllerError::Storage(
+                            "the metadata log failed earlier; no metadata change is accepted until the broker restarts".into(),
+                        ))
+                    }
+                }
+            };
+            if leader != u64::MAX && !leading {
+                let node = if leader == 0 {
+                    "no leader is known".to_string()
+                } else {
+                    format!("node {} leads it", leader - 1)
+                };
+                return Err(ControllerError::NotController(format!(
+                    "This node does not lead the metadata quorum ({node}); metadata changes are not forwarded yet: send them to the leader's node."
+                )));
+            }
+            if leading {
+                let member = self.member.borrow();
+                let m = member.as_ref().expect("several nodes");
+                if m.proposed.0 == term && m.applied >= m.proposed.1 {
+                    return Ok(());
+                }
+            }
+            if crate::clock::monotonic() >= deadline {
+                return Err(ControllerError::TimedOut(
+                    "This node leads the metadata quorum but has not yet applied every committed change; nothing was changed.".into(),
+                ));
+            }
+            glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Several nodes: opens the log as a member, applies what it holds,
+    /// sends the image to every shard and starts the transport and the
+    /// member loop (`docs/replication.md` §3.2).
+    async fn load_member(&self, ctx: &Rc<ShardCtx>) -> std::io::Result<()> {
+        let q = self.config.quorum.clone().expect("several nodes");
+        let me = q.node_id as u64 + 1;
+        let voters: Vec<u64> = q.voters.iter().map(|v| v.node_id as u64 + 1).collect();
+        let dir = self.config.data_dir.clone();
+        let members = voters.clone();
+        let (log, records) = glommio::executor()
+            .spawn_blocking(move || MetadataLog::open_member(&dir, me, members))
+            .await?;
+        tracing::info!(path = %log.path().display(), node = q.node_id, voters = ?voters, "metadata log opened as a member of the quorum");
+        *self.log.borrow_mut() = Some(log);
+        let applied = records.last().map_or(0, |(i, _)| *i);
+        let records: Vec<MetadataRecord> = records.into_iter().map(|(_, r)| r).collect();
+        let image = apply_all(&MetadataImage::default(), &records);
+        tracing::info!(
+            records = records.len(),
+            topics = image.topics.len(),
+            "metadata log replayed"
+        );
+        let addresses: Vec<(u64, String)> = q
+            .voters
+            .iter()
+            .map(|v| (v.node_id as u64 + 1, format!("{}:{}", v.host, v.port)))
+            .collect();
+        let listener = glommio::net::TcpListener::bind(format!("{}:{}", q.listen.0, q.listen.1))
+            .map_err(|e| {
+                std::io::Error::other(format!(
+                    "cannot listen for the metadata quorum on {}:{}: {e}",
+                    q.listen.0, q.listen.1
+                ))
+            })?;
+        let (tx, rx) = local_channel::new_bounded::<Inbox>(INBOX_MAX);
+        let tx = Rc::new(tx);
+        let deliver_tx = tx.clone();
+        let deliver: Rc<dyn Fn(Message)> = Rc::new(move |m| {
+            let _ = deliver_tx.try_send(Inbox::Message(m));
+        });
+        glommio::spawn_local(Inbound::serve(listener, me, voters, deliver)).detach();
+        *self.member.borrow_mut() = Some(Member {
+            me,
+            peers: Peers::start(me, &addresses),
+            wake: tx,
+            applied,
+            proposed: (0, 0),
+            waiters: BTreeMap::new(),
+        });
+        let image = Arc::new(image);
+        *self.image.borrow_mut() = image.clone();
+        self.broadcast(ctx, image, None).await;
+        self.start_member_loop(ctx, rx);
+        Ok(())
+    }
+
+    /// The member loop: ticks every [`RAFT_TICK`], steps peers' messages,
+    /// runs `advance_member` off the reactor when raft-rs has work, sends
+    /// its messages, applies committed records (on every node, wherever
+    /// they were proposed), broadcasts the image and answers the waiting
+    /// request; a new leader proposes its term's `LeaderEpoch` first.
+    fn start_member_loop(&self, ctx: &Rc<ShardCtx>, rx: LocalReceiver<Inbox>) {
+        let ctx = Rc::downgrade(ctx);
+        glommio::spawn_local(async move {
+            let mut next_tick = crate::clock::monotonic() + RAFT_TICK;
+            loop {
+                let now = crate::clock::monotonic();
+                let mut inbox = Vec::new();
+                if now < next_tick {
+                    let first = futures_lite::future::or(rx.recv(), async {
+                        glommio::timer::sleep(next_tick - now).await;
+                        None
+                    })
+                    .await;
+                    inbox.extend(first);
+                }
+                while inbox.len() < INBOX_MAX {
+                    match rx.recv().now_or_never() {
+                        Some(Some(m)) => inbox.push(m),
+                        _ => break,
+                    }
+                }
+                let Some(ctx) = ctx.upgrade() else { break };
+                let Some(controller) = ctx.controller.as_ref() else {
+                    break;
+                };
+                let tick = crate::clock::monotonic() >= next_tick;
+                if tick {
+                    next_tick = crate::clock::monotonic() + RAFT_TICK;
+                }
+                let stepped = controller
+                    .on_log(|log| {
+                        for item in inbox {
+                            if let Inbox::Message(m) = item {
+                                if let Err(e) = log.step(m) {
+                                    tracing::debug!(error = %e, "metadata quorum: a message was dropped");
+                                }
+                            }
+                        }
+                        if tick {
+                            log.tick_member();
+                        }
+                        Ok(log.has_ready())
+                    })
+                    .await;
+                match stepped {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(_) => {
+                        controller.fail_waiters();
+                        break;
+                    }
+                }
+                if !controller.advance_member(&ctx).await {
+                    controller.fail_waiters();
+                    break;
+                }
+            }
+        })
+        .detach();
+    }
+
+    /// One `advance_member` and what follows it (see
+    /// [`Self::start_member_loop`]); false when the log failed.
+    async fn advance_member(&self, ctx: &Rc<ShardCtx>) -> bool {
+        let (messages, committed) = match self.with_log(|log| log.advance_member()).await {
+            Ok(progress) => progress,
+            Err(_) => return false, // logged, and the log closed, by with_log
+        };
+        {
+            let member = self.member.borrow();
+            let member = member.as_ref().expect("several nodes");
+            for m in messages {
+                member.peers.send(m);
+            }
+        }
+        if let Some(&(last, _)) = committed.last() {
+            let records: Vec<MetadataRecord> = committed.into_iter().map(|(_, r)| r).collect();
+            tracing::debug!(records = ?records, index = last, "metadata quorum: applying committed records");
+            let next = Arc::new(apply_all(&self.image.borrow(), &records));
+            *self.image.borrow_mut() = next.clone();
+            let deadline = crate::clock::monotonic() + ctx.router.timeout();
+            self.broadcast(ctx, next, Some(deadline)).await;
+            let done = {
+                let mut member = self.member.borrow_mut();
+                let member = member.as_mut().expect("several nodes");
+                member.applied = last;
+                let later = member.waiters.split_off(&(last + 1));
+                std::mem::replace(&mut member.waiters, later)
+            };
+            let log = self.log.borrow();
+            for (index, (term, reply)) in done {
+                // The entry at the proposal's last index is of its term:
+                // by Raft's log matching, all its entries are the ones
+                // proposed. Else another leader's entry took its place.
+                let same = log.as_ref().and_then(|l| l.term_of(index)) == Some(term);
+                let _ = reply.send(if same {
+                    Ok(())
+                } else {
+                    Err(ControllerError::NotController(
+                        "This node lost the lead of the metadata quorum before the change committed; it was not made.".into(),
+                    ))
+                });
+            }
+        }
+        // A new leader's first proposal: its term's LeaderEpoch, which
+        // commits every earlier entry; requests wait for it (member_gate).
+        let new_term = {
+            let log = self.log.borrow();
+            let member = self.member.borrow();
+            matches!((log.as_ref(), member.as_ref()),
+                (Some(log), Some(m)) if log.is_leader() && m.proposed.0 != log.term())
+        };
+        if new_term {
+            let epoch = next_leader_epoch(&self.image.borrow(), true);
+            match self
+                .propose_member(&[MetadataRecord::LeaderEpoch { epoch }])
+                .await
+            {
+                Ok(_) => {
+                    let me = self.member.borrow().as_ref().map_or(0, |m| m.me);
+                    tracing::info!(
+                        node = me - 1,
+                        leader_epoch = epoch,
+                        "this node leads the metadata quorum"
+                    );
+                }
+                Err(e) => tracing::warn!(error = %e, "a new leader's first proposal failed"),
+            }
+        }
+        true
+    }
+
+    /// The log failed: every waiting request is answered with a storage
+    /// error.
+    fn fail_waiters(&self) {
+        if let Some(member) = self.member.borrow_mut().as_mut() {
+            for (_, (_, reply)) in std::mem::take(&mut member.waiters) {
+                let _ = reply.send(Err(ControllerError::Storage(
+                    "the metadata log failed; no metadata change is accepted until the broker restarts".into(),
+                )));
+            }
+        }
     }
 
     /// Runs one step of the metadata log on a blocking thread (its writes
@@ -679,6 +1061,13 @@ impl Controller {
             id: new_topic_id(),
             shards,
             configs: topic_config::normalized(t.configs.clone()),
+            // Several nodes: the leader's own shards hold the partitions
+            // (`docs/replication.md` §3.2).
+            node: self
+                .member
+                .borrow()
+                .is_some()
+                .then_some(self.config.node_id),
         })
     }
 
@@ -715,6 +1104,18 @@ impl Controller {
 }
 
 /// `image` with `records` applied in order.
+/// The answer for a failed [`Controller::persist`]: NOT_CONTROLLER when
+/// this node does not lead (nothing was proposed, or another leader's entry
+/// replaced it), REQUEST_TIMED_OUT when the quorum did not commit it in
+/// time (it may still be made), else a storage error.
+fn persist_error(e: &std::io::Error) -> ControllerError {
+    match e.kind() {
+        std::io::ErrorKind::NotConnected => ControllerError::NotController(e.to_string()),
+        std::io::ErrorKind::TimedOut => ControllerError::TimedOut(e.to_string()),
+        _ => ControllerError::Storage(e.to_string()),
+    }
+}
+
 fn apply_all(image: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage {
     let mut next = image.clone();
     for r in records {

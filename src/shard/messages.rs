@@ -105,6 +105,11 @@ pub enum ControllerError {
     InvalidRequest(String),
     #[error("the controller is unreachable")]
     Unavailable,
+    /// Kafka's NOT_CONTROLLER: this node does not lead the metadata quorum
+    /// (or lost the lead before the change committed, which was then not
+    /// made); the client retries.
+    #[error("{0}")]
+    NotController(String),
     /// A cross-shard wait passed its deadline (`--cross-shard-timeout-ms`):
     /// the controller did not answer, or not every shard applied the change
     /// in time (it is persisted and converges; see `router`).

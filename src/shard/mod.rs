@@ -271,6 +271,10 @@ impl ShardCtx {
         // New partitions and config changes.
         let mut opened_txn_partitions = Vec::new();
         for topic in image.topics.values() {
+            // Another node's topic: no log here (`docs/replication.md` §3.2).
+            if !topic.hosted_by(self.config.node_id) {
+                continue;
+            }
             let tc = TopicConfig::resolve(&topic.configs, &self.config);
             for (index, &owner) in topic.shards.iter().enumerate() {
                 if owner % cores != self.shard {

@@ -49,6 +49,17 @@ impl RawClient {
         }
     }
 
+    /// Connects to `addr` (a broker in a network namespace, `netns`).
+    pub fn connect_to(addr: std::net::SocketAddr) -> RawClient {
+        let stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+        stream.set_nodelay(true).expect("set TCP_NODELAY");
+        RawClient {
+            stream,
+            next_correlation_id: 1,
+            pending: BytesMut::new(),
+        }
+    }
+
     /// Encodes and sends `req` at `version`; returns its correlation id.
     pub fn send<R: Request>(&mut self, version: i16, req: &R) -> i32 {
         let (framed, correlation_id) = self.encode_frame(version, req);

@@ -251,6 +251,11 @@ impl<D: RaftDisk> QuorumNode<D> {
         self.raw.raft.term
     }
 
+    /// The term of the entry at `index`, if the log holds it.
+    pub fn term_of(&self, index: u64) -> Option<u64> {
+        self.raw.raft.raft_log.term(index).ok()
+    }
+
     /// The index of the last entry in the log (committed or not).
     pub fn last_index(&self) -> u64 {
         self.raw.raft.raft_log.last_index()
