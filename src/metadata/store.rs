@@ -202,6 +202,28 @@ pub fn encode_record(record: &MetadataRecord) -> io::Result<Vec<u8>> {
     serde_json::to_vec(record).map_err(io::Error::other)
 }
 
+/// The Raft entry data of each record, in order; `InvalidInput` (nothing
+/// to propose) if one is over `ENTRY_BYTES_MAX`.
+fn encode_entries(records: &[MetadataRecord]) -> io::Result<Vec<Vec<u8>>> {
+    records
+        .iter()
+        .map(|r| {
+            let data = encode_record(r)?;
+            if data.len() > ENTRY_BYTES_MAX {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "a metadata record of {} bytes is over the metadata log's limit of \
+                         {ENTRY_BYTES_MAX} bytes",
+                        data.len()
+                    ),
+                ));
+            }
+            Ok(data)
+        })
+        .collect()
+}
+
 /// The record of a Raft entry's data, or what is wrong with it.
 pub fn decode_record(data: &[u8]) -> Result<MetadataRecord, String> {
     serde_json::from_slice(data).map_err(|e| format!("undecodable record: {e}"))
@@ -384,21 +406,7 @@ impl MetadataLog {
     /// NOT_CONTROLLER, or forwards); `InvalidInput`: a record over the
     /// size limit, nothing proposed.
     pub fn propose(&mut self, records: &[MetadataRecord]) -> io::Result<u64> {
-        let mut encoded = Vec::with_capacity(records.len());
-        for r in records {
-            let data = encode_record(r)?;
-            if data.len() > ENTRY_BYTES_MAX {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "a metadata record of {} bytes is over the metadata log's limit of \
-                         {ENTRY_BYTES_MAX} bytes",
-                        data.len()
-                    ),
-                ));
-            }
-            encoded.push(data);
-        }
+        let encoded = encode_entries(records)?;
         if !self.node.is_leader() {
             return Err(io::Error::new(
                 io::ErrorKind::NotConnected,
@@ -490,21 +498,7 @@ impl MetadataLog {
     /// true, the log must be dropped, and the next start recovers from the
     /// file.
     pub fn append(&mut self, records: &[MetadataRecord]) -> io::Result<Vec<MetadataRecord>> {
-        let mut encoded = Vec::with_capacity(records.len());
-        for r in records {
-            let data = encode_record(r)?;
-            if data.len() > ENTRY_BYTES_MAX {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "a metadata record of {} bytes is over the metadata log's limit of \
-                         {ENTRY_BYTES_MAX} bytes",
-                        data.len()
-                    ),
-                ));
-            }
-            encoded.push(data);
-        }
+        let encoded = encode_entries(records)?;
         let target = self.node.last_index() + records.len() as u64;
         for data in encoded {
             if let Err(e) = self.node.propose(data) {
