@@ -76,6 +76,7 @@ fn fetch_response(partitions: i32, chunk: &Bytes) -> FetchResponse {
                     preferred_read_replica: -1,
                     records: vec![RecordsChunk::Memory(chunk.clone())],
                     current_leader: None,
+                    diverging_epoch: None,
                 })
                 .collect(),
         }],

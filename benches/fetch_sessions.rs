@@ -12,7 +12,9 @@
 //! Run: `cargo bench --bench fetch_sessions`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use fjord::shard::fetch_sessions::{FetchSessionCache, SessionPartition, SessionTopic};
+use fjord::shard::fetch_sessions::{
+    FetchPosition, FetchSessionCache, SessionPartition, SessionTopic,
+};
 use std::hint::black_box;
 
 const TOPICS: u32 = 10;
@@ -20,6 +22,16 @@ const PER_TOPIC: i32 = 50;
 /// The partitions of topic 3 that get records before every fetch.
 const CHANGED: std::ops::Range<i32> = 7..12;
 const STAMP: (u64, u64) = (1, 1);
+
+/// A consumer's position at `fetch_offset` (1 MiB, no epochs).
+fn position(fetch_offset: i64) -> FetchPosition {
+    FetchPosition {
+        fetch_offset,
+        partition_max_bytes: 1 << 20,
+        current_leader_epoch: -1,
+        last_fetched_epoch: -1,
+    }
+}
 
 fn topic_name(t: u32) -> String {
     format!("bench-topic-{t}")
@@ -35,7 +47,7 @@ fn session(cache: &mut FetchSessionCache) -> i32 {
     let partitions = (0..TOPICS)
         .flat_map(|t| {
             (0..PER_TOPIC).map(move |p| {
-                let mut s = SessionPartition::new(t, p, 0, 1 << 20, -1);
+                let mut s = SessionPartition::new(t, p, position(0));
                 s.quiet = true;
                 s
             })
@@ -74,7 +86,7 @@ fn incremental_fetch(c: &mut Criterion) {
             cache
                 .update(id, |s| {
                     for p in CHANGED {
-                        s.upsert(&changed, &[0; 16], p, offset, 1 << 20, -1);
+                        s.upsert(&changed, &[0; 16], p, position(offset));
                     }
                 })
                 .expect("within bounds");

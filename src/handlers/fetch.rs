@@ -33,6 +33,12 @@
 //! request's partitions in an insertion-ordered map); a request may name at
 //! most [`FETCH_PARTITIONS_MAX`] partitions.
 //!
+//! A fetcher that sends `last_fetched_epoch` (v12+; followers do, KIP-320)
+//! is checked against the log's leader epochs first: where its log
+//! diverges from this one, it gets `diverging_epoch` (the epoch and its end
+//! offset, to truncate to) and no records; an epoch this log does not know
+//! is OFFSET_OUT_OF_RANGE. Kafka runs the same check for any fetcher.
+//!
 //! A partition led by another shard gets NOT_LEADER_OR_FOLLOWER with the
 //! current leader (v12+) and, on v16, that node's endpoint.
 
@@ -42,6 +48,7 @@ use super::{decode, errors, Outcome};
 use crate::auth::acl::AclOperation;
 use crate::handlers::authz::Authz;
 use crate::log::changes::ChangeSignal;
+use crate::log::PartitionLog;
 use crate::metadata::{MetadataImage, TopicMeta};
 use crate::partition::Partition;
 use crate::protocol::fetch::{
@@ -52,14 +59,15 @@ use crate::protocol::RequestHeader;
 use crate::record::RecordsChunk;
 use crate::runtime::OneWaker;
 use crate::shard::fetch_sessions::{
-    FetchSession, Resolved, SessionError, SessionPartition, SessionTopic, FINAL_EPOCH,
-    INITIAL_EPOCH,
+    FetchPosition, FetchSession, Resolved, SessionError, SessionPartition, SessionTopic,
+    FINAL_EPOCH, INITIAL_EPOCH,
 };
 use crate::shard::ShardCtx;
 use crate::types::Offset;
 use bytes::BytesMut;
 use futures::future::{self, LocalBoxFuture};
 use futures::FutureExt;
+use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::FetchRequest;
 use kafka_protocol::ResponseError;
 use std::collections::hash_map::{Entry, HashMap};
@@ -95,9 +103,7 @@ struct Wanted {
     /// request's topics).
     topic_index: usize,
     partition: i32,
-    fetch_offset: i64,
-    partition_max_bytes: i32,
-    current_leader_epoch: i32,
+    pos: FetchPosition,
     /// Its slot in the session and its reading rank there (incremental
     /// fetches).
     slot: u32,
@@ -227,9 +233,7 @@ pub async fn handle(
                     let entry = Wanted {
                         topic_index,
                         partition: p.partition,
-                        fetch_offset: p.fetch_offset,
-                        partition_max_bytes: p.partition_max_bytes,
-                        current_leader_epoch: p.current_leader_epoch,
+                        pos: position(p),
                         slot: 0,
                         rank: 0,
                         target: check_epoch(target, p.current_leader_epoch),
@@ -254,14 +258,7 @@ pub async fn handle(
             let changed = cache.update(id, |s| {
                 for t in &req.topics {
                     for p in &t.partitions {
-                        s.upsert(
-                            &t.topic.0,
-                            t.topic_id.as_bytes(),
-                            p.partition,
-                            p.fetch_offset,
-                            p.partition_max_bytes,
-                            p.current_leader_epoch,
-                        );
+                        s.upsert(&t.topic.0, t.topic_id.as_bytes(), p.partition, position(p));
                     }
                 }
                 for f in &req.forgotten_topics_data {
@@ -393,7 +390,7 @@ pub async fn handle(
                 w.target
                     .as_ref()
                     .ok()
-                    .map(|state| (&state.log, w.fetch_offset.max(p.high_watermark)))
+                    .map(|state| (&state.log, w.pos.fetch_offset.max(p.high_watermark)))
             })
             .map(|(log, seen)| log.wait_for_hw_above(Offset(seen)).boxed_local())
             .collect();
@@ -420,13 +417,7 @@ pub async fn handle(
                 .iter()
                 .zip(&partitions)
                 .map(|(w, p)| {
-                    let mut s = SessionPartition::new(
-                        w.topic_index as u32,
-                        w.partition,
-                        w.fetch_offset,
-                        w.partition_max_bytes,
-                        w.current_leader_epoch,
-                    );
+                    let mut s = SessionPartition::new(w.topic_index as u32, w.partition, w.pos);
                     s.remember(p.high_watermark, p.last_stable_offset, p.log_start_offset);
                     s.resolved = w.target.as_ref().ok().map(|state| Resolved {
                         partition: Rc::downgrade(state),
@@ -552,7 +543,8 @@ fn quiet(w: &Wanted, p: &FetchPartitionResponse, read_committed: bool) -> bool {
     w.target.is_ok()
         && p.error_code == errors::NONE
         && p.records.is_empty()
-        && w.fetch_offset >= upper
+        && p.diverging_epoch.is_none()
+        && w.pos.fetch_offset >= upper
 }
 
 /// The [`Wanted`] of session slot `slot`: its handle as the last fetch
@@ -629,12 +621,10 @@ fn session_wanted<'a>(
     Wanted {
         topic_index: response_index,
         partition: p.partition,
-        fetch_offset: p.fetch_offset,
-        partition_max_bytes: p.partition_max_bytes,
-        current_leader_epoch: p.current_leader_epoch,
+        pos: p.pos,
         slot,
         rank,
-        target: check_epoch(target, p.current_leader_epoch),
+        target: check_epoch(target, p.pos.current_leader_epoch),
     }
 }
 
@@ -673,6 +663,38 @@ fn resolve(
     }
     ctx.partition_of(&meta.name, partition)
         .ok_or((ResponseError::NotLeaderOrFollower, None))
+}
+
+/// The request's position for one partition.
+fn position(p: &FetchPartition) -> FetchPosition {
+    FetchPosition {
+        fetch_offset: p.fetch_offset,
+        partition_max_bytes: p.partition_max_bytes,
+        current_leader_epoch: p.current_leader_epoch,
+        last_fetched_epoch: p.last_fetched_epoch,
+    }
+}
+
+/// KIP-320's check of a fetcher that says which epoch its last batch
+/// was in (Kafka's `Partition.fetchRecords` with `lastFetchedEpoch`):
+/// `Ok(Some((epoch, end)))` when its log diverges from this one at or
+/// before its fetch offset (this log's last epoch at or below it ends at
+/// `end`, which is below the fetch offset, or is an older epoch), so it
+/// must truncate to `end` before fetching again; OFFSET_OUT_OF_RANGE when
+/// this log knows no end for that epoch or the fetch offset is below the
+/// log start; `Ok(None)` otherwise, including when no epoch was sent.
+fn diverging(pos: &FetchPosition, log: &PartitionLog) -> Result<Option<(i32, i64)>, ResponseError> {
+    if pos.last_fetched_epoch < 0 {
+        return Ok(None);
+    }
+    let (epoch, end) = log.end_offset_for_epoch(pos.last_fetched_epoch);
+    if epoch < 0 || end < 0 || pos.fetch_offset < log.log_start_offset().0 {
+        return Err(ResponseError::OffsetOutOfRange);
+    }
+    if epoch < pos.last_fetched_epoch || end < pos.fetch_offset {
+        return Ok(Some((epoch, end)));
+    }
+    Ok(None)
 }
 
 /// FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH for a client whose
@@ -741,6 +763,7 @@ async fn read_all(
             preferred_read_replica: -1,
             records: Vec::new(),
             current_leader: None,
+            diverging_epoch: None,
         };
         let state = match &w.target {
             Ok(state) => state,
@@ -756,20 +779,37 @@ async fn read_all(
         p.high_watermark = log.high_watermark().0;
         p.last_stable_offset = state.last_stable_offset();
         p.log_start_offset = log.log_start_offset().0;
+        match diverging(&w.pos, log) {
+            Ok(None) => {}
+            Ok(Some(epoch_end)) => {
+                // No records: the fetcher truncates to the end first.
+                p.diverging_epoch = Some(epoch_end);
+                any_error = true;
+                out.push(p);
+                continue;
+            }
+            Err(e) => {
+                p.error_code = e.code();
+                any_error = true;
+                out.push(p);
+                continue;
+            }
+        }
         let upper = if read_committed {
             Offset(p.last_stable_offset)
         } else {
             Offset(p.high_watermark)
         };
         if read_committed {
-            p.aborted_transactions = Some(state.aborted_overlapping(w.fetch_offset, upper.0));
+            p.aborted_transactions = Some(state.aborted_overlapping(w.pos.fetch_offset, upper.0));
         }
-        let limit = (w.partition_max_bytes.max(0) as usize).min(max_bytes.saturating_sub(total));
+        let limit =
+            (w.pos.partition_max_bytes.max(0) as usize).min(max_bytes.saturating_sub(total));
         if limit == 0 && total > 0 {
             out.push(p);
             continue;
         }
-        match log.read(Offset(w.fetch_offset), limit, upper).await {
+        match log.read(Offset(w.pos.fetch_offset), limit, upper).await {
             // After the first partition with data, a batch over the limit waits
             // for a later fetch (only the first may exceed, KIP-74).
             Ok(r) if total > 0 && r.bytes > limit => {}

@@ -36,6 +36,8 @@ const FETCH_FIRST_PREFERRED_REPLICA_VERSION: i16 = 11;
 const FETCH_FIRST_FLEXIBLE_VERSION: i16 = 12;
 const FETCH_FIRST_TOPIC_ID_VERSION: i16 = 13;
 const FETCH_FIRST_NODE_ENDPOINTS_VERSION: i16 = 16;
+/// Partition-level tag of `diverging_epoch`.
+const TAG_DIVERGING_EPOCH: u32 = 0;
 /// Partition-level tag of `current_leader`.
 const TAG_CURRENT_LEADER: u32 = 1;
 /// Response-level tag of `node_endpoints`.
@@ -78,6 +80,10 @@ pub struct FetchPartitionResponse {
     /// `(leader id, leader epoch)`, sent on v12+ (tagged) when set, e.g.
     /// with NOT_LEADER_OR_FOLLOWER.
     pub current_leader: Option<(i32, i32)>,
+    /// `(epoch, end offset)`, sent on v12+ (tagged) when set: the fetcher's
+    /// `last_fetched_epoch` is not this log's at its fetch offset, so it
+    /// must truncate to that end offset first (KIP-320).
+    pub diverging_epoch: Option<(i32, i64)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,17 +165,25 @@ pub fn encode_fetch_response(resp: FetchResponse, version: i16) -> (Vec<RecordsC
                 parts.extend(p.records.into_iter().filter(|c| !c.is_empty()));
             }
             if flexible {
-                match p.current_leader {
-                    Some((leader_id, leader_epoch)) => {
-                        put_uvarint(&mut buf, 1);
-                        put_uvarint(&mut buf, TAG_CURRENT_LEADER);
-                        // leader id, epoch, and the struct's empty tags.
-                        put_uvarint(&mut buf, 4 + 4 + 1);
-                        buf.put_i32(leader_id);
-                        buf.put_i32(leader_epoch);
-                        put_empty_tagged_fields(&mut buf);
-                    }
-                    None => put_empty_tagged_fields(&mut buf),
+                // Tagged fields in ascending tag order.
+                let tags =
+                    u32::from(p.diverging_epoch.is_some()) + u32::from(p.current_leader.is_some());
+                put_uvarint(&mut buf, tags);
+                if let Some((epoch, end_offset)) = p.diverging_epoch {
+                    put_uvarint(&mut buf, TAG_DIVERGING_EPOCH);
+                    // epoch, end offset, and the struct's empty tags.
+                    put_uvarint(&mut buf, 4 + 8 + 1);
+                    buf.put_i32(epoch);
+                    buf.put_i64(end_offset);
+                    put_empty_tagged_fields(&mut buf);
+                }
+                if let Some((leader_id, leader_epoch)) = p.current_leader {
+                    put_uvarint(&mut buf, TAG_CURRENT_LEADER);
+                    // leader id, epoch, and the struct's empty tags.
+                    put_uvarint(&mut buf, 4 + 4 + 1);
+                    buf.put_i32(leader_id);
+                    buf.put_i32(leader_epoch);
+                    put_empty_tagged_fields(&mut buf);
                 }
             }
         }
@@ -256,6 +270,7 @@ mod tests {
                                 RecordsChunk::Memory(mem.clone()),
                             ],
                             current_leader: None,
+                            diverging_epoch: None,
                         },
                         FetchPartitionResponse {
                             index: 1,
@@ -267,6 +282,7 @@ mod tests {
                             preferred_read_replica: -1,
                             records: vec![],
                             current_leader: Some((1001, 4)),
+                            diverging_epoch: Some((2, 77)),
                         },
                     ],
                 },
@@ -346,6 +362,11 @@ mod tests {
                     ),
                     (1001, 4)
                 );
+                assert_eq!(
+                    (p1.diverging_epoch.epoch, p1.diverging_epoch.end_offset),
+                    (2, 77)
+                );
+                assert_eq!(p0.diverging_epoch.epoch, -1, "unset stays unset");
             }
             if version >= 16 {
                 assert_eq!(d.node_endpoints.len(), 1);

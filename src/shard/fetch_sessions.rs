@@ -111,6 +111,20 @@ pub struct Resolved {
     pub stamp: (u64, u64),
 }
 
+/// What a fetch asks of one partition: where to read, how much, and the
+/// epochs the fetcher knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FetchPosition {
+    pub fetch_offset: i64,
+    pub partition_max_bytes: i32,
+    /// The client's `current_leader_epoch` (checked on every read).
+    pub current_leader_epoch: i32,
+    /// The epoch of the last batch the fetcher holds (v12+, -1 when not
+    /// sent): checked against this log's epochs for a diverging log
+    /// (KIP-320).
+    pub last_fetched_epoch: i32,
+}
+
 /// What the session remembers of a partition: what the client asked last,
 /// and what the broker last told it.
 #[derive(Clone, Debug)]
@@ -118,10 +132,7 @@ pub struct SessionPartition {
     /// Its topic: an index into the session's topics ([`FetchSession::topic`]).
     pub topic: u32,
     pub partition: i32,
-    pub fetch_offset: i64,
-    pub partition_max_bytes: i32,
-    /// The client's `current_leader_epoch` (checked on every read).
-    pub current_leader_epoch: i32,
+    pub pos: FetchPosition,
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
@@ -145,19 +156,11 @@ impl SessionPartition {
     /// A partition the client just added: the broker has told it nothing
     /// (Kafka's INVALID_HIGH_WATERMARK etc.), so the next response
     /// includes it.
-    pub fn new(
-        topic: u32,
-        partition: i32,
-        fetch_offset: i64,
-        partition_max_bytes: i32,
-        current_leader_epoch: i32,
-    ) -> SessionPartition {
+    pub fn new(topic: u32, partition: i32, pos: FetchPosition) -> SessionPartition {
         SessionPartition {
             topic,
             partition,
-            fetch_offset,
-            partition_max_bytes,
-            current_leader_epoch,
+            pos,
             high_watermark: -1,
             last_stable_offset: -1,
             log_start_offset: -1,
@@ -499,33 +502,16 @@ impl FetchSession {
 
     /// Adds a partition (of the topic named `name`, or with id `id` in a
     /// session by id) or updates its fetch position, limit and the client's
-    /// leader epoch.
-    pub fn upsert(
-        &mut self,
-        name: &str,
-        id: &[u8; 16],
-        partition: i32,
-        fetch_offset: i64,
-        partition_max_bytes: i32,
-        current_leader_epoch: i32,
-    ) {
+    /// epochs.
+    pub fn upsert(&mut self, name: &str, id: &[u8; 16], partition: i32, pos: FetchPosition) {
         let topic = self.topic_index_or_add(name, id);
         if let Some(&slot) = self.index.get(&(topic, partition)) {
-            let p = &mut self.slots[slot as usize];
-            p.fetch_offset = fetch_offset;
-            p.partition_max_bytes = partition_max_bytes;
-            p.current_leader_epoch = current_leader_epoch;
+            self.slots[slot as usize].pos = pos;
             // A new position is read by this fetch.
             self.signal.flag(slot);
             return;
         }
-        let mut p = SessionPartition::new(
-            topic,
-            partition,
-            fetch_offset,
-            partition_max_bytes,
-            current_leader_epoch,
-        );
+        let mut p = SessionPartition::new(topic, partition, pos);
         p.rank = self.rank();
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -795,6 +781,16 @@ mod tests {
     const NO_ID: [u8; 16] = [0; 16];
     const STAMP: (u64, u64) = (1, 1);
 
+    /// A position at `fetch_offset` with `max` bytes and no epochs.
+    fn pos(fetch_offset: i64, max: i32) -> FetchPosition {
+        FetchPosition {
+            fetch_offset,
+            partition_max_bytes: max,
+            current_leader_epoch: -1,
+            last_fetched_epoch: -1,
+        }
+    }
+
     fn topic(name: &str) -> SessionTopic {
         SessionTopic {
             name: name.into(),
@@ -805,7 +801,7 @@ mod tests {
     /// Session contents: partitions 0..n of topic "t".
     fn parts(n: i32) -> (Vec<SessionTopic>, Vec<SessionPartition>) {
         let partitions = (0..n)
-            .map(|p| SessionPartition::new(0, p, 0, 1024, -1))
+            .map(|p| SessionPartition::new(0, p, pos(0, 1024)))
             .collect();
         (vec![topic("t")], partitions)
     }
@@ -878,13 +874,19 @@ mod tests {
         let mut c = FetchSessionCache::new(10, 5);
         assert_eq!(create(&mut c, 6, 0), None);
         let id = create(&mut c, 4, 0).unwrap();
-        assert_eq!(c.update(id, |s| s.upsert("t", &NO_ID, 9, 0, 1, -1)), Ok(()));
+        assert_eq!(
+            c.update(id, |s| s.upsert("t", &NO_ID, 9, pos(0, 1))),
+            Ok(())
+        );
         assert_eq!(c.partitions_total(), 5);
         // Updating a partition it holds does not grow it.
-        assert_eq!(c.update(id, |s| s.upsert("t", &NO_ID, 9, 7, 1, -1)), Ok(()));
+        assert_eq!(
+            c.update(id, |s| s.upsert("t", &NO_ID, 9, pos(7, 1))),
+            Ok(())
+        );
         assert_eq!(c.partitions_total(), 5);
         assert_eq!(
-            c.update(id, |s| s.upsert("t", &NO_ID, 10, 0, 1, -1)),
+            c.update(id, |s| s.upsert("t", &NO_ID, 10, pos(0, 1))),
             Err(SessionError::NotFound)
         );
         assert_eq!(c.partitions_total(), 0);
@@ -943,7 +945,7 @@ mod tests {
         let read = fetch(
             &mut c,
             id,
-            |s| s.upsert("t", &NO_ID, 5, 9, 1, -1),
+            |s| s.upsert("t", &NO_ID, 5, pos(9, 1)),
             |p| (p == 3, p != 3),
         );
         assert_eq!(read, vec![3, 5]);
@@ -977,11 +979,11 @@ mod tests {
             &mut c,
             id,
             |s| {
-                s.upsert("t", &NO_ID, 2, 5, 1, -1);
+                s.upsert("t", &NO_ID, 2, pos(5, 1));
                 s.forget("t", &NO_ID, 2);
                 s.forget("t", &NO_ID, 42);
                 s.forget("unknown", &NO_ID, 0);
-                s.upsert("t", &NO_ID, 7, 5, 1, -1);
+                s.upsert("t", &NO_ID, 7, pos(5, 1));
             },
             |_| (false, true),
         );
@@ -1007,8 +1009,8 @@ mod tests {
             };
             let new = format!("u{round}");
             c.update(id, |s| {
-                s.upsert(&new, &NO_ID, 0, 0, 1, -1);
-                s.upsert(&new, &NO_ID, 1, 0, 1, -1);
+                s.upsert(&new, &NO_ID, 0, pos(0, 1));
+                s.upsert(&new, &NO_ID, 1, pos(0, 1));
                 s.forget(&old, &NO_ID, 0);
                 s.forget(&old, &NO_ID, 1);
             })
@@ -1024,7 +1026,7 @@ mod tests {
         // A partition named and forgotten in one request is forgotten, as
         // in Kafka (changes first, then forgets).
         c.update(id, |s| {
-            s.upsert("v", &NO_ID, 0, 0, 1, -1);
+            s.upsert("v", &NO_ID, 0, pos(0, 1));
             s.forget("v", &NO_ID, 0);
         })
         .unwrap();
@@ -1065,7 +1067,7 @@ mod tests {
         let id = c
             .create(
                 topics,
-                vec![SessionPartition::new(0, 0, 0, 1, -1)],
+                vec![SessionPartition::new(0, 0, pos(0, 1))],
                 true,
                 0,
                 None,
@@ -1073,14 +1075,14 @@ mod tests {
             .unwrap();
         c.update(id, |s| {
             // The name is not part of the key of a session by id.
-            s.upsert("ignored", &a, 0, 9, 1, -1);
-            s.upsert("", &[2; 16], 0, 0, 1, -1);
+            s.upsert("ignored", &a, 0, pos(9, 1));
+            s.upsert("", &[2; 16], 0, pos(0, 1));
         })
         .unwrap();
         let s = c.get_mut(id).unwrap();
         let got: Vec<([u8; 16], i32, i64)> = s
             .partitions()
-            .map(|(_, p)| (s.topic(p.topic).id, p.partition, p.fetch_offset))
+            .map(|(_, p)| (s.topic(p.topic).id, p.partition, p.pos.fetch_offset))
             .collect();
         assert_eq!(got, vec![(a, 0, 9), ([2; 16], 0, 0)]);
     }
