@@ -14,7 +14,7 @@
 //! - layer: `auth`
 //! - layer: `producer`, `metadata`
 //! - layer: `partition`
-//! - layer: `group`, `txn`
+//! - layer: `group`, `txn`, `replication`
 //! - layer: `shard`
 //! - layer: `handlers`
 //! - layer: `net`
@@ -58,6 +58,7 @@ pub mod producer;
 pub mod partition;
 
 pub mod group;
+pub mod replication;
 pub mod txn;
 
 pub mod shard;

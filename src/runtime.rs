@@ -273,6 +273,24 @@ impl<F: Future + Unpin> Future for OneWaker<F> {
     }
 }
 
+/// `fut`'s output, or `None` if `deadline` passes first (`fut` is dropped).
+pub async fn within<F: std::future::Future>(
+    deadline: std::time::Instant,
+    fut: F,
+) -> Option<F::Output> {
+    use futures::future::{self, Either};
+    use futures::FutureExt;
+    let mut fut = Box::pin(fut);
+    if let Some(out) = (&mut fut).now_or_never() {
+        return Some(out);
+    }
+    let left = deadline.saturating_duration_since(crate::clock::monotonic());
+    match future::select(fut, Box::pin(glommio::timer::sleep(left))).await {
+        Either::Left((out, _)) => Some(out),
+        Either::Right(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod one_waker_tests {
     use super::*;

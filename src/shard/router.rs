@@ -35,8 +35,6 @@
 
 use super::messages::ShardMessage;
 use futures::channel::oneshot;
-use futures::future::{self, Either};
-use futures::FutureExt;
 use glommio::channels::channel_mesh::Senders;
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -63,18 +61,7 @@ pub enum CallError {
     TimedOut(usize),
 }
 
-/// `fut`'s output, or `None` if `deadline` passes first (`fut` is dropped).
-pub async fn within<F: Future>(deadline: Instant, fut: F) -> Option<F::Output> {
-    let mut fut = Box::pin(fut);
-    if let Some(out) = (&mut fut).now_or_never() {
-        return Some(out);
-    }
-    let left = deadline.saturating_duration_since(crate::clock::monotonic());
-    match future::select(fut, Box::pin(glommio::timer::sleep(left))).await {
-        Either::Left((out, _)) => Some(out),
-        Either::Right(_) => None,
-    }
-}
+pub use crate::runtime::within;
 
 impl Router {
     pub fn new(
