@@ -87,6 +87,12 @@ pub const TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: i64 = 7 * 24 * 60 * 60 * 1000;
 /// `request.timeout.ms` default, which bounds a broker's wait for its
 /// controller too).
 pub const CROSS_SHARD_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Kafka's `broker.session.timeout.ms` default.
+pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 9_000;
+/// Kafka's `broker.heartbeat.interval.ms` default; a node heartbeats at
+/// most a quarter of the session timeout apart (see
+/// [`BrokerConfig::broker_heartbeat_interval`]).
+pub const BROKER_HEARTBEAT_INTERVAL_MS: u64 = 2_000;
 /// How fetches read data older than the tail cache: direct reads. Why not
 /// sendfile (`tuning/results/catch-up-reads.md`, 2-vCPU VM, 1 KiB backlog
 /// drained by one librdkafka consumer): the pages a sendfile fills from the
@@ -235,6 +241,14 @@ pub struct ServeArgs {
     /// [default: none].
     #[arg(long)]
     pub controller_quorum: Option<String>,
+    /// Kafka `broker.session.timeout.ms` (several nodes): a node whose
+    /// heartbeats stop reaching the quorum's leader for this long is fenced,
+    /// its brokers leave Metadata and DescribeCluster and its partitions go
+    /// offline until it heartbeats again; nodes heartbeat every 2 s
+    /// (`broker.heartbeat.interval.ms`), or a quarter of this if less
+    /// [default: 9000].
+    #[arg(long)]
+    pub broker_session_timeout_ms: Option<u64>,
     /// The controller address this node listens on, HOST:PORT: required for
     /// a node outside `--controller-quorum` (a learner); a voter listens on
     /// its own entry and may repeat it here [default: its quorum entry].
@@ -606,6 +620,8 @@ pub struct BrokerConfig {
     /// `--controller-quorum` and `--controller-listen`, validated; None: a
     /// quorum of one (this node alone, as before those flags existed).
     pub quorum: Option<QuorumSettings>,
+    /// `--broker-session-timeout-ms`.
+    pub broker_session_timeout_ms: u64,
     pub fsync_acks: bool,
     pub direct_writes: bool,
     pub tail_cache_bytes: usize,
@@ -699,6 +715,9 @@ impl ServeArgs {
             node_id: self.node_id.or(file.node_id),
             controller_quorum: self.controller_quorum.or(file.controller_quorum),
             controller_listen: self.controller_listen.or(file.controller_listen),
+            broker_session_timeout_ms: self
+                .broker_session_timeout_ms
+                .or(file.broker_session_timeout_ms),
             fsync_acks: self.fsync_acks.or(file.fsync_acks),
             direct_writes: self.direct_writes.or(file.direct_writes),
             tail_cache_bytes: self.tail_cache_bytes.or(file.tail_cache_bytes),
@@ -1065,6 +1084,10 @@ impl ServeArgs {
                 .cross_shard_timeout_ms
                 .unwrap_or(CROSS_SHARD_TIMEOUT_MS_DEFAULT)
                 .max(1),
+            broker_session_timeout_ms: a
+                .broker_session_timeout_ms
+                .unwrap_or(BROKER_SESSION_TIMEOUT_MS_DEFAULT)
+                .max(100),
             debug_drop_produce_response_every: a.debug_drop_produce_response_every.unwrap_or(0),
             debug_delay_txn_markers_ms: a.debug_delay_txn_markers_ms.unwrap_or(0),
             debug_panic_shard: a.debug_panic_shard,
@@ -1076,6 +1099,20 @@ impl ServeArgs {
 }
 
 impl BrokerConfig {
+    /// How often a node of several heartbeats the quorum's leader:
+    /// [`BROKER_HEARTBEAT_INTERVAL_MS`], or a quarter of the session
+    /// timeout if that is shorter (a shortened timeout in tests).
+    pub fn broker_heartbeat_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(
+            BROKER_HEARTBEAT_INTERVAL_MS.min(self.broker_session_timeout_ms / 4),
+        )
+    }
+
+    /// `--broker-session-timeout-ms`.
+    pub fn broker_session_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.broker_session_timeout_ms)
+    }
+
     /// The Kafka node id clients see for shard `shard`.
     pub fn node_id_of(&self, shard: usize) -> i32 {
         self.node_id * 1000 + shard as i32

@@ -1,19 +1,37 @@
 //! The metadata quorum on three nodes (`docs/replication.md` §3.2), each in
-//! its own network namespace (`common::netns`) with one shard: a topic and
-//! its config created through the node that leads the quorum are seen
-//! through every node's Metadata and DescribeConfigs;
-//! a node that does not lead answers NOT_CONTROLLER (metadata writes are
-//! not forwarded yet); after the leader is SIGKILLed the survivors elect
-//! one that accepts a new topic, and the killed node catches up when it
-//! restarts; a node cut off the network catches up after it is healed.
+//! its own network namespace (`common::netns`) with one shard:
+//! - metadata writes (CreateTopics, CreateAcls, IncrementalAlterConfigs)
+//!   through a node that does not lead are forwarded to the leader, and
+//!   are seen through the forwarding node as soon as it answers, and
+//!   through every node after;
+//! - every node registers: DescribeCluster and Metadata on every node list
+//!   all three nodes' brokers with their endpoints, and a topic held by
+//!   another node names that node's broker as its leader, so librdkafka
+//!   bootstrapped at a node that does not hold a topic produces to it and
+//!   reads it back;
+//! - after the leader is SIGKILLed the survivors elect one that takes
+//!   changes, and the killed node catches up when it restarts; a node
+//!   that does not lead, SIGKILLed, is fenced after the (shortened)
+//!   session timeout: gone from DescribeCluster, its topic offline (leader
+//!   -1, LEADER_NOT_AVAILABLE) on the survivors; restarted, it is back and
+//!   its topic readable;
+//! - a node cut off the network cannot make a metadata change (its
+//!   CreateTopics, sent from inside its namespace, gets an error) and
+//!   catches up after it is healed.
 
 mod common;
 
+use common::child::{run_bounded, Streams};
+use common::client;
 use common::netns::Net;
 use common::raw::RawClient;
 use common::{Broker, BrokerOpts};
+use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -24,6 +42,10 @@ use std::time::Duration;
 const CONTROLLER_PORT: u16 = 9093;
 /// How long the quorum gets to elect a leader or catch a node up.
 const SETTLE: Duration = Duration::from_secs(30);
+/// `--broker-session-timeout-ms`, shortened from Kafka's 9 s.
+const SESSION_TIMEOUT_MS: u64 = 3000;
+/// Messages produced to the first topic.
+const MESSAGES: usize = 10;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -42,13 +64,20 @@ fn start(net: &Net, i: usize) -> Broker {
             .cores(1)
             .in_host(net.host(i))
             .arg(format!("--node-id={i}"))
-            .arg(format!("--controller-quorum={}", quorum.join(","))),
+            .arg(format!("--controller-quorum={}", quorum.join(",")))
+            .arg(format!("--broker-session-timeout-ms={SESSION_TIMEOUT_MS}"))
+            .arg("--authorizer=standard")
+            .arg("--super-users=User:ANONYMOUS"),
     )
 }
 
 /// CreateTopics of `name` (one partition, `retention.ms`) through `broker`:
 /// its error code.
 fn create_topic(broker: &Broker, name: &str) -> i16 {
+    create_topic_at(addr(broker), name)
+}
+
+fn create_topic_at(addr: SocketAddr, name: &str) -> i16 {
     let topic = CreatableTopic::default()
         .with_name(TopicName(s(name)))
         .with_num_partitions(1)
@@ -56,7 +85,7 @@ fn create_topic(broker: &Broker, name: &str) -> i16 {
         .with_configs(vec![CreatableTopicConfig::default()
             .with_name(s("retention.ms"))
             .with_value(Some(s("4242000")))]);
-    let resp = RawClient::connect_to(addr(broker)).request(
+    let resp = RawClient::connect_to(addr).request(
         5,
         &CreateTopicsRequest::default()
             .with_topics(vec![topic])
@@ -65,9 +94,11 @@ fn create_topic(broker: &Broker, name: &str) -> i16 {
     resp.topics[0].error_code
 }
 
-/// CreateTopics through whichever node accepts it, retrying until one
-/// does; returns that node (it leads the quorum). Every other answer seen
-/// is NOT_CONTROLLER (or REQUEST_TIMED_OUT while a new leader settles).
+/// CreateTopics through the first node that accepts it, retrying until
+/// one does (any node forwards to the leader once one is elected); returns
+/// the node that leads the quorum: the one holding the topic's partition.
+/// Every other answer seen is NOT_CONTROLLER (no leader yet) or
+/// REQUEST_TIMED_OUT (a leader lost mid-way).
 fn create_anywhere(brokers: &[Option<&Broker>], name: &str) -> usize {
     common::wait_for(SETTLE, "a node that accepts CreateTopics", || {
         for (i, b) in brokers.iter().enumerate() {
@@ -75,6 +106,9 @@ fn create_anywhere(brokers: &[Option<&Broker>], name: &str) -> usize {
             let code = create_topic(b, name);
             if code == 0 {
                 return Some(i);
+            }
+            if code == ResponseError::TopicAlreadyExists.code() {
+                return Some(i); // an earlier try was made after all
             }
             assert!(
                 code == ResponseError::NotController.code()
@@ -84,7 +118,17 @@ fn create_anywhere(brokers: &[Option<&Broker>], name: &str) -> usize {
         }
         std::thread::sleep(Duration::from_millis(200));
         None
-    })
+    });
+    holder(brokers, name)
+}
+
+/// The node whose data dir holds partition 0 of `name`: the node that led
+/// the quorum when it was created.
+fn holder(brokers: &[Option<&Broker>], name: &str) -> usize {
+    brokers
+        .iter()
+        .position(|b| b.is_some_and(|b| b.data_dir().join(format!("{name}-0")).exists()))
+        .unwrap_or_else(|| panic!("no node holds {name}-0"))
 }
 
 /// The topics `broker`'s Metadata lists.
@@ -99,6 +143,132 @@ fn topics(broker: &Broker) -> Vec<String> {
         .iter()
         .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
         .collect()
+}
+
+/// `broker`'s DescribeCluster: (broker id, host, port), by id.
+fn cluster(broker: &Broker) -> Vec<(i32, String, i32)> {
+    let resp = RawClient::connect_to(addr(broker)).request(1, &DescribeClusterRequest::default());
+    assert_eq!(resp.error_code, 0);
+    let mut out: Vec<(i32, String, i32)> = resp
+        .brokers
+        .iter()
+        .map(|b| (b.broker_id.0, b.host.to_string(), b.port))
+        .collect();
+    out.sort();
+    out
+}
+
+/// What DescribeCluster and Metadata list for `nodes`: one broker each
+/// (one shard), at the node's address and port.
+fn expected_brokers(net: &Net, brokers: &[Broker], nodes: &[usize]) -> Vec<(i32, String, i32)> {
+    nodes
+        .iter()
+        .map(|&n| {
+            (
+                n as i32 * 1000,
+                net.host(n).addr.to_string(),
+                brokers[n].port_of(0) as i32,
+            )
+        })
+        .collect()
+}
+
+/// Waits until `broker` (node `i`) lists exactly `expected` in
+/// DescribeCluster and Metadata.
+fn wait_cluster(broker: &Broker, i: usize, expected: &[(i32, String, i32)]) {
+    common::wait_for(
+        SETTLE,
+        &format!("node {i} to list brokers {expected:?}"),
+        || {
+            let metadata = RawClient::connect_to(addr(broker)).request(
+                12,
+                &MetadataRequest::default()
+                    .with_topics(Some(Vec::new()))
+                    .with_allow_auto_topic_creation(false),
+            );
+            let mut listed: Vec<(i32, String, i32)> = metadata
+                .brokers
+                .iter()
+                .map(|b| (b.node_id.0, b.host.to_string(), b.port))
+                .collect();
+            listed.sort();
+            (listed == expected && cluster(broker) == expected).then_some(())
+        },
+    );
+}
+
+/// CreateAcls of one binding through `broker`: its error code.
+fn create_acl(broker: &Broker, topic: &str) -> i16 {
+    let acl = AclCreation::default()
+        .with_resource_type(2) // TOPIC
+        .with_resource_name(s(topic))
+        .with_resource_pattern_type(3) // LITERAL
+        .with_principal(s("User:alice"))
+        .with_host(s("*"))
+        .with_operation(3) // READ
+        .with_permission_type(3); // ALLOW
+    let resp = RawClient::connect_to(addr(broker))
+        .request(3, &CreateAclsRequest::default().with_creations(vec![acl]));
+    resp.results[0].error_code
+}
+
+/// The topics named in `broker`'s ACLs.
+fn acl_topics(broker: &Broker) -> Vec<String> {
+    let resp = RawClient::connect_to(addr(broker)).request(
+        3,
+        &DescribeAclsRequest::default()
+            .with_resource_type_filter(1) // ANY
+            .with_resource_name_filter(None)
+            .with_principal_filter(None)
+            .with_host_filter(None)
+            .with_pattern_type_filter(1) // ANY
+            .with_operation(1) // ANY
+            .with_permission_type(1), // ANY
+    );
+    assert_eq!(resp.error_code, 0, "DescribeAcls: {:?}", resp.error_message);
+    resp.resources
+        .iter()
+        .map(|r| r.resource_name.to_string())
+        .collect()
+}
+
+/// IncrementalAlterConfigs of `name`'s `retention.ms` through `broker`.
+fn set_retention(broker: &Broker, name: &str, value: &str) -> i16 {
+    let resp = RawClient::connect_to(addr(broker)).request(
+        1,
+        &IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(s(name))
+                .with_configs(vec![AlterableConfig::default()
+                    .with_name(s("retention.ms"))
+                    .with_config_operation(0) // SET
+                    .with_value(Some(s(value)))]),
+        ]),
+    );
+    resp.responses[0].error_code
+}
+
+/// Reads back the [`MESSAGES`] produced to `topic`, bootstrapped at `broker`.
+fn read_back(broker: &Broker, topic: &str) {
+    let got = client::consume(
+        &broker.bootstrap(),
+        topic,
+        1,
+        MESSAGES,
+        Duration::ZERO,
+        SETTLE,
+    );
+    let values: Vec<usize> = got
+        .iter()
+        .map(|m| {
+            std::str::from_utf8(m.value.as_deref().unwrap_or_default())
+                .expect("utf-8")
+                .parse()
+                .expect("a number")
+        })
+        .collect();
+    assert_eq!(values, (0..MESSAGES).collect::<Vec<_>>(), "{topic}");
 }
 
 /// The leader id and error of partition 0 of `name` in `broker`'s Metadata.
@@ -146,42 +316,65 @@ fn retention(broker: &Broker, name: &str) -> Option<String> {
 }
 
 #[test]
-fn three_nodes_share_metadata_through_a_leader_failure_and_a_partition() {
+fn three_nodes_forward_register_fence_and_heal() {
     let net = Net::new(3);
     let mut brokers: Vec<Broker> = (0..3).map(|i| start(&net, i)).collect();
+    let all = [0, 1, 2];
 
-    // A topic with a config, through whichever node leads.
+    // A topic with a config, through any node: the leader's node holds it.
     let leader = create_anywhere(&brokers.iter().map(Some).collect::<Vec<_>>(), "first");
-    for (i, b) in brokers.iter().enumerate() {
-        if i != leader {
-            assert_eq!(
-                create_topic(b, "refused"),
-                ResponseError::NotController.code(),
-                "node {i} does not lead: NOT_CONTROLLER"
-            );
-        }
-    }
-    for (i, b) in brokers.iter().enumerate() {
-        wait_lists(b, i, "first");
-        assert_eq!(
-            retention(b, "first").as_deref(),
-            Some("4242000"),
-            "node {i}"
+    let followers: Vec<usize> = all.iter().copied().filter(|&i| i != leader).collect();
+    // Through a node that does not lead: forwarded, and seen there at once.
+    for &i in &followers {
+        let name = format!("via-{i}");
+        assert_eq!(create_topic(&brokers[i], &name), 0, "node {i} forwards");
+        assert!(
+            topics(&brokers[i]).contains(&name),
+            "node {i} lists {name} at once"
         );
-        assert!(!topics(b).iter().any(|t| t == "refused"), "node {i}");
-        // Until partitions are replicated only the leader's node holds the
-        // topic's partition (one log); the others name no leader.
-        let expected = if i == leader {
-            (leader as i32 * 1000, 0)
-        } else {
-            (-1, ResponseError::LeaderNotAvailable.code())
-        };
-        assert_eq!(leader_of(b, "first"), expected, "node {i}");
+    }
+    let f = followers[0];
+    assert_eq!(
+        create_acl(&brokers[f], "first"),
+        0,
+        "CreateAcls through node {f}"
+    );
+    assert_eq!(
+        acl_topics(&brokers[f]),
+        vec!["first".to_string()],
+        "node {f} at once"
+    );
+    assert_eq!(
+        set_retention(&brokers[f], "first", "4343000"),
+        0,
+        "through node {f}"
+    );
+    assert_eq!(retention(&brokers[f], "first").as_deref(), Some("4343000"));
+    for (i, b) in brokers.iter().enumerate() {
+        for &j in &followers {
+            wait_lists(b, i, &format!("via-{j}"));
+        }
+        common::wait_for(SETTLE, &format!("node {i}'s ACL and config"), || {
+            (acl_topics(b) == ["first"] && retention(b, "first").as_deref() == Some("4343000"))
+                .then_some(())
+        });
         let holds_log = b.data_dir().join("first-0").exists();
         assert_eq!(holds_log, i == leader, "node {i} holds a log of first-0");
     }
 
-    // The leader dies: the survivors elect one that accepts a topic.
+    // Every node registered: all list every node's broker, and the one
+    // holding "first" as its leader.
+    let everyone = expected_brokers(&net, &brokers, &all);
+    for (i, b) in brokers.iter().enumerate() {
+        wait_cluster(b, i, &everyone);
+        assert_eq!(leader_of(b, "first"), (leader as i32 * 1000, 0), "node {i}");
+    }
+    // librdkafka bootstrapped only at a node that does not hold the topic
+    // follows Metadata to the one that does.
+    client::produce_numbered(&brokers[f].bootstrap(), "first", 0..MESSAGES, SETTLE);
+    read_back(&brokers[f], "first");
+
+    // The leader dies: the survivors elect one that takes changes.
     brokers[leader].kill9();
     let alive: Vec<Option<&Broker>> = brokers
         .iter()
@@ -190,33 +383,123 @@ fn three_nodes_share_metadata_through_a_leader_failure_and_a_partition() {
         .collect();
     let second_leader = create_anywhere(&alive, "second");
     assert_ne!(second_leader, leader);
-    for (i, b) in brokers.iter().enumerate().filter(|(i, _)| *i != leader) {
-        wait_lists(b, i, "second");
+    for &i in &followers {
+        wait_lists(&brokers[i], i, "second");
     }
-    // It restarts and catches up.
+    // It restarts, catches up, registers its new incarnation.
     brokers[leader].restart();
     wait_lists(&brokers[leader], leader, "second");
-    wait_lists(&brokers[leader], leader, "first");
+    for (i, b) in brokers.iter().enumerate() {
+        wait_cluster(b, i, &everyone);
+    }
+    read_back(&brokers[second_leader], "first");
 
-    // A node cut off misses a change made meanwhile, and catches up when
-    // healed. The cut node is the leader: the other two elect another.
-    let leader = create_anywhere(&brokers.iter().map(Some).collect::<Vec<_>>(), "third");
-    net.cut(leader);
+    // A node that does not lead (and holds a topic) dies: fenced after
+    // the session timeout, gone from the survivors' lists, its topic
+    // offline there; back when it restarts.
+    let lead = create_anywhere(&brokers.iter().map(Some).collect::<Vec<_>>(), "probe");
+    let (killed, held) = if lead != leader {
+        (leader, "first")
+    } else {
+        (second_leader, "second")
+    };
+    brokers[killed].kill9();
+    let survivors: Vec<usize> = all.iter().copied().filter(|&i| i != killed).collect();
+    let without = expected_brokers(&net, &brokers, &survivors);
+    for &i in &survivors {
+        wait_cluster(&brokers[i], i, &without);
+        assert_eq!(
+            leader_of(&brokers[i], held),
+            (-1, ResponseError::LeaderNotAvailable.code()),
+            "node {i}: {held} is offline"
+        );
+        assert_eq!(
+            leader_of(&brokers[i], "probe"),
+            (lead as i32 * 1000, 0),
+            "node {i}"
+        );
+    }
+    brokers[killed].restart();
+    for (i, b) in brokers.iter().enumerate() {
+        wait_cluster(b, i, &everyone);
+        assert_eq!(leader_of(b, held), (killed as i32 * 1000, 0), "node {i}");
+    }
+    read_back(&brokers[lead], "first");
+
+    // A node that does not lead, cut off: its own CreateTopics (sent from
+    // inside its namespace) fails; the others go on; healed, it catches up.
+    let lead = create_anywhere(&brokers.iter().map(Some).collect::<Vec<_>>(), "third");
+    let cut = all
+        .iter()
+        .copied()
+        .find(|&i| i != lead)
+        .expect("a follower");
+    net.cut(cut);
+    let code = create_inside(&net, cut, &brokers[cut], "from-cut");
+    assert_ne!(code, 0, "a cut-off node made a metadata change");
     let alive: Vec<Option<&Broker>> = brokers
         .iter()
         .enumerate()
-        .map(|(i, b)| (i != leader).then_some(b))
+        .map(|(i, b)| (i != cut).then_some(b))
         .collect();
-    let during = create_anywhere(&alive, "during-cut");
-    assert_ne!(during, leader);
-    net.heal(leader);
-    wait_lists(&brokers[leader], leader, "during-cut");
+    create_anywhere(&alive, "during-cut");
+    net.heal(cut);
+    wait_lists(&brokers[cut], cut, "during-cut");
     assert_eq!(
-        retention(&brokers[leader], "during-cut").as_deref(),
+        retention(&brokers[cut], "during-cut").as_deref(),
         Some("4242000")
     );
+    for (i, b) in brokers.iter().enumerate() {
+        wait_cluster(b, i, &everyone);
+        assert!(!topics(b).iter().any(|t| t == "from-cut"), "node {i}");
+    }
     for b in &mut brokers {
         b.assert_alive();
         b.stop();
     }
+}
+
+/// CreateTopics of `name` sent to `broker` from inside host `i`'s
+/// namespace (reachable there while the host is cut off), by this test
+/// binary running [`create_topic_from_inside_a_host`]: its error code.
+fn create_inside(net: &Net, i: usize, broker: &Broker, name: &str) -> i16 {
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut cmd = net.command(i, &exe);
+    cmd.args([
+        "create_topic_from_inside_a_host",
+        "--exact",
+        "--ignored",
+        "--nocapture",
+    ])
+    .env("FJORD_TEST_CREATE_AT", broker.bootstrap())
+    .env("FJORD_TEST_CREATE_NAME", name);
+    let run = run_bounded(
+        &mut cmd,
+        format!("{} create_topic_from_inside_a_host", exe.display()),
+        None,
+        Streams::Separate,
+        Duration::from_secs(120),
+    );
+    let out = run.ok();
+    out.lines()
+        .find_map(|l| l.strip_prefix("CREATE_TOPICS_ERROR_CODE="))
+        .unwrap_or_else(|| panic!("no error code in {out}"))
+        .trim()
+        .parse()
+        .expect("a number")
+}
+
+/// Not a test of its own: run by [`create_inside`] inside a host's
+/// namespace, prints the error code of a CreateTopics.
+#[test]
+#[ignore]
+fn create_topic_from_inside_a_host() {
+    let (Ok(at), Ok(name)) = (
+        std::env::var("FJORD_TEST_CREATE_AT"),
+        std::env::var("FJORD_TEST_CREATE_NAME"),
+    ) else {
+        return;
+    };
+    let code = create_topic_at(at.parse().expect("an address"), &name);
+    println!("CREATE_TOPICS_ERROR_CODE={code}");
 }

@@ -261,7 +261,7 @@ impl fmt::Display for AclBinding {
 
 /// A DescribeAcls / DeleteAcls filter (Kafka's `AclBindingFilter`): None
 /// and ANY match everything.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AclBindingFilter {
     pub resource_type: ResourceType,
     pub resource_name: Option<String>,

@@ -1,6 +1,7 @@
 //! DescribeCluster and DescribeLogDirs.
 //!
-//! Each shard is a broker: DescribeCluster lists all of them; DescribeLogDirs,
+//! Each shard is a broker: DescribeCluster lists all of them (several
+//! nodes: those of every live registered node, as Metadata does); DescribeLogDirs,
 //! sent by a client to each broker in turn, reports the partitions of the
 //! shard that answers.
 //!
@@ -50,11 +51,11 @@ pub fn describe_cluster(
     } else {
         0
     };
-    let brokers = (0..ctx.cores())
-        .map(|shard| {
-            let (host, port) = ctx.config.endpoint(listener, shard);
+    let brokers = super::metadata::brokers(ctx, &ctx.image(), listener)
+        .into_iter()
+        .map(|(id, host, port)| {
             DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(ctx.config.node_id_of(shard)))
+                .with_broker_id(BrokerId(id))
                 .with_host(str_bytes(host))
                 .with_port(port)
         })

@@ -462,7 +462,11 @@ async fn apply(
                 .await
             {
                 Ok(ControllerReply::Items(items)) => items.into_iter().collect(),
-                Ok(ControllerReply::ProducerIds(_) | ControllerReply::Acls(_)) => names
+                Ok(
+                    ControllerReply::ProducerIds(_)
+                    | ControllerReply::Acls(_)
+                    | ControllerReply::Broker(_),
+                ) => names
                     .into_iter()
                     .map(|n| (n, Err(crate::shard::messages::ControllerError::Unavailable)))
                     .collect(),

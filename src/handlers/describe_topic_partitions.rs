@@ -54,6 +54,7 @@ pub const PARTITIONS_PER_RESPONSE_MAX: i32 = 2000;
 
 pub fn handle(
     ctx: &Rc<ShardCtx>,
+    listener: usize,
     authz: &Authz,
     header: &RequestHeader,
     body: &mut BytesMut,
@@ -62,7 +63,7 @@ pub fn handle(
         return Outcome::Close;
     };
     let image = ctx.image();
-    let response = match describe(ctx, authz, &image, &req) {
+    let response = match describe(ctx, listener, authz, &image, &req) {
         Ok(response) => response,
         // Kafka's error response: every named topic with the error.
         Err(e) => DescribeTopicPartitionsResponse::default().with_topics(
@@ -82,6 +83,7 @@ pub fn handle(
 /// The answer to `req` from `image`; Err: the error for the whole request.
 fn describe(
     ctx: &ShardCtx,
+    listener: usize,
     authz: &Authz,
     image: &MetadataImage,
     req: &DescribeTopicPartitionsRequest,
@@ -169,7 +171,7 @@ fn describe(
         } else {
             0
         };
-        let (partitions, next) = partitions_from(ctx, image, topic, start, remaining);
+        let (partitions, next) = partitions_from(ctx, listener, image, topic, start, remaining);
         remaining -= partitions.len() as i32;
         response.topics.push(
             DescribeTopicPartitionsResponseTopic::default()
@@ -200,25 +202,41 @@ fn describe(
 /// skipped, yet count against `max`).
 fn partitions_from(
     ctx: &ShardCtx,
+    listener: usize,
     image: &MetadataImage,
     topic: &TopicMeta,
     start: i32,
     max: i32,
 ) -> (Vec<DescribeTopicPartitionsResponsePartition>, Option<i32>) {
+    use super::metadata::{partition_leader, Leader};
     let count = topic.partition_count();
     let upper = count.min(start.saturating_add(max));
     let partitions = (start.max(0)..upper)
         .map(|index| {
-            let shard = topic.shards[index as usize] % ctx.cores();
-            let leader = BrokerId(ctx.config.node_id_of(shard));
-            DescribeTopicPartitionsResponsePartition::default()
+            let shard = topic.shards[index as usize];
+            let p = DescribeTopicPartitionsResponsePartition::default()
                 .with_partition_index(index)
-                .with_leader_id(leader)
-                .with_leader_epoch(image.leader_epoch())
-                .with_replica_nodes(vec![leader])
-                .with_isr_nodes(vec![leader])
                 .with_eligible_leader_replicas(Some(Vec::new()))
-                .with_last_known_elr(Some(Vec::new()))
+                .with_last_known_elr(Some(Vec::new()));
+            // As Metadata answers (`metadata::topic_entry`).
+            match partition_leader(ctx, image, listener, topic, shard) {
+                Leader::Live(id, epoch) => p
+                    .with_leader_epoch(epoch)
+                    .with_leader_id(BrokerId(id))
+                    .with_replica_nodes(vec![BrokerId(id)])
+                    .with_isr_nodes(vec![BrokerId(id)]),
+                Leader::Offline(id, epoch) => p
+                    .with_leader_epoch(epoch)
+                    .with_error_code(ResponseError::LeaderNotAvailable.code())
+                    .with_leader_id(BrokerId(-1))
+                    .with_replica_nodes(vec![BrokerId(id)])
+                    .with_isr_nodes(vec![BrokerId(id)])
+                    .with_offline_replicas(vec![BrokerId(id)]),
+                Leader::Unknown => p
+                    .with_leader_epoch(image.leader_epoch())
+                    .with_error_code(ResponseError::LeaderNotAvailable.code())
+                    .with_leader_id(BrokerId(-1)),
+            }
         })
         .collect();
     (partitions, (upper < count).then_some(upper))

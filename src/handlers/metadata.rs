@@ -1,4 +1,7 @@
-//! Metadata: every shard as a broker, each partition led by its shard.
+//! Metadata: every shard as a broker, each partition led by its shard;
+//! several nodes: the brokers of every live registered node too, and a
+//! topic held by another node led by that node's broker (offline while
+//! the node is fenced).
 //!
 //! Topics that do not exist are created on request when
 //! `auto.create.topics.enable` is on and the client allows it (v4+ flag;
@@ -29,43 +32,118 @@ use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
 use uuid::Uuid;
 
-/// The brokers clients of `listener` see: one per shard, at that
-/// listener's endpoints (Kafka answers with the listener the request came
-/// in on).
-pub fn brokers(ctx: &ShardCtx, listener: usize) -> Vec<MetadataResponseBroker> {
-    (0..ctx.cores())
+/// The brokers clients of `listener` see: one per shard of this node, at
+/// that listener's endpoints (Kafka answers with the listener the request
+/// came in on), and, several nodes, one per shard of every other
+/// registered node that is not fenced and has a listener of the same
+/// security protocol (`docs/replication.md` §3.2), by broker id.
+pub fn brokers(ctx: &ShardCtx, image: &MetadataImage, listener: usize) -> Vec<(i32, String, i32)> {
+    let mut out: Vec<(i32, String, i32)> = (0..ctx.cores())
         .map(|shard| {
             let (host, port) = ctx.config.endpoint(listener, shard);
-            MetadataResponseBroker::default()
-                .with_node_id(BrokerId(ctx.config.node_id_of(shard)))
-                .with_host(str_bytes(host))
-                .with_port(port)
+            (ctx.config.node_id_of(shard), host, port)
         })
-        .collect()
+        .collect();
+    let protocol = ctx.config.listener(listener).protocol.name();
+    for (&node, b) in &image.brokers {
+        if node == ctx.config.node_id || b.fenced {
+            continue;
+        }
+        let Some(e) = b.registration.endpoint(protocol) else {
+            continue;
+        };
+        for shard in 0..b.registration.shards {
+            out.push((
+                broker_id(node, shard),
+                e.host.clone(),
+                e.port as i32 + shard as i32,
+            ));
+        }
+    }
+    out.sort_by_key(|(id, _, _)| *id);
+    out
 }
 
-fn topic_entry(ctx: &ShardCtx, t: &TopicMeta, leader_epoch: i32) -> MetadataResponseTopic {
+/// The broker id of shard `shard` of node `node`.
+fn broker_id(node: i32, shard: usize) -> i32 {
+    node.saturating_mul(1000).saturating_add(shard as i32)
+}
+
+/// Who leads a partition, as clients are told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leader {
+    /// A live broker, and the leader epoch it leads in: a shard of this
+    /// node, or of another registered node that is not fenced.
+    Live(i32, i32),
+    /// The node holding it is fenced (or has no listener of the client's
+    /// protocol): offline, its only replica on that broker, its last epoch.
+    Offline(i32, i32),
+    /// The node holding it has not registered yet: no broker to name.
+    Unknown,
+}
+
+/// The leader of the partition of `t` whose owning shard (as persisted)
+/// is `shard`, for clients of `listener`. Until partitions are replicated
+/// a topic's partitions live on one node (`TopicMeta::node`).
+pub fn partition_leader(
+    ctx: &ShardCtx,
+    image: &MetadataImage,
+    listener: usize,
+    t: &TopicMeta,
+    shard: usize,
+) -> Leader {
+    if t.hosted_by(ctx.config.node_id) {
+        return Leader::Live(
+            ctx.config.node_id_of(shard % ctx.cores()),
+            image.leader_epoch(),
+        );
+    }
+    let node = t.node.expect("hosted by another node");
+    let Some(b) = image.brokers.get(&node) else {
+        return Leader::Unknown;
+    };
+    let id = broker_id(node, shard % b.registration.shards.max(1));
+    let protocol = ctx.config.listener(listener).protocol.name();
+    let epoch = b.registration.leader_epoch;
+    if b.fenced || b.registration.endpoint(protocol).is_none() {
+        Leader::Offline(id, epoch)
+    } else {
+        Leader::Live(id, epoch)
+    }
+}
+
+fn topic_entry(
+    ctx: &ShardCtx,
+    image: &MetadataImage,
+    listener: usize,
+    t: &TopicMeta,
+) -> MetadataResponseTopic {
     let partitions = t
         .shards
         .iter()
         .enumerate()
         .map(|(i, &shard)| {
-            if !t.hosted_by(ctx.config.node_id) {
-                // Another node holds it; its brokers are not known here
-                // until broker registration (`docs/replication.md` §3.2).
-                return MetadataResponsePartition::default()
+            let p = MetadataResponsePartition::default().with_partition_index(i as i32);
+            match partition_leader(ctx, image, listener, t, shard) {
+                Leader::Live(id, epoch) => p
+                    .with_leader_epoch(epoch)
+                    .with_leader_id(BrokerId(id))
+                    .with_replica_nodes(vec![BrokerId(id)])
+                    .with_isr_nodes(vec![BrokerId(id)]),
+                // Kafka lists an offline partition with no leader,
+                // LEADER_NOT_AVAILABLE, and its replicas offline.
+                Leader::Offline(id, epoch) => p
+                    .with_leader_epoch(epoch)
                     .with_error_code(ResponseError::LeaderNotAvailable.code())
-                    .with_partition_index(i as i32)
                     .with_leader_id(BrokerId(-1))
-                    .with_leader_epoch(leader_epoch);
+                    .with_replica_nodes(vec![BrokerId(id)])
+                    .with_isr_nodes(vec![BrokerId(id)])
+                    .with_offline_replicas(vec![BrokerId(id)]),
+                Leader::Unknown => p
+                    .with_leader_epoch(image.leader_epoch())
+                    .with_error_code(ResponseError::LeaderNotAvailable.code())
+                    .with_leader_id(BrokerId(-1)),
             }
-            let leader = BrokerId(ctx.config.node_id_of(shard % ctx.cores()));
-            MetadataResponsePartition::default()
-                .with_partition_index(i as i32)
-                .with_leader_id(leader)
-                .with_leader_epoch(leader_epoch)
-                .with_replica_nodes(vec![leader])
-                .with_isr_nodes(vec![leader])
         })
         .collect();
     MetadataResponseTopic::default()
@@ -95,8 +173,8 @@ pub async fn handle(
     let v = header.api_version;
     let mut image = ctx.image();
     let topics: Vec<MetadataResponseTopic> = match req.topics {
-        None => all_topics(ctx, authz, &image),
-        Some(list) if list.is_empty() && v == 0 => all_topics(ctx, authz, &image),
+        None => all_topics(ctx, authz, &image, listener),
+        Some(list) if list.is_empty() && v == 0 => all_topics(ctx, authz, &image, listener),
         Some(list) => {
             // Kafka: DESCRIBE on each named topic, checked before its
             // existence is (TOPIC_AUTHORIZATION_FAILED, no id, either way).
@@ -149,7 +227,7 @@ pub async fn handle(
                         ResponseError::TopicAuthorizationFailed,
                     ),
                     Some(name) => match image.topic(name.0.as_str()) {
-                        Some(meta) => topic_entry(ctx, meta, image.leader_epoch()),
+                        Some(meta) => topic_entry(ctx, &image, listener, meta),
                         None if validate_topic_name(name.0.as_str()).is_err() => error_entry(
                             Some(name.0.to_string()),
                             Uuid::nil(),
@@ -166,7 +244,7 @@ pub async fn handle(
                         error_entry(None, t.topic_id, ResponseError::TopicAuthorizationFailed)
                     }
                     None => match image.topic_by_id(t.topic_id.as_bytes()) {
-                        Some(meta) => topic_entry(ctx, meta, image.leader_epoch()),
+                        Some(meta) => topic_entry(ctx, &image, listener, meta),
                         None => error_entry(None, t.topic_id, ResponseError::UnknownTopicId),
                     },
                 })
@@ -198,7 +276,17 @@ pub async fn handle(
     }
     let resp = MetadataResponse::default()
         .with_cluster_authorized_operations(cluster_authorized_operations)
-        .with_brokers(brokers(ctx, listener))
+        .with_brokers(
+            brokers(ctx, &image, listener)
+                .into_iter()
+                .map(|(id, host, port)| {
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(id))
+                        .with_host(str_bytes(host))
+                        .with_port(port)
+                })
+                .collect(),
+        )
         .with_cluster_id(Some(str_bytes(ctx.config.cluster_id.clone())))
         .with_controller_id(BrokerId(ctx.config.node_id_of(0)))
         .with_topics(topics);
@@ -207,12 +295,17 @@ pub async fn handle(
 
 /// Every topic the principal may DESCRIBE (the others are left out, as
 /// Kafka leaves them out, without an audit line).
-fn all_topics(ctx: &ShardCtx, authz: &Authz, image: &MetadataImage) -> Vec<MetadataResponseTopic> {
+fn all_topics(
+    ctx: &ShardCtx,
+    authz: &Authz,
+    image: &MetadataImage,
+    listener: usize,
+) -> Vec<MetadataResponseTopic> {
     image
         .topics
         .values()
         .filter(|t| authz.filter(AclOperation::Describe, ResourceType::Topic, &t.name))
-        .map(|t| topic_entry(ctx, t, image.leader_epoch()))
+        .map(|t| topic_entry(ctx, image, listener, t))
         .collect()
 }
 

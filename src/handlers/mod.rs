@@ -180,10 +180,10 @@ fn dispatch_other(
             async move { topics::create_partitions(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
         }
-        ApiKey::DescribeTopicPartitions => {
-            async move { describe_topic_partitions::handle(&ctx, &authz, &header, &mut body) }
-                .boxed_local()
+        ApiKey::DescribeTopicPartitions => async move {
+            describe_topic_partitions::handle(&ctx, listener, &authz, &header, &mut body)
         }
+        .boxed_local(),
         ApiKey::DescribeConfigs => {
             async move { configs::describe(&ctx, &authz, &header, &mut body) }.boxed_local()
         }

@@ -36,7 +36,9 @@ async fn run(
 ) -> HashMap<String, Result<i32, ControllerError>> {
     match ctx.invoke_controller(request).await {
         Ok(ControllerReply::Items(items)) => items.into_iter().collect(),
-        Ok(ControllerReply::ProducerIds(_) | ControllerReply::Acls(_)) => names
+        Ok(
+            ControllerReply::ProducerIds(_) | ControllerReply::Acls(_) | ControllerReply::Broker(_),
+        ) => names
             .iter()
             .map(|n| (n.clone(), Err(ControllerError::Unavailable)))
             .collect(),

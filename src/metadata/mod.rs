@@ -102,6 +102,73 @@ pub enum MetadataRecord {
     DeleteAcls {
         acls: Vec<AclBinding>,
     },
+    /// Kafka's `RegisterBrokerRecord` (several nodes): a node's brokers
+    /// and where clients reach them, registered unfenced; a registration
+    /// with a new incarnation replaces the node's previous one.
+    RegisterBroker {
+        registration: BrokerRegistration,
+    },
+    /// Kafka's `FenceBrokerRecord`: the node's heartbeats stopped; its
+    /// brokers are not listed and its partitions are offline.
+    FenceBroker {
+        node: i32,
+    },
+    /// Kafka's `UnfenceBrokerRecord`: a fenced node heartbeats again.
+    UnfenceBroker {
+        node: i32,
+    },
+    /// Several nodes: a new Raft leader's first entry, which commits every
+    /// entry before it (Raft's no-op). Changes nothing else: the leader
+    /// epoch of a node's partitions moves when that node restarts
+    /// ([`BrokerRegistration::leader_epoch`]), not when the quorum's
+    /// leader changes.
+    TermStart {
+        term: u64,
+    },
+}
+
+/// A node's brokers as it registers them (several nodes,
+/// `docs/replication.md` §3.2): broker `node * 1000 + k` for each shard k.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BrokerRegistration {
+    pub node: i32,
+    pub shards: usize,
+    /// One per listener, its advertised address.
+    pub endpoints: Vec<BrokerEndpoint>,
+    /// Fresh at every start of the node's process (Kafka's incarnation
+    /// id): a new one means the node restarted.
+    pub incarnation: [u8; 16],
+    /// The leader epoch the node leads its partitions in since this start:
+    /// one more than its previous registration's (every start begins a new
+    /// epoch, as a single node's does), at least the image's.
+    pub leader_epoch: i32,
+}
+
+/// Where clients of one listener reach a node's brokers.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BrokerEndpoint {
+    /// The listener's security protocol (`PLAINTEXT`, `SASL_SSL`, ...): a
+    /// node has at most one listener of each, and a client is told the
+    /// endpoints of the listener it came in on, as Kafka matches listener
+    /// names.
+    pub protocol: String,
+    pub host: String,
+    /// Shard 0's port; shard k listens on `port + k`.
+    pub port: u16,
+}
+
+impl BrokerRegistration {
+    /// The endpoint for clients of `protocol`'s listener, if it has one.
+    pub fn endpoint(&self, protocol: &str) -> Option<&BrokerEndpoint> {
+        self.endpoints.iter().find(|e| e.protocol == protocol)
+    }
+}
+
+/// A registered node as the image holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegisteredBroker {
+    pub registration: BrokerRegistration,
+    pub fenced: bool,
 }
 
 pub use crate::auth::scram::ScramCredential;
@@ -178,6 +245,9 @@ pub struct MetadataImage {
     /// Every ACL, indexed for the authorizer (`auth::acl`); replaced only
     /// by ACL records, so other changes share it.
     pub acls: Arc<AclSnapshot>,
+    /// The nodes registered with the metadata quorum (several nodes), by
+    /// node id; empty for a single node.
+    pub brokers: BTreeMap<i32, Arc<RegisteredBroker>>,
 }
 
 impl MetadataImage {
@@ -191,6 +261,14 @@ impl MetadataImage {
     /// `user`'s credential for SCRAM mechanism `mechanism` (type id).
     pub fn scram_credential(&self, user: &str, mechanism: i8) -> Option<&Arc<ScramCredential>> {
         self.scram_credentials.get(user)?.get(&mechanism)
+    }
+
+    /// Node `node`'s registration if it is registered and not fenced.
+    pub fn live_broker(&self, node: i32) -> Option<&BrokerRegistration> {
+        self.brokers
+            .get(&node)
+            .filter(|b| !b.fenced)
+            .map(|b| &b.registration)
     }
 
     pub fn topic(&self, name: &str) -> Option<&Arc<TopicMeta>> {
@@ -305,6 +383,28 @@ impl MetadataImage {
             }
             MetadataRecord::DeleteAcls { acls } => {
                 next.acls = next.acls.with_changes(&[], acls);
+            }
+            MetadataRecord::RegisterBroker { registration } => {
+                next.brokers.insert(
+                    registration.node,
+                    Arc::new(RegisteredBroker {
+                        registration: registration.clone(),
+                        fenced: false,
+                    }),
+                );
+            }
+            MetadataRecord::TermStart { .. } => {}
+            MetadataRecord::FenceBroker { node } | MetadataRecord::UnfenceBroker { node } => {
+                let fenced = matches!(record, MetadataRecord::FenceBroker { .. });
+                if let Some(b) = next.brokers.get(node) {
+                    next.brokers.insert(
+                        *node,
+                        Arc::new(RegisteredBroker {
+                            registration: b.registration.clone(),
+                            fenced,
+                        }),
+                    );
+                }
             }
         }
         next

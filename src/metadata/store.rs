@@ -459,6 +459,12 @@ impl MetadataLog {
         self.node.leader_id()
     }
 
+    /// The highest index this node knows committed (a follower learns it
+    /// from the leader).
+    pub fn commit_index(&self) -> u64 {
+        self.node.commit_index()
+    }
+
     /// The current Raft term (a proposal's term is the term when it was made).
     pub fn term(&self) -> u64 {
         self.node.term()
@@ -849,7 +855,10 @@ mod tests {
                         listener,
                         me,
                         vec![1, 2, 3],
-                        Rc::new(move |m| sink.borrow_mut().push(m)),
+                        crate::metadata::quorum::transport::Handlers::new(
+                            Rc::new(move |m| sink.borrow_mut().push(m)),
+                            None,
+                        ),
                     ))
                     .detach();
                     let peers = Peers::start(me, &addrs);

@@ -53,7 +53,10 @@ use super::ShardCtx;
 use crate::auth::acl::{AclBinding, AclBindingFilter, ACLS_MAX};
 use crate::config::BrokerConfig;
 use crate::log::partition_meta;
-use crate::metadata::quorum::transport::{Inbound, Peers};
+use crate::metadata::quorum::transport::{
+    self, ForwardError, ForwardHandler, Handlers, Inbound, Peers, FORWARDS_IN_FLIGHT_MAX,
+    FORWARD_BYTES_MAX,
+};
 use crate::metadata::store::MetadataLog;
 use crate::metadata::{
     new_topic_id, next_leader_epoch, topic_config, validate_topic_name, MetadataImage,
@@ -64,8 +67,9 @@ use futures::FutureExt;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::sync::Semaphore;
 use raft::eraftpb::Message;
+use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -98,6 +102,8 @@ pub struct Controller {
     /// Set when the quorum has other voters (`docs/replication.md` §3.2):
     /// the loop that runs the log with its peers.
     member: RefCell<Option<Member>>,
+    /// This process's incarnation id (several nodes: its registration).
+    incarnation: [u8; 16],
 }
 
 /// The controller's side of a metadata quorum of several voters.
@@ -113,6 +119,15 @@ struct Member {
     /// This node's last proposal as leader: (term, index of its last
     /// entry). The first of a term is the leader's `LeaderEpoch`.
     proposed: (u64, u64),
+    /// The controller address of every other voter, by Raft id (where
+    /// requests are forwarded).
+    addresses: HashMap<u64, String>,
+    /// Requests being forwarded to the leader, at most
+    /// [`FORWARDS_IN_FLIGHT_MAX`].
+    forward_permits: Rc<Semaphore>,
+    /// On the leader: when each node last heartbeat (not logged; a new
+    /// leader starts every registered node's clock at its election).
+    heartbeats: HashMap<i32, Instant>,
     /// Requests waiting for their proposal, by the index of its last entry,
     /// with its term. At most one, as requests run one at a time and a
     /// request is not started while an earlier proposal is not applied.
@@ -129,6 +144,35 @@ enum Inbox {
 /// dropped (Raft retransmits).
 const INBOX_MAX: usize = 1024;
 
+/// How long a request waits for a leader to be known before it is
+/// answered NOT_CONTROLLER (an election takes about a second).
+const LEADER_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The longest a forwarded request may ask its leader to work on it (its
+/// sender's deadline is `--cross-shard-timeout-ms` away at most; a larger
+/// claim is cut to this).
+const FORWARDED_TIMEOUT_MAX: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// A request forwarded to the leader's controller.
+#[derive(Serialize, Deserialize)]
+struct Forwarded {
+    /// How long its sender waits for the answer.
+    timeout_ms: u64,
+    request: ControllerRequest,
+}
+
+/// The leader's answer to a [`Forwarded`] request.
+#[derive(Serialize, Deserialize)]
+struct ForwardAnswer {
+    /// The leader had applied the log up to here when it answered: the
+    /// forwarding node answers once it has applied as far.
+    index: u64,
+    reply: Result<ControllerReply, ControllerError>,
+}
+
+/// How often the leader looks for nodes whose heartbeats stopped.
+const FENCE_CHECK: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// How often the metadata log's Raft node ticks (`docs/replication.md` §2).
 const RAFT_TICK: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -143,6 +187,7 @@ impl Controller {
             log_lock: Semaphore::new(1),
             log_failed: std::cell::Cell::new(false),
             member: RefCell::new(None),
+            incarnation: new_topic_id(),
         }
     }
 
@@ -204,8 +249,28 @@ impl Controller {
     }
 
     /// Runs one request whose requester waits until `deadline` (see the
-    /// module doc). Err: the request was not started and changed nothing.
+    /// module doc). Err: the request was not started and changed nothing,
+    /// or (forwarded, TimedOut) may have been made. Several nodes: on a
+    /// node that does not lead the quorum, the request is forwarded to the
+    /// leader's controller ([`Self::forward`]).
     pub async fn handle(
+        &self,
+        ctx: &Rc<ShardCtx>,
+        request: ControllerRequest,
+        deadline: Instant,
+    ) -> Result<ControllerReply, ControllerError> {
+        if self.member.borrow().is_some() {
+            if let Some(leader) = self.leader_elsewhere(deadline).await? {
+                return self.forward(leader, request, deadline).await;
+            }
+        }
+        self.handle_local(ctx, request, deadline).await
+    }
+
+    /// Runs one request on this node's controller: the single node's path,
+    /// and the leader's (a forwarded request comes here and is never
+    /// forwarded again; a node that does not lead answers NOT_CONTROLLER).
+    async fn handle_local(
         &self,
         ctx: &Rc<ShardCtx>,
         request: ControllerRequest,
@@ -362,6 +427,12 @@ impl Controller {
             }
             ControllerRequest::CreateAcls { acls } => {
                 return Ok(self.create_acls(ctx, next, acls, deadline).await);
+            }
+            ControllerRequest::BrokerHeartbeat { registration } => {
+                return Ok(self.heartbeat(&next, registration, deadline).await);
+            }
+            ControllerRequest::FenceBrokers { nodes } => {
+                return Ok(self.fence(&next, nodes, deadline).await);
             }
             ControllerRequest::DeleteAcls { filters } => {
                 return Ok(self.delete_acls(ctx, next, filters, deadline).await);
@@ -594,6 +665,368 @@ impl Controller {
         step(log)
     }
 
+    /// The leader's side of a node's heartbeat (`docs/replication.md`
+    /// §3.2): its time is noted (in memory only); a node not registered
+    /// with this incarnation, endpoints and shards is registered, a fenced
+    /// one unfenced, through the log; anything else logs nothing.
+    async fn heartbeat(
+        &self,
+        image: &MetadataImage,
+        registration: crate::metadata::BrokerRegistration,
+        deadline: Instant,
+    ) -> ControllerReply {
+        let node = registration.node;
+        {
+            let mut member = self.member.borrow_mut();
+            let Some(m) = member.as_mut() else {
+                return ControllerReply::Broker(Err(ControllerError::InvalidRequest(
+                    "A single node takes no broker heartbeats.".into(),
+                )));
+            };
+            m.heartbeats.insert(node, crate::clock::monotonic());
+        }
+        let record = match image.brokers.get(&node) {
+            Some(b) if b.registration == registration && !b.fenced => {
+                return ControllerReply::Broker(Ok(()))
+            }
+            Some(b) if b.registration == registration => MetadataRecord::UnfenceBroker { node },
+            _ => MetadataRecord::RegisterBroker { registration },
+        };
+        tracing::info!(node, change = ?record, "metadata quorum: a node registers or comes back");
+        ControllerReply::Broker(match self.persist(vec![record], deadline).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(persist_error(&e)),
+        })
+    }
+
+    /// Fences those of `nodes` that are registered, unfenced and still
+    /// silent for the session timeout (checked again under the request
+    /// lock: a heartbeat may have come meanwhile).
+    async fn fence(
+        &self,
+        image: &MetadataImage,
+        nodes: Vec<i32>,
+        deadline: Instant,
+    ) -> ControllerReply {
+        let silent = self.silent_nodes(image);
+        let records: Vec<MetadataRecord> = nodes
+            .into_iter()
+            .filter(|n| silent.contains(n))
+            .map(|node| MetadataRecord::FenceBroker { node })
+            .collect();
+        if records.is_empty() {
+            return ControllerReply::Broker(Ok(()));
+        }
+        tracing::warn!(
+            fenced = ?records,
+            session_timeout_ms = self.config.broker_session_timeout_ms,
+            "metadata quorum: fencing nodes whose heartbeats stopped"
+        );
+        ControllerReply::Broker(match self.persist(records, deadline).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(persist_error(&e)),
+        })
+    }
+
+    /// The registered, unfenced nodes the leader has not heard from for
+    /// the session timeout (every node's clock starts at this leader's
+    /// election, or at its first heartbeat after it).
+    fn silent_nodes(&self, image: &MetadataImage) -> Vec<i32> {
+        let member = self.member.borrow();
+        let Some(m) = member.as_ref() else {
+            return Vec::new();
+        };
+        let now = crate::clock::monotonic();
+        let timeout = self.config.broker_session_timeout();
+        image
+            .brokers
+            .iter()
+            .filter(|(_, b)| !b.fenced)
+            .map(|(n, _)| *n)
+            .filter(|n| {
+                m.heartbeats
+                    .get(n)
+                    .is_some_and(|t| now.saturating_duration_since(*t) >= timeout)
+            })
+            .collect()
+    }
+
+    /// Several nodes: this node's registration (its brokers' endpoints
+    /// per listener, and this process's incarnation).
+    fn registration(&self) -> crate::metadata::BrokerRegistration {
+        crate::metadata::BrokerRegistration {
+            node: self.config.node_id,
+            shards: self.config.cores,
+            endpoints: self
+                .config
+                .listeners
+                .iter()
+                .map(|l| crate::metadata::BrokerEndpoint {
+                    protocol: l.protocol.name().to_string(),
+                    host: l.advertised_host.clone(),
+                    port: l.port,
+                })
+                .collect(),
+            incarnation: self.incarnation,
+            leader_epoch: self.image.borrow().leader_epoch(),
+        }
+    }
+
+    /// Several nodes: heartbeats the quorum's leader every
+    /// `broker_heartbeat_interval` once this node's log has caught up
+    /// (a leader is known and every entry it knows committed is applied);
+    /// the first heartbeat of this process registers it.
+    fn start_heartbeats(&self, ctx: &Rc<ShardCtx>) {
+        let ctx = Rc::downgrade(ctx);
+        let interval = self.config.broker_heartbeat_interval();
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(interval).await;
+                let Some(ctx) = ctx.upgrade() else { break };
+                let Some(controller) = ctx.controller.as_ref() else {
+                    break;
+                };
+                if controller.log_failed.get() {
+                    break;
+                }
+                let caught_up = {
+                    let log = controller.log.borrow();
+                    let member = controller.member.borrow();
+                    match (log.as_ref(), member.as_ref()) {
+                        (Some(log), Some(m)) => {
+                            log.leader_id() != 0 && m.applied >= log.commit_index()
+                        }
+                        _ => false,
+                    }
+                };
+                if !caught_up {
+                    continue;
+                }
+                let request = ControllerRequest::BrokerHeartbeat {
+                    registration: controller.registration(),
+                };
+                let deadline = crate::clock::monotonic()
+                    + ctx.router.timeout().min(controller.config.broker_session_timeout());
+                match controller.handle(&ctx, request, deadline).await {
+                    Ok(ControllerReply::Broker(Ok(()))) => {}
+                    Ok(ControllerReply::Broker(Err(e))) | Err(e) => {
+                        tracing::debug!(error = %e, "metadata quorum: a heartbeat failed");
+                    }
+                    Ok(other) => tracing::warn!(reply = ?other, "metadata quorum: an unexpected heartbeat answer"),
+                }
+            }
+        })
+        .detach();
+    }
+
+    /// Several nodes: on the leader, fences the nodes silent for the
+    /// session timeout, looking every [`FENCE_CHECK`].
+    fn start_fencing(&self, ctx: &Rc<ShardCtx>) {
+        let ctx = Rc::downgrade(ctx);
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(FENCE_CHECK).await;
+                let Some(ctx) = ctx.upgrade() else { break };
+                let Some(controller) = ctx.controller.as_ref() else {
+                    break;
+                };
+                if controller.log_failed.get() {
+                    break;
+                }
+                let leading = controller.log.borrow().as_ref().is_some_and(|l| l.is_leader());
+                if !leading {
+                    continue;
+                }
+                let silent = controller.silent_nodes(&controller.image.borrow());
+                if silent.is_empty() {
+                    continue;
+                }
+                let deadline = crate::clock::monotonic() + ctx.router.timeout();
+                let request = ControllerRequest::FenceBrokers { nodes: silent };
+                match controller.handle_local(&ctx, request, deadline).await {
+                    Ok(ControllerReply::Broker(Ok(()))) => {}
+                    Ok(ControllerReply::Broker(Err(e))) | Err(e) => {
+                        tracing::warn!(error = %e, "metadata quorum: fencing failed");
+                    }
+                    Ok(other) => tracing::warn!(reply = ?other, "metadata quorum: an unexpected fencing answer"),
+                }
+            }
+        })
+        .detach();
+    }
+
+    /// Several nodes: the leader to forward a request to (its Raft id and
+    /// controller address), or None when this node leads. With no leader
+    /// known, waits for one up to [`LEADER_WAIT`] (and `deadline`), then
+    /// NOT_CONTROLLER: nothing was sent.
+    async fn leader_elsewhere(
+        &self,
+        deadline: Instant,
+    ) -> Result<Option<(u64, String)>, ControllerError> {
+        let give_up = deadline.min(crate::clock::monotonic() + LEADER_WAIT);
+        loop {
+            let known = self
+                .log
+                .borrow()
+                .as_ref()
+                .map(|log| (log.is_leader(), log.leader_id()));
+            match known {
+                Some((true, _)) => return Ok(None),
+                Some((false, leader)) if leader != 0 => {
+                    let member = self.member.borrow();
+                    let m = member.as_ref().expect("several nodes");
+                    if let Some(addr) = m.addresses.get(&leader) {
+                        return Ok(Some((leader, addr.clone())));
+                    }
+                }
+                // No leader known, or a step runs off the reactor.
+                _ if self.log_failed.get() => return Ok(None),
+                _ => {}
+            }
+            if crate::clock::monotonic() >= give_up {
+                return Err(ControllerError::NotController(
+                    "No node leads the metadata quorum at the moment (an election is under way, or this node is cut off from the others); nothing was changed.".into(),
+                ));
+            }
+            glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Forwards `request` to the leader's controller (`docs/replication.md`
+    /// §3.2) and answers with its answer once this node has applied the
+    /// leader's log up to the index the answer names, so the requester
+    /// sees its change here. Not sent (no connection): NOT_CONTROLLER, the
+    /// client retries. Sent without an answer by `deadline`:
+    /// REQUEST_TIMED_OUT, it may have been made. Answered but not applied
+    /// here by `deadline`: the successes become REQUEST_TIMED_OUT (made,
+    /// and this node will apply it).
+    async fn forward(
+        &self,
+        (to, addr): (u64, String),
+        request: ControllerRequest,
+        deadline: Instant,
+    ) -> Result<ControllerReply, ControllerError> {
+        let (me, permits) = {
+            let member = self.member.borrow();
+            let m = member.as_ref().expect("several nodes");
+            (m.me, m.forward_permits.clone())
+        };
+        let leader_node = to - 1;
+        let Some(Ok(_permit)) = within(deadline, permits.acquire_permit(1)).await else {
+            return Err(ControllerError::TimedOut(format!(
+                "{FORWARDS_IN_FLIGHT_MAX} metadata changes were being forwarded to the quorum's leader (node {leader_node}) until the deadline; this one was not sent."
+            )));
+        };
+        let timeout_ms = deadline
+            .saturating_duration_since(crate::clock::monotonic())
+            .as_millis() as u64;
+        let payload = serde_json::to_vec(&Forwarded {
+            timeout_ms,
+            request,
+        })
+        .map_err(|e| ControllerError::InvalidRequest(e.to_string()))?;
+        if payload.len() > FORWARD_BYTES_MAX {
+            return Err(ControllerError::InvalidRequest(format!(
+                "The change takes {} bytes, over the {FORWARD_BYTES_MAX} a forwarded metadata change may take.",
+                payload.len()
+            )));
+        }
+        let answer = match transport::forward(me, to, &addr, &payload, deadline).await {
+            Ok(bytes) => bytes,
+            Err(ForwardError::NotSent(why)) => {
+                return Err(ControllerError::NotController(format!(
+                    "This node does not lead the metadata quorum and could not reach node {leader_node}, which does ({why}); nothing was changed."
+                )))
+            }
+            Err(ForwardError::NoAnswer(why)) => {
+                return Err(ControllerError::TimedOut(format!(
+                    "The change was forwarded to node {leader_node}, which leads the metadata quorum, but no answer came ({why}); it may or may not be made."
+                )))
+            }
+        };
+        let answer: ForwardAnswer = serde_json::from_slice(&answer).map_err(|e| {
+            tracing::warn!(node = leader_node, error = %e, "metadata quorum: an undecodable answer to a forwarded request");
+            ControllerError::TimedOut(format!(
+                "Node {leader_node} answered the forwarded change undecodably; it may or may not be made."
+            ))
+        })?;
+        let reply = answer.reply?;
+        if self.wait_applied(answer.index, deadline).await {
+            return Ok(reply);
+        }
+        let late = ControllerError::TimedOut(format!(
+            "Node {leader_node}, which leads the metadata quorum, made the change, but this node had not applied it by the deadline; it will."
+        ));
+        Ok(match reply {
+            ControllerReply::Items(items) => ControllerReply::Items(
+                items
+                    .into_iter()
+                    .map(|(n, r)| (n, r.and(Err(late.clone()))))
+                    .collect(),
+            ),
+            ControllerReply::Acls(results) => ControllerReply::Acls(
+                results
+                    .into_iter()
+                    .map(|r| r.and(Err(late.clone())))
+                    .collect(),
+            ),
+            // A block handed out by the log is this node's whatever its
+            // image says.
+            other => other,
+        })
+    }
+
+    /// Waits until this node has applied the metadata log up to `index`,
+    /// at most until `deadline`; whether it has.
+    async fn wait_applied(&self, index: u64, deadline: Instant) -> bool {
+        loop {
+            let applied = self.member.borrow().as_ref().map_or(0, |m| m.applied);
+            if applied >= index {
+                return true;
+            }
+            if crate::clock::monotonic() >= deadline {
+                return false;
+            }
+            glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
+    /// The leader's side of forwarding: the handler the controller
+    /// listener gives each forwarded request (`quorum::transport`). A
+    /// request that does not decode closes its connection; one that does
+    /// runs as a local request ([`Self::handle_local`]) within the
+    /// requester's remaining time, and is answered with the index this
+    /// node has applied up to, which covers the change.
+    fn forward_handler(ctx: &Rc<ShardCtx>) -> ForwardHandler {
+        let ctx = Rc::downgrade(ctx);
+        Rc::new(move |from, bytes| {
+            let ctx = ctx.clone();
+            Box::pin(async move {
+                let forwarded: Forwarded = match serde_json::from_slice(&bytes) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        tracing::warn!(node = from - 1, error = %e, "metadata quorum: an undecodable forwarded request; its connection is closed");
+                        return None;
+                    }
+                };
+                if matches!(forwarded.request, ControllerRequest::FenceBrokers { .. }) {
+                    tracing::warn!(node = from - 1, "metadata quorum: a forwarded FenceBrokers (only the leader fences); its connection is closed");
+                    return None;
+                }
+                let ctx = ctx.upgrade()?;
+                let controller = ctx.controller.as_ref()?;
+                let timeout = std::time::Duration::from_millis(forwarded.timeout_ms)
+                    .min(FORWARDED_TIMEOUT_MAX);
+                let deadline = crate::clock::monotonic() + timeout;
+                let reply = controller
+                    .handle_local(&ctx, forwarded.request, deadline)
+                    .await;
+                let index = controller.member.borrow().as_ref().map_or(0, |m| m.applied);
+                serde_json::to_vec(&ForwardAnswer { index, reply }).ok()
+            })
+        })
+    }
+
     /// Several nodes: a request starts only on the leader, once its term's
     /// first entry and its own last proposal are applied (so it validates
     /// against an image that holds every committed change). Err, nothing
@@ -621,7 +1054,7 @@ impl Controller {
                     format!("node {} leads it", leader - 1)
                 };
                 return Err(ControllerError::NotController(format!(
-                    "This node does not lead the metadata quorum ({node}); metadata changes are not forwarded yet: send them to the leader's node."
+                    "This node does not lead the metadata quorum ({node}); nothing was changed."
                 )));
             }
             if leading {
@@ -656,10 +1089,23 @@ impl Controller {
         *self.log.borrow_mut() = Some(log);
         let applied = records.last().map_or(0, |(i, _)| *i);
         let records: Vec<MetadataRecord> = records.into_iter().map(|(_, r)| r).collect();
-        let image = apply_all(&MetadataImage::default(), &records);
+        let mut image = apply_all(&MetadataImage::default(), &records);
+        // This start leads this node's partitions in a new epoch: one more
+        // than its last registration's (the image's epoch is this node's
+        // own from here on; TermStart records leave it alone).
+        let epoch = match image.brokers.get(&q.node_id) {
+            Some(b) => b
+                .registration
+                .leader_epoch
+                .saturating_add(1)
+                .max(image.leader_epoch()),
+            None => image.leader_epoch(),
+        };
+        image.leader_epoch = Some(epoch);
         tracing::info!(
             records = records.len(),
             topics = image.topics.len(),
+            leader_epoch = epoch,
             "metadata log replayed"
         );
         let addresses: Vec<(u64, String)> = q
@@ -680,10 +1126,14 @@ impl Controller {
         let deliver: Rc<dyn Fn(Message)> = Rc::new(move |m| {
             let _ = deliver_tx.try_send(Inbox::Message(m));
         });
-        glommio::spawn_local(Inbound::serve(listener, me, voters, deliver)).detach();
+        let handlers = Handlers::new(deliver, Some(Self::forward_handler(ctx)));
+        glommio::spawn_local(Inbound::serve(listener, me, voters, handlers)).detach();
         *self.member.borrow_mut() = Some(Member {
             me,
             peers: Peers::start(me, &addresses),
+            addresses: addresses.iter().cloned().collect(),
+            forward_permits: Rc::new(Semaphore::new(FORWARDS_IN_FLIGHT_MAX as u64)),
+            heartbeats: HashMap::new(),
             wake: tx,
             applied,
             proposed: (0, 0),
@@ -693,6 +1143,8 @@ impl Controller {
         *self.image.borrow_mut() = image.clone();
         self.broadcast(ctx, image, None).await;
         self.start_member_loop(ctx, rx);
+        self.start_heartbeats(ctx);
+        self.start_fencing(ctx);
         Ok(())
     }
 
@@ -814,18 +1266,21 @@ impl Controller {
                 (Some(log), Some(m)) if log.is_leader() && m.proposed.0 != log.term())
         };
         if new_term {
-            let epoch = next_leader_epoch(&self.image.borrow(), true);
+            let term = self.log.borrow().as_ref().map_or(0, |l| l.term());
             match self
-                .propose_member(&[MetadataRecord::LeaderEpoch { epoch }])
+                .propose_member(&[MetadataRecord::TermStart { term }])
                 .await
             {
                 Ok(_) => {
+                    // Every registered node's clock starts now: this
+                    // leader has heard from none of them yet.
+                    let now = crate::clock::monotonic();
+                    let nodes: Vec<i32> = self.image.borrow().brokers.keys().copied().collect();
+                    if let Some(m) = self.member.borrow_mut().as_mut() {
+                        m.heartbeats = nodes.into_iter().map(|n| (n, now)).collect();
+                    }
                     let me = self.member.borrow().as_ref().map_or(0, |m| m.me);
-                    tracing::info!(
-                        node = me - 1,
-                        leader_epoch = epoch,
-                        "this node leads the metadata quorum"
-                    );
+                    tracing::info!(node = me - 1, term, "this node leads the metadata quorum");
                 }
                 Err(e) => tracing::warn!(error = %e, "a new leader's first proposal failed"),
             }

@@ -4,11 +4,12 @@ use crate::auth::acl::{AclBinding, AclBindingFilter};
 use crate::metadata::MetadataImage;
 use crate::partition::{MarkerError, TxnMarker};
 use futures::channel::oneshot;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A topic to create, as CreateTopics or auto-creation asks for it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NewTopic {
     pub name: String,
     /// -1 = the broker's `num.partitions`.
@@ -22,7 +23,7 @@ pub struct NewTopic {
 
 /// How one config key changes (IncrementalAlterConfigs ops; AlterConfigs is
 /// a full replacement).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ConfigChange {
     /// Replace all overrides with these.
     ReplaceAll(BTreeMap<String, String>),
@@ -30,8 +31,10 @@ pub enum ConfigChange {
     Incremental(Vec<(String, Option<String>)>),
 }
 
-/// Work only the controller (shard 0) does.
-#[derive(Debug)]
+/// Work only the controller (shard 0) does. Serializable: a node that
+/// does not lead the metadata quorum forwards it to the node that does
+/// (`shard::controller`, `docs/replication.md` §3.2).
+#[derive(Debug, Serialize, Deserialize)]
 pub enum ControllerRequest {
     CreateTopics {
         topics: Vec<NewTopic>,
@@ -64,10 +67,22 @@ pub enum ControllerRequest {
     DeleteAcls {
         filters: Vec<AclBindingFilter>,
     },
+    /// Several nodes: a node's heartbeat to the quorum's leader, carrying
+    /// its registration (`docs/replication.md` §3.2). Not logged, unless
+    /// the node is not registered with this incarnation (RegisterBroker)
+    /// or is fenced (UnfenceBroker).
+    BrokerHeartbeat {
+        registration: crate::metadata::BrokerRegistration,
+    },
+    /// Several nodes: the leader fences nodes whose heartbeats stopped.
+    /// Never forwarded (only the leader keeps heartbeat times).
+    FenceBrokers {
+        nodes: Vec<i32>,
+    },
 }
 
 /// One change of a user's SCRAM credentials.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ScramChange {
     Upsert {
         mechanism: i8,
@@ -79,7 +94,7 @@ pub enum ScramChange {
 }
 
 /// Why the controller refused one item of a request.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum ControllerError {
     #[error("Topic '{0}' already exists.")]
     TopicAlreadyExists(String),
@@ -118,7 +133,7 @@ pub enum ControllerError {
 }
 
 /// Per-item outcomes, in the order of the request's items.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub enum ControllerReply {
     /// One result per item (topic); Ok carries the partition count created.
     Items(Vec<(String, Result<i32, ControllerError>)>),
@@ -127,6 +142,9 @@ pub enum ControllerReply {
     /// Per CreateAcls binding or DeleteAcls filter, in request order: the
     /// bindings deleted (empty for a creation), or why not.
     Acls(Vec<Result<Vec<AclBinding>, ControllerError>>),
+    /// BrokerHeartbeat and FenceBrokers: done (and any change committed),
+    /// or why not.
+    Broker(Result<(), ControllerError>),
 }
 
 /// Everything that travels over the channel mesh.

@@ -475,9 +475,9 @@ impl ShardCtx {
                 Some((_, Err(e))) => Err(e),
                 _ => Err(ControllerError::Unavailable),
             },
-            ControllerReply::ProducerIds(_) | ControllerReply::Acls(_) => {
-                Err(ControllerError::Unavailable)
-            }
+            ControllerReply::ProducerIds(_)
+            | ControllerReply::Acls(_)
+            | ControllerReply::Broker(_) => Err(ControllerError::Unavailable),
         }
     }
 

@@ -29,6 +29,19 @@
 //! - Each side writes on its own outbound connection only; replies come
 //!   back on the peer's outbound connection. Two one-way streams per pair
 //!   of nodes keep the code free of who-dials-whom races.
+//! - **Forwarding** (`docs/replication.md` §3.2): a metadata write at a
+//!   node that does not lead goes to the leader's controller as a request
+//!   and its answer on a connection of its own ([`forward`]), opened with
+//!   the forwarding handshake ([`FORWARD_MAGIC`]) to the same listener.
+//!   One connection per request keeps a lost answer from being mistaken
+//!   for the next one's, and a broken connection from holding others
+//!   back; metadata writes are rare enough that the connect costs nothing.
+//!   Both payloads are opaque bytes here (the controller's JSON), at most
+//!   [`FORWARD_BYTES_MAX`]; at most [`FORWARDS_IN_FLIGHT_MAX`] requests
+//!   from one node are served at once (more are closed unanswered), and
+//!   the sender waits for the answer until the request's deadline only.
+//!   A frame over the limit, or a payload the handler refuses, closes that
+//!   connection and nothing else.
 
 use super::codec;
 use bytes::{BufMut, BytesMut};
@@ -57,8 +70,16 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The handshake's first bytes (and its version).
 const MAGIC: &[u8; 4] = b"FJQ0";
+/// The handshake of a forwarding connection (one request, one answer).
+const FORWARD_MAGIC: &[u8; 4] = b"FJF0";
 /// magic, from u64, to u64.
 const HANDSHAKE_BYTES: usize = 4 + 8 + 8;
+/// Largest forwarded request or answer: a metadata change must fit in a
+/// metadata record anyway (`store::RECORD_BYTES_MAX`).
+pub const FORWARD_BYTES_MAX: usize = super::store::RECORD_BYTES_MAX;
+/// Forwarded requests one node may have in flight at its leader (the
+/// forwarding node waits for a permit; the leader closes any beyond it).
+pub const FORWARDS_IN_FLIGHT_MAX: usize = 8;
 
 /// Why a connection was closed (logged; tests check it).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -86,8 +107,12 @@ fn frame(payload: &[u8]) -> Vec<u8> {
 }
 
 fn handshake(from: u64, to: u64) -> Vec<u8> {
+    handshake_with(MAGIC, from, to)
+}
+
+fn handshake_with(magic: &[u8; 4], from: u64, to: u64) -> Vec<u8> {
     let mut b = BytesMut::with_capacity(HANDSHAKE_BYTES);
-    b.put_slice(MAGIC);
+    b.put_slice(magic);
     b.put_u64(from);
     b.put_u64(to);
     frame(&b)
@@ -202,22 +227,102 @@ impl Peers {
     }
 }
 
+/// Answers one forwarded request from node `from` (a raft id): Some(the
+/// answer), or None to close the connection (a payload it refuses).
+pub type ForwardHandler =
+    Rc<dyn Fn(u64, Vec<u8>) -> futures::future::LocalBoxFuture<'static, Option<Vec<u8>>>>;
+
+/// What an inbound connection hands its traffic to.
+#[derive(Clone)]
+pub struct Handlers {
+    /// Raft messages.
+    pub deliver: Rc<dyn Fn(Message)>,
+    /// Forwarded requests (None: forwarding connections are refused).
+    pub forward: Option<ForwardHandler>,
+    /// Forwarded requests being served, per sending node.
+    in_flight: Rc<std::cell::RefCell<HashMap<u64, usize>>>,
+}
+
+impl Handlers {
+    pub fn new(deliver: Rc<dyn Fn(Message)>, forward: Option<ForwardHandler>) -> Handlers {
+        Handlers {
+            deliver,
+            forward,
+            in_flight: Rc::default(),
+        }
+    }
+}
+
+/// Why a forwarded request got no answer.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ForwardError {
+    /// The request was not sent whole (no connection, a failed write): the
+    /// leader did not get it.
+    #[error("not sent: {0}")]
+    NotSent(String),
+    /// Sent, but no answer came (the deadline, a closed connection, a
+    /// frame over the limit): it may have been made.
+    #[error("sent, but no answer: {0}")]
+    NoAnswer(String),
+}
+
+/// Sends one forwarded request to raft id `to` at `addr` and waits for its
+/// answer until `deadline` (module doc). `payload` must be at most
+/// [`FORWARD_BYTES_MAX`] (else NotSent).
+pub async fn forward(
+    me: u64,
+    to: u64,
+    addr: &str,
+    payload: &[u8],
+    deadline: std::time::Instant,
+) -> Result<Vec<u8>, ForwardError> {
+    if payload.len() > FORWARD_BYTES_MAX {
+        return Err(ForwardError::NotSent(format!(
+            "a request of {} bytes is over the limit of {FORWARD_BYTES_MAX}",
+            payload.len()
+        )));
+    }
+    let left = |now: std::time::Instant| deadline.saturating_duration_since(now);
+    let connect_for = left(crate::clock::monotonic()).min(CONNECT_TIMEOUT);
+    if connect_for.is_zero() {
+        return Err(ForwardError::NotSent("the deadline passed".into()));
+    }
+    let mut stream = TcpStream::connect_timeout(addr, connect_for)
+        .await
+        .map_err(|e| ForwardError::NotSent(format!("cannot connect to {addr}: {e}")))?;
+    let _ = stream.set_nodelay(true);
+    let request = [handshake_with(FORWARD_MAGIC, me, to), frame(payload)].concat();
+    let exchange = async {
+        stream
+            .write_all(&request)
+            .await
+            .map_err(|e| ForwardError::NotSent(format!("writing to {addr}: {e}")))?;
+        read_frame(&mut stream, FORWARD_BYTES_MAX)
+            .await
+            .map_err(|e| ForwardError::NoAnswer(e.to_string()))
+    };
+    futures_lite::future::or(exchange, async {
+        glommio::timer::sleep(left(crate::clock::monotonic())).await;
+        Err(ForwardError::NoAnswer(
+            "no answer by the request's deadline".into(),
+        ))
+    })
+    .await
+}
+
 /// The inbound side: accepts members' connections and hands each message
-/// to `deliver`.
+/// to `deliver`, each forwarded request to `forward`.
 pub struct Inbound;
 
 impl Inbound {
-    /// Inbound connections open at once, at most.
-    pub const CONNECTIONS_MAX: usize = 32;
+    /// Inbound connections open at once, at most: a Raft connection and
+    /// [`FORWARDS_IN_FLIGHT_MAX`] forwarding ones from each of the most
+    /// voters, with room for reconnects.
+    pub const CONNECTIONS_MAX: usize = 2 * 9 * (1 + FORWARDS_IN_FLIGHT_MAX);
 
     /// Accepts connections on `listener` until it fails; each connection
     /// runs as its own task. `members`: the raft ids that may connect.
-    pub async fn serve(
-        listener: TcpListener,
-        me: u64,
-        members: Vec<u64>,
-        deliver: Rc<dyn Fn(Message)>,
-    ) {
+    pub async fn serve(listener: TcpListener, me: u64, members: Vec<u64>, handlers: Handlers) {
         let open = Rc::new(Cell::new(0usize));
         let members = Rc::new(members);
         loop {
@@ -240,10 +345,10 @@ impl Inbound {
             open.set(open.get() + 1);
             let open = open.clone();
             let members = members.clone();
-            let deliver = deliver.clone();
+            let handlers = handlers.clone();
             glommio::spawn_local(async move {
                 let peer = stream.peer_addr().ok();
-                let why = Self::connection(stream, me, &members, &*deliver).await;
+                let why = Self::connection(stream, me, &members, &handlers).await;
                 tracing::debug!(?peer, reason = %why, "metadata quorum: inbound connection closed");
                 open.set(open.get() - 1);
             })
@@ -256,7 +361,7 @@ impl Inbound {
         mut stream: TcpStream,
         me: u64,
         members: &[u64],
-        deliver: &dyn Fn(Message),
+        handlers: &Handlers,
     ) -> FrameError {
         let hello = futures_lite::future::or(read_frame(&mut stream, HANDSHAKE_BYTES), async {
             glommio::timer::sleep(HANDSHAKE_TIMEOUT).await;
@@ -270,7 +375,8 @@ impl Inbound {
             }
             Err(e) => return e,
         };
-        if hello.len() != HANDSHAKE_BYTES || &hello[..4] != MAGIC {
+        let forwarding = hello.len() == HANDSHAKE_BYTES && &hello[..4] == FORWARD_MAGIC;
+        if hello.len() != HANDSHAKE_BYTES || (&hello[..4] != MAGIC && !forwarding) {
             return FrameError::Handshake("not a fjord metadata quorum handshake".into());
         }
         let from = u64::from_be_bytes(hello[4..12].try_into().expect("8 bytes"));
@@ -280,6 +386,9 @@ impl Inbound {
         }
         if from == me || !members.contains(&from) {
             return FrameError::Handshake(format!("node {from} is not a member"));
+        }
+        if forwarding {
+            return Self::forwarded(stream, from, handlers).await;
         }
         loop {
             let bytes = match read_frame(&mut stream, FRAME_BYTES_MAX).await {
@@ -296,8 +405,49 @@ impl Inbound {
                     got: m.from,
                 };
             }
-            deliver(m);
+            (handlers.deliver)(m);
         }
+    }
+
+    /// Serves a forwarding connection from `from`: each request frame is
+    /// answered by the handler, one at a time.
+    async fn forwarded(mut stream: TcpStream, from: u64, handlers: &Handlers) -> FrameError {
+        let Some(forward) = handlers.forward.clone() else {
+            return FrameError::Handshake("this node takes no forwarded requests".into());
+        };
+        let busy = *handlers.in_flight.borrow().get(&from).unwrap_or(&0);
+        if busy >= FORWARDS_IN_FLIGHT_MAX {
+            return FrameError::Handshake(format!(
+                "node {from} has {busy} forwarded requests in flight, the most allowed"
+            ));
+        }
+        *handlers.in_flight.borrow_mut().entry(from).or_default() += 1;
+        let why = async {
+            loop {
+                let bytes = match read_frame(&mut stream, FORWARD_BYTES_MAX).await {
+                    Ok(b) => b,
+                    Err(e) => return e,
+                };
+                let Some(answer) = forward(from, bytes).await else {
+                    return FrameError::Undecodable("a forwarded request was refused".into());
+                };
+                if answer.len() > FORWARD_BYTES_MAX {
+                    return FrameError::TooLarge(answer.len());
+                }
+                if let Err(e) = stream.write_all(&frame(&answer)).await {
+                    return FrameError::Io(e.to_string());
+                }
+            }
+        }
+        .await;
+        let mut in_flight = handlers.in_flight.borrow_mut();
+        if let Some(n) = in_flight.get_mut(&from) {
+            *n -= 1;
+            if *n == 0 {
+                in_flight.remove(&from);
+            }
+        }
+        why
     }
 }
 
@@ -366,7 +516,7 @@ mod tests {
                 listener,
                 2,
                 vec![1, 2, 3],
-                Rc::new(move |m: Message| sink.borrow_mut().push(m)),
+                Handlers::new(Rc::new(move |m: Message| sink.borrow_mut().push(m)), None),
             ))
             .detach();
             wait_until(|| got.borrow().len() == 5).await;
@@ -385,7 +535,7 @@ mod tests {
             let addr = listener.local_addr().unwrap();
             let got = Rc::new(RefCell::new(Vec::new()));
             let sink = got.clone();
-            let deliver = move |m: Message| sink.borrow_mut().push(m);
+            let deliver = Handlers::new(Rc::new(move |m: Message| sink.borrow_mut().push(m)), None);
             let cases: Vec<(Vec<u8>, FrameError)> = vec![
                 (
                     frame(b"GET / HTTP/1.1\r\n\r\n"),
@@ -448,6 +598,62 @@ mod tests {
             let why = Inbound::connection(server, 2, &[1, 2, 3], &deliver).await;
             assert_eq!(why, FrameError::Closed);
             assert_eq!(*got.borrow(), vec![message(3, 2, 4)]);
+        });
+    }
+
+    /// A forwarded request is answered by the leader's handler; a payload
+    /// the handler refuses, a frame over the limit or a non-member closes
+    /// that connection only, and the next request is served.
+    #[test]
+    fn forwarded_requests_are_answered_and_bad_ones_close_their_connection() {
+        run(|| async {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let handler: ForwardHandler = Rc::new(|from, bytes: Vec<u8>| {
+                Box::pin(async move {
+                    (bytes != b"bad")
+                        .then(|| [format!("from {from}: ").as_bytes(), &bytes].concat())
+                })
+            });
+            glommio::spawn_local(Inbound::serve(
+                listener,
+                2,
+                vec![1, 2, 3],
+                Handlers::new(Rc::new(|_| {}), Some(handler)),
+            ))
+            .detach();
+            let deadline = || crate::clock::monotonic() + Duration::from_secs(5);
+            let answer = forward(1, 2, &addr, b"hello", deadline()).await;
+            assert_eq!(answer, Ok(b"from 1: hello".to_vec()));
+            let refused = forward(3, 2, &addr, b"bad", deadline()).await;
+            assert!(
+                matches!(refused, Err(ForwardError::NoAnswer(_))),
+                "{refused:?}"
+            );
+            let stranger = forward(7, 2, &addr, b"hello", deadline()).await;
+            assert!(
+                matches!(stranger, Err(ForwardError::NoAnswer(_))),
+                "{stranger:?}"
+            );
+            let mut client = TcpStream::connect(addr.as_str()).await.unwrap();
+            client
+                .write_all(
+                    &[
+                        handshake_with(FORWARD_MAGIC, 1, 2),
+                        (u32::MAX).to_be_bytes().to_vec(),
+                    ]
+                    .concat(),
+                )
+                .await
+                .unwrap();
+            let mut rest = Vec::new();
+            let _ = client.read_to_end(&mut rest).await;
+            assert!(rest.is_empty(), "closed unanswered");
+            let answer = forward(3, 2, &addr, b"again", deadline()).await;
+            assert_eq!(answer, Ok(b"from 3: again".to_vec()));
+            // Nothing listens: not sent.
+            let dead = forward(1, 2, "127.0.0.1:1", b"x", deadline()).await;
+            assert!(matches!(dead, Err(ForwardError::NotSent(_))), "{dead:?}");
         });
     }
 
