@@ -235,10 +235,11 @@ pub struct ServeArgs {
     /// Kafka `controller.quorum.voters`: the metadata quorum's voters as
     /// `ID@HOST:PORT,...`, each node's controller address (Raft traffic and
     /// forwarding). Without it the node is a quorum of one. Several voters
-    /// run one metadata log; writes go to its leader's node (no forwarding
-    /// yet) and a topic's partitions live on that node only (no replication
-    /// yet); a learner is refused at start (docs/replication.md §3.2)
-    /// [default: none].
+    /// run one metadata log; a write at any node is forwarded to its
+    /// leader, nodes register and are fenced when their heartbeats stop,
+    /// and a topic's partitions live on the node that led when it was
+    /// created (no replication yet); a learner is refused at start
+    /// (docs/replication.md §3.2) [default: none].
     #[arg(long)]
     pub controller_quorum: Option<String>,
     /// Kafka `broker.session.timeout.ms` (several nodes): a node whose

@@ -225,12 +225,17 @@ fn partitions_from(
                     .with_leader_id(BrokerId(id))
                     .with_replica_nodes(vec![BrokerId(id)])
                     .with_isr_nodes(vec![BrokerId(id)]),
+                // Kafka 4.4: the fenced replica leaves the ISR for the ELR
+                // (`kafka-topics --describe`: Leader: none, Isr: empty,
+                // Elr and LastKnownElr the replica).
                 Leader::Offline(id, epoch) => p
                     .with_leader_epoch(epoch)
                     .with_error_code(ResponseError::LeaderNotAvailable.code())
                     .with_leader_id(BrokerId(-1))
                     .with_replica_nodes(vec![BrokerId(id)])
-                    .with_isr_nodes(vec![BrokerId(id)])
+                    .with_isr_nodes(Vec::new())
+                    .with_eligible_leader_replicas(Some(vec![BrokerId(id)]))
+                    .with_last_known_elr(Some(vec![BrokerId(id)]))
                     .with_offline_replicas(vec![BrokerId(id)]),
                 Leader::Unknown => p
                     .with_leader_epoch(image.leader_epoch())

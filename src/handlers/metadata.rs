@@ -130,14 +130,16 @@ fn topic_entry(
                     .with_leader_id(BrokerId(id))
                     .with_replica_nodes(vec![BrokerId(id)])
                     .with_isr_nodes(vec![BrokerId(id)]),
-                // Kafka lists an offline partition with no leader,
-                // LEADER_NOT_AVAILABLE, and its replicas offline.
+                // Kafka 4.4 lists a partition whose only replica's broker
+                // is fenced with no leader, LEADER_NOT_AVAILABLE, the
+                // replica, an empty ISR (it moved to the ELR) and the
+                // replica offline.
                 Leader::Offline(id, epoch) => p
                     .with_leader_epoch(epoch)
                     .with_error_code(ResponseError::LeaderNotAvailable.code())
                     .with_leader_id(BrokerId(-1))
                     .with_replica_nodes(vec![BrokerId(id)])
-                    .with_isr_nodes(vec![BrokerId(id)])
+                    .with_isr_nodes(Vec::new())
                     .with_offline_replicas(vec![BrokerId(id)]),
                 Leader::Unknown => p
                     .with_leader_epoch(image.leader_epoch())

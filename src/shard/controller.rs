@@ -39,10 +39,27 @@
 //! steps the peers' messages, ticks, writes off the reactor and applies
 //! and broadcasts every committed record, wherever it was proposed, since
 //! every node must hold the same image. A request then runs only on the
-//! leader (elsewhere NOT_CONTROLLER, as writes are not forwarded yet), is
-//! proposed, and is answered once the loop has applied it, or
+//! leader, is proposed, and is answered once the loop has applied it, or
 //! REQUEST_TIMED_OUT at its deadline; an entry of another term at its
 //! index means it was replaced, and is answered NOT_CONTROLLER.
+//!
+//! A node that does not lead forwards each request to the leader's
+//! controller over the controller listener (`quorum::transport::forward`,
+//! at most `FORWARDS_IN_FLIGHT_MAX` at once, within the request's
+//! deadline); the leader runs it as its own and answers with the index it
+//! has applied up to, and the forwarding node answers its requester once it
+//! has applied as far, so the requester sees its change on that node too.
+//! Not sent: NOT_CONTROLLER (nothing changed); sent without an answer:
+//! REQUEST_TIMED_OUT (it may have been made).
+//!
+//! Broker registration and fencing (`docs/replication.md` §3.2): every
+//! node, once its log has caught up, heartbeats the leader through the
+//! same path every `broker_heartbeat_interval`; the first heartbeat of a
+//! process registers it (`RegisterBroker`, with a fresh incarnation), a
+//! heartbeat of a fenced node unfences it, any other is not logged. The
+//! leader keeps heartbeat times in memory (a new leader starts every
+//! registered node's clock at its election) and fences a node silent for
+//! `--broker-session-timeout-ms`.
 
 use super::messages::{
     ConfigChange, ControllerError, ControllerReply, ControllerRequest, NewTopic, ScramChange,

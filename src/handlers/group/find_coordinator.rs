@@ -1,12 +1,14 @@
 //! FindCoordinator v0-6: the node that coordinates a group (key type 0,
 //! on `__consumer_offsets`) or a transactional id (key type 1, on
 //! `__transaction_state`): the shard leading partition
-//! `abs(javaHash(key)) % 50` of that topic, created on first use. v4+
-//! answers a batch of keys.
+//! `abs(javaHash(key)) % 50` of that topic, created on first use (with
+//! several nodes, a shard of the node holding the topic, as Metadata names
+//! it). v4+ answers a batch of keys.
 
 use crate::auth::acl::AclOperation;
 use crate::handlers::authz::Authz;
 use crate::handlers::errors;
+use crate::handlers::metadata::{brokers, partition_leader, Leader};
 use crate::handlers::{decode, respond, str_bytes, Outcome};
 use crate::metadata::internal;
 use crate::protocol::RequestHeader;
@@ -50,6 +52,7 @@ pub async fn handle(
             .map_err(|_| ResponseError::CoordinatorNotAvailable.code()),
         None => Err(ResponseError::InvalidRequest.code()),
     };
+    let image = ctx.image();
     let coordinators: Vec<Coordinator> = keys
         .iter()
         .map(|key| {
@@ -83,10 +86,21 @@ pub async fn handle(
             let Some(coordinator) = meta.coordinator(key, ctx.cores()) else {
                 return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
             };
-            let shard = coordinator.shard;
-            let (host, port) = ctx.config.endpoint(listener, shard);
+            // The broker leading that partition: a shard of this node, or
+            // (several nodes) of the node holding the topic; none while
+            // that node is fenced or unregistered.
+            let owner = meta.shards[coordinator.partition as usize];
+            let endpoint = match partition_leader(ctx, &image, listener, meta, owner) {
+                Leader::Live(id, _) => brokers(ctx, &image, listener)
+                    .into_iter()
+                    .find(|(b, _, _)| *b == id),
+                Leader::Offline(..) | Leader::Unknown => None,
+            };
+            let Some((id, host, port)) = endpoint else {
+                return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
+            };
             base.with_error_code(errors::NONE)
-                .with_node_id(BrokerId(ctx.config.node_id_of(shard)))
+                .with_node_id(BrokerId(id))
                 .with_host(str_bytes(host))
                 .with_port(port)
         })

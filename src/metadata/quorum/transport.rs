@@ -1,8 +1,8 @@
 //! The network between the metadata quorum's nodes: Raft messages over TCP
 //! between the controller shards (shard 0) of the nodes, as
-//! `docs/replication.md` §2 plans. Built and tested on its own; the
-//! controller does not run a quorum of several nodes yet (`server` refuses
-//! one at start), so nothing starts this transport in a broker so far.
+//! `docs/replication.md` §2 plans, and metadata writes forwarded to the
+//! leader (below). The controller (`shard::controller`) starts it on a node
+//! of a quorum of several voters.
 //!
 //! Why it looks like this:
 //! - **Frames** are a u32 length and a message in fjord's own codec
