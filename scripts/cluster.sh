@@ -63,8 +63,8 @@ start() {
         echo $! >"$DIR/node-$n.pid"
         echo "node $n: pid $!, clients 127.0.0.1:$((CLIENT_BASE + n)), controller 127.0.0.1:$((CONTROLLER_BASE + n)), log $DIR/node-$n.log"
     done
-    echo "metadata writes (CreateTopics, configs, ACLs) go to the node that leads the quorum;"
-    echo "the others answer NOT_CONTROLLER. grep 'leads the metadata quorum' $DIR/node-*.log"
+    echo "any node takes metadata writes (forwarded to the quorum's leader) and bootstraps clients;"
+    echo "the leader: grep 'leads the metadata quorum' $DIR/node-*.log (the last such line)"
 }
 
 stop() {

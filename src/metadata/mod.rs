@@ -475,6 +475,67 @@ mod tests {
         }
     }
 
+    /// Broker records: registered unfenced, fenced and unfenced in place,
+    /// a new incarnation replaces the registration; a TermStart changes
+    /// nothing but the version; each record survives its JSON.
+    #[test]
+    fn broker_records_apply_and_round_trip() {
+        let reg = |incarnation: u8| BrokerRegistration {
+            node: 2,
+            shards: 3,
+            endpoints: vec![BrokerEndpoint {
+                protocol: "PLAINTEXT".into(),
+                host: "10.0.0.2".into(),
+                port: 9092,
+            }],
+            incarnation: [incarnation; 16],
+            leader_epoch: 4,
+        };
+        let records = [
+            MetadataRecord::RegisterBroker {
+                registration: reg(1),
+            },
+            MetadataRecord::FenceBroker { node: 2 },
+            MetadataRecord::UnfenceBroker { node: 2 },
+            MetadataRecord::FenceBroker { node: 2 },
+            MetadataRecord::RegisterBroker {
+                registration: reg(7),
+            },
+            MetadataRecord::TermStart { term: 5 },
+            MetadataRecord::FenceBroker { node: 9 },
+        ];
+        let mut image = MetadataImage::default();
+        let mut fenced = Vec::new();
+        for r in &records {
+            let json = serde_json::to_vec(r).unwrap();
+            assert_eq!(&serde_json::from_slice::<MetadataRecord>(&json).unwrap(), r);
+            image = image.apply(r);
+            fenced.push(image.brokers.get(&2).map(|b| b.fenced));
+        }
+        assert_eq!(
+            fenced,
+            [false, true, false, true, false, false, false].map(Some)
+        );
+        assert_eq!(
+            image.brokers.len(),
+            1,
+            "an unknown node is not fenced into being"
+        );
+        assert_eq!(image.live_broker(2), Some(&reg(7)));
+        assert_eq!(image.version, records.len() as u64);
+        assert_eq!(image.leader_epoch, None);
+        assert_eq!(
+            image
+                .live_broker(2)
+                .unwrap()
+                .endpoint("PLAINTEXT")
+                .unwrap()
+                .port,
+            9092
+        );
+        assert!(image.live_broker(2).unwrap().endpoint("SSL").is_none());
+    }
+
     #[test]
     fn round_robin_continues_across_topics() {
         let img = MetadataImage::default();

@@ -409,8 +409,10 @@ impl Inbound {
         }
     }
 
-    /// Serves a forwarding connection from `from`: each request frame is
-    /// answered by the handler, one at a time.
+    /// Serves a forwarding connection from `from`: one request frame,
+    /// answered by the handler, then the connection ends (its slot among
+    /// the node's [`FORWARDS_IN_FLIGHT_MAX`] is free once the answer is
+    /// written, before the sender can start another).
     async fn forwarded(mut stream: TcpStream, from: u64, handlers: &Handlers) -> FrameError {
         let Some(forward) = handlers.forward.clone() else {
             return FrameError::Handshake("this node takes no forwarded requests".into());
@@ -423,20 +425,19 @@ impl Inbound {
         }
         *handlers.in_flight.borrow_mut().entry(from).or_default() += 1;
         let why = async {
-            loop {
-                let bytes = match read_frame(&mut stream, FORWARD_BYTES_MAX).await {
-                    Ok(b) => b,
-                    Err(e) => return e,
-                };
-                let Some(answer) = forward(from, bytes).await else {
-                    return FrameError::Undecodable("a forwarded request was refused".into());
-                };
-                if answer.len() > FORWARD_BYTES_MAX {
-                    return FrameError::TooLarge(answer.len());
-                }
-                if let Err(e) = stream.write_all(&frame(&answer)).await {
-                    return FrameError::Io(e.to_string());
-                }
+            let bytes = match read_frame(&mut stream, FORWARD_BYTES_MAX).await {
+                Ok(b) => b,
+                Err(e) => return e,
+            };
+            let Some(answer) = forward(from, bytes).await else {
+                return FrameError::Undecodable("a forwarded request was refused".into());
+            };
+            if answer.len() > FORWARD_BYTES_MAX {
+                return FrameError::TooLarge(answer.len());
+            }
+            match stream.write_all(&frame(&answer)).await {
+                Ok(()) => FrameError::Closed,
+                Err(e) => FrameError::Io(e.to_string()),
             }
         }
         .await;
@@ -603,7 +604,8 @@ mod tests {
 
     /// A forwarded request is answered by the leader's handler; a payload
     /// the handler refuses, a frame over the limit or a non-member closes
-    /// that connection only, and the next request is served.
+    /// that connection only, and the next request is served; a node's
+    /// requests in flight are bounded.
     #[test]
     fn forwarded_requests_are_answered_and_bad_ones_close_their_connection() {
         run(|| async {
@@ -654,6 +656,26 @@ mod tests {
             // Nothing listens: not sent.
             let dead = forward(1, 2, "127.0.0.1:1", b"x", deadline()).await;
             assert!(matches!(dead, Err(ForwardError::NotSent(_))), "{dead:?}");
+            // A node with FORWARDS_IN_FLIGHT_MAX requests open gets no more
+            // served; another node still does, and so does the first once
+            // one of its own ends.
+            let mut open = Vec::new();
+            for _ in 0..FORWARDS_IN_FLIGHT_MAX {
+                let mut c = TcpStream::connect(addr.as_str()).await.unwrap();
+                c.write_all(&handshake_with(FORWARD_MAGIC, 1, 2))
+                    .await
+                    .unwrap();
+                open.push(c);
+            }
+            glommio::timer::sleep(Duration::from_millis(100)).await;
+            let over = forward(1, 2, &addr, b"one more", deadline()).await;
+            assert!(matches!(over, Err(ForwardError::NoAnswer(_))), "{over:?}");
+            let other = forward(3, 2, &addr, b"other", deadline()).await;
+            assert_eq!(other, Ok(b"from 3: other".to_vec()));
+            drop(open.pop());
+            glommio::timer::sleep(Duration::from_millis(100)).await;
+            let again = forward(1, 2, &addr, b"later", deadline()).await;
+            assert_eq!(again, Ok(b"from 1: later".to_vec()));
         });
     }
 
