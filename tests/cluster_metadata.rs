@@ -3,7 +3,8 @@
 //! - metadata writes (CreateTopics, CreateAcls, IncrementalAlterConfigs)
 //!   through a node that does not lead are forwarded to the leader, and
 //!   are seen through the forwarding node as soon as it answers, and
-//!   through every node after;
+//!   through every node after; producer ids handed out by different nodes
+//!   never collide (their blocks come from the one log);
 //! - every node registers: DescribeCluster and Metadata on every node list
 //!   all three nodes' brokers with their endpoints, and a topic held by
 //!   another node names that node's broker as its leader, so librdkafka
@@ -297,6 +298,20 @@ fn read_in_group(broker: &Broker, topic: &str) {
         .expect("offsets committed");
 }
 
+/// A producer id from `broker`'s InitProducerId (no transactional id).
+fn producer_id(broker: &Broker) -> i64 {
+    let resp = RawClient::connect_to(addr(broker)).request(
+        4,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    );
+    assert_eq!(resp.error_code, 0, "InitProducerId");
+    resp.producer_id.0
+}
+
 /// Partition 0 of `name` in `broker`'s Metadata: leader, error, replicas,
 /// ISR, offline replicas.
 fn partition0(broker: &Broker, name: &str) -> (i32, i16, Vec<i32>, Vec<i32>, Vec<i32>) {
@@ -412,6 +427,12 @@ fn three_nodes_forward_register_fence_and_heal() {
         let holds_log = b.data_dir().join("first-0").exists();
         assert_eq!(holds_log, i == leader, "node {i} holds a log of first-0");
     }
+
+    // Producer-id blocks come from the one log: no two nodes hand out one
+    // id.
+    let ids: Vec<i64> = brokers.iter().map(producer_id).collect();
+    let distinct: std::collections::HashSet<i64> = ids.iter().copied().collect();
+    assert_eq!(distinct.len(), 3, "producer ids {ids:?}");
 
     // Every node registered: all list every node's broker, and the one
     // holding "first" as its leader.
