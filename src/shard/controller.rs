@@ -170,6 +170,35 @@ const LEADER_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 /// claim is cut to this).
 const FORWARDED_TIMEOUT_MAX: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// Whether the leader takes `request` forwarded by Raft id `from`: never
+/// a FenceBrokers (only the leader fences); a heartbeat only for the
+/// sender's own node, with at most [`SHARDS_REGISTERED_MAX`] shards (broker
+/// ids are node * 1000 + shard) and one endpoint per security protocol, so
+/// what the leader keeps per node is bounded by the voters.
+fn forwardable(request: &ControllerRequest, from: u64) -> Result<(), &'static str> {
+    match request {
+        ControllerRequest::FenceBrokers { .. } => Err("a FenceBrokers"),
+        ControllerRequest::BrokerHeartbeat { registration: r } => {
+            if r.node < 0 || i64::from(r.node) + 1 != from as i64 {
+                Err("a heartbeat for another node")
+            } else if r.shards == 0 || r.shards > SHARDS_REGISTERED_MAX {
+                Err("a registration's shard count out of range")
+            } else if r.endpoints.len() > ENDPOINTS_REGISTERED_MAX {
+                Err("a registration with too many endpoints")
+            } else {
+                Ok(())
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Most shards a node may register (its broker ids are node * 1000 + shard).
+const SHARDS_REGISTERED_MAX: usize = 1000;
+/// Most endpoints a node may register: one per security protocol
+/// (PLAINTEXT, SASL_PLAINTEXT, SSL, SASL_SSL).
+const ENDPOINTS_REGISTERED_MAX: usize = 4;
+
 /// A request forwarded to the leader's controller.
 #[derive(Serialize, Deserialize)]
 struct Forwarded {
@@ -1026,8 +1055,12 @@ impl Controller {
                         return None;
                     }
                 };
-                if matches!(forwarded.request, ControllerRequest::FenceBrokers { .. }) {
-                    tracing::warn!(node = from - 1, "metadata quorum: a forwarded FenceBrokers (only the leader fences); its connection is closed");
+                if let Err(why) = forwardable(&forwarded.request, from) {
+                    tracing::warn!(
+                        node = from - 1,
+                        why,
+                        "metadata quorum: a forwarded request refused; its connection is closed"
+                    );
                     return None;
                 }
                 let ctx = ctx.upgrade()?;
@@ -1689,5 +1722,57 @@ impl PartitionBudget {
         self.request_left -= partitions;
         self.total += partitions;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::{BrokerEndpoint, BrokerRegistration};
+
+    fn heartbeat(node: i32, shards: usize, endpoints: usize) -> ControllerRequest {
+        let endpoint = BrokerEndpoint {
+            protocol: "PLAINTEXT".into(),
+            host: "h".into(),
+            port: 1,
+        };
+        ControllerRequest::BrokerHeartbeat {
+            registration: BrokerRegistration {
+                node,
+                shards,
+                endpoints: vec![endpoint; endpoints],
+                incarnation: [1; 16],
+                leader_epoch: 0,
+            },
+        }
+    }
+
+    /// A forwarded heartbeat is taken only for its sender's own node and
+    /// within the registration bounds; a forwarded fencing never.
+    #[test]
+    fn forwarded_requests_are_bounded_by_their_sender() {
+        // Raft id 3 is node 2.
+        assert_eq!(forwardable(&heartbeat(2, 4, 1), 3), Ok(()));
+        assert!(forwardable(&heartbeat(1, 4, 1), 3).is_err());
+        assert!(forwardable(&heartbeat(-1, 4, 1), 0).is_err());
+        assert!(forwardable(&heartbeat(2, 0, 1), 3).is_err());
+        assert!(forwardable(&heartbeat(2, SHARDS_REGISTERED_MAX + 1, 1), 3).is_err());
+        assert!(forwardable(&heartbeat(2, 1, ENDPOINTS_REGISTERED_MAX + 1), 3).is_err());
+        assert!(forwardable(&ControllerRequest::FenceBrokers { nodes: vec![1] }, 3).is_err());
+        let create = ControllerRequest::DeleteTopics {
+            names: vec!["t".into()],
+        };
+        assert_eq!(forwardable(&create, 3), Ok(()));
+        // Every request survives the forwarding encoding.
+        let json = serde_json::to_vec(&Forwarded {
+            timeout_ms: 5,
+            request: heartbeat(2, 4, 1),
+        })
+        .unwrap();
+        let back: Forwarded = serde_json::from_slice(&json).unwrap();
+        assert!(matches!(
+            back.request,
+            ControllerRequest::BrokerHeartbeat { .. }
+        ));
     }
 }
