@@ -224,6 +224,25 @@ impl TailCache {
         }
     }
 
+    /// Drops the cached batches of `log` that end at or after `offset`
+    /// (the log was truncated to end there: a fetch must not see them).
+    pub(crate) fn remove_from(&self, log: u64, offset: i64) {
+        let mut inner = self.inner.borrow_mut();
+        let Some(q) = inner.logs.get_mut(&log) else {
+            return;
+        };
+        let mut dropped = Vec::new();
+        while q.back().is_some_and(|b| b.last_offset >= offset) {
+            dropped.extend(q.pop_back());
+        }
+        if q.is_empty() {
+            inner.logs.remove(&log);
+        }
+        for b in &dropped {
+            inner.forget(b);
+        }
+    }
+
     pub(crate) fn read(
         &self,
         log: u64,

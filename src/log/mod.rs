@@ -48,10 +48,12 @@ pub mod partition_meta;
 mod reader;
 pub mod records;
 mod recovery;
+mod replica;
 mod retention;
 pub(crate) mod segment;
 pub mod storage;
 mod syncer;
+mod truncate;
 pub(crate) mod watch;
 mod write_step;
 mod writer;
@@ -239,6 +241,22 @@ pub enum LogError {
     Unavailable(String),
     #[error("log is closed")]
     Closed,
+    /// A replica append (`PartitionLog::append_replica`) of a batch whose
+    /// base offset lies below the log end: it would overwrite or overlap
+    /// what the log holds. Nothing was written.
+    #[error("replica batch at offset {base} is below the log end {log_end}")]
+    OffsetBelowLogEnd { base: i64, log_end: i64 },
+    /// A batch or a new leadership in a leader epoch older than the
+    /// newest the log holds (`latest`); nothing was written.
+    #[error("leader epoch {epoch} is older than the log's latest epoch {latest}")]
+    StaleLeaderEpoch { epoch: i32, latest: i32 },
+    /// The offset waited for was truncated away (`PartitionLog::truncate_to`)
+    /// before it was written or synced: it must not be acknowledged.
+    #[error("offset {offset} was truncated from the log (log end now {log_end})")]
+    Truncated { offset: i64, log_end: i64 },
+    /// A truncation of the log runs; appends are refused until it ends.
+    #[error("the log is being truncated")]
+    Truncating,
 }
 
 impl LogError {

@@ -72,6 +72,11 @@ impl TailSlot {
         self.cache.remove_below(self.id, offset);
     }
 
+    /// Drops the cached batches that end at or after `offset`.
+    pub(super) fn remove_from(&self, offset: i64) {
+        self.cache.remove_from(self.id, offset);
+    }
+
     /// Drops every cached batch of the log.
     pub(super) fn remove(&self) {
         self.cache.remove_log(self.id);
@@ -236,7 +241,7 @@ async fn read_segment(
 
 /// Where a walk of `seg` for `offset` starts without a read cursor: the
 /// position of the index entry at or before it.
-fn index_position(seg: &Segment, offset: i64) -> u64 {
+pub(super) fn index_position(seg: &Segment, offset: i64) -> u64 {
     if offset > seg.base_offset {
         seg.index.borrow().lookup((offset - seg.base_offset) as u32) as u64
     } else {
