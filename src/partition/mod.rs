@@ -45,6 +45,8 @@
 pub mod compaction;
 pub mod recovery;
 #[cfg(test)]
+mod replication_sim;
+#[cfg(test)]
 mod simulation;
 pub mod snapshots;
 
