@@ -279,13 +279,20 @@ async fn fill(log: &Rc<PartitionLog>, epoch: i32, n: usize, tag: usize) {
 /// the cut dropped (cache and checkpoint), HW and max timestamp lowered,
 /// the tail cache dropping what was cut (a read after new appends at the
 /// same offsets returns the new batches); the same log reopens.
+/// Run with the page cache and with direct writes under `--fsync-acks`.
 #[test]
 fn truncation_cuts_at_a_batch_and_the_log_continues_from_there() {
+    for (fsync, direct) in [(false, false), (true, true)] {
+        truncation_case(small_segments(fsync, direct));
+    }
+}
+
+fn truncation_case(cfg: LogConfig) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_path_buf();
     run(data.clone(), move || async move {
         let m = LogManager::new_for_shard(data.clone(), TailCache::new(1 << 20), 0);
-        let log = m.open(&tp(), small_segments(false, false)).await.unwrap();
+        let log = m.open(&tp(), cfg.clone()).await.unwrap();
         fill(&log, 0, 20, 0).await;
         fill(&log, 2, 20, 1).await;
         fill(&log, 4, 20, 2).await;
@@ -336,7 +343,7 @@ fn truncation_cuts_at_a_batch_and_the_log_continues_from_there() {
         let end_after = log.log_end_offset();
         m.shutdown().await.unwrap();
         let m = LogManager::new_for_shard(data.clone(), TailCache::new(1 << 20), 0);
-        let log = m.open(&tp(), small_segments(false, false)).await.unwrap();
+        let log = m.open(&tp(), cfg).await.unwrap();
         assert_eq!(log.log_end_offset(), end_after);
         assert_eq!(read_batches(&log, 0).await, after);
         m.shutdown().await.unwrap();

@@ -226,6 +226,9 @@ impl TailCache {
 
     /// Drops the cached batches of `log` that end at or after `offset`
     /// (the log was truncated to end there: a fetch must not see them).
+    /// Their FIFO entries stay until they reach the front, as a removed
+    /// log's do; one that names the base offset of a batch appended again
+    /// later can only evict that batch early (a read then goes to the file).
     pub(crate) fn remove_from(&self, log: u64, offset: i64) {
         let mut inner = self.inner.borrow_mut();
         let Some(q) = inner.logs.get_mut(&log) else {

@@ -11,7 +11,10 @@
 //! `written ≤ log end` (bytes handed to the device or the page cache,
 //! survive kill -9) and `durable ≤ written` (covered by fdatasync). The HW is `written`, or
 //! `durable` under `--fsync-acks`, so consumers never see data a crash could
-//! take back. The last stable offset equals the HW until transactions land.
+//! take back; a replicated partition's log bounds it further by the HW set
+//! from outside (the ISR's, or the leader's for a follower: `replica`).
+//! A follower appends the leader's batches unchanged (`replica`) and
+//! truncates a diverged tail (`truncate`). The last stable offset equals the HW until transactions land.
 //!
 //! Durability corners (details in `writer`, `syncer`, `partition_meta` and
 //! `checkpoint`): a log that fdatasyncs fsyncs the partition directory
@@ -159,8 +162,10 @@ pub struct LogConfig {
     pub catch_up_reads: CatchUpReads,
     /// The leader epoch this node leads the partition in (the broker's
     /// current one, `types::FIRST_LEADER_EPOCH`): recovery starts it at the
-    /// log end and every append stamps it. Read at open only; a later
-    /// `set_config` cannot change the epoch of an open log.
+    /// log end and every append stamps it, unless the log holds a newer
+    /// epoch (a replica that followed a newer leader), which is then kept
+    /// and stamped. Read at open only; a later `set_config` cannot change
+    /// the epoch of an open log: `PartitionLog::become_leader` does.
     pub leader_epoch: i32,
 }
 

@@ -27,13 +27,20 @@
 //!   deleted segments leave for later rolls.
 //! - `recovery`: open (the recovery scan, the active segment's partial
 //!   page) and close.
+//! - `replica`: what a replicated partition adds: appends of the leader's
+//!   batches unchanged at the leader's offsets, leader epochs started at
+//!   run time (`become_leader`), the HW set from outside.
+//! - `truncate`: truncation of the tail (a follower whose log diverged),
+//!   and `truncate_fully_and_start_at`; the crash-safety argument.
 //!
 //! Offsets: log start ≤ `written` ≤ log end, and `durable` ≤ `written`;
 //! the HW is `written`, or `durable` under `--fsync-acks` (`log`'s module
-//! doc). Appends move the log end; the writer moves `written` (and, for a
-//! sealed segment it syncs itself, `durable`); the syncer and the
+//! doc), and for a replicated log no more than the HW set from outside
+//! (`replica`). Appends move the log end; the writer moves `written` (and,
+//! for a sealed segment it syncs itself, `durable`); the syncer and the
 //! background seals move `durable`; retention and DeleteRecords move the
-//! log start.
+//! log start; only a truncation moves the log end, `written`, `durable`
+//! and the HW back.
 //!
 //! Health: an I/O error fails the log for good (`LogError::Failed`, Kafka's
 //! offline log dir; `PartitionLog::fail` wakes every waiter); a writer

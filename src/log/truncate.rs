@@ -35,6 +35,11 @@
 //!    never with success, even once new batches fill that offset again
 //!    (`Truncations`).
 //!
+//! A fetch that read before the truncation may still answer with batches
+//! it cut (a read is not stopped halfway); a fetch bounded by the HW, which
+//! the truncation lowers, reads none of them afterwards. Kafka's reads race
+//! a truncation the same way.
+//!
 //! Any I/O error after step 1 fails the log (Kafka takes the log directory
 //! offline on an I/O error in a truncation); the directory then recovers at
 //! the next open as below.
@@ -167,8 +172,10 @@ impl PartitionLog {
     /// Kafka's `truncateFullyAndStartAt`: every segment is deleted and the
     /// log starts again, empty, at `offset` (log start = log end =
     /// `offset`), with no leader epoch. For a follower whose fetch offset
-    /// is below the leader's log start, or above its log end. The caller
-    /// persists the new log start (the log-start checkpoint). Crash
+    /// is below the leader's log start, or above its log end. The new log
+    /// start reaches the shard's log-start checkpoint with the next
+    /// checkpoint (`LogManager`); until then recovery takes the first
+    /// segment's base, `offset`, as the log start anyway. Crash
     /// safety: the new segment file is created (and the directory
     /// fsynced) before the old ones are deleted, oldest first, so a crash
     /// leaves either the old log (or a suffix of its segments) followed by

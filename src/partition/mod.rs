@@ -396,7 +396,7 @@ impl Partition {
     /// Kafka's `truncateFullyAndStartAt` for the partition: the log emptied
     /// to start at `offset` (`PartitionLog::truncate_fully_and_start_at`),
     /// the producer state and aborted index emptied with it (recovery of an
-    /// empty log). The caller persists the new log start.
+    /// empty log).
     pub async fn truncate_fully_and_start_at(
         &self,
         offset: Offset,

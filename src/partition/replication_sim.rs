@@ -297,6 +297,8 @@ async fn same(leader: &Partition, follower: &Partition, when: &str) -> Result<()
 #[derive(Clone)]
 struct Carried {
     rng_state: Rng,
+    /// Batches the follower's truncation cut (its divergent ones).
+    cut_batches: usize,
     clients: Clients,
     leader: Option<State>,
     follower: Option<State>,
@@ -359,12 +361,14 @@ fn life(dir: &Path, carried: &Arc<Mutex<Result<Carried, String>>>, f: Body) {
     });
 }
 
-fn run_seed(seed: u64) -> Result<(), String> {
+/// Returns what the seed exercised, in one line.
+fn run_seed(seed: u64) -> Result<String, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut rng = Rng::new(seed);
     let fsync = rng.chance(50);
     let carried = Arc::new(Mutex::new(Ok(Carried {
         rng_state: rng,
+        cut_batches: 0,
         clients: Clients::default(),
         leader: None,
         follower: None,
@@ -420,6 +424,7 @@ fn run_seed(seed: u64) -> Result<(), String> {
             let latest = f.p.log.epoch_entries().last().map_or(-1, |e| e.0);
             let (_, end) = l.p.log.end_offset_for_epoch(latest);
             let target = end.min(f.p.log.log_end_offset().0);
+            let before = batches(&f.p.log, 0).await?.len();
             let cut =
                 f.p.truncate_to(Offset(target))
                     .await
@@ -434,6 +439,7 @@ fn run_seed(seed: u64) -> Result<(), String> {
             if ls.batches[..fs.batches.len()] != fs.batches[..] {
                 return Err("the truncated follower is not a prefix of the leader".into());
             }
+            c.cut_batches = before - fs.batches.len();
             if fs.producers.iter().any(|p| p.0 == 7 || p.0 == 17) {
                 return Err(format!("divergent producers survived: {:?}", fs.producers));
             }
@@ -467,7 +473,10 @@ fn run_seed(seed: u64) -> Result<(), String> {
             Ok(true)
         })
     });
-    carried.lock().unwrap().clone()?;
+    let c = carried.lock().unwrap().clone()?;
+    let leader = c
+        .leader
+        .unwrap_or_else(|| unreachable!("the last life ran"));
     let concat = |node: &str| -> Result<Vec<u8>, String> {
         let d = dir.path().join(node).join("repl-0");
         let mut logs: Vec<PathBuf> = std::fs::read_dir(&d)
@@ -485,7 +494,14 @@ fn run_seed(seed: u64) -> Result<(), String> {
     if concat("leader")? != concat("follower")? {
         return Err("the segment files differ".into());
     }
-    Ok(())
+    Ok(format!(
+        "fsync_acks {}, {} batches, {} producers, {} aborted transactions, {} divergent batches truncated",
+        c.fsync,
+        leader.batches.len(),
+        leader.producers.len(),
+        leader.aborted.len(),
+        c.cut_batches
+    ))
 }
 
 #[test]
@@ -505,8 +521,11 @@ fn a_follower_replicates_truncates_and_recovers_to_the_leaders_log() {
     };
     for seed in seeds {
         println!("replication simulation seed {seed}");
-        if let Err(e) = run_seed(seed) {
-            panic!("seed {seed} failed (rerun: FJORD_REPL_SEED={seed} cargo test --lib partition::replication_sim -- --nocapture): {e}");
+        match run_seed(seed) {
+            Ok(summary) => println!("seed {seed}: {summary}"),
+            Err(e) => panic!(
+                "seed {seed} failed (rerun: FJORD_REPL_SEED={seed} cargo test --lib partition::replication_sim -- --nocapture): {e}"
+            ),
         }
     }
 }
