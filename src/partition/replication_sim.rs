@@ -21,8 +21,13 @@
 //!    follower truncates as Kafka's does (the leader's end offset for the
 //!    follower's latest epoch, OffsetForLeaderEpoch), and must then hold a
 //!    prefix of the leader's log with the state that prefix implies.
+//!    In some seeds the life ends in a crash in the middle of that
+//!    truncation instead (it runs in a task of its own and the executor
+//!    ends after a random pause).
 //! 3. After a crash right after that truncation the follower recovers the
-//!    truncated log and state; it replicates and equals the leader again;
+//!    truncated log and state (after a crash in it, some prefix of its old
+//!    log, which asking the leader again truncates); it replicates and
+//!    equals the leader again;
 //!    more rounds; a clean stop; the two logs' segment bytes, concatenated
 //!    in offset order, are identical (segment boundaries may differ: a
 //!    follower rolls by its own size and time checks, as Kafka's does).
@@ -293,6 +298,15 @@ async fn same(leader: &Partition, follower: &Partition, when: &str) -> Result<()
     Ok(())
 }
 
+/// Where the follower's log leaves the leader's, as Kafka's follower
+/// learns it: the leader's end offset for the follower's latest epoch
+/// (OffsetForLeaderEpoch), or the follower's log end if that is lower.
+fn diverged_at(leader: &Partition, follower: &Partition) -> i64 {
+    let latest = follower.log.epoch_entries().last().map_or(-1, |e| e.0);
+    let (_, end) = leader.log.end_offset_for_epoch(latest);
+    end.min(follower.log.log_end_offset().0)
+}
+
 /// What one life hands the next.
 #[derive(Clone)]
 struct Carried {
@@ -302,6 +316,13 @@ struct Carried {
     clients: Clients,
     leader: Option<State>,
     follower: Option<State>,
+    /// The life ended in a crash in the middle of the follower's
+    /// truncation: what it recovers is not known exactly.
+    crashed_truncating: bool,
+    /// Some life did (for the seed's summary).
+    crashed_in_truncation: bool,
+    /// The follower's log before that truncation, and its target.
+    before_truncation: Option<(Vec<Vec<u8>>, i64)>,
     fsync: bool,
 }
 
@@ -336,6 +357,9 @@ fn life(dir: &Path, carried: &Arc<Mutex<Result<Carried, String>>>, f: Body) {
                     return Err("the leader did not recover its state".to_string());
                 }
             }
+            if c.crashed_truncating {
+                c.follower = None;
+            }
             if let Some(s) = &c.follower {
                 let got = state(&follower.p).await?;
                 if got != *s {
@@ -346,7 +370,9 @@ fn life(dir: &Path, carried: &Arc<Mutex<Result<Carried, String>>>, f: Body) {
             }
             let clean = f(&leader, &follower, &mut c).await?;
             c.leader = Some(state(&leader.p).await?);
-            c.follower = Some(state(&follower.p).await?);
+            if !c.crashed_truncating {
+                c.follower = Some(state(&follower.p).await?);
+            }
             if clean {
                 leader.p.maintain_producer_state(i64::MAX).await;
                 follower.p.maintain_producer_state(i64::MAX).await;
@@ -369,6 +395,9 @@ fn run_seed(seed: u64) -> Result<String, String> {
     let carried = Arc::new(Mutex::new(Ok(Carried {
         rng_state: rng,
         cut_batches: 0,
+        crashed_truncating: false,
+        crashed_in_truncation: false,
+        before_truncation: None,
         clients: Clients::default(),
         leader: None,
         follower: None,
@@ -420,11 +449,25 @@ fn run_seed(seed: u64) -> Result<String, String> {
                 )
                 .await?;
             }
-            // Kafka's follower: OffsetForLeaderEpoch for its latest epoch.
-            let latest = f.p.log.epoch_entries().last().map_or(-1, |e| e.0);
-            let (_, end) = l.p.log.end_offset_for_epoch(latest);
-            let target = end.min(f.p.log.log_end_offset().0);
+            let target = diverged_at(&l.p, &f.p);
             let before = batches(&f.p.log, 0).await?.len();
+            if rng.chance(40) {
+                // A crash somewhere inside the truncation: it runs in a
+                // task of its own, and the executor ends after a random
+                // pause (often before it ends, sometimes before it starts).
+                let old = state(&f.p).await?.batches;
+                c.before_truncation = Some((old, target));
+                let p = f.p.clone();
+                glommio::spawn_local(async move {
+                    let _ = p.truncate_to(Offset(target)).await;
+                })
+                .detach();
+                let pause = rng.below(3_000);
+                glommio::timer::sleep(std::time::Duration::from_micros(pause)).await;
+                c.crashed_truncating = true;
+                c.crashed_in_truncation = true;
+                return Ok(false);
+            }
             let cut =
                 f.p.truncate_to(Offset(target))
                     .await
@@ -446,11 +489,27 @@ fn run_seed(seed: u64) -> Result<String, String> {
             Ok(false)
         })
     });
-    // 3. After a crash right after the truncation: catch up, more rounds,
-    // a clean stop.
+    // 3. After a crash right after the truncation (or in it): the
+    // follower asks again where it diverged (nothing to cut if the
+    // truncation was done), catches up, more rounds, a clean stop.
     life(dir.path(), &carried, |l, f, c| {
         Box::pin(async move {
             let rng = &mut c.rng_state;
+            c.crashed_truncating = false;
+            if let Some((old, target)) = c.before_truncation.take() {
+                // What a crash in a truncation leaves: a prefix of the
+                // old log at least as long as the target.
+                let got = state(&f.p).await?;
+                if old.get(..got.batches.len()) != Some(&got.batches[..]) || got.log_end < target {
+                    return Err(format!(
+                        "after a crash in a truncation to {target}: {got:?}"
+                    ));
+                }
+            }
+            let target = diverged_at(&l.p, &f.p);
+            f.p.truncate_to(Offset(target))
+                .await
+                .map_err(|e| format!("truncate again: {e}"))?;
             replicate(&l.p, &f.p, c.fsync).await?;
             same(&l.p, &f.p, "after the truncation").await?;
             for _ in 0..30 {
@@ -495,12 +554,16 @@ fn run_seed(seed: u64) -> Result<String, String> {
         return Err("the segment files differ".into());
     }
     Ok(format!(
-        "fsync_acks {}, {} batches, {} producers, {} aborted transactions, {} divergent batches truncated",
+        "fsync_acks {}, {} batches, {} producers, {} aborted transactions, {}",
         c.fsync,
         leader.batches.len(),
         leader.producers.len(),
         leader.aborted.len(),
-        c.cut_batches
+        if c.crashed_in_truncation {
+            "a crash in the follower's truncation".to_string()
+        } else {
+            format!("{} divergent batches truncated", c.cut_batches)
+        }
     ))
 }
 
