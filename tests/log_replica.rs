@@ -105,8 +105,8 @@ fn a_replica_holds_the_leaders_bytes_at_the_leaders_offsets() {
             let batches = read_batches(&leader, 0).await;
             for b in batches {
                 let (base, epoch) = (header(&b).base_offset, header(&b).partition_leader_epoch);
-                let cap = b.capacity();
-                let info = follower.append_replica(b, cap).unwrap();
+                let cap = b.len();
+                let info = follower.append_replica(b.freeze(), cap).unwrap();
                 assert_eq!(info.base_offset.0, base);
                 assert_eq!(follower.epoch_for_offset(Offset(base)), epoch);
             }
@@ -160,8 +160,8 @@ fn a_replica_append_refuses_what_does_not_continue_the_log() {
             b
         };
         let replica = |b: BytesMut| {
-            let cap = b.capacity();
-            log.append_replica(b, cap)
+            let cap = b.len();
+            log.append_replica(b.freeze(), cap)
         };
         replica(leader_batch(0, 2, 3)).unwrap();
         assert_eq!(log.epoch_entries(), vec![(2, 0)]);
@@ -444,8 +444,8 @@ fn truncating_fully_restarts_the_log_at_an_offset() {
         let mut b = sized_batch(2, 10, 1);
         set_base_offset(&mut b, 500);
         set_partition_leader_epoch(&mut b, 9);
-        let cap = b.capacity();
-        let info = log.append_replica(b, cap).unwrap();
+        let cap = b.len();
+        let info = log.append_replica(b.freeze(), cap).unwrap();
         log.wait_written(info.last_offset).await.unwrap();
         assert_eq!(log.epoch_entries(), vec![(9, 500)]);
         m.shutdown().await.unwrap();

@@ -34,7 +34,7 @@
 //!
 //! Owned by one shard and shared by all its logs through `Rc`; !Send.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
@@ -63,13 +63,13 @@ impl CachedBatch {
     pub fn new(
         base_offset: i64,
         last_offset: i64,
-        batch: BytesMut,
+        batch: Bytes,
         allocation_bytes: usize,
     ) -> CachedBatch {
         let len = batch.len();
         let (bytes, pinned) = if len.saturating_mul(SHARED_ALLOCATION_RATIO_MAX) >= allocation_bytes
         {
-            (batch.freeze(), allocation_bytes.max(len))
+            (batch, allocation_bytes.max(len))
         } else {
             (Bytes::copy_from_slice(&batch), len)
         };
@@ -152,9 +152,10 @@ impl TailCache {
         log: u64,
         base_offset: i64,
         last_offset: i64,
-        batch: BytesMut,
+        batch: impl Into<Bytes>,
         allocation_bytes: usize,
     ) {
+        let batch: Bytes = batch.into();
         let mut inner = self.inner.borrow_mut();
         if batch.len() > self.capacity_bytes {
             // A batch larger than the whole cache would only evict everything;
@@ -279,6 +280,7 @@ impl TailCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
 
     /// Caches an `n`-byte batch of its own at `base` of `log`.
     fn ins(c: &TailCache, log: u64, base: i64, n: usize) {

@@ -69,7 +69,7 @@ use crate::record::batch::BatchHeader;
 use crate::types::{
     HighWatermark, LastStableOffset, LogEndOffset, LogStartOffset, Offset, TopicPartition,
 };
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -307,7 +307,7 @@ impl PartitionLog {
         let epoch = self.leader_epoch.get();
         self.start_epoch(epoch, base)?;
         let h = appender::prepare_batch(&mut batch, base, epoch)?;
-        Ok(self.stage_appended(batch, &h, allocation_bytes))
+        Ok(self.stage_appended(batch.freeze(), &h, allocation_bytes))
     }
 
     /// Appends refused: closed, failed, writer out of file descriptors
@@ -327,7 +327,7 @@ impl PartitionLog {
     /// leader appends and replica appends (`replica`).
     pub(super) fn stage_appended(
         &self,
-        batch: BytesMut,
+        batch: Bytes,
         h: &BatchHeader,
         allocation_bytes: usize,
     ) -> AppendInfo {

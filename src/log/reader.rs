@@ -34,7 +34,7 @@ use super::{CatchUpReads, LogError, ReadResult};
 use crate::record::batch::BatchHeader;
 use crate::record::{FileRange, RecordsChunk};
 use crate::types::{LogEndOffset, LogStartOffset, Offset};
-use bytes::BytesMut;
+use bytes::Bytes;
 use glommio::io::DmaFile;
 use std::rc::Rc;
 
@@ -53,7 +53,7 @@ impl TailSlot {
 
     /// Caches appended batch `batch` (offsets `base..=last`), a slice of an
     /// allocation of `allocation_bytes` (`cache`).
-    pub(super) fn insert(&self, base: i64, last: i64, batch: BytesMut, allocation_bytes: usize) {
+    pub(super) fn insert(&self, base: i64, last: i64, batch: Bytes, allocation_bytes: usize) {
         self.cache
             .insert(self.id, base, last, batch, allocation_bytes);
     }

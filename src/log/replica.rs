@@ -49,15 +49,17 @@ use super::watch::OffsetWatch;
 use super::{AppendInfo, LogError};
 use crate::record::batch;
 use crate::types::{HighWatermark, Offset};
-use bytes::BytesMut;
+use bytes::Bytes;
 use std::rc::Rc;
 
 impl PartitionLog {
     /// Appends ONE batch as the leader wrote it, at its own offsets; see the
-    /// module doc. `allocation_bytes` as in [`Self::append_from`].
+    /// module doc. `batch` is typically a slice of a fetch answer's frame
+    /// (`allocation_bytes` long, as in [`Self::append_from`]): the tail
+    /// cache keeps that slice without a copy when it is most of the frame.
     pub fn append_replica(
         &self,
-        batch: BytesMut,
+        batch: Bytes,
         allocation_bytes: usize,
     ) -> Result<AppendInfo, LogError> {
         self.check_appendable()?;

@@ -352,7 +352,7 @@ impl Partition {
     /// batches of a fetch answer in order.
     pub fn append_replica(
         &self,
-        batch: BytesMut,
+        batch: bytes::Bytes,
         allocation_bytes: usize,
     ) -> Result<AppendInfo, AppendError> {
         let header = BatchHeader::parse(&batch).map_err(LogError::InvalidBatch)?;

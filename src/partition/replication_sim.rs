@@ -262,9 +262,9 @@ async fn replicate(leader: &Partition, follower: &Partition, fsync: bool) -> Res
     let from = follower.log.log_end_offset().0;
     let mut last = None;
     for b in batches(&leader.log, from).await? {
-        let cap = b.capacity();
+        let cap = b.len();
         let info = follower
-            .append_replica(b, cap)
+            .append_replica(b.freeze(), cap)
             .map_err(|e| format!("replica append at {from}: {e}"))?;
         last = Some(info.last_offset);
     }
