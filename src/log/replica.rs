@@ -29,7 +29,11 @@
 //!   checkpoint) and every later leader append stamps E. An E not above the
 //!   latest epoch is refused. A leader append in a log whose cache holds a
 //!   newer epoch than the one it stamps (the log followed a newer leader
-//!   since) is refused (`StaleLeaderEpoch`).
+//!   since) is refused (`StaleLeaderEpoch`). An epoch that holds no batch
+//!   yet (it starts at the log end) does not survive a restart: recovery
+//!   drops epochs starting at or past the log end, as Kafka's does, and the
+//!   log then stamps its configured epoch or the newest it holds, whichever
+//!   is newer; whoever makes the node leader again calls `become_leader`.
 //! - **High watermark from outside** ([`PartitionLog::set_high_watermark`]):
 //!   the first call switches the log to replicated mode for as long as it
 //!   is open: the HW is then `min(bound, acked)`, `bound` being the highest
@@ -109,7 +113,9 @@ impl PartitionLog {
     /// Makes `epoch` the newest of the epoch cache, starting at `start`, if
     /// it is not already: written to `leader-epoch-checkpoint` first (the
     /// cache changes only once the file did). An epoch older than the
-    /// newest is refused.
+    /// newest is refused. The write (a small file, its fsync and the
+    /// directory's) runs on the shard, as appends are synchronous: once
+    /// per leader change, not per batch.
     pub(super) fn start_epoch(&self, epoch: i32, start: i64) -> Result<(), LogError> {
         let latest = self.epochs.borrow().latest_epoch();
         if epoch < 0 {

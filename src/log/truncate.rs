@@ -20,10 +20,12 @@
 //! 2. whole segments after the one holding the cut are deleted, newest
 //!    first, and the directory fsynced;
 //! 3. the segment holding the cut is truncated at the batch's position and
-//!    fsynced; its indexes are rebuilt by a recovery scan of what is kept
-//!    (it re-reads that segment up to the cut: a truncation happens at a
-//!    leader change, rarely), and it becomes the active segment, opened as
-//!    recovery opens the last segment;
+//!    fsynced (these deletes, the cut and the fsyncs run on the blocking
+//!    thread); its indexes are rebuilt by a recovery scan of what is kept,
+//!    on the shard (it re-reads that segment up to the cut, up to
+//!    `segment.bytes`: a truncation happens at a leader change, rarely;
+//!    cutting the in-memory indexes instead is not built), and it becomes
+//!    the active segment, opened as recovery opens the last segment;
 //! 4. the leader-epoch cache drops the epochs that start at or after the
 //!    new end (`truncate_from_end`) and its checkpoint is rewritten;
 //! 5. in memory: log end, `written`, `durable`, the HW bound of a
@@ -247,21 +249,28 @@ impl PartitionLog {
                 .collect();
             (seg.clone(), later)
         };
-        let pos = cut_position(&seg, target)?;
+        let (pos, cut_base) = cut_position(&seg, target)?;
+        self.lower_visible(cut_base, cut_base);
         for base in later.iter().rev() {
             self.segments.borrow_mut().remove(base);
-            remove_segment_files(&self.dir, *base);
         }
-        {
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&seg.log_path)?;
-            f.set_len(pos)?;
-            f.sync_all()?;
-        }
-        if !later.is_empty() {
-            super::sync_dir(&self.dir)?;
-        }
+        // The deletes, the cut and their fsyncs off the reactor, in the
+        // order of the module doc.
+        let (dir, log_path) = (self.dir.clone(), seg.log_path.clone());
+        glommio::executor()
+            .spawn_blocking(move || -> std::io::Result<()> {
+                for base in later.iter().rev() {
+                    remove_segment_files(&dir, *base);
+                }
+                let f = std::fs::OpenOptions::new().write(true).open(&log_path)?;
+                f.set_len(pos)?;
+                f.sync_all()?;
+                if !later.is_empty() {
+                    super::sync_dir(&dir)?;
+                }
+                Ok(())
+            })
+            .await?;
         let fresh = Rc::new(Segment::new(&self.dir, seg.base_offset, seg.created_ms));
         let cfg = self.config.borrow().clone();
         let out = fresh.recover_scan(seg.base_offset, cfg.index_interval_bytes)?;
@@ -291,28 +300,51 @@ impl PartitionLog {
             .insert(fresh.base_offset, fresh.clone());
         *self.appender.borrow_mut() = Appender::new(writer);
         self.syncer.truncate_to(new_end, sync_files);
-        {
-            let mut epochs = self.epochs.borrow().clone();
-            if epochs.truncate_from_end(new_end) {
-                epochs.write(&self.dir)?;
-                *self.epochs.borrow_mut() = epochs;
-            }
-        }
-        self.log_end.set(new_end);
-        if self.log_start.get() > new_end {
-            self.log_start.set(new_end);
-        }
+        let mut epochs = self.epochs.borrow().clone();
+        let epochs_cut = epochs.truncate_from_end(new_end);
+        *self.epochs.borrow_mut() = epochs.clone();
+        self.lower_visible(new_end, cut_from);
         self.max_ts.set(max_timestamp(&self.segments.borrow()));
-        self.tail.remove_from(new_end);
-        self.truncations.record(cut_from);
-        self.written.lower_to(new_end);
-        self.durable.lower_to(new_end);
-        if let Some(bound) = &*self.hw_bound.borrow() {
-            bound.lower_to(new_end);
+        if epochs_cut {
+            self.write_epochs(epochs).await?;
         }
-        self.changes.notify();
         tracing::info!(partition = %self.tp, log_end = new_end, "log truncated");
         Ok(LogEndOffset(new_end))
+    }
+
+    /// Lowers what readers and waiters see to `end`, before the files are
+    /// touched (so no fetch bounded by the HW reads what is being cut) and
+    /// again once the log is reopened: log end, `written`, `durable`, the
+    /// HW bound, the tail cache; waiters of offsets at or past `cut_from`
+    /// end with `Truncated`.
+    fn lower_visible(&self, end: i64, cut_from: i64) {
+        if end < self.log_end.get() {
+            self.log_end.set(end);
+        }
+        if self.log_start.get() > end {
+            self.log_start.set(end);
+        }
+        self.tail.remove_from(end);
+        self.truncations.record(cut_from);
+        self.written.lower_to(end);
+        self.durable.lower_to(end);
+        if let Some(bound) = &*self.hw_bound.borrow() {
+            bound.lower_to(end);
+        }
+        self.changes.notify();
+    }
+
+    /// Writes `epochs` (already the log's cache: the data it describes is
+    /// cut) to `leader-epoch-checkpoint`, on the blocking thread.
+    async fn write_epochs(
+        &self,
+        epochs: super::leader_epoch::LeaderEpochCache,
+    ) -> Result<(), LogError> {
+        let dir = self.dir.clone();
+        glommio::executor()
+            .spawn_blocking(move || epochs.write(&dir))
+            .await?;
+        Ok(())
     }
 
     /// `truncate_fully_and_start_at` once appends are refused.
@@ -326,6 +358,8 @@ impl PartitionLog {
     }
 
     async fn replace_all(&self, offset: i64) -> Result<LogEndOffset, LogError> {
+        // Nothing of the old log is readable from here on.
+        self.lower_visible(self.log_start.get().min(offset), i64::MIN);
         let old: Vec<i64> = self.segments.borrow().keys().copied().collect();
         let fresh = Rc::new(Segment::new(&self.dir, offset, super::now_ms()));
         if old.contains(&offset) {
@@ -350,9 +384,8 @@ impl PartitionLog {
         }
         super::sync_dir(&self.dir)?;
         // Every epoch goes: the log holds no batch (Kafka's `clearAndFlush`).
-        let epochs = super::leader_epoch::LeaderEpochCache::default();
-        epochs.write(&self.dir)?;
-        *self.epochs.borrow_mut() = epochs;
+        *self.epochs.borrow_mut() = Default::default();
+        self.write_epochs(Default::default()).await?;
         self.segments.borrow_mut().clear();
         self.tail.remove();
         // The tail cache slot is reused: removing the log's entries keeps it
@@ -363,6 +396,7 @@ impl PartitionLog {
         // `reopen_active` lowers the offsets; here they may rise too.
         // Every old offset is gone: no waiter of one may succeed.
         let r = self.reopen_active(fresh, &cfg, i64::MIN).await?;
+        self.log_end.set(offset);
         self.written.advance(offset);
         self.durable.advance(offset);
         if let Some(bound) = &*self.hw_bound.borrow() {
@@ -374,8 +408,11 @@ impl PartitionLog {
 }
 
 /// The file position in `seg` of the first batch with an offset at or
-/// past `target` (its size when there is none): where the segment is cut.
-fn cut_position(seg: &Segment, target: i64) -> Result<u64, LogError> {
+/// past `target` (its size when there is none): where the segment is cut;
+/// and that batch's base offset (the segment's next offset when there is
+/// none), at or above the end of what is kept (equal unless a compaction
+/// left a gap before it).
+fn cut_position(seg: &Segment, target: i64) -> Result<(u64, i64), LogError> {
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::open(&seg.log_path)?;
     let size = seg.size.get();
@@ -385,9 +422,9 @@ fn cut_position(seg: &Segment, target: i64) -> Result<u64, LogError> {
         file.read_exact_at(&mut header, pos)?;
         let h = BatchHeader::parse(&header).map_err(LogError::InvalidBatch)?;
         if h.last_offset() >= target {
-            return Ok(pos);
+            return Ok((pos, h.base_offset));
         }
         pos += h.total_size() as u64;
     }
-    Ok(pos.min(size))
+    Ok((pos.min(size), seg.next_offset.get()))
 }
