@@ -318,6 +318,16 @@ fn truncation_case(cfg: LogConfig) {
         assert_eq!(log.epoch_entries(), vec![(0, 0), (2, epoch2_start)]);
         let on_disk = std::fs::read_to_string(data.join("r-0/leader-epoch-checkpoint")).unwrap();
         assert_eq!(on_disk, format!("0\n2\n0 0\n2 {epoch2_start}\n"));
+        // The shard's recovery point was checkpointed at or below the cut.
+        let rp = std::fs::read_to_string(data.join("recovery-point-offset-checkpoint.shard-0"))
+            .unwrap();
+        let rp: i64 = rp
+            .lines()
+            .find_map(|l| l.strip_prefix("r 0 "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(rp <= end.0, "recovery point {rp} past the new end {end:?}");
         let kept: Vec<BytesMut> = before
             .iter()
             .filter(|b| header(b).base_offset < end.0)

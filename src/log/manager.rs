@@ -78,6 +78,8 @@ pub struct LogManager {
     segments_scanned: Cell<u64>,
     /// Held while checkpoint files are written (see the module doc).
     checkpoint_lock: Semaphore,
+    /// Given to each log, which checkpoints through it after a truncation.
+    self_weak: std::rc::Weak<LogManager>,
 }
 
 impl LogManager {
@@ -92,7 +94,8 @@ impl LogManager {
     pub fn new_for_shard(data_dir: PathBuf, cache: Rc<TailCache>, shard: usize) -> Rc<LogManager> {
         let recovery_points = checkpoint::read_all(&data_dir, RECOVERY_POINT_CHECKPOINT);
         let log_starts = checkpoint::read_all(&data_dir, LOG_START_CHECKPOINT);
-        Rc::new(LogManager {
+        Rc::new_cyclic(|self_weak| LogManager {
+            self_weak: self_weak.clone(),
             data_dir,
             shard,
             cache,
@@ -215,6 +218,7 @@ impl LogManager {
         self.segments_scanned
             .set(self.segments_scanned.get() + u64::from(log.segments_scanned()));
         self.logs.borrow_mut().insert(tp.clone(), log.clone());
+        *log.checkpointer.borrow_mut() = Some(self.self_weak.clone());
         self.checkpoint_if_stale(tp).await?;
         Ok(log)
     }

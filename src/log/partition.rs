@@ -128,6 +128,9 @@ pub struct PartitionLog {
     /// The recent truncations, so that a waiter for an offset they cut
     /// away is not told it is written or durable (`truncate`).
     pub(super) truncations: super::truncate::Truncations,
+    /// The manager that opened the log: a truncation rewrites the shard's
+    /// checkpoints through it before it returns (`truncate`).
+    pub(super) checkpointer: RefCell<Option<Weak<super::LogManager>>>,
     pub(super) self_weak: Weak<PartitionLog>,
 }
 

@@ -115,6 +115,7 @@ pub(super) async fn open(
         hw_bound: RefCell::new(None),
         truncating: Cell::new(false),
         truncations: Default::default(),
+        checkpointer: RefCell::new(None),
         self_weak: w.clone(),
     }))
 }

@@ -35,7 +35,13 @@
 //!    offset the truncation cut away (an `acks` wait of a batch that was
 //!    appended, or a sync it asked for) ends with `LogError::Truncated`,
 //!    never with success, even once new batches fill that offset again
-//!    (`Truncations`).
+//!    (`Truncations`);
+//! 6. the shard's recovery-point and log-start checkpoints are rewritten
+//!    (through the `LogManager` that opened the log) before appends
+//!    resume: the recovery point on disk may lie past the new end, and a
+//!    segment below it that takes new batches would be trusted without a
+//!    scan after a power loss (Kafka's `LogManager.truncateTo` checkpoints
+//!    for the same reason).
 //!
 //! A fetch that read before the truncation may still answer with batches
 //! it cut (a read is not stopped halfway); a fetch bounded by the HW, which
@@ -167,8 +173,31 @@ impl PartitionLog {
         }
         self.truncating.set(true);
         let r = self.truncate_tail(offset.0).await;
+        let r = self.checkpoint_after(r).await;
         self.truncating.set(false);
         r
+    }
+
+    /// After a truncation that succeeded: the shard's checkpoints are
+    /// rewritten before appends resume (Kafka's `LogManager.truncateTo`
+    /// checkpoints too). The recovery point on disk may lie past the new
+    /// log end; new batches written below it before the next periodic
+    /// checkpoint would count as trusted (synced) at a recovery after a
+    /// power loss, which they need not be.
+    async fn checkpoint_after(
+        &self,
+        r: Result<LogEndOffset, LogError>,
+    ) -> Result<LogEndOffset, LogError> {
+        let end = r?;
+        let manager = self
+            .checkpointer
+            .borrow()
+            .as_ref()
+            .and_then(std::rc::Weak::upgrade);
+        if let Some(m) = manager {
+            m.checkpoint().await?;
+        }
+        Ok(end)
     }
 
     /// Kafka's `truncateFullyAndStartAt`: every segment is deleted and the
@@ -199,6 +228,7 @@ impl PartitionLog {
         }
         self.truncating.set(true);
         let r = self.restart_at(offset.0).await;
+        let r = self.checkpoint_after(r).await;
         self.truncating.set(false);
         r
     }
