@@ -319,8 +319,8 @@ fn truncation_case(cfg: LogConfig) {
         let on_disk = std::fs::read_to_string(data.join("r-0/leader-epoch-checkpoint")).unwrap();
         assert_eq!(on_disk, format!("0\n2\n0 0\n2 {epoch2_start}\n"));
         // The shard's recovery point was checkpointed at or below the cut.
-        let rp = std::fs::read_to_string(data.join("recovery-point-offset-checkpoint.shard-0"))
-            .unwrap();
+        let rp =
+            std::fs::read_to_string(data.join("recovery-point-offset-checkpoint.shard-0")).unwrap();
         let rp: i64 = rp
             .lines()
             .find_map(|l| l.strip_prefix("r 0 "))
