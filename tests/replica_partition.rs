@@ -355,3 +355,47 @@ fn a_diverged_follower_partition_truncates_and_matches_the_leader() {
         );
     });
 }
+
+/// The leader deleted records the empty follower partition still needs:
+/// the fetcher restarts it at the leader's log start
+/// (`Partition::truncate_fully_and_start_at`) and it copies the rest.
+#[test]
+fn a_follower_partition_below_the_leaders_log_start_starts_again_there() {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::DeleteRecordsRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    on_executor(data.clone(), move || async move {
+        let broker = Broker::start(BrokerOpts::default().cores(1));
+        let topic = "replica-partition-log-start";
+        let tp = TopicPartition::new(topic, 0);
+        create_topic(&broker.bootstrap(), topic, 1, &[]);
+        produce_plain(&broker, topic, 5);
+        let mut raw = RawClient::connect(broker.port_of(0));
+        let resp = raw.request(
+            2,
+            &DeleteRecordsRequest::default()
+                .with_topics(vec![DeleteRecordsTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                    .with_partitions(vec![DeleteRecordsPartition::default()
+                        .with_partition_index(0)
+                        .with_offset(3)])])
+                .with_timeout_ms(10_000),
+        );
+        assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+        let stored = common::disk::batches(&broker.first_segment(topic, 0));
+        let rest: Vec<u8> = stored[3..].iter().flat_map(|b| b.bytes.clone()).collect();
+
+        let f = follower(data.clone(), &tp).await;
+        let fetcher = fetcher(&broker, topic, &f);
+        let task = glommio::spawn_local(fetcher.clone().run());
+        holds(&f.p, &rest).await;
+        assert_eq!(f.p.log.log_start_offset().0, 3);
+        assert_eq!(f.p.log.segment_base_offsets(), vec![3]);
+        assert_eq!(fetcher.stats().restarts, 1);
+        fetcher.stop();
+        task.await;
+    });
+}
