@@ -383,6 +383,10 @@ impl Partition {
     pub async fn truncate_to(&self, offset: Offset) -> Result<LogEndOffset, LogError> {
         self.truncating.set(true);
         let r = async {
+            let before = self.log.log_end_offset();
+            if offset.0 >= before.0 {
+                return Ok(before); // nothing to cut
+            }
             self.settle_state_files().await;
             let end = self.log.truncate_to(offset).await?;
             self.rebuild_state().await?;
