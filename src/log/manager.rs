@@ -25,7 +25,9 @@
 //! otherwise spend serving no request), one checkpoint at a time
 //! (`checkpoint_lock`): two writes of one file share its temporary name, and
 //! an older checkpoint must never replace a newer one (a log start moved by
-//! DeleteRecords would move back).
+//! DeleteRecords would move back). Besides the loop's, a log that was
+//! truncated (`PartitionLog::truncate_to`, a follower) checkpoints through
+//! its manager before appends resume (`log::truncate` says why).
 
 use super::checkpoint::{self, LOG_START_CHECKPOINT, RECOVERY_POINT_CHECKPOINT};
 use super::iobuf::IoArena;

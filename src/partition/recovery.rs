@@ -8,6 +8,12 @@
 //! starts past their markers and a replay from there would not find them
 //! again.
 //!
+//! The same code serves a follower: `Partition::append_replica` records each
+//! batch of the leader's with the replay's step (`record_replayed`), and
+//! `Partition::truncate_to` rebuilds the state of the kept prefix with
+//! `recover` (snapshots past the new log end are deleted by the load,
+//! `.txnindex` entries past it dropped).
+//!
 //! A damaged snapshot is skipped for an older one or the log start. A
 //! replay that fails (the log cannot be read) is an error: a partial table
 //! would forget producers (their retried batches appended twice) and open
