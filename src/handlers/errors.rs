@@ -52,6 +52,12 @@ pub fn log(e: &LogError) -> i16 {
     match e {
         LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange.code(),
         LogError::Unavailable(_) => ResponseError::KafkaStorageError.code(),
+        // A leader change under way (a replica truncating, or a follower's
+        // log that a newer leader epoch reached): the client retries
+        // after a metadata refresh.
+        LogError::Truncating | LogError::Truncated { .. } | LogError::StaleLeaderEpoch { .. } => {
+            ResponseError::NotLeaderOrFollower.code()
+        }
         _ => ResponseError::KafkaStorageError.code(),
     }
 }

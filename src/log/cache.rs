@@ -34,7 +34,7 @@
 //!
 //! Owned by one shard and shared by all its logs through `Rc`; !Send.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
@@ -63,13 +63,13 @@ impl CachedBatch {
     pub fn new(
         base_offset: i64,
         last_offset: i64,
-        batch: BytesMut,
+        batch: Bytes,
         allocation_bytes: usize,
     ) -> CachedBatch {
         let len = batch.len();
         let (bytes, pinned) = if len.saturating_mul(SHARED_ALLOCATION_RATIO_MAX) >= allocation_bytes
         {
-            (batch.freeze(), allocation_bytes.max(len))
+            (batch, allocation_bytes.max(len))
         } else {
             (Bytes::copy_from_slice(&batch), len)
         };
@@ -152,9 +152,10 @@ impl TailCache {
         log: u64,
         base_offset: i64,
         last_offset: i64,
-        batch: BytesMut,
+        batch: impl Into<Bytes>,
         allocation_bytes: usize,
     ) {
+        let batch: Bytes = batch.into();
         let mut inner = self.inner.borrow_mut();
         if batch.len() > self.capacity_bytes {
             // A batch larger than the whole cache would only evict everything;
@@ -224,6 +225,28 @@ impl TailCache {
         }
     }
 
+    /// Drops the cached batches of `log` that end at or after `offset`
+    /// (the log was truncated to end there: a fetch must not see them).
+    /// Their FIFO entries stay until they reach the front, as a removed
+    /// log's do; one that names the base offset of a batch appended again
+    /// later can only evict that batch early (a read then goes to the file).
+    pub(crate) fn remove_from(&self, log: u64, offset: i64) {
+        let mut inner = self.inner.borrow_mut();
+        let Some(q) = inner.logs.get_mut(&log) else {
+            return;
+        };
+        let mut dropped = Vec::new();
+        while q.back().is_some_and(|b| b.last_offset >= offset) {
+            dropped.extend(q.pop_back());
+        }
+        if q.is_empty() {
+            inner.logs.remove(&log);
+        }
+        for b in &dropped {
+            inner.forget(b);
+        }
+    }
+
     pub(crate) fn read(
         &self,
         log: u64,
@@ -257,6 +280,7 @@ impl TailCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
 
     /// Caches an `n`-byte batch of its own at `base` of `log`.
     fn ins(c: &TailCache, log: u64, base: i64, n: usize) {

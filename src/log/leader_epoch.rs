@@ -18,11 +18,17 @@
 //! Invariants: epochs and start offsets both strictly increase along the
 //! entries; every start offset lies within [log start, log end] of the log
 //! at the time it was written. The entries change when a new epoch starts
-//! ([`LeaderEpochCache::assign`], written at once), when recovery truncates
-//! the log's tail ([`LeaderEpochCache::truncate_from_end`]) and when the log
-//! start moves ([`LeaderEpochCache::truncate_from_start`]). Recovery (at
-//! every open) loads the file, applies the recovered log end and the
-//! checkpointed log start, assigns this node's epoch at the log end, and
+//! ([`LeaderEpochCache::assign`], written at once: at open, when the node
+//! becomes leader at run time, when a replica append carries a newer epoch
+//! — the file is written before the batch is staged, `log::replica`),
+//! when recovery or a follower's truncation cuts the log's tail
+//! ([`LeaderEpochCache::truncate_from_end`], written after the data is
+//! cut, `log::truncate`) and when the log start moves
+//! ([`LeaderEpochCache::truncate_from_start`]). So a crash can leave only
+//! epochs that start at or past the recovered log end, never a batch whose
+//! epoch the file does not name. Recovery (at every open) loads the file,
+//! applies the recovered log end and the checkpointed log start, assigns
+//! this node's epoch at the log end unless the log holds a newer one, and
 //! rewrites the file atomically (temporary file, fsync, rename, directory
 //! fsync) if that changed anything. A log start moved by retention or
 //! DeleteRecords is applied in memory at once and reaches the file at the

@@ -25,7 +25,9 @@
 //! otherwise spend serving no request), one checkpoint at a time
 //! (`checkpoint_lock`): two writes of one file share its temporary name, and
 //! an older checkpoint must never replace a newer one (a log start moved by
-//! DeleteRecords would move back).
+//! DeleteRecords would move back). Besides the loop's, a log that was
+//! truncated (`PartitionLog::truncate_to`, a follower) checkpoints through
+//! its manager before appends resume (`log::truncate` says why).
 
 use super::checkpoint::{self, LOG_START_CHECKPOINT, RECOVERY_POINT_CHECKPOINT};
 use super::iobuf::IoArena;
@@ -78,6 +80,8 @@ pub struct LogManager {
     segments_scanned: Cell<u64>,
     /// Held while checkpoint files are written (see the module doc).
     checkpoint_lock: Semaphore,
+    /// Given to each log, which checkpoints through it after a truncation.
+    self_weak: std::rc::Weak<LogManager>,
 }
 
 impl LogManager {
@@ -92,7 +96,8 @@ impl LogManager {
     pub fn new_for_shard(data_dir: PathBuf, cache: Rc<TailCache>, shard: usize) -> Rc<LogManager> {
         let recovery_points = checkpoint::read_all(&data_dir, RECOVERY_POINT_CHECKPOINT);
         let log_starts = checkpoint::read_all(&data_dir, LOG_START_CHECKPOINT);
-        Rc::new(LogManager {
+        Rc::new_cyclic(|self_weak| LogManager {
+            self_weak: self_weak.clone(),
             data_dir,
             shard,
             cache,
@@ -215,6 +220,7 @@ impl LogManager {
         self.segments_scanned
             .set(self.segments_scanned.get() + u64::from(log.segments_scanned()));
         self.logs.borrow_mut().insert(tp.clone(), log.clone());
+        *log.checkpointer.borrow_mut() = Some(self.self_weak.clone());
         self.checkpoint_if_stale(tp).await?;
         Ok(log)
     }

@@ -11,7 +11,10 @@
 //! `written ≤ log end` (bytes handed to the device or the page cache,
 //! survive kill -9) and `durable ≤ written` (covered by fdatasync). The HW is `written`, or
 //! `durable` under `--fsync-acks`, so consumers never see data a crash could
-//! take back. The last stable offset equals the HW until transactions land.
+//! take back; a replicated partition's log bounds it further by the HW set
+//! from outside (the ISR's, or the leader's for a follower: `replica`).
+//! A follower appends the leader's batches unchanged (`replica`) and
+//! truncates a diverged tail (`truncate`). The last stable offset equals the HW until transactions land.
 //!
 //! Durability corners (details in `writer`, `syncer`, `partition_meta` and
 //! `checkpoint`): a log that fdatasyncs fsyncs the partition directory
@@ -48,10 +51,12 @@ pub mod partition_meta;
 mod reader;
 pub mod records;
 mod recovery;
+mod replica;
 mod retention;
 pub(crate) mod segment;
 pub mod storage;
 mod syncer;
+mod truncate;
 pub(crate) mod watch;
 mod write_step;
 mod writer;
@@ -157,8 +162,10 @@ pub struct LogConfig {
     pub catch_up_reads: CatchUpReads,
     /// The leader epoch this node leads the partition in (the broker's
     /// current one, `types::FIRST_LEADER_EPOCH`): recovery starts it at the
-    /// log end and every append stamps it. Read at open only; a later
-    /// `set_config` cannot change the epoch of an open log.
+    /// log end and every append stamps it, unless the log holds a newer
+    /// epoch (a replica that followed a newer leader), which is then kept
+    /// and stamped. Read at open only; a later `set_config` cannot change
+    /// the epoch of an open log: `PartitionLog::become_leader` does.
     pub leader_epoch: i32,
 }
 
@@ -239,6 +246,22 @@ pub enum LogError {
     Unavailable(String),
     #[error("log is closed")]
     Closed,
+    /// A replica append (`PartitionLog::append_replica`) of a batch whose
+    /// base offset lies below the log end: it would overwrite or overlap
+    /// what the log holds. Nothing was written.
+    #[error("replica batch at offset {base} is below the log end {log_end}")]
+    OffsetBelowLogEnd { base: i64, log_end: i64 },
+    /// A batch or a new leadership in a leader epoch older than the
+    /// newest the log holds (`latest`); nothing was written.
+    #[error("leader epoch {epoch} is older than the log's latest epoch {latest}")]
+    StaleLeaderEpoch { epoch: i32, latest: i32 },
+    /// The offset waited for was truncated away (`PartitionLog::truncate_to`)
+    /// before it was written or synced: it must not be acknowledged.
+    #[error("offset {offset} was truncated from the log (log end now {log_end})")]
+    Truncated { offset: i64, log_end: i64 },
+    /// A truncation of the log runs; appends are refused until it ends.
+    #[error("the log is being truncated")]
+    Truncating,
 }
 
 impl LogError {

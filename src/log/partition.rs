@@ -27,13 +27,20 @@
 //!   deleted segments leave for later rolls.
 //! - `recovery`: open (the recovery scan, the active segment's partial
 //!   page) and close.
+//! - `replica`: what a replicated partition adds: appends of the leader's
+//!   batches unchanged at the leader's offsets, leader epochs started at
+//!   run time (`become_leader`), the HW set from outside.
+//! - `truncate`: truncation of the tail (a follower whose log diverged),
+//!   and `truncate_fully_and_start_at`; the crash-safety argument.
 //!
 //! Offsets: log start ≤ `written` ≤ log end, and `durable` ≤ `written`;
 //! the HW is `written`, or `durable` under `--fsync-acks` (`log`'s module
-//! doc). Appends move the log end; the writer moves `written` (and, for a
-//! sealed segment it syncs itself, `durable`); the syncer and the
+//! doc), and for a replicated log no more than the HW set from outside
+//! (`replica`). Appends move the log end; the writer moves `written` (and,
+//! for a sealed segment it syncs itself, `durable`); the syncer and the
 //! background seals move `durable`; retention and DeleteRecords move the
-//! log start.
+//! log start; only a truncation moves the log end, `written`, `durable`
+//! and the HW back.
 //!
 //! Health: an I/O error fails the log for good (`LogError::Failed`, Kafka's
 //! offline log dir; `PartitionLog::fail` wakes every waiter); a writer
@@ -62,7 +69,7 @@ use crate::record::batch::BatchHeader;
 use crate::types::{
     HighWatermark, LastStableOffset, LogEndOffset, LogStartOffset, Offset, TopicPartition,
 };
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -109,9 +116,21 @@ pub struct PartitionLog {
     /// Where each leader epoch starts (`leader_epoch`), kept on disk in
     /// `leader-epoch-checkpoint`.
     pub(super) epochs: RefCell<LeaderEpochCache>,
-    /// The epoch this log was opened in (`LogConfig::leader_epoch`), which
-    /// recovery made the newest of `epochs` and every append stamps.
-    pub(super) leader_epoch: i32,
+    /// The epoch leader appends stamp: the one this log was opened in
+    /// (`LogConfig::leader_epoch`, or the newest of `epochs` if that is
+    /// newer), or the one [`Self::become_leader`] set since (`replica`).
+    pub(super) leader_epoch: Cell<i32>,
+    /// The high watermark as set from outside, for a replicated partition
+    /// (`replica`): `None` while the HW is derived locally.
+    pub(super) hw_bound: RefCell<Option<Rc<OffsetWatch>>>,
+    /// A truncation runs (`truncate`): appends are refused.
+    pub(super) truncating: Cell<bool>,
+    /// The recent truncations, so that a waiter for an offset they cut
+    /// away is not told it is written or durable (`truncate`).
+    pub(super) truncations: super::truncate::Truncations,
+    /// The manager that opened the log: a truncation rewrites the shard's
+    /// checkpoints through it before it returns (`truncate`).
+    pub(super) checkpointer: RefCell<Option<Weak<super::LogManager>>>,
     pub(super) self_weak: Weak<PartitionLog>,
 }
 
@@ -281,21 +300,52 @@ impl PartitionLog {
     ) -> Result<AppendInfo, LogError> {
         // Refused, not staged, while the writer is out of file descriptors:
         // the producer retries, nothing of this batch is written.
-        self.health.check_writable()?;
+        self.check_appendable()?;
         let base = self.log_end.get();
-        let h = appender::prepare_batch(&mut batch, base, self.leader_epoch)?;
-        // The epoch stamped is the one recovery assigned at open, so no
-        // append starts a new epoch (the checkpoint needs no write here).
-        debug_assert_eq!(
-            self.epochs.borrow().latest_epoch(),
-            Some(h.partition_leader_epoch)
-        );
+        // The epoch stamped is the newest of the epoch cache: recovery or
+        // `become_leader` assigned it, so this append starts no epoch,
+        // except after a truncation took the epoch's only batches away
+        // (then it starts again here, `start_epoch`). A log whose cache
+        // holds a newer epoch follows a newer leader: refused.
+        let epoch = self.leader_epoch.get();
+        self.start_epoch(epoch, base)?;
+        let h = appender::prepare_batch(&mut batch, base, epoch)?;
+        Ok(self.stage_appended(batch.freeze(), &h, allocation_bytes))
+    }
+
+    /// Appends refused: closed, failed, writer out of file descriptors
+    /// (`Unavailable`), or a truncation running (`Truncating`).
+    pub(super) fn check_appendable(&self) -> Result<(), LogError> {
+        self.health.check_writable()?;
+        if self.truncating.get() {
+            return Err(LogError::Truncating);
+        }
+        Ok(())
+    }
+
+    /// The append path after the batch is checked and its header final
+    /// (`h`): roll if due, stage its bytes and index entries, move the log
+    /// end and max timestamp, cache it, wake the writer and, when
+    /// acknowledgements or `flush.messages` want it, the syncer. Shared by
+    /// leader appends and replica appends (`replica`).
+    pub(super) fn stage_appended(
+        &self,
+        batch: Bytes,
+        h: &BatchHeader,
+        allocation_bytes: usize,
+    ) -> AppendInfo {
+        let base = h.base_offset;
         let last = h.last_offset();
         let cfg = self.config.borrow().clone();
         self.maybe_roll(&cfg, batch.len() as u64, last);
-        self.appender
+        if let Err(e) = self
+            .appender
             .borrow_mut()
-            .stage_batch(&batch, &h, cfg.index_interval_bytes)?;
+            .stage_batch(&batch, h, cfg.index_interval_bytes)
+        {
+            // No active segment: only a bug gets here; fail loudly.
+            self.fail(&e);
+        }
         self.log_end.set(last + 1);
         crate::metrics::record_append(batch.len());
         match self.max_ts.get() {
@@ -307,11 +357,11 @@ impl PartitionLog {
         if cfg.fsync_acks || (last + 1 - self.durable.get()) >= cfg.flush_messages {
             self.request_sync(last);
         }
-        Ok(AppendInfo {
+        AppendInfo {
             base_offset: Offset(base),
             last_offset: Offset(last),
             log_start_offset: self.log_start_offset(),
-        })
+        }
     }
 
     /// Rolls the active segment now if it is not empty (segment.ms checks,
@@ -355,8 +405,11 @@ impl PartitionLog {
 
     /// Resolves when the file write covering `offset` has completed.
     /// Ends with `Unavailable` while the writer is out of file descriptors.
+    /// Ends with `Truncated` if a truncation cut `offset` away meanwhile.
     pub async fn wait_written(&self, offset: Offset) -> Result<(), LogError> {
+        let since = self.truncations.generation();
         loop {
+            self.check_not_truncated(since, offset.0)?;
             if self.written.get() > offset.0 {
                 return Ok(());
             }
@@ -369,8 +422,11 @@ impl PartitionLog {
 
     /// Resolves after an fdatasync covering `offset` (group commit). Ends
     /// with `Unavailable` while the writer is out of file descriptors.
+    /// Ends with `Truncated` if a truncation cut `offset` away meanwhile.
     pub async fn wait_durable(&self, offset: Offset) -> Result<(), LogError> {
+        let since = self.truncations.generation();
         loop {
+            self.check_not_truncated(since, offset.0)?;
             if self.durable.get() > offset.0 {
                 return Ok(());
             }
@@ -395,11 +451,24 @@ impl PartitionLog {
         LogStartOffset(self.log_start.get())
     }
 
+    /// The high watermark: what is locally acknowledged (`written`, or
+    /// `durable` under `--fsync-acks`), and for a replicated partition
+    /// no more than the HW set from outside (`replica`).
     pub fn high_watermark(&self) -> HighWatermark {
+        let acked = self.acked_offset();
+        match &*self.hw_bound.borrow() {
+            Some(bound) => HighWatermark(bound.get().min(acked)),
+            None => HighWatermark(acked),
+        }
+    }
+
+    /// The offset after the last batch locally acknowledged: written, or
+    /// durable under `--fsync-acks`.
+    pub fn acked_offset(&self) -> i64 {
         if self.config.borrow().fsync_acks {
-            HighWatermark(self.durable.get())
+            self.durable.get()
         } else {
-            HighWatermark(self.written.get())
+            self.written.get()
         }
     }
 
@@ -429,7 +498,7 @@ impl PartitionLog {
     /// The leader epoch this node leads the partition in; see
     /// `types::FIRST_LEADER_EPOCH`.
     pub fn leader_epoch(&self) -> i32 {
-        self.leader_epoch
+        self.leader_epoch.get()
     }
 
     pub fn log_end_offset(&self) -> LogEndOffset {
@@ -481,7 +550,15 @@ impl PartitionLog {
     }
 
     /// Resolves once the HW is > `offset`, or the log is closed or failed.
+    /// For a replicated partition both the HW set from outside and the
+    /// local acknowledgement must pass `offset`.
     pub async fn wait_for_hw_above(&self, offset: Offset) {
+        let bound = self.hw_bound.borrow().clone();
+        if let Some(bound) = bound {
+            if !bound.wait_above(offset.0, || self.health.failed()).await {
+                return;
+            }
+        }
         let fsync = self.config.borrow().fsync_acks;
         let watch = if fsync { &self.durable } else { &self.written };
         watch.wait_above(offset.0, || self.health.failed()).await;
@@ -628,6 +705,9 @@ impl PartitionLog {
         self.health.closed.set(true);
         self.written.close();
         self.durable.close();
+        if let Some(bound) = &*self.hw_bound.borrow() {
+            bound.close();
+        }
         self.seals.close();
         self.syncer.close();
         self.tail.remove();

@@ -34,7 +34,7 @@ use super::{CatchUpReads, LogError, ReadResult};
 use crate::record::batch::BatchHeader;
 use crate::record::{FileRange, RecordsChunk};
 use crate::types::{LogEndOffset, LogStartOffset, Offset};
-use bytes::BytesMut;
+use bytes::Bytes;
 use glommio::io::DmaFile;
 use std::rc::Rc;
 
@@ -53,7 +53,7 @@ impl TailSlot {
 
     /// Caches appended batch `batch` (offsets `base..=last`), a slice of an
     /// allocation of `allocation_bytes` (`cache`).
-    pub(super) fn insert(&self, base: i64, last: i64, batch: BytesMut, allocation_bytes: usize) {
+    pub(super) fn insert(&self, base: i64, last: i64, batch: Bytes, allocation_bytes: usize) {
         self.cache
             .insert(self.id, base, last, batch, allocation_bytes);
     }
@@ -70,6 +70,11 @@ impl TailSlot {
     /// Drops the cached batches that end below `offset`.
     pub(super) fn remove_below(&self, offset: i64) {
         self.cache.remove_below(self.id, offset);
+    }
+
+    /// Drops the cached batches that end at or after `offset`.
+    pub(super) fn remove_from(&self, offset: i64) {
+        self.cache.remove_from(self.id, offset);
     }
 
     /// Drops every cached batch of the log.
@@ -236,7 +241,7 @@ async fn read_segment(
 
 /// Where a walk of `seg` for `offset` starts without a read cursor: the
 /// position of the index entry at or before it.
-fn index_position(seg: &Segment, offset: i64) -> u64 {
+pub(super) fn index_position(seg: &Segment, offset: i64) -> u64 {
     if offset > seg.base_offset {
         seg.index.borrow().lookup((offset - seg.base_offset) as u32) as u64
     } else {

@@ -81,8 +81,14 @@ pub(super) async fn open(
         .max(first_base)
         .min(log_end);
     let max_ts = max_timestamp(&segments);
-    let leader_epoch = config.leader_epoch;
-    let epochs = recover_epochs(&dir, &tp, &segments, log_start, log_end, leader_epoch)?;
+    let (epochs, leader_epoch) = recover_epochs(
+        &dir,
+        &tp,
+        &segments,
+        log_start,
+        log_end,
+        config.leader_epoch,
+    )?;
     Ok(Rc::new_cyclic(|w| PartitionLog {
         tp,
         dir,
@@ -104,8 +110,12 @@ pub(super) async fn open(
         spares: Spares::new(spare_files),
         dir_syncs,
         segments_scanned,
+        leader_epoch: Cell::new(leader_epoch),
         epochs: RefCell::new(epochs),
-        leader_epoch,
+        hw_bound: RefCell::new(None),
+        truncating: Cell::new(false),
+        truncations: Default::default(),
+        checkpointer: RefCell::new(None),
         self_weak: w.clone(),
     }))
 }
@@ -114,7 +124,11 @@ pub(super) async fn open(
 /// doc): the checkpoint file, or the batches' epochs if it is missing or
 /// malformed, cut to [`log_start`, `log_end`], with this node's epoch
 /// (`leader_epoch`) starting at the log end unless it already started;
-/// written back if that changed it.
+/// written back if that changed it. Returns it with the epoch leader
+/// appends stamp: `leader_epoch`, or the newest epoch of the log if that
+/// is newer (a replica's log that followed a newer leader: its epochs are
+/// kept, never dropped for an older one, and a leader append stamps no
+/// epoch older than its batches').
 fn recover_epochs(
     dir: &Path,
     tp: &TopicPartition,
@@ -122,7 +136,7 @@ fn recover_epochs(
     log_start: i64,
     log_end: i64,
     leader_epoch: i32,
-) -> Result<LeaderEpochCache, LogError> {
+) -> Result<(LeaderEpochCache, i32), LogError> {
     let loaded = LeaderEpochCache::read(dir);
     let mut epochs = match &loaded {
         Some(c) => c.clone(),
@@ -133,11 +147,17 @@ fn recover_epochs(
             "recovery dropped leader epochs starting after the log end");
     }
     epochs.truncate_from_start(log_start);
-    epochs.assign(leader_epoch, log_end);
+    let leader_epoch = match epochs.latest_epoch() {
+        Some(latest) if latest > leader_epoch => latest,
+        _ => {
+            epochs.assign(leader_epoch, log_end);
+            leader_epoch
+        }
+    };
     if loaded.as_ref() != Some(&epochs) {
         epochs.write(dir)?;
     }
-    Ok(epochs)
+    Ok((epochs, leader_epoch))
 }
 
 /// The leader epochs the batches of `segments` (recovered: whole batches
@@ -374,7 +394,7 @@ fn truncate_after_valid(
 /// The active segment `last`'s write state: its file opened for direct
 /// writes (and the syncer's descriptions of it, opened with it), and its
 /// partial last page staged so the next write rewrites it whole.
-async fn open_active(
+pub(super) async fn open_active(
     last: &Rc<Segment>,
     config: &LogConfig,
     arena: &Rc<IoArena>,
@@ -415,7 +435,7 @@ async fn open_active(
 
 /// (timestamp, offset) of the batch with the largest max timestamp among
 /// `segments`, the earliest such segment's on a tie.
-fn max_timestamp(segments: &BTreeMap<i64, Rc<Segment>>) -> Option<(i64, i64)> {
+pub(super) fn max_timestamp(segments: &BTreeMap<i64, Rc<Segment>>) -> Option<(i64, i64)> {
     segments
         .values()
         .filter_map(|s| s.max_ts.get())

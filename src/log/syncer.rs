@@ -159,6 +159,19 @@ impl Syncer {
         self.last_flush_ms.get()
     }
 
+    /// The syncer task runs.
+    pub(super) fn running(&self) -> bool {
+        self.running.get()
+    }
+
+    /// The log was truncated to end at `end` (nothing in flight): nothing
+    /// past it is wanted or being synced.
+    pub(super) fn truncate_to(&self, end: i64, last_written: Rc<SyncFiles>) {
+        self.wanted.set(self.wanted.get().min(end));
+        self.started_to.set(self.started_to.get().min(end));
+        *self.last_written.borrow_mut() = last_written;
+    }
+
     /// Wakes the syncer's waits (the log failed).
     pub(super) fn wake_all(&self) {
         self.events.wake_all();

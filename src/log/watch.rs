@@ -1,4 +1,5 @@
-//! A monotonically increasing offset that tasks of one shard can wait on.
+//! A monotonically increasing offset that tasks of one shard can wait on
+//! (lowered only by a truncation of the log, [`OffsetWatch::lower_to`]).
 //!
 //! Used for the written and durable offsets of a partition log: appenders
 //! wait for their batch to be written or synced, long-polling fetches wait
@@ -60,6 +61,16 @@ impl OffsetWatch {
             self.value.set(v);
             self.wake_all();
         }
+    }
+
+    /// Lowers the value to `v` if it is above (a truncation of the log,
+    /// the only thing that moves these offsets back) and wakes every
+    /// waiter so it re-checks what it waits for.
+    pub fn lower_to(&self, v: i64) {
+        if v < self.value.get() {
+            self.value.set(v);
+        }
+        self.wake_all();
     }
 
     /// Wakes every waiter; they resolve `false` from now on.

@@ -22,12 +22,30 @@
 //!   replay rebuilds; sequences are not checked, as Kafka skips them for
 //!   its coordinators' appends (`AppendOrigin.COORDINATOR`).
 //!
+//! A fourth step is a follower's, for a replicated partition
+//! (docs/replication.md §4.1):
+//! - [`Partition::append_replica`]: a batch of the leader's log, appended at
+//!   the leader's offsets unchanged (`PartitionLog::append_replica`) and
+//!   recorded in the producer-state table exactly as recovery's replay
+//!   records a batch (`recovery::record_replayed`): no idempotence or epoch
+//!   check (the leader decided), a control batch ends its producer's
+//!   transaction, and an ABORT marker adds the aborted transaction to the
+//!   index and `.txnindex`. A follower that becomes leader so already holds
+//!   every producer's sequences and open transactions.
+//! - [`Partition::truncate_to`]: the log truncated (`PartitionLog::
+//!   truncate_to`), then the producer state and aborted index rebuilt for
+//!   the kept prefix by the recovery code (the newest snapshot at or below
+//!   the new end, snapshots past it deleted, the batches after it replayed,
+//!   `.txnindex` entries past it dropped).
+//!
 //! Producer snapshots (see [`snapshots`]) are taken at every roll and
 //! periodically; recovery ([`recovery`]) loads the newest snapshot and
 //! replays the batches after it.
 
 pub mod compaction;
 pub mod recovery;
+#[cfg(test)]
+mod replication_sim;
 #[cfg(test)]
 mod simulation;
 pub mod snapshots;
@@ -39,7 +57,7 @@ use crate::producer::txn_index::{self, AbortedTxn, AbortedTxns};
 use crate::producer::{ProducerError, ProducerStateTable, Verdict};
 use crate::record::records::ControlType;
 use crate::record::{batch, control_batch, BatchHeader, RecordsError};
-use crate::types::{Offset, TopicPartition};
+use crate::types::{LogEndOffset, Offset, TopicPartition};
 use bytes::BytesMut;
 use std::cell::{Cell, Ref, RefCell};
 use std::rc::Rc;
@@ -130,6 +148,14 @@ pub struct Partition {
     txn_index: Rc<TxnIndexWrites>,
     /// The cleaner's first dirty offset (`compaction`).
     first_dirty: Cell<i64>,
+    /// Producers the table tracks at most (for the rebuild of a truncation).
+    producers_max: usize,
+    /// Producer snapshot files being written (`snapshots`): a truncation
+    /// waits for them, so none lands past the new log end afterwards.
+    snapshot_writes: Rc<Cell<usize>>,
+    /// A truncation runs (`truncate_to`): no producer snapshot is taken
+    /// until the state is rebuilt (the table describes the cut batches).
+    truncating: Cell<bool>,
 }
 
 /// `.txnindex` appends in flight. No producer snapshot is taken while any
@@ -150,6 +176,7 @@ impl Partition {
         log: Rc<PartitionLog>,
         config: TopicConfig,
         recovered: recovery::Recovered,
+        producers_max: usize,
     ) -> Partition {
         Partition {
             tp,
@@ -161,6 +188,9 @@ impl Partition {
             aborted: RefCell::new(recovered.aborted),
             txn_index: Rc::default(),
             first_dirty: Cell::new(0),
+            producers_max,
+            snapshot_writes: Rc::default(),
+            truncating: Cell::new(false),
         }
     }
 
@@ -314,6 +344,103 @@ impl Partition {
         self.producers.borrow().check_epoch(&header)?;
         let allocation_bytes = batch.capacity();
         Ok(self.append_recorded(&header, batch, allocation_bytes)?)
+    }
+
+    /// A batch of the leader's log, as the leader wrote it (see the module
+    /// doc): appended at its own offsets, then recorded as recovery's
+    /// replay records it. The caller (the replica fetcher) appends the
+    /// batches of a fetch answer in order.
+    pub fn append_replica(
+        &self,
+        batch: bytes::Bytes,
+        allocation_bytes: usize,
+    ) -> Result<AppendInfo, AppendError> {
+        let header = BatchHeader::parse(&batch).map_err(LogError::InvalidBatch)?;
+        let abort = header.is_control() && recovery::is_abort_marker(&batch);
+        let segments_before = self.log.segment_count();
+        let info = self.log.append_replica(batch, allocation_bytes)?;
+        if self.log.segment_count() > segments_before {
+            self.snapshot_at_roll(info.base_offset.0);
+        }
+        let aborted =
+            recovery::record_replayed(&mut self.producers.borrow_mut(), &header, abort, now_ms());
+        if header.is_control() {
+            // The marker ended a transaction: the LSO may move.
+            self.log.notify_changed();
+        }
+        if let Some(entry) = aborted {
+            self.index_aborted(entry);
+        }
+        Ok(info)
+    }
+
+    /// Truncates the log to end at the start of the batch holding `offset`
+    /// (`PartitionLog::truncate_to`) and rebuilds the producer state and
+    /// the aborted index for what is kept (see the module doc). Returns the
+    /// new log end. The caller appends nothing to the partition meanwhile
+    /// (the log refuses appends while it truncates; the rebuild replays
+    /// whatever the log holds when it runs).
+    pub async fn truncate_to(&self, offset: Offset) -> Result<LogEndOffset, LogError> {
+        self.truncating.set(true);
+        let r = async {
+            let before = self.log.log_end_offset();
+            if offset.0 >= before.0 {
+                return Ok(before); // nothing to cut
+            }
+            self.settle_state_files().await;
+            let end = self.log.truncate_to(offset).await?;
+            self.rebuild_state().await?;
+            Ok(end)
+        }
+        .await;
+        self.truncating.set(false);
+        r
+    }
+
+    /// Kafka's `truncateFullyAndStartAt` for the partition: the log emptied
+    /// to start at `offset` (`PartitionLog::truncate_fully_and_start_at`),
+    /// the producer state and aborted index emptied with it (recovery of an
+    /// empty log).
+    pub async fn truncate_fully_and_start_at(
+        &self,
+        offset: Offset,
+    ) -> Result<LogEndOffset, LogError> {
+        self.truncating.set(true);
+        let r = async {
+            self.settle_state_files().await;
+            let end = self.log.truncate_fully_and_start_at(offset).await?;
+            self.rebuild_state().await?;
+            Ok(end)
+        }
+        .await;
+        self.truncating.set(false);
+        r
+    }
+
+    /// Waits for the `.txnindex` appends and producer snapshot writes in
+    /// flight: none may land after a truncation past the new log end (a
+    /// stale entry or snapshot would be read as the kept log's later).
+    async fn settle_state_files(&self) {
+        while self.txn_index.pending.get() > 0 || self.snapshot_writes.get() > 0 {
+            glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
+    /// The producer state and aborted index rebuilt from the log as it is
+    /// now, by recovery (snapshots past the log end deleted, `.txnindex`
+    /// entries past it dropped).
+    async fn rebuild_state(&self) -> Result<(), LogError> {
+        self.settle_state_files().await;
+        let r = recovery::recover(&self.log, self.producers_max).await?;
+        *self.producers.borrow_mut() = r.producers;
+        *self.aborted.borrow_mut() = r.aborted;
+        self.snapshot_offset.set(r.snapshot_offset);
+        let end = self.log.log_end_offset().0;
+        if self.first_dirty.get() > end {
+            self.first_dirty.set(end);
+        }
+        self.log.notify_changed();
+        Ok(())
     }
 
     /// The append every writer ends with: the batch goes to the log (with a

@@ -8,6 +8,12 @@
 //! starts past their markers and a replay from there would not find them
 //! again.
 //!
+//! The same code serves a follower: `Partition::append_replica` records each
+//! batch of the leader's with the replay's step (`record_replayed`), and
+//! `Partition::truncate_to` rebuilds the state of the kept prefix with
+//! `recover` (snapshots past the new log end are deleted by the load,
+//! `.txnindex` entries past it dropped).
+//!
 //! A damaged snapshot is skipped for an older one or the log start. A
 //! replay that fails (the log cannot be read) is an error: a partial table
 //! would forget producers (their retried batches appended twice) and open
@@ -44,13 +50,40 @@ impl Partition {
     ) -> Result<Rc<Partition>, LogError> {
         let recovered = recover(&log, producers_max).await?;
         Ok(Rc::new(Partition::new(
-            tp, topic_id, log, config, recovered,
+            tp,
+            topic_id,
+            log,
+            config,
+            recovered,
+            producers_max,
         )))
     }
 }
 
+/// Records one batch of the log in `table` as the replay does (and a
+/// follower's `append_replica`): an ABORT marker (`abort`, see
+/// [`is_abort_marker`]) first takes its producer's open transaction, which
+/// it returns as the aborted transaction to index.
+pub(super) fn record_replayed(
+    table: &mut ProducerStateTable,
+    h: &crate::record::BatchHeader,
+    abort: bool,
+    now: i64,
+) -> Option<AbortedTxn> {
+    let aborted_first = (h.is_control() && abort)
+        .then(|| table.open_transaction(h.producer_id))
+        .flatten();
+    table.record(h, h.base_offset, now);
+    aborted_first.map(|first| AbortedTxn {
+        producer_id: h.producer_id,
+        first_offset: first,
+        last_offset: h.base_offset,
+        last_stable_offset: table.first_unstable_offset().unwrap_or(h.base_offset + 1),
+    })
+}
+
 /// Whether a control batch's (single) record is an ABORT marker.
-fn is_abort_marker(batch: &[u8]) -> bool {
+pub(super) fn is_abort_marker(batch: &[u8]) -> bool {
     crate::record::decode_batch(batch)
         .ok()
         .and_then(|(_, records)| records.into_iter().next())
@@ -59,7 +92,10 @@ fn is_abort_marker(batch: &[u8]) -> bool {
         .is_some_and(|(_, kind)| kind == ControlType::Abort)
 }
 
-async fn recover(log: &Rc<PartitionLog>, producers_max: usize) -> Result<Recovered, LogError> {
+pub(super) async fn recover(
+    log: &Rc<PartitionLog>,
+    producers_max: usize,
+) -> Result<Recovered, LogError> {
     let mut table = ProducerStateTable::new(producers_max);
     let dir = log.dir().to_path_buf();
     let log_end = log.log_end_offset().0;
@@ -119,18 +155,8 @@ async fn replay(
     let mut replayed = 0u64;
     let scan = log
         .scan(Offset(from), &mut |h, bytes| {
-            let aborted_first = (h.is_control() && is_abort_marker(bytes))
-                .then(|| table.open_transaction(h.producer_id))
-                .flatten();
-            table.record(h, h.base_offset, now);
-            if let Some(first) = aborted_first {
-                derived.push(AbortedTxn {
-                    producer_id: h.producer_id,
-                    first_offset: first,
-                    last_offset: h.base_offset,
-                    last_stable_offset: table.first_unstable_offset().unwrap_or(h.base_offset + 1),
-                });
-            }
+            let abort = h.is_control() && is_abort_marker(bytes);
+            derived.extend(record_replayed(table, h, abort, now));
             replayed += 1;
         })
         .await;

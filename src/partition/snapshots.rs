@@ -6,7 +6,7 @@
 //! A snapshot never describes batches the log could lose: one taken at a
 //! roll is written once every batch below the roll is written, a periodic
 //! one only of a quiescent partition (every appended batch written). None is
-//! taken of an empty table (except at a clean stop:
+//! taken while the partition truncates (`Partition::truncate_to`), nor of an empty table (except at a clean stop:
 //! [`Partition::snapshot_at_stop`]), nor while a `.txnindex` append is in
 //! flight or after one failed (see `Partition::txn_index`).
 
@@ -20,7 +20,7 @@ use std::cell::Cell;
 impl Partition {
     /// No producer snapshot now (see the module docs).
     fn snapshot_skipped(&self) -> bool {
-        self.producers.borrow().is_empty() || self.txn_index_unsettled()
+        self.producers.borrow().is_empty() || self.txn_index_unsettled() || self.truncating.get()
     }
 
     /// A `.txnindex` append is in flight or one failed: a snapshot now
@@ -54,11 +54,15 @@ impl Partition {
         let log = self.log.clone();
         let snapshot_offset = self.snapshot_offset.clone();
         let tp = self.tp.clone();
+        let writes = self.snapshot_writes.clone();
+        writes.set(writes.get() + 1);
         glommio::spawn_local(async move {
-            if base > 0 && log.wait_written(Offset(base - 1)).await.is_err() {
-                return; // the log failed: no snapshot past what it holds
+            // The log failed, or a truncation cut the batches below `base`
+            // away: no snapshot past what it holds.
+            if base == 0 || log.wait_written(Offset(base - 1)).await.is_ok() {
+                write_snapshot(&log, &tp, &snapshot_offset, base, bytes).await;
             }
-            write_snapshot(&log, &tp, &snapshot_offset, base, bytes).await;
+            writes.set(writes.get() - 1);
         })
         .detach();
     }
@@ -85,7 +89,7 @@ impl Partition {
             return;
         }
         let empty = self.producers.borrow().is_empty();
-        if (empty && !empty_too) || self.txn_index_unsettled() {
+        if (empty && !empty_too) || self.txn_index_unsettled() || self.truncating.get() {
             return;
         }
         if self.log.written_offset().0 != log_end {
@@ -94,7 +98,10 @@ impl Partition {
         let Some(bytes) = self.encode_snapshot(log_end) else {
             return;
         };
+        let writes = &self.snapshot_writes;
+        writes.set(writes.get() + 1);
         write_snapshot(&self.log, &self.tp, &self.snapshot_offset, log_end, bytes).await;
+        writes.set(writes.get() - 1);
     }
 }
 
