@@ -12,20 +12,19 @@
 mod common;
 
 use bytes::{Bytes, BytesMut};
-use common::client::{create_topic, producer};
-use common::raw::{only_partition, produce_request, RawClient};
+use common::client::create_topic;
+use common::leader::{one_batch, produce_idempotent_and_transactions, produce_plain, topic_id};
+use common::raw::RawClient;
 use common::{Broker, BrokerOpts};
 use fjord::log::leader_epoch::LeaderEpochCache;
-use fjord::record::{batch, BatchBuilder, BatchHeader, Compression};
+use fjord::record::{batch, BatchHeader};
 use fjord::replication::fetcher::{
     FetcherConfig, FollowerLog, FollowerLogError, FollowerPosition, ReplicaFetcher,
 };
 use fjord::types::TopicPartition;
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{MetadataRequest, TopicName};
+use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use rdkafka::producer::{BaseRecord, Producer};
 use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
@@ -170,66 +169,6 @@ async fn caught_up(log: &MemoryLog, end: i64) {
     }
 }
 
-/// The topic's id, from Metadata.
-fn topic_id(broker: &Broker, topic: &str) -> [u8; 16] {
-    let mut raw = RawClient::connect(broker.port_of(0));
-    let md = raw.request(
-        12,
-        &MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
-            .with_name(Some(TopicName(StrBytes::from_string(topic.to_string()))))])),
-    );
-    *md.topics[0].topic_id.as_bytes()
-}
-
-fn one_batch(value: &str) -> Bytes {
-    BatchBuilder::new(Compression::None)
-        .record(None, Some(value.as_bytes()), &[], 1_700_000_000_000)
-        .build()
-        .freeze()
-}
-
-/// `n` plain batches of one record each.
-fn produce_plain(broker: &Broker, topic: &str, n: usize) {
-    let mut raw = RawClient::connect(broker.port_of(0));
-    for i in 0..n {
-        let resp = raw.request(
-            9,
-            &produce_request(topic, 0, 1, one_batch(&format!("p{i}"))),
-        );
-        assert_eq!(only_partition(&resp).error_code, 0);
-    }
-}
-
-/// An idempotent producer's records, a committed and an aborted transaction.
-fn produce_idempotent_and_transactions(broker: &Broker, topic: &str) {
-    let p = producer(&broker.bootstrap(), &[("enable.idempotence", "true")]);
-    for i in 0..5 {
-        p.send(BaseRecord::<(), _, usize>::with_opaque_to(topic, 0).payload(&format!("i{i}")))
-            .expect("enqueue");
-    }
-    p.flush(Duration::from_secs(30))
-        .expect("idempotent records delivered");
-    let t = producer(
-        &broker.bootstrap(),
-        &[("transactional.id", "replica-fetcher-txn")],
-    );
-    t.init_transactions(Duration::from_secs(30)).expect("init");
-    for commit in [true, false] {
-        t.begin_transaction().expect("begin");
-        for i in 0..3 {
-            t.send(BaseRecord::<(), _, usize>::with_opaque_to(topic, 0).payload(&format!("t{i}")))
-                .expect("enqueue");
-        }
-        t.flush(Duration::from_secs(30)).expect("flush");
-        if commit {
-            t.commit_transaction(Duration::from_secs(30))
-                .expect("commit");
-        } else {
-            t.abort_transaction(Duration::from_secs(30)).expect("abort");
-        }
-    }
-}
-
 /// The leader's log end, from its first segment.
 fn leader_batches(broker: &Broker, topic: &str) -> Vec<common::disk::StoredBatch> {
     common::disk::batches(&broker.first_segment(topic, 0))
@@ -259,7 +198,7 @@ fn a_follower_copies_the_leaders_log_byte_for_byte() {
         let topic = "replica-copy";
         create_topic(&broker.bootstrap(), topic, 1, &[]);
         produce_plain(&broker, topic, 3);
-        produce_idempotent_and_transactions(&broker, topic);
+        produce_idempotent_and_transactions(&broker, topic, 5, 3, "replica-fetcher-txn");
         let log = Rc::new(MemoryLog::default());
         let fetcher = follower(&broker, topic, &log);
         let task = glommio::spawn_local(fetcher.clone().run());

@@ -14,8 +14,9 @@ mod common;
 mod log_util;
 
 use bytes::{Bytes, BytesMut};
-use common::client::{create_topic, producer};
-use common::raw::{only_partition, produce_request, RawClient};
+use common::client::create_topic;
+use common::leader::{one_batch, produce_idempotent_and_transactions, produce_plain, topic_id};
+use common::raw::RawClient;
 use common::{Broker, BrokerOpts};
 use fjord::log::{LogConfig, LogManager, TailCache};
 use fjord::metadata::TopicConfig;
@@ -25,11 +26,9 @@ use fjord::replication::fetcher::{
     FetcherConfig, FollowerLog, FollowerLogError, FollowerPosition, ReplicaFetcher,
 };
 use fjord::types::{Offset, TopicPartition};
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{MetadataRequest, TopicName};
+use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use rdkafka::producer::{BaseRecord, Producer};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -147,34 +146,6 @@ async fn follower(dir: std::path::PathBuf, tp: &TopicPartition) -> Rc<PartitionF
     })
 }
 
-fn topic_id(broker: &Broker, topic: &str) -> [u8; 16] {
-    let mut raw = RawClient::connect(broker.port_of(0));
-    let md = raw.request(
-        12,
-        &MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
-            .with_name(Some(TopicName(StrBytes::from_string(topic.to_string()))))])),
-    );
-    *md.topics[0].topic_id.as_bytes()
-}
-
-fn one_batch(value: &str) -> Bytes {
-    BatchBuilder::new(Compression::None)
-        .record(None, Some(value.as_bytes()), &[], 1_700_000_000_000)
-        .build()
-        .freeze()
-}
-
-fn produce_plain(broker: &Broker, topic: &str, n: usize) {
-    let mut raw = RawClient::connect(broker.port_of(0));
-    for i in 0..n {
-        let resp = raw.request(
-            9,
-            &produce_request(topic, 0, 1, one_batch(&format!("p{i}"))),
-        );
-        assert_eq!(only_partition(&resp).error_code, 0);
-    }
-}
-
 /// The follower's log, every batch, as bytes.
 async fn follower_bytes(p: &Partition) -> Vec<u8> {
     let (start, end) = (p.log.log_start_offset().0, p.log.log_end_offset().0);
@@ -232,29 +203,7 @@ fn a_follower_partition_copies_the_leader_and_knows_its_producers() {
         let tp = TopicPartition::new(topic, 0);
         create_topic(&broker.bootstrap(), topic, 1, &[]);
         produce_plain(&broker, topic, 2);
-        let p = producer(&broker.bootstrap(), &[("enable.idempotence", "true")]);
-        for i in 0..4 {
-            p.send(BaseRecord::<(), _, usize>::with_opaque_to(topic, 0).payload(&format!("i{i}")))
-                .expect("enqueue");
-        }
-        p.flush(Duration::from_secs(30)).expect("delivered");
-        let t = producer(
-            &broker.bootstrap(),
-            &[("transactional.id", "replica-partition")],
-        );
-        t.init_transactions(Duration::from_secs(30)).expect("init");
-        for commit in [true, false] {
-            t.begin_transaction().expect("begin");
-            t.send(BaseRecord::<(), _, usize>::with_opaque_to(topic, 0).payload("t"))
-                .expect("enqueue");
-            t.flush(Duration::from_secs(30)).expect("flush");
-            if commit {
-                t.commit_transaction(Duration::from_secs(30))
-                    .expect("commit");
-            } else {
-                t.abort_transaction(Duration::from_secs(30)).expect("abort");
-            }
-        }
+        produce_idempotent_and_transactions(&broker, topic, 4, 1, "replica-partition");
         let (bytes, end) = leader_bytes(&broker, topic);
 
         let f = follower(data.clone(), &tp).await;

@@ -19,6 +19,7 @@ pub mod child;
 pub mod client;
 pub mod disk;
 pub mod groups;
+pub mod leader;
 pub mod netns;
 pub mod raw;
 pub mod target;

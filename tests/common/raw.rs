@@ -98,7 +98,8 @@ impl RawClient {
     }
 
     /// Writes as much of `bytes` as the broker takes within `timeout`
-    /// (it may stop reading its socket); returns how many were written.
+    /// (it may stop reading its socket, or close it: a broken pipe or a
+    /// reset ends the write); returns how many were written.
     #[allow(dead_code)]
     pub fn send_bytes_within(&mut self, bytes: &[u8], timeout: Duration) -> usize {
         let deadline = Instant::now() + timeout;
@@ -114,7 +115,17 @@ impl RawClient {
             match self.stream.write(&bytes[sent..]) {
                 Ok(0) => break,
                 Ok(n) => sent += n,
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::WouldBlock
+                            | ErrorKind::TimedOut
+                            | ErrorKind::BrokenPipe
+                            | ErrorKind::ConnectionReset
+                    ) =>
+                {
+                    break
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => panic!("write to the broker: {e}"),
             }
