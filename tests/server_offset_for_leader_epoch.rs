@@ -533,14 +533,17 @@ fn list_at(
     (p.error_code, p.leader_epoch)
 }
 
-/// One partition's Fetch v12 answer with `current_leader_epoch`: (error,
-/// records returned, the leader named with an error).
-fn fetch_at(
+/// One partition's Fetch v12 answer: `partition` of `topic` from
+/// `fetch_offset`, with the client's `current_leader_epoch` and the
+/// fetcher's `last_fetched_epoch` (-1: not sent).
+fn fetch_v12(
     raw: &mut RawClient,
     topic: &str,
     partition: i32,
+    fetch_offset: i64,
     current_leader_epoch: i32,
-) -> (i16, usize, (i32, i32)) {
+    last_fetched_epoch: i32,
+) -> kafka_protocol::messages::fetch_response::PartitionData {
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     let req = kafka_protocol::messages::FetchRequest::default()
         .with_replica_id((-1).into())
@@ -553,12 +556,24 @@ fn fetch_at(
             .with_partitions(vec![FetchPartition::default()
                 .with_partition(partition)
                 .with_current_leader_epoch(current_leader_epoch)
-                .with_fetch_offset(0)
-                .with_last_fetched_epoch(-1)
+                .with_fetch_offset(fetch_offset)
+                .with_last_fetched_epoch(last_fetched_epoch)
                 .with_log_start_offset(-1)
                 .with_partition_max_bytes(1 << 20)])]);
-    let resp = raw.request(12, &req);
-    let p = &resp.responses[0].partitions[0];
+    let mut resp = raw.request(12, &req);
+    resp.responses.remove(0).partitions.remove(0)
+}
+
+/// One partition's Fetch v12 answer from offset 0 with
+/// `current_leader_epoch`: (error, records returned, the leader named with
+/// an error).
+fn fetch_at(
+    raw: &mut RawClient,
+    topic: &str,
+    partition: i32,
+    current_leader_epoch: i32,
+) -> (i16, usize, (i32, i32)) {
+    let p = fetch_v12(raw, topic, partition, 0, current_leader_epoch, -1);
     let records = p.records.as_ref().map_or(0, |r| r.len());
     (
         p.error_code,
@@ -576,24 +591,7 @@ fn fetch_diverging(
     fetch_offset: i64,
     last_fetched_epoch: i32,
 ) -> (i16, usize, (i32, i64)) {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    let req = kafka_protocol::messages::FetchRequest::default()
-        .with_replica_id((-1).into())
-        .with_max_wait_ms(0)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(name(topic))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
-                .with_current_leader_epoch(-1)
-                .with_fetch_offset(fetch_offset)
-                .with_last_fetched_epoch(last_fetched_epoch)
-                .with_log_start_offset(-1)
-                .with_partition_max_bytes(1 << 20)])]);
-    let resp = raw.request(12, &req);
-    let p = &resp.responses[0].partitions[0];
+    let p = fetch_v12(raw, topic, 0, fetch_offset, -1, last_fetched_epoch);
     (
         p.error_code,
         p.records.as_ref().map_or(0, |r| r.len()),
