@@ -445,7 +445,23 @@ fn truncating_fully_restarts_the_log_at_an_offset() {
         let m = LogManager::new_for_shard(data.clone(), TailCache::new(1 << 20), 0);
         let log = m.open(&tp(), small_segments(false, false)).await.unwrap();
         fill(&log, 0, 30, 0).await;
+        // A reader polling meanwhile never sees the start past the end.
+        let watching = Rc::new(std::cell::Cell::new(true));
+        let watcher = glommio::spawn_local({
+            let (log, watching) = (log.clone(), watching.clone());
+            async move {
+                let mut seen = 0;
+                while watching.get() {
+                    assert!(log.log_start_offset().0 <= log.log_end_offset().0);
+                    seen += 1;
+                    glommio::executor().yield_task_queue_now().await;
+                }
+                seen
+            }
+        });
         let end = log.truncate_fully_and_start_at(Offset(500)).await.unwrap();
+        watching.set(false);
+        assert!(watcher.await > 1, "the reader ran during the truncation");
         assert_eq!(end.0, 500);
         assert_eq!(log.log_start_offset().0, 500);
         assert_eq!(log.segment_base_offsets(), vec![500]);

@@ -148,13 +148,15 @@ async fn follower(dir: std::path::PathBuf, tp: &TopicPartition) -> Rc<PartitionF
 
 /// The follower's log, every batch, as bytes.
 async fn follower_bytes(p: &Partition) -> Vec<u8> {
+    try_follower_bytes(p).await.unwrap()
+}
+
+/// The follower's log as bytes, or the error of a read that a truncation
+/// by the running fetcher overtook.
+async fn try_follower_bytes(p: &Partition) -> Result<Vec<u8>, fjord::log::LogError> {
     let (start, end) = (p.log.log_start_offset().0, p.log.log_end_offset().0);
-    let r = p
-        .log
-        .read(Offset(start), 64 << 20, Offset(end))
-        .await
-        .unwrap();
-    log_util::chunk_bytes(&r)
+    let r = p.log.read(Offset(start), 64 << 20, Offset(end)).await?;
+    Ok(log_util::chunk_bytes(&r))
 }
 
 fn leader_bytes(broker: &Broker, topic: &str) -> (Vec<u8>, i64) {
@@ -168,7 +170,7 @@ async fn holds(p: &Partition, bytes: &[u8]) {
     let deadline = std::time::Instant::now() + CATCH_UP;
     loop {
         if p.log.written_offset() == Offset(p.log.log_end_offset().0)
-            && follower_bytes(p).await == bytes
+            && try_follower_bytes(p).await.is_ok_and(|b| b == bytes)
         {
             return;
         }

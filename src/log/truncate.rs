@@ -420,12 +420,15 @@ impl PartitionLog {
         self.tail.remove();
         // The tail cache slot is reused: removing the log's entries keeps it
         // registered (`TailCache::remove_log`).
-        self.log_start.set(offset);
         let cfg = self.config.borrow().clone();
         fresh.recover_scan(offset, cfg.index_interval_bytes)?;
         // `reopen_active` lowers the offsets; here they may rise too.
         // Every old offset is gone: no waiter of one may succeed.
         let r = self.reopen_active(fresh, &cfg, i64::MIN).await?;
+        // Start and end move together, after the last await: a reader in
+        // between sees the empty log at the old start, never a start past
+        // the end.
+        self.log_start.set(offset);
         self.log_end.set(offset);
         self.written.advance(offset);
         self.durable.advance(offset);
