@@ -320,6 +320,7 @@ fn an_old_metadata_log_is_migrated_into_the_raft_log_once() {
             shards: vec![0, 0],
             configs: BTreeMap::from([("retention.ms".to_string(), "654321".to_string())]),
             node: None,
+            replicated: Vec::new(),
         },
         MetadataRecord::CreateTopic {
             name: "mig-gone".into(),
@@ -327,6 +328,7 @@ fn an_old_metadata_log_is_migrated_into_the_raft_log_once() {
             shards: vec![0],
             configs: BTreeMap::new(),
             node: None,
+            replicated: Vec::new(),
         },
         MetadataRecord::DeleteTopic {
             name: "mig-gone".into(),

@@ -594,6 +594,7 @@ mod tests {
             shards: vec![0; partitions],
             configs: Default::default(),
             node: None,
+            replicated: Vec::new(),
         })
     }
 

@@ -208,40 +208,24 @@ fn partitions_from(
     start: i32,
     max: i32,
 ) -> (Vec<DescribeTopicPartitionsResponsePartition>, Option<i32>) {
-    use super::metadata::{partition_leader, Leader};
+    use super::metadata::partition_view;
+    let ids = |b: &[i32]| b.iter().map(|&b| BrokerId(b)).collect::<Vec<_>>();
     let count = topic.partition_count();
     let upper = count.min(start.saturating_add(max));
+    // As Metadata answers (`metadata::partition_view`).
     let partitions = (start.max(0)..upper)
         .map(|index| {
-            let shard = topic.shards[index as usize];
-            let p = DescribeTopicPartitionsResponsePartition::default()
+            let v = partition_view(ctx, image, listener, topic, index);
+            DescribeTopicPartitionsResponsePartition::default()
                 .with_partition_index(index)
-                .with_eligible_leader_replicas(Some(Vec::new()))
-                .with_last_known_elr(Some(Vec::new()));
-            // As Metadata answers (`metadata::topic_entry`).
-            match partition_leader(ctx, image, listener, topic, shard) {
-                Leader::Live(id, epoch) => p
-                    .with_leader_epoch(epoch)
-                    .with_leader_id(BrokerId(id))
-                    .with_replica_nodes(vec![BrokerId(id)])
-                    .with_isr_nodes(vec![BrokerId(id)]),
-                // Kafka 4.4: the fenced replica leaves the ISR for the ELR
-                // (`kafka-topics --describe`: Leader: none, Isr: empty,
-                // Elr and LastKnownElr the replica).
-                Leader::Offline(id, epoch) => p
-                    .with_leader_epoch(epoch)
-                    .with_error_code(ResponseError::LeaderNotAvailable.code())
-                    .with_leader_id(BrokerId(-1))
-                    .with_replica_nodes(vec![BrokerId(id)])
-                    .with_isr_nodes(Vec::new())
-                    .with_eligible_leader_replicas(Some(vec![BrokerId(id)]))
-                    .with_last_known_elr(Some(vec![BrokerId(id)]))
-                    .with_offline_replicas(vec![BrokerId(id)]),
-                Leader::Unknown => p
-                    .with_leader_epoch(image.leader_epoch())
-                    .with_error_code(ResponseError::LeaderNotAvailable.code())
-                    .with_leader_id(BrokerId(-1)),
-            }
+                .with_error_code(v.error.map_or(0, |e| e.code()))
+                .with_leader_id(BrokerId(v.leader))
+                .with_leader_epoch(v.leader_epoch)
+                .with_replica_nodes(ids(&v.replicas))
+                .with_isr_nodes(ids(&v.isr))
+                .with_eligible_leader_replicas(Some(ids(&v.elr)))
+                .with_last_known_elr(Some(ids(&v.last_known_elr)))
+                .with_offline_replicas(ids(&v.offline))
         })
         .collect();
     (partitions, (upper < count).then_some(upper))

@@ -646,19 +646,12 @@ fn resolve(
         };
         return Err((unknown, None));
     };
-    let Some(&owner) = usize::try_from(partition)
-        .ok()
-        .and_then(|i| meta.shards.get(i))
-    else {
-        return Err((ResponseError::UnknownTopicOrPartition, None));
-    };
-    if !meta.hosted_by(ctx.config.node_id) {
-        // Another node holds it (`docs/replication.md` §3.2).
-        return Err((ResponseError::NotLeaderOrFollower, None));
-    }
-    let leader = owner % ctx.cores();
+    let leader = super::leading_shard(ctx, image, &meta.name, partition).map_err(|e| (e, None))?;
     if leader != ctx.shard {
-        let hint = (ctx.config.node_id_of(leader), image.leader_epoch());
+        let epoch = meta
+            .replica_state(partition)
+            .map_or(image.leader_epoch(), |s| s.leader_epoch);
+        let hint = (ctx.config.node_id_of(leader), epoch);
         return Err((ResponseError::NotLeaderOrFollower, Some(hint)));
     }
     ctx.partition_of(&meta.name, partition)

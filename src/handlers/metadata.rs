@@ -71,7 +71,7 @@ fn broker_id(node: i32, shard: usize) -> i32 {
 
 /// Who leads a partition, as clients are told.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Leader {
+enum Leader {
     /// A live broker, and the leader epoch it leads in: a shard of this
     /// node, or of another registered node that is not fenced.
     Live(i32, i32),
@@ -85,7 +85,7 @@ pub enum Leader {
 /// The leader of the partition of `t` whose owning shard (as persisted)
 /// is `shard`, for clients of `listener`. Until partitions are replicated
 /// a topic's partitions live on one node (`TopicMeta::node`).
-pub fn partition_leader(
+fn partition_leader(
     ctx: &ShardCtx,
     image: &MetadataImage,
     listener: usize,
@@ -112,40 +112,138 @@ pub fn partition_leader(
     }
 }
 
+/// One partition as Metadata and DescribeTopicPartitions list it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionView {
+    /// LEADER_NOT_AVAILABLE when no live broker leads it.
+    pub error: Option<ResponseError>,
+    /// The leading broker, -1 for none.
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// Eligible leader replicas (KIP-966), and the last known ones.
+    pub elr: Vec<i32>,
+    pub last_known_elr: Vec<i32>,
+    /// Replicas on fenced or unregistered nodes.
+    pub offline: Vec<i32>,
+}
+
+/// Partition `index` of `t` (which exists) for clients of `listener`.
+pub fn partition_view(
+    ctx: &ShardCtx,
+    image: &MetadataImage,
+    listener: usize,
+    t: &TopicMeta,
+    index: i32,
+) -> PartitionView {
+    if let Some(state) = t.replica_state(index) {
+        return replicated_view(ctx, image, listener, state);
+    }
+    let shard = t.shards[index as usize];
+    let none = PartitionView {
+        error: None,
+        leader: -1,
+        leader_epoch: image.leader_epoch(),
+        replicas: Vec::new(),
+        isr: Vec::new(),
+        elr: Vec::new(),
+        last_known_elr: Vec::new(),
+        offline: Vec::new(),
+    };
+    match partition_leader(ctx, image, listener, t, shard) {
+        Leader::Live(id, epoch) => PartitionView {
+            leader: id,
+            leader_epoch: epoch,
+            replicas: vec![id],
+            isr: vec![id],
+            ..none
+        },
+        // Kafka 4.4 lists a partition whose only replica's broker is fenced
+        // with no leader, LEADER_NOT_AVAILABLE, the replica, an empty ISR
+        // (it moved to the ELR: `kafka-topics --describe` shows Leader:
+        // none, Isr empty, Elr and LastKnownElr the replica) and the
+        // replica offline.
+        Leader::Offline(id, epoch) => PartitionView {
+            error: Some(ResponseError::LeaderNotAvailable),
+            leader_epoch: epoch,
+            replicas: vec![id],
+            elr: vec![id],
+            last_known_elr: vec![id],
+            offline: vec![id],
+            ..none
+        },
+        Leader::Unknown => PartitionView {
+            error: Some(ResponseError::LeaderNotAvailable),
+            ..none
+        },
+    }
+}
+
+/// A replicated partition as its state says (`docs/replication.md` §4.3):
+/// its leader unless that broker's node is fenced, unregistered or has no
+/// listener of the client's protocol (then none, LEADER_NOT_AVAILABLE).
+fn replicated_view(
+    ctx: &ShardCtx,
+    image: &MetadataImage,
+    listener: usize,
+    state: &crate::metadata::PartitionState,
+) -> PartitionView {
+    let protocol = ctx.config.listener(listener).protocol.name();
+    let reachable = |broker: i32| {
+        let node = crate::metadata::node_of(broker);
+        if node == ctx.config.node_id {
+            return true;
+        }
+        image
+            .live_broker(node)
+            .is_some_and(|b| b.endpoint(protocol).is_some())
+    };
+    let live = |broker: i32| {
+        crate::metadata::node_of(broker) == ctx.config.node_id
+            || image
+                .live_broker(crate::metadata::node_of(broker))
+                .is_some()
+    };
+    let leads = state.leader >= 0 && reachable(state.leader);
+    PartitionView {
+        error: (!leads).then_some(ResponseError::LeaderNotAvailable),
+        leader: if leads { state.leader } else { -1 },
+        leader_epoch: state.leader_epoch,
+        replicas: state.replicas.clone(),
+        isr: state.isr.clone(),
+        elr: state.elr.clone(),
+        last_known_elr: Vec::new(),
+        offline: state
+            .replicas
+            .iter()
+            .copied()
+            .filter(|&b| !live(b))
+            .collect(),
+    }
+}
+
+fn ids(brokers: &[i32]) -> Vec<BrokerId> {
+    brokers.iter().map(|&b| BrokerId(b)).collect()
+}
+
 fn topic_entry(
     ctx: &ShardCtx,
     image: &MetadataImage,
     listener: usize,
     t: &TopicMeta,
 ) -> MetadataResponseTopic {
-    let partitions = t
-        .shards
-        .iter()
-        .enumerate()
-        .map(|(i, &shard)| {
-            let p = MetadataResponsePartition::default().with_partition_index(i as i32);
-            match partition_leader(ctx, image, listener, t, shard) {
-                Leader::Live(id, epoch) => p
-                    .with_leader_epoch(epoch)
-                    .with_leader_id(BrokerId(id))
-                    .with_replica_nodes(vec![BrokerId(id)])
-                    .with_isr_nodes(vec![BrokerId(id)]),
-                // Kafka 4.4 lists a partition whose only replica's broker
-                // is fenced with no leader, LEADER_NOT_AVAILABLE, the
-                // replica, an empty ISR (it moved to the ELR) and the
-                // replica offline.
-                Leader::Offline(id, epoch) => p
-                    .with_leader_epoch(epoch)
-                    .with_error_code(ResponseError::LeaderNotAvailable.code())
-                    .with_leader_id(BrokerId(-1))
-                    .with_replica_nodes(vec![BrokerId(id)])
-                    .with_isr_nodes(Vec::new())
-                    .with_offline_replicas(vec![BrokerId(id)]),
-                Leader::Unknown => p
-                    .with_leader_epoch(image.leader_epoch())
-                    .with_error_code(ResponseError::LeaderNotAvailable.code())
-                    .with_leader_id(BrokerId(-1)),
-            }
+    let partitions = (0..t.partition_count())
+        .map(|i| {
+            let v = partition_view(ctx, image, listener, t, i);
+            MetadataResponsePartition::default()
+                .with_partition_index(i)
+                .with_error_code(v.error.map_or(errors::NONE, |e| e.code()))
+                .with_leader_id(BrokerId(v.leader))
+                .with_leader_epoch(v.leader_epoch)
+                .with_replica_nodes(ids(&v.replicas))
+                .with_isr_nodes(ids(&v.isr))
+                .with_offline_replicas(ids(&v.offline))
         })
         .collect();
     MetadataResponseTopic::default()

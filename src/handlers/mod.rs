@@ -343,31 +343,50 @@ pub fn respond<T: Encodable + ResponseErrors>(header: &RequestHeader, response: 
     Outcome::Reply(vec![RecordsChunk::Memory(out.freeze())])
 }
 
+/// Which shard of this node leads `topic`-`index`, for a client's
+/// produce or fetch: `Err(UNKNOWN_TOPIC_OR_PARTITION)` when the image has
+/// no such partition; `Err(NOT_LEADER_OR_FOLLOWER)` when another node
+/// holds it (`docs/replication.md` §3.2) or, replicated, this node's
+/// replica does not lead it (§4.3: clients produce to and fetch from the
+/// leader only).
+pub fn leading_shard(
+    ctx: &ShardCtx,
+    image: &MetadataImage,
+    topic: &str,
+    index: i32,
+) -> Result<usize, ResponseError> {
+    use crate::metadata::Placement;
+    match image.placement(topic, index, ctx.config.node_id, ctx.cores()) {
+        Placement::Unknown => Err(ResponseError::UnknownTopicOrPartition),
+        Placement::Elsewhere => Err(ResponseError::NotLeaderOrFollower),
+        Placement::Local(shard) => {
+            let state = image.topic(topic).and_then(|t| t.replica_state(index));
+            match state {
+                Some(s) if s.leader != ctx.config.node_id_of(shard) => {
+                    Err(ResponseError::NotLeaderOrFollower)
+                }
+                _ => Ok(shard),
+            }
+        }
+    }
+}
+
 /// The partition `topic`-`index` if this shard leads it; else Kafka's answer
-/// to a request for it: UNKNOWN_TOPIC_OR_PARTITION when the image has no
-/// such partition, NOT_LEADER_OR_FOLLOWER with the leading shard when
-/// another shard leads it (the client sends it there), and without one when
-/// this shard leads it but has not opened it yet.
+/// to a request for it ([`leading_shard`]'s), with the leading shard when
+/// another shard of this node leads it (the client sends it there), and
+/// without one when this shard leads it but has not opened it yet.
 pub fn led_partition(
     ctx: &ShardCtx,
     image: &MetadataImage,
     topic: &str,
     index: i32,
 ) -> Result<Rc<Partition>, (ResponseError, Option<usize>)> {
-    match image.leader_shard(topic, index, ctx.cores()) {
-        None => Err((ResponseError::UnknownTopicOrPartition, None)),
-        // Another node holds it (`docs/replication.md` §3.2).
-        Some(_)
-            if image
-                .topic(topic)
-                .is_some_and(|t| !t.hosted_by(ctx.config.node_id)) =>
-        {
-            Err((ResponseError::NotLeaderOrFollower, None))
-        }
-        Some(leader) if leader != ctx.shard => {
+    match leading_shard(ctx, image, topic, index) {
+        Err(e) => Err((e, None)),
+        Ok(leader) if leader != ctx.shard => {
             Err((ResponseError::NotLeaderOrFollower, Some(leader)))
         }
-        Some(_) => ctx
+        Ok(_) => ctx
             .partition(&TopicPartition::new(topic, index))
             .ok_or((ResponseError::NotLeaderOrFollower, None)),
     }

@@ -584,26 +584,13 @@ fn append_and_answer(
                 ));
                 continue;
             }
-            let Some(leader) = image.leader_shard(&topic.name, index, ctx.cores()) else {
-                results.push(PartitionResult::error(
-                    index,
-                    ResponseError::UnknownTopicOrPartition.code(),
-                    None,
-                ));
-                continue;
+            let leader = match super::leading_shard(ctx, &image, &topic.name, index) {
+                Ok(shard) => shard,
+                Err(e) => {
+                    results.push(PartitionResult::error(index, e.code(), None));
+                    continue;
+                }
             };
-            // Another node holds it (`docs/replication.md` §3.2).
-            if image
-                .topic(&topic.name)
-                .is_some_and(|t| !t.hosted_by(ctx.config.node_id))
-            {
-                results.push(PartitionResult::error(
-                    index,
-                    ResponseError::NotLeaderOrFollower.code(),
-                    None,
-                ));
-                continue;
-            }
             // 2. Exactly one v2 batch.
             let mut records = p.records.unwrap_or_default();
             let header = match single_batch_for_version(&records, version) {

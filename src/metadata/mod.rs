@@ -58,6 +58,12 @@ pub enum MetadataRecord {
         /// §3.2); absent for a single node's topics.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         node: Option<i32>,
+        /// A replicated topic (several nodes, replication factor above 1;
+        /// `docs/replication.md` §4.3): each partition's replicas, ISR,
+        /// leader and epochs, by partition index, as Kafka's
+        /// `PartitionRecord`. Empty for a topic of one replica.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        replicated: Vec<PartitionState>,
     },
     DeleteTopic {
         name: String,
@@ -66,6 +72,16 @@ pub enum MetadataRecord {
     AddPartitions {
         name: String,
         shards: Vec<usize>,
+        /// The new partitions' states when the topic is replicated.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        replicated: Vec<PartitionState>,
+    },
+    /// Kafka's `PartitionChangeRecord`, as a whole new state: a replicated
+    /// partition's leader, ISR or ELR changed (its epochs with them).
+    PartitionChange {
+        topic_id: [u8; 16],
+        partition: i32,
+        state: PartitionState,
     },
     /// Replaces the whole set of a topic's config overrides.
     SetTopicConfigs {
@@ -127,6 +143,69 @@ pub enum MetadataRecord {
     },
 }
 
+/// A replicated partition's state (Kafka's `PartitionRecord`; several
+/// nodes, `docs/replication.md` §4.3). Replicas are broker ids
+/// (`node * 1000 + shard`), on distinct nodes, the preferred leader first.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PartitionState {
+    pub replicas: Vec<i32>,
+    /// The in-sync replicas: the HW is the least log end among them.
+    pub isr: Vec<i32>,
+    /// Eligible leader replicas (KIP-966): left the ISR only because it
+    /// shrank below `min.insync.replicas`, so they hold everything
+    /// committed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub elr: Vec<i32>,
+    /// The leading broker, -1 for none.
+    pub leader: i32,
+    /// Bumped by every leader change (and a leader's restart).
+    pub leader_epoch: i32,
+    /// Bumped by every change of this state (AlterPartition's fence).
+    pub partition_epoch: i32,
+}
+
+impl PartitionState {
+    /// A new partition: every replica in sync, the first one leading, in
+    /// the first epoch.
+    pub fn new(replicas: Vec<i32>) -> PartitionState {
+        PartitionState {
+            leader: replicas.first().copied().unwrap_or(-1),
+            isr: replicas.clone(),
+            replicas,
+            elr: Vec::new(),
+            leader_epoch: crate::types::FIRST_LEADER_EPOCH,
+            partition_epoch: 0,
+        }
+    }
+
+    /// This node's replica: its broker id.
+    pub fn replica_on(&self, node: i32) -> Option<i32> {
+        self.replicas.iter().copied().find(|&b| node_of(b) == node)
+    }
+}
+
+/// The node of broker `broker` (`node * 1000 + shard`).
+pub fn node_of(broker: i32) -> i32 {
+    broker.div_euclid(1000)
+}
+
+/// The shard of broker `broker` on its node.
+pub fn shard_of(broker: i32) -> usize {
+    broker.rem_euclid(1000) as usize
+}
+
+/// Where a partition lives, seen from one node ([`MetadataImage::placement`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// No such topic or partition.
+    Unknown,
+    /// Only other nodes hold it.
+    Elsewhere,
+    /// This node holds it (a replica, leading or following) on this shard
+    /// (already `% cores`).
+    Local(usize),
+}
+
 /// A node's brokers as it registers them (several nodes,
 /// `docs/replication.md` §3.2): broker `node * 1000 + k` for each shard k.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -183,8 +262,12 @@ pub struct TopicMeta {
     /// Overrides set on the topic; everything else is the broker default.
     pub configs: BTreeMap<String, String>,
     /// The node holding its partitions (None: this one; see
-    /// `MetadataRecord::CreateTopic`).
+    /// `MetadataRecord::CreateTopic`). Unused when replicated.
     pub node: Option<i32>,
+    /// Replicated: each partition's state, by index (then `shards` holds
+    /// each partition's preferred leader's shard, for counting and
+    /// round-robin only). Empty: one replica, placed by `shards`/`node`.
+    pub replicated: Vec<PartitionState>,
 }
 
 impl TopicMeta {
@@ -200,7 +283,45 @@ impl TopicMeta {
     /// opens their logs and serves them, so a partition never has two logs
     /// (`docs/replication.md` §3.2).
     pub fn hosted_by(&self, node_id: i32) -> bool {
+        if self.is_replicated() {
+            return self
+                .replicated
+                .iter()
+                .any(|p| p.replica_on(node_id).is_some());
+        }
         self.node.is_none_or(|n| n == node_id)
+    }
+
+    /// Whether its partitions have replicas (`docs/replication.md` §4.3).
+    pub fn is_replicated(&self) -> bool {
+        !self.replicated.is_empty()
+    }
+
+    /// Partition `partition`'s replicated state.
+    pub fn replica_state(&self, partition: i32) -> Option<&PartitionState> {
+        self.replicated.get(usize::try_from(partition).ok()?)
+    }
+
+    /// Where partition `partition` lives, seen from node `node_id` with
+    /// `cores` shards.
+    pub fn placement(&self, partition: i32, node_id: i32, cores: usize) -> Placement {
+        let Some(&shard) = usize::try_from(partition)
+            .ok()
+            .and_then(|i| self.shards.get(i))
+        else {
+            return Placement::Unknown;
+        };
+        if let Some(state) = self.replica_state(partition) {
+            return match state.replica_on(node_id) {
+                Some(b) => Placement::Local(shard_of(b) % cores),
+                None => Placement::Elsewhere,
+            };
+        }
+        if self.hosted_by(node_id) {
+            Placement::Local(shard % cores)
+        } else {
+            Placement::Elsewhere
+        }
     }
 
     /// The partition of this (internal) topic that coordinates `key`, a
@@ -298,6 +419,54 @@ impl MetadataImage {
         Some(shard % cores)
     }
 
+    /// Where `topic`/`partition` lives, seen from node `node_id`
+    /// ([`TopicMeta::placement`]).
+    pub fn placement(&self, topic: &str, partition: i32, node_id: i32, cores: usize) -> Placement {
+        match self.topics.get(topic) {
+            Some(t) => t.placement(partition, node_id, cores),
+            None => Placement::Unknown,
+        }
+    }
+
+    /// Replicas for `count` new partitions, `factor` each, on distinct
+    /// live (registered, unfenced) nodes (`docs/replication.md` §4.1):
+    /// partition i's preferred leader is on the (`next_shard` + i)-th live
+    /// node, the others on the nodes after it, each on that node's shard
+    /// `(next_shard + i) % shards`, so leaders spread over nodes and
+    /// shards. None when fewer than `factor` nodes are live.
+    pub fn place_replicas(&self, count: usize, factor: usize) -> Option<Vec<Vec<i32>>> {
+        let live: Vec<&BrokerRegistration> = self
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .map(|b| &b.registration)
+            .collect();
+        if factor == 0 || live.len() < factor {
+            return None;
+        }
+        Some(
+            (0..count)
+                .map(|i| {
+                    let turn = self.next_shard + i;
+                    (0..factor)
+                        .map(|j| {
+                            let b = live[(turn + j) % live.len()];
+                            let shard = turn % b.shards.max(1);
+                            b.node.saturating_mul(1000).saturating_add(shard as i32)
+                        })
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
+    /// Whether broker `broker` is a shard of a live (registered, unfenced)
+    /// node.
+    pub fn is_live_broker(&self, broker: i32) -> bool {
+        self.live_broker(node_of(broker))
+            .is_some_and(|b| broker >= 0 && shard_of(broker) < b.shards)
+    }
+
     /// Picks `count` shards round-robin, starting at `next_shard`.
     pub fn assign_shards(&self, count: usize, cores: usize) -> Vec<usize> {
         (0..count).map(|i| (self.next_shard + i) % cores).collect()
@@ -316,6 +485,7 @@ impl MetadataImage {
                 shards,
                 configs,
                 node,
+                replicated,
             } => {
                 if let Some(last) = shards.last() {
                     next.next_shard = last + 1;
@@ -329,6 +499,7 @@ impl MetadataImage {
                         shards: shards.clone(),
                         configs: configs.clone(),
                         node: *node,
+                        replicated: replicated.clone(),
                     }),
                 );
             }
@@ -337,14 +508,39 @@ impl MetadataImage {
                     next.topic_ids.remove(&t.id);
                 }
             }
-            MetadataRecord::AddPartitions { name, shards } => {
+            MetadataRecord::AddPartitions {
+                name,
+                shards,
+                replicated,
+            } => {
                 if let Some(t) = next.topics.get(name) {
                     let mut t = (**t).clone();
                     t.shards.extend_from_slice(shards);
+                    t.replicated.extend_from_slice(replicated);
                     if let Some(last) = shards.last() {
                         next.next_shard = last + 1;
                     }
                     next.topics.insert(name.clone(), Arc::new(t));
+                }
+            }
+            MetadataRecord::PartitionChange {
+                topic_id,
+                partition,
+                state,
+            } => {
+                let t = next
+                    .topic_ids
+                    .get(topic_id)
+                    .and_then(|name| next.topics.get(name));
+                if let Some(t) = t {
+                    let mut t = (**t).clone();
+                    if let Some(slot) = usize::try_from(*partition)
+                        .ok()
+                        .and_then(|i| t.replicated.get_mut(i))
+                    {
+                        *slot = state.clone();
+                        next.topics.insert(t.name.clone(), Arc::new(t));
+                    }
                 }
             }
             MetadataRecord::SetTopicConfigs { name, configs } => {
@@ -472,6 +668,7 @@ mod tests {
             shards,
             configs: BTreeMap::new(),
             node: None,
+            replicated: Vec::new(),
         }
     }
 
@@ -536,6 +733,120 @@ mod tests {
         assert!(image.live_broker(2).unwrap().endpoint("SSL").is_none());
     }
 
+    fn registered(nodes: &[(i32, usize)]) -> MetadataImage {
+        let mut image = MetadataImage::default();
+        for &(node, shards) in nodes {
+            image = image.apply(&MetadataRecord::RegisterBroker {
+                registration: BrokerRegistration {
+                    node,
+                    shards,
+                    endpoints: Vec::new(),
+                    incarnation: [node as u8; 16],
+                    leader_epoch: 0,
+                },
+            });
+        }
+        image
+    }
+
+    /// Replicas go to distinct live nodes, leaders rotate over nodes and
+    /// shards, a fenced node gets none, and too few live nodes place
+    /// nothing.
+    #[test]
+    fn replicas_are_placed_on_distinct_live_nodes() {
+        let image = registered(&[(1, 2), (2, 2), (3, 1)]);
+        let placed = image.place_replicas(4, 3).unwrap();
+        assert_eq!(
+            placed,
+            vec![
+                vec![1000, 2000, 3000],
+                vec![2001, 3000, 1001],
+                vec![3000, 1000, 2000],
+                vec![1001, 2001, 3000],
+            ]
+        );
+        for replicas in &placed {
+            let mut nodes: Vec<i32> = replicas.iter().map(|&b| node_of(b)).collect();
+            nodes.sort();
+            nodes.dedup();
+            assert_eq!(nodes.len(), 3);
+        }
+        assert_eq!(image.place_replicas(1, 4), None);
+        let fenced = image.apply(&MetadataRecord::FenceBroker { node: 2 });
+        assert_eq!(fenced.place_replicas(1, 3), None);
+        assert!(fenced
+            .place_replicas(3, 2)
+            .unwrap()
+            .iter()
+            .flatten()
+            .all(|&b| node_of(b) != 2));
+        assert!(image.is_live_broker(2001) && !image.is_live_broker(2002));
+        assert!(!fenced.is_live_broker(2000) && !image.is_live_broker(-1));
+    }
+
+    /// A replicated topic: each node sees its own replica's shard; a node
+    /// without a replica sees it elsewhere; a PartitionChange replaces one
+    /// partition's state; the records survive their JSON, and a record
+    /// without the field reads as a topic of one replica.
+    #[test]
+    fn replicated_partitions_are_placed_per_node_and_changed_whole() {
+        let id = new_topic_id();
+        let create = MetadataRecord::CreateTopic {
+            name: "r".into(),
+            id,
+            shards: vec![0, 1],
+            configs: BTreeMap::new(),
+            node: None,
+            replicated: vec![
+                PartitionState::new(vec![1000, 2001]),
+                PartitionState::new(vec![2001, 3000]),
+            ],
+        };
+        let mut change = PartitionState::new(vec![2001, 3000]);
+        change.leader = 3000;
+        change.isr = vec![3000];
+        change.leader_epoch = 1;
+        change.partition_epoch = 1;
+        let change = MetadataRecord::PartitionChange {
+            topic_id: id,
+            partition: 1,
+            state: change,
+        };
+        for r in [&create, &change] {
+            let json = serde_json::to_vec(r).unwrap();
+            assert_eq!(&serde_json::from_slice::<MetadataRecord>(&json).unwrap(), r);
+        }
+        let image = MetadataImage::default().apply(&create);
+        assert_eq!(image.placement("r", 0, 1, 4), Placement::Local(0));
+        assert_eq!(image.placement("r", 0, 2, 4), Placement::Local(1));
+        assert_eq!(image.placement("r", 0, 2, 1), Placement::Local(0));
+        assert_eq!(image.placement("r", 0, 3, 4), Placement::Elsewhere);
+        assert_eq!(image.placement("r", 2, 1, 4), Placement::Unknown);
+        assert_eq!(image.placement("x", 0, 1, 4), Placement::Unknown);
+        assert!(image.topic("r").unwrap().hosted_by(3));
+        assert!(!image.topic("r").unwrap().hosted_by(4));
+        let p = image.topic("r").unwrap().replica_state(0).unwrap();
+        assert_eq!(
+            (p.leader, p.isr.clone(), p.leader_epoch),
+            (1000, vec![1000, 2001], 0)
+        );
+        let changed = image.apply(&change);
+        let p = changed.topic("r").unwrap().replica_state(1).unwrap();
+        assert_eq!(
+            (p.leader, p.isr.clone(), p.leader_epoch),
+            (3000, vec![3000], 1)
+        );
+        assert_eq!(
+            changed.topic("r").unwrap().replica_state(0),
+            image.topic("r").unwrap().replica_state(0)
+        );
+        let old = br#"{"type":"CreateTopic","name":"o","id":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"shards":[0],"configs":{}}"#;
+        let old: MetadataRecord = serde_json::from_slice(old).unwrap();
+        let image = MetadataImage::default().apply(&old);
+        assert!(!image.topic("o").unwrap().is_replicated());
+        assert_eq!(image.placement("o", 0, 7, 2), Placement::Local(0));
+    }
+
     #[test]
     fn round_robin_continues_across_topics() {
         let img = MetadataImage::default();
@@ -554,6 +865,7 @@ mod tests {
         let img = img.apply(&MetadataRecord::AddPartitions {
             name: "a".into(),
             shards: vec![1, 0],
+            replicated: Vec::new(),
         });
         assert_eq!(img.topic("a").unwrap().partition_count(), 3);
         let id = img.topic("a").unwrap().id;

@@ -647,6 +647,7 @@ mod tests {
             shards: vec![0, 1],
             configs: BTreeMap::new(),
             node: None,
+            replicated: Vec::new(),
         }
     }
 

@@ -76,8 +76,8 @@ use crate::metadata::quorum::transport::{
 };
 use crate::metadata::store::MetadataLog;
 use crate::metadata::{
-    new_topic_id, next_leader_epoch, topic_config, validate_topic_name, MetadataImage,
-    MetadataRecord, PRODUCER_ID_BLOCK_SIZE,
+    new_topic_id, next_leader_epoch, node_of, shard_of, topic_config, validate_topic_name,
+    MetadataImage, MetadataRecord, PartitionState, PRODUCER_ID_BLOCK_SIZE,
 };
 use futures::channel::oneshot;
 use futures::FutureExt;
@@ -731,6 +731,10 @@ impl Controller {
             };
             m.heartbeats.insert(node, crate::clock::monotonic());
         }
+        let restarted = image
+            .brokers
+            .get(&node)
+            .is_some_and(|b| b.registration.incarnation != registration.incarnation);
         let record = match image.brokers.get(&node) {
             Some(b) if b.registration == registration && !b.fenced => {
                 return ControllerReply::Broker(Ok(()))
@@ -739,7 +743,11 @@ impl Controller {
             _ => MetadataRecord::RegisterBroker { registration },
         };
         tracing::info!(node, change = ?record, "metadata quorum: a node registers or comes back");
-        ControllerReply::Broker(match self.persist(vec![record], deadline).await {
+        let mut records = vec![record];
+        if restarted {
+            records.extend(restarted_leaders(image, node));
+        }
+        ControllerReply::Broker(match self.persist(records, deadline).await {
             Ok(_) => Ok(()),
             Err(e) => Err(persist_error(&e)),
         })
@@ -1515,6 +1523,19 @@ impl Controller {
         topic_config::validate_all(&t.configs, &self.config)
             .map_err(|e| ControllerError::InvalidConfig(e.to_string()))?;
         let cores = self.config.cores;
+        let several = self.member.borrow().is_some();
+        if several {
+            if let Some(replicated) = self.plan_replicated(image, t)? {
+                return Ok(MetadataRecord::CreateTopic {
+                    name: t.name.clone(),
+                    id: new_topic_id(),
+                    shards: replicated.iter().map(|p| shard_of(p.leader)).collect(),
+                    configs: topic_config::normalized(t.configs.clone()),
+                    node: None,
+                    replicated,
+                });
+            }
+        }
         let shards = if !t.assignments.is_empty() {
             if t.num_partitions != -1 || t.replication_factor != -1 {
                 return Err(ControllerError::InvalidReplicaAssignment(
@@ -1566,14 +1587,74 @@ impl Controller {
             id: new_topic_id(),
             shards,
             configs: topic_config::normalized(t.configs.clone()),
-            // Several nodes: the leader's own shards hold the partitions
-            // (`docs/replication.md` §3.2).
-            node: self
-                .member
-                .borrow()
-                .is_some()
-                .then_some(self.config.node_id),
+            // Several nodes, one replica: the leader's own shards hold the
+            // partitions (`docs/replication.md` §3.2).
+            node: several.then_some(self.config.node_id),
+            replicated: Vec::new(),
         })
+    }
+
+    /// Several nodes: the partitions of a topic created with a replication
+    /// factor above 1, or with a manual assignment of more than one
+    /// replica per partition (`docs/replication.md` §4.3), with Kafka's
+    /// errors; None for a topic of one replica per partition.
+    fn plan_replicated(
+        &self,
+        image: &MetadataImage,
+        t: &NewTopic,
+    ) -> Result<Option<Vec<PartitionState>>, ControllerError> {
+        if !t.assignments.is_empty() {
+            if t.assignments.iter().all(|(_, r)| r.len() <= 1) {
+                return Ok(None);
+            }
+            if t.num_partitions != -1 || t.replication_factor != -1 {
+                return Err(ControllerError::InvalidReplicaAssignment(
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into(),
+                ));
+            }
+            let mut assignments = t.assignments.clone();
+            assignments.sort_by_key(|(p, _)| *p);
+            let factor = assignments[0].1.len();
+            let mut out = Vec::with_capacity(assignments.len());
+            for (i, (partition, replicas)) in assignments.into_iter().enumerate() {
+                if partition != i as i32 {
+                    return Err(ControllerError::InvalidReplicaAssignment(
+                        "Partitions should be a consecutive 0-based integer sequence".into(),
+                    ));
+                }
+                check_assignment(image, &replicas, factor)?;
+                out.push(PartitionState::new(replicas));
+            }
+            return Ok(Some(out));
+        }
+        let factor = match t.replication_factor {
+            -1 | 1 => return Ok(None),
+            n => n,
+        };
+        let live = image.brokers.values().filter(|b| !b.fenced).count();
+        check_replication_factor(factor, live)?;
+        let count = match t.num_partitions {
+            -1 => self.config.num_partitions,
+            n if n < 1 => {
+                return Err(ControllerError::InvalidPartitions(
+                    "Number of partitions was set to an invalid non-positive value.".into(),
+                ))
+            }
+            n => n,
+        };
+        if count > PARTITIONS_PER_TOPIC_MAX {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "Number of partitions {count} exceeds the limit of {PARTITIONS_PER_TOPIC_MAX}."
+            )));
+        }
+        let placed = image
+            .place_replicas(count as usize, factor as usize)
+            .ok_or_else(|| {
+                ControllerError::InvalidReplicationFactor(format!(
+                    "Unable to replicate the partition {factor} time(s): only {live} node(s) are live."
+                ))
+            })?;
+        Ok(Some(placed.into_iter().map(PartitionState::new).collect()))
     }
 
     fn plan_partitions(
@@ -1601,9 +1682,28 @@ impl Controller {
                 "Number of partitions {count} exceeds the limit of {PARTITIONS_PER_TOPIC_MAX}."
             )));
         }
+        let added = (count - current) as usize;
+        if let Some(first) = topic.replicated.first() {
+            // As many replicas as the topic's first partition.
+            let factor = first.replicas.len();
+            let live = image.brokers.values().filter(|b| !b.fenced).count();
+            let placed = image.place_replicas(added, factor).ok_or_else(|| {
+                ControllerError::InvalidReplicationFactor(format!(
+                    "Unable to replicate the partition {factor} time(s): The target replication factor of {factor} cannot be reached because only {live} broker(s) are registered."
+                ))
+            })?;
+            let replicated: Vec<PartitionState> =
+                placed.into_iter().map(PartitionState::new).collect();
+            return Ok(MetadataRecord::AddPartitions {
+                name: name.into(),
+                shards: replicated.iter().map(|p| shard_of(p.leader)).collect(),
+                replicated,
+            });
+        }
         Ok(MetadataRecord::AddPartitions {
             name: name.into(),
-            shards: image.assign_shards((count - current) as usize, self.config.cores),
+            shards: image.assign_shards(added, self.config.cores),
+            replicated: Vec::new(),
         })
     }
 }
@@ -1627,6 +1727,67 @@ fn apply_all(image: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage
         next = next.apply(r);
     }
     next
+}
+
+/// A restarted node leads its replicated partitions in a new epoch, as
+/// a single node's restart begins one (`next_leader_epoch`): what it
+/// appends from now on is told apart from what its followers fetched
+/// before (KIP-101: a follower holding more of the old epoch than the
+/// restarted leader kept truncates to the leader's end of it).
+fn restarted_leaders(image: &MetadataImage, node: i32) -> Vec<MetadataRecord> {
+    let mut out = Vec::new();
+    for t in image.topics.values() {
+        for (i, p) in t.replicated.iter().enumerate() {
+            if p.leader >= 0 && node_of(p.leader) == node {
+                let mut state = p.clone();
+                state.leader_epoch = state.leader_epoch.saturating_add(1);
+                state.partition_epoch = state.partition_epoch.saturating_add(1);
+                out.push(MetadataRecord::PartitionChange {
+                    topic_id: t.id,
+                    partition: i as i32,
+                    state,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Kafka's checks of one partition's manual assignment of several
+/// replicas (its `ReplicationControlManager`), and fjord's one more: two
+/// replicas on one node protect against nothing (`docs/replication.md`
+/// §4.1).
+fn check_assignment(
+    image: &MetadataImage,
+    replicas: &[i32],
+    factor: usize,
+) -> Result<(), ControllerError> {
+    let invalid = |m: String| Err(ControllerError::InvalidReplicaAssignment(m));
+    if replicas.len() != factor {
+        return invalid(format!(
+            "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {factor} replica(s).",
+            replicas.len()
+        ));
+    }
+    for (i, &b) in replicas.iter().enumerate() {
+        if !image.is_live_broker(b) {
+            return invalid(format!(
+                "The manual partition assignment includes broker {b}, but no such broker is registered."
+            ));
+        }
+        if replicas[..i].contains(&b) {
+            return invalid(format!(
+                "The manual partition assignment includes the broker {b} more than once."
+            ));
+        }
+        if replicas[..i].iter().any(|&o| node_of(o) == node_of(b)) {
+            return invalid(format!(
+                "The manual partition assignment places two replicas on node {}: the replicas of a partition must be on different nodes.",
+                node_of(b)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A deadline that does not come (waits that are deliberately unbounded).

@@ -276,24 +276,28 @@ impl ShardCtx {
                 continue;
             }
             let tc = TopicConfig::resolve(&topic.configs, &self.config);
-            for (index, &owner) in topic.shards.iter().enumerate() {
-                if owner % cores != self.shard {
+            for index in 0..topic.partition_count() {
+                let here = topic.placement(index, self.config.node_id, cores);
+                if here != crate::metadata::Placement::Local(self.shard) {
                     continue;
                 }
-                let tp = TopicPartition::new(topic.name.clone(), index as i32);
+                // A replicated partition's epoch is its own (§4.3).
+                let epoch = topic
+                    .replica_state(index)
+                    .map_or(image.leader_epoch(), |s| s.leader_epoch);
+                let tp = TopicPartition::new(topic.name.clone(), index);
                 let existing = self.partition(&tp);
                 match existing {
                     Some(p) if *p.config() == tc => {}
-                    Some(p) => p.set_config(
-                        tc.clone(),
-                        self.log_config(&tc, topic.is_internal(), image.leader_epoch()),
-                    ),
+                    Some(p) => {
+                        p.set_config(tc.clone(), self.log_config(&tc, topic.is_internal(), epoch))
+                    }
                     None => match self
                         .logs
                         .open_topic(
                             &tp,
                             Some(topic.id),
-                            self.log_config(&tc, topic.is_internal(), image.leader_epoch()),
+                            self.log_config(&tc, topic.is_internal(), epoch),
                         )
                         .await
                     {
@@ -354,7 +358,7 @@ impl ShardCtx {
         let mut out = Vec::with_capacity(markers.len());
         for m in markers {
             // Appended now, synchronously, so it orders with produce appends.
-            let appended = match self.partition(&m.tp) {
+            let appended = match self.led_partition(&m.tp) {
                 Some(p) => p.append_control(&m).map(|offset| (p.log.clone(), offset)),
                 None => Err(self.missing_partition(&m.tp)),
             };
@@ -383,6 +387,20 @@ impl ShardCtx {
     /// Why a marker for `tp`, which this shard does not hold, is not
     /// written: another shard leads it (or this one has not opened it yet),
     /// or the image has no such partition.
+    /// The partition if it is open on this shard and this shard leads it:
+    /// a replicated partition's follower takes no appends of its own
+    /// (`docs/replication.md` §4.3).
+    pub fn led_partition(&self, tp: &TopicPartition) -> Option<Rc<Partition>> {
+        let image = self.image();
+        let state = image
+            .topic(&tp.topic)
+            .and_then(|t| t.replica_state(tp.partition.0));
+        if state.is_some_and(|s| s.leader != self.config.node_id_of(self.shard)) {
+            return None;
+        }
+        self.partition(tp)
+    }
+
     fn missing_partition(&self, tp: &TopicPartition) -> MarkerError {
         if self.image().has_partition(&tp.topic, tp.partition.0) {
             MarkerError::NotLeader

@@ -8,7 +8,7 @@
 use crate::auth::acl::AclOperation;
 use crate::handlers::authz::Authz;
 use crate::handlers::errors;
-use crate::handlers::metadata::{brokers, partition_leader, Leader};
+use crate::handlers::metadata::{brokers, partition_view};
 use crate::handlers::{decode, respond, str_bytes, Outcome};
 use crate::metadata::internal;
 use crate::protocol::RequestHeader;
@@ -89,13 +89,14 @@ pub async fn handle(
             // The broker leading that partition: a shard of this node, or
             // (several nodes) of the node holding the topic; none while
             // that node is fenced or unregistered.
-            let owner = meta.shards[coordinator.partition as usize];
-            let endpoint = match partition_leader(ctx, &image, listener, meta, owner) {
-                Leader::Live(id, _) => brokers(ctx, &image, listener)
-                    .into_iter()
-                    .find(|(b, _, _)| *b == id),
-                Leader::Offline(..) | Leader::Unknown => None,
-            };
+            let view = partition_view(ctx, &image, listener, meta, coordinator.partition);
+            let endpoint = (view.leader >= 0)
+                .then(|| {
+                    brokers(ctx, &image, listener)
+                        .into_iter()
+                        .find(|(b, _, _)| *b == view.leader)
+                })
+                .flatten();
             let Some((id, host, port)) = endpoint else {
                 return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
             };
