@@ -518,6 +518,9 @@ async fn shard_main(
     drop(accept); // stops accepting
     drop(metrics_endpoint);
     let deadline = crate::clock::monotonic() + Duration::from_millis(SHUTDOWN_DRAIN_MS_MAX);
+    // The replica fetchers end their request in flight (a truncation
+    // completes) before the logs close.
+    ctx.replicas.stop_all(deadline).await;
     while ctx.inflight_requests() > 0 && crate::clock::monotonic() < deadline {
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }

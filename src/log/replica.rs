@@ -167,6 +167,11 @@ impl PartitionLog {
         self.hw_bound.borrow().as_ref().map(|b| Offset(b.get()))
     }
 
+    /// The newest epoch the log holds (its epoch cache's), if any.
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.epochs.borrow().latest_epoch()
+    }
+
     /// The epoch cache's entries as (epoch, start offset), oldest first.
     pub fn epoch_entries(&self) -> Vec<(i32, i64)> {
         self.epochs

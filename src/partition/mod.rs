@@ -194,6 +194,12 @@ impl Partition {
         }
     }
 
+    /// A truncation ([`Self::truncate_to`], [`Self::truncate_fully_and_start_at`])
+    /// runs: the log refuses appends and `become_leader` until it ends.
+    pub fn is_truncating(&self) -> bool {
+        self.truncating.get()
+    }
+
     /// The topic configs the partition runs with.
     pub fn config(&self) -> Ref<'_, TopicConfig> {
         self.config.borrow()

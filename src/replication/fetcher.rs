@@ -199,7 +199,13 @@ impl<L: FollowerLog> ReplicaFetcher<L> {
         })
     }
 
-    /// Starts fetching `tp` (of the topic with id `topic_id`).
+    /// Starts fetching `tp` (of the topic with id `topic_id`). Adding a
+    /// partition already fetched replaces its topic id and ends its back-off,
+    /// so it is fetched in the next request: the replica manager does so
+    /// when the partition's leader epoch changes, so that the new
+    /// `current_leader_epoch` (which [`FollowerLog::position`] gives) is
+    /// sent at once rather than after the back-off a FENCED_LEADER_EPOCH
+    /// or UNKNOWN_LEADER_EPOCH answer started.
     pub fn add(&self, tp: TopicPartition, topic_id: [u8; 16]) {
         self.partitions.borrow_mut().insert(
             tp,
@@ -217,6 +223,21 @@ impl<L: FollowerLog> ReplicaFetcher<L> {
 
     pub fn partitions(&self) -> usize {
         self.partitions.borrow().len()
+    }
+
+    /// Whether `tp` is fetched.
+    pub fn contains(&self, tp: &TopicPartition) -> bool {
+        self.partitions.borrow().contains_key(tp)
+    }
+
+    /// The partitions fetched.
+    pub fn followed(&self) -> Vec<TopicPartition> {
+        self.partitions.borrow().keys().cloned().collect()
+    }
+
+    /// Whether [`Self::stop`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.get()
     }
 
     pub fn stats(&self) -> FetcherStats {

@@ -40,6 +40,7 @@ use crate::log::{LogConfig, LogManager};
 use crate::metadata::{internal, MetadataImage, TopicConfig};
 use crate::partition::{MarkerError, Partition, TxnMarker};
 use crate::producer::ids::ProducerIdBlocks;
+use crate::replication::manager::{Follow, ReplicaManager};
 use crate::txn::coordinator::TxnCoordinator;
 use crate::types::{PartitionId, TopicPartition, TopicPartitionKey};
 use futures::channel::oneshot;
@@ -53,6 +54,25 @@ use std::sync::Arc;
 /// File growth step of internal-topic partitions (see [`ShardCtx::log_config`]).
 pub const INTERNAL_PREALLOCATE_BYTES: u64 = 1024 * 1024;
 
+/// How long a partition that becomes leader waits for a follower's
+/// truncation in flight before `become_leader` (which a truncation refuses).
+const BECOME_LEADER_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The leader epoch a replicated partition's log is opened with: the
+/// partition's when `broker` (this shard's broker id) leads it, so that
+/// recovery starts that epoch at the log end as a leader's start does;
+/// none (-1) for a follower, whose epochs come only from its leader's
+/// batches. A follower restarted after its leader moved to a newer epoch
+/// must not start that epoch at its own log end: the older epoch's
+/// batches it still has to fetch would then be refused as stale.
+pub fn replica_log_epoch(state: &crate::metadata::PartitionState, broker: i32) -> i32 {
+    if state.leader == broker {
+        state.leader_epoch
+    } else {
+        crate::log::leader_epoch::UNDEFINED_EPOCH
+    }
+}
+
 /// The state of one shard. Lives on that shard only.
 pub struct ShardCtx {
     pub shard: usize,
@@ -62,6 +82,9 @@ pub struct ShardCtx {
     pub router: Router,
     /// Present on shard 0 only.
     pub controller: Option<controller::Controller>,
+    /// The replica fetchers of the replicated partitions this shard
+    /// follows (`replication::manager`), driven by [`Self::apply_image`].
+    pub replicas: ReplicaManager,
     partitions: RefCell<HashMap<TopicPartition, Rc<Partition>>>,
     /// Bumped whenever `partitions` gains or loses one: a partition handle
     /// cached under the same version and image version is still the one
@@ -123,6 +146,7 @@ impl ShardCtx {
                 allow_everyone_if_no_acl_found: config.allow_everyone_if_no_acl_found,
             })
         });
+        let replicas = ReplicaManager::new(config.node_id_of(shard));
         Rc::new(ShardCtx {
             authorizer,
             shard,
@@ -131,6 +155,7 @@ impl ShardCtx {
             logs,
             router,
             controller,
+            replicas,
             partitions: RefCell::new(HashMap::new()),
             partitions_version: Cell::new(0),
             first_image: RefCell::new(Some(first_image)),
@@ -257,6 +282,8 @@ impl ShardCtx {
             .collect();
         let any_gone = !gone.is_empty();
         for tp in gone {
+            // No fetcher appends to it while its log is deleted.
+            self.replicas.unfollow(&tp);
             self.partitions.borrow_mut().remove(&tp);
             self.partition_set_changed();
             if let Err(e) = self.logs.delete(&tp).await {
@@ -281,10 +308,12 @@ impl ShardCtx {
                 if here != crate::metadata::Placement::Local(self.shard) {
                     continue;
                 }
-                // A replicated partition's epoch is its own (§4.3).
-                let epoch = topic
-                    .replica_state(index)
-                    .map_or(image.leader_epoch(), |s| s.leader_epoch);
+                // A replicated partition's epoch is its own (§4.3); a
+                // follower's log stamps none (`replica_log_epoch`).
+                let epoch = match topic.replica_state(index) {
+                    Some(s) => replica_log_epoch(s, self.node_id()),
+                    None => image.leader_epoch(),
+                };
                 let tp = TopicPartition::new(topic.name.clone(), index);
                 let existing = self.partition(&tp);
                 match existing {
@@ -338,12 +367,86 @@ impl ShardCtx {
                 }
             }
         }
+        // Role changes of replicated partitions, before any request sees
+        // the image that makes them.
+        self.apply_replica_roles(&image).await;
         *self.image.borrow_mut() = image;
         if let Some(tx) = self.first_image.borrow_mut().take() {
             let _ = tx.send(());
         }
         for state in opened_txn_partitions {
             self.txn.load_partition(self, &state).await;
+        }
+    }
+
+    /// The replicated partitions open on this shard take the roles `image`
+    /// gives them (`docs/replication.md` §4.1; `replication::manager`):
+    /// - this broker leads: out of every fetcher; `become_leader` in the
+    ///   partition's epoch if its log's newest epoch is older (after a
+    ///   truncation in flight ends); its HW set from outside from now on
+    ///   (replicated mode: it no longer runs ahead of the followers; the
+    ///   leader's Fetch path raises it);
+    /// - another broker leads: in that leader's fetcher, in replicated HW
+    ///   mode (the leader's answers raise it); it takes no local appends
+    ///   (requests are routed to the leader only, [`Self::led_partition`]);
+    /// - no leader (-1): in no fetcher.
+    ///
+    /// Partitions of deleted topics left every fetcher before their logs
+    /// were deleted.
+    async fn apply_replica_roles(&self, image: &MetadataImage) {
+        let me = self.node_id();
+        let mut follow = Vec::new();
+        let mut lead = Vec::new();
+        for topic in image.topics.values().filter(|t| t.is_replicated()) {
+            for index in 0..topic.partition_count() {
+                let here = topic.placement(index, self.config.node_id, self.cores());
+                if here != crate::metadata::Placement::Local(self.shard) {
+                    continue;
+                }
+                let Some(state) = topic.replica_state(index) else {
+                    continue;
+                };
+                let tp = TopicPartition::new(topic.name.clone(), index);
+                let Some(p) = self.partition(&tp) else {
+                    continue;
+                };
+                if p.topic_id != topic.id {
+                    continue;
+                }
+                // Every replica's HW is set from outside from its first
+                // image on (replicated mode; `log::replica`).
+                let hw = crate::types::Offset(p.log.high_watermark().0);
+                if state.leader == me {
+                    p.log.set_high_watermark(hw);
+                    lead.push((p, state.leader_epoch));
+                    continue;
+                }
+                p.log.set_high_watermark(hw);
+                if state.leader >= 0
+                    && crate::metadata::node_of(state.leader) != self.config.node_id
+                {
+                    follow.push(Follow {
+                        tp,
+                        topic_id: topic.id,
+                        partition: p,
+                        leader: state.leader,
+                        leader_epoch: state.leader_epoch,
+                    });
+                }
+            }
+        }
+        // Out of the fetchers first: no fetcher appends to a led log.
+        self.replicas.follow_only(image, follow);
+        for (p, epoch) in lead {
+            let deadline = crate::clock::monotonic() + BECOME_LEADER_WAIT;
+            while p.is_truncating() && crate::clock::monotonic() < deadline {
+                glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            if p.log.latest_epoch().is_none_or(|latest| latest < epoch) {
+                if let Err(e) = p.log.become_leader(epoch) {
+                    tracing::error!(tp = %p.tp, epoch, error = %e, "becoming the partition's leader failed");
+                }
+            }
         }
     }
 
