@@ -7,8 +7,8 @@
 //! follower that led an epoch of its own truncates to where it agrees with
 //! the leader; one below the leader's log start starts again there.
 //!
-//! The `FollowerLog` here maps the fetcher's seam onto one partition, as
-//! the shard's replica manager (not built yet) will over its partitions.
+//! The `FollowerLog` is the shard's own (`replication::manager`: its
+//! `Followers` and the view of one leader), over one partition here.
 
 mod common;
 mod log_util;
@@ -19,95 +19,39 @@ use common::leader::{one_batch, produce_idempotent_and_transactions, produce_pla
 use common::raw::RawClient;
 use common::{Broker, BrokerOpts};
 use fjord::log::{LogConfig, LogManager, TailCache};
-use fjord::metadata::TopicConfig;
+use fjord::metadata::{PartitionState, TopicConfig};
 use fjord::partition::Partition;
 use fjord::record::{batch, BatchBuilder, BatchHeader, Compression};
-use fjord::replication::fetcher::{
-    FetcherConfig, FollowerLog, FollowerLogError, FollowerPosition, ReplicaFetcher,
-};
+use fjord::replication::fetcher::{FetcherConfig, ReplicaFetcher};
+use fjord::replication::manager::{Follower, FollowerView, Followers};
+use fjord::shard::replica_log_epoch;
 use fjord::types::{Offset, TopicPartition};
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
 const CATCH_UP: Duration = Duration::from_secs(60);
 const REPLICA_ID: i32 = 1000;
+/// The leader's broker id (a single node's shard 0).
+const LEADER_ID: i32 = 0;
 
-/// One follower partition behind the fetcher's seam.
+/// A follower partition behind the fetcher's seam: the shard's own mapping
+/// (`replication::manager`), one partition followed from [`LEADER_ID`].
 struct PartitionFollower {
     p: Rc<Partition>,
     _mgr: Rc<LogManager>,
-    errors: RefCell<Vec<ResponseError>>,
+    followers: Rc<Followers>,
+    tp: TopicPartition,
 }
 
-fn log_err(e: impl std::fmt::Display) -> FollowerLogError {
-    FollowerLogError(e.to_string())
-}
-
-impl FollowerLog for PartitionFollower {
-    fn position(&self, _: &TopicPartition) -> Option<FollowerPosition> {
-        let log = &self.p.log;
-        let (start, end) = (log.log_start_offset().0, log.log_end_offset().0);
-        let last_epoch = if end > start {
-            log.epoch_for_offset(Offset(end - 1))
-        } else {
-            -1
-        };
-        Some(FollowerPosition {
-            log_end: end,
-            last_epoch,
-            log_start: start,
-            current_leader_epoch: -1,
-        })
-    }
-
-    fn end_offset_for_epoch(&self, _: &TopicPartition, epoch: i32) -> Option<(i32, i64)> {
-        let (e, end) = self.p.log.end_offset_for_epoch(epoch);
-        (e >= 0 && end >= 0).then_some((e, end))
-    }
-
-    async fn append(
-        &self,
-        _: &TopicPartition,
-        batches: Bytes,
-        last_offset: i64,
-    ) -> Result<(), FollowerLogError> {
-        // Each batch a slice of the answer: no copy on the way in.
-        let mut at = 0;
-        while at < batches.len() {
-            let h = BatchHeader::parse(&batches[at..]).map_err(log_err)?;
-            let b = batches.slice(at..at + h.total_size());
-            self.p.append_replica(b, batches.len()).map_err(log_err)?;
-            at += h.total_size();
-        }
-        assert_eq!(self.p.log.log_end_offset().0, last_offset + 1);
-        Ok(())
-    }
-
-    async fn truncate_to(&self, _: &TopicPartition, offset: i64) -> Result<(), FollowerLogError> {
-        let end = self.p.truncate_to(Offset(offset)).await.map_err(log_err)?;
-        assert_eq!(end.0, offset, "truncated at a batch boundary");
-        Ok(())
-    }
-
-    async fn restart_at(&self, _: &TopicPartition, offset: i64) -> Result<(), FollowerLogError> {
-        self.p
-            .truncate_fully_and_start_at(Offset(offset))
-            .await
-            .map_err(log_err)?;
-        Ok(())
-    }
-
-    fn leader_offsets(&self, _: &TopicPartition, high_watermark: i64, _log_start: i64) {
-        self.p.log.set_high_watermark(Offset(high_watermark));
-    }
-
-    fn fetch_error(&self, _: &TopicPartition, error: ResponseError) {
-        self.errors.borrow_mut().push(error);
+impl PartitionFollower {
+    /// Partition errors the leader answered.
+    fn errors(&self) -> u64 {
+        self.followers
+            .get(&self.tp)
+            .map_or(0, |f| f.fetch_errors.get())
     }
 }
 
@@ -125,8 +69,21 @@ async fn follower_partition(
     dir: std::path::PathBuf,
     tp: &TopicPartition,
 ) -> (Rc<LogManager>, Rc<Partition>) {
+    follower_partition_in_epoch(dir, tp, LogConfig::default().leader_epoch).await
+}
+
+/// A follower partition in `dir` whose log opens in `epoch`.
+async fn follower_partition_in_epoch(
+    dir: std::path::PathBuf,
+    tp: &TopicPartition,
+    epoch: i32,
+) -> (Rc<LogManager>, Rc<Partition>) {
     let mgr = LogManager::new_for_shard(dir, TailCache::new(1 << 20), 0);
-    let log = mgr.open(tp, LogConfig::default()).await.unwrap();
+    let config = LogConfig {
+        leader_epoch: epoch,
+        ..LogConfig::default()
+    };
+    let log = mgr.open(tp, config).await.unwrap();
     let config = TopicConfig::resolve(
         &BTreeMap::new(),
         &fjord::config::ServeArgs::default().resolve().unwrap(),
@@ -142,7 +99,8 @@ async fn follower(dir: std::path::PathBuf, tp: &TopicPartition) -> Rc<PartitionF
     Rc::new(PartitionFollower {
         p,
         _mgr: mgr,
-        errors: RefCell::default(),
+        followers: Rc::default(),
+        tp: tp.clone(),
     })
 }
 
@@ -179,15 +137,20 @@ async fn holds(p: &Partition, bytes: &[u8]) {
     }
 }
 
+/// A fetcher from `broker` into `f`, through the shard's `FollowerLog`
+/// ([`Followers`], the view of [`LEADER_ID`]).
 fn fetcher(
     broker: &Broker,
     topic: &str,
     f: &Rc<PartitionFollower>,
-) -> Rc<ReplicaFetcher<PartitionFollower>> {
+) -> Rc<ReplicaFetcher<FollowerView>> {
     let mut config = FetcherConfig::new(REPLICA_ID, broker.bootstrap());
     config.backoff = Duration::from_millis(200);
-    let fetcher = ReplicaFetcher::new(config, f.clone());
-    fetcher.add(TopicPartition::new(topic, 0), topic_id(broker, topic));
+    let id = topic_id(broker, topic);
+    f.followers
+        .insert(f.tp.clone(), Follower::new(f.p.clone(), id, LEADER_ID, -1));
+    let fetcher = ReplicaFetcher::new(config, Rc::new(f.followers.view(LEADER_ID)));
+    fetcher.add(TopicPartition::new(topic, 0), id);
     fetcher
 }
 
@@ -209,6 +172,9 @@ fn a_follower_partition_copies_the_leader_and_knows_its_producers() {
         let (bytes, end) = leader_bytes(&broker, topic);
 
         let f = follower(data.clone(), &tp).await;
+        // Replicated HW mode from the start, as the shard's replica
+        // manager runs a follower: only the leader's answers raise it.
+        f.p.log.set_high_watermark(Offset(0));
         let fetcher = fetcher(&broker, topic, &f);
         let task = glommio::spawn_local(fetcher.clone().run());
         holds(&f.p, &bytes).await;
@@ -219,7 +185,7 @@ fn a_follower_partition_copies_the_leader_and_knows_its_producers() {
         }
         fetcher.stop();
         task.await;
-        assert!(f.errors.borrow().is_empty());
+        assert_eq!(f.errors(), 0);
         let producers = f.p.producers().len();
         assert_eq!(
             producers, 2,
@@ -304,6 +270,66 @@ fn a_diverged_follower_partition_truncates_and_matches_the_leader() {
             f.p.append_replica(b.freeze(), len).is_err(),
             "an epoch older than the latest is refused"
         );
+    });
+}
+
+/// A follower restarted after its leader moved to a newer epoch (here the
+/// leader went from epoch 0 to 2 while the follower held only part of
+/// epoch 0): its log opens in the epoch the shard gives a follower
+/// (`shard::replica_log_epoch`: none of its own), so it still takes the
+/// epoch-0 batches it lacks, then epoch 2's, and its epochs are the
+/// leader's. Opened in the leader's epoch instead, it would start epoch 2
+/// at its own log end and refuse the older batches as stale.
+#[test]
+fn a_follower_restarted_behind_a_newer_epoch_fetches_the_older_one_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    on_executor(data.clone(), move || async move {
+        let mut broker = Broker::start(BrokerOpts::default().cores(1));
+        let topic = "replica-partition-restarted";
+        let tp = TopicPartition::new(topic, 0);
+        create_topic(&broker.bootstrap(), topic, 1, &[]);
+        produce_plain(&broker, topic, 3);
+        for _ in 0..2 {
+            broker.stop();
+            broker.restart();
+        }
+        produce_plain(&broker, topic, 2);
+        let stored = common::disk::batches(&broker.first_segment(topic, 0));
+        let epochs: Vec<i32> = stored
+            .iter()
+            .map(|b| b.header.partition_leader_epoch)
+            .collect();
+        assert_eq!(epochs, vec![0, 0, 0, 2, 2]);
+        {
+            let (_mgr, p) = follower_partition(data.clone(), &tp).await;
+            for b in &stored[..2] {
+                let b = Bytes::from(b.bytes.clone());
+                let len = b.len();
+                p.append_replica(b, len).unwrap();
+            }
+        }
+        // Restarted: the image says another broker leads, in epoch 2.
+        let mut state = PartitionState::new(vec![LEADER_ID, REPLICA_ID]);
+        state.leader_epoch = 2;
+        let epoch = replica_log_epoch(&state, REPLICA_ID);
+        let (mgr, p) = follower_partition_in_epoch(data.clone(), &tp, epoch).await;
+        assert_eq!(p.log.log_end_offset().0, 2);
+        assert_eq!(p.log.epoch_entries(), vec![(0, 0)]);
+        let f = Rc::new(PartitionFollower {
+            p,
+            _mgr: mgr,
+            followers: Rc::default(),
+            tp: tp.clone(),
+        });
+        let (bytes, _) = leader_bytes(&broker, topic);
+        let fetcher = fetcher(&broker, topic, &f);
+        let task = glommio::spawn_local(fetcher.clone().run());
+        holds(&f.p, &bytes).await;
+        fetcher.stop();
+        task.await;
+        assert_eq!(f.p.log.epoch_entries(), vec![(0, 0), (2, 3)]);
+        assert_eq!(f.errors(), 0);
     });
 }
 
