@@ -1,0 +1,403 @@
+//! Replicated partitions on three nodes (`docs/replication.md` §4, §9 step
+//! 3), each node in its own network namespace (`common::netns`) with one
+//! shard, a quorum of all three:
+//! - CreateTopics with replication factor 3: every node's Metadata lists
+//!   three replicas, all in the ISR, and one leader;
+//! - what librdkafka produces to the leaders (acks=1, and an idempotent
+//!   producer) reaches every replica: each partition's segment on all
+//!   three nodes holds the same batches, byte for byte, and consumers read
+//!   every message back;
+//! - a follower SIGKILLed while more is produced catches up after its
+//!   restart, byte for byte;
+//! - killed again, it misses more of the current epoch while a leader's
+//!   node restarts and leads its partitions in the next leader epoch
+//!   (PartitionChange) and more is produced in it: restarted, the follower
+//!   fetches both epochs' batches (its log, opened without an epoch of
+//!   its own, takes the older epoch's), byte for byte, and every replica's
+//!   `leader-epoch-checkpoint` is the leader's and names both epochs.
+
+mod common;
+
+use common::client;
+use common::netns::Net;
+use common::raw::RawClient;
+use common::{Broker, BrokerOpts};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The controller port on every host (each has its own address).
+const CONTROLLER_PORT: u16 = 9093;
+/// How long the quorum gets to elect, and followers to catch up.
+const SETTLE: Duration = Duration::from_secs(60);
+/// `--broker-session-timeout-ms`, shortened from Kafka's 9 s.
+const SESSION_TIMEOUT_MS: u64 = 3000;
+const TOPIC: &str = "replicated";
+const PARTITIONS: i32 = 2;
+const NODES: usize = 3;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn addr(broker: &Broker) -> SocketAddr {
+    broker.bootstrap().parse().expect("an address")
+}
+
+fn start(net: &Net, i: usize) -> Broker {
+    let quorum: Vec<String> = (0..NODES)
+        .map(|n| format!("{n}@{}:{CONTROLLER_PORT}", net.host(n).addr))
+        .collect();
+    Broker::start(
+        BrokerOpts::default()
+            .cores(1)
+            .in_host(net.host(i))
+            .arg(format!("--node-id={i}"))
+            .arg(format!("--controller-quorum={}", quorum.join(",")))
+            .arg(format!("--broker-session-timeout-ms={SESSION_TIMEOUT_MS}")),
+    )
+}
+
+/// CreateTopics of [`TOPIC`] with replication factor 3 through the first
+/// node that takes it (any node forwards once a quorum leader is known).
+fn create_replicated(brokers: &[Broker]) {
+    common::wait_for(SETTLE, "a node that takes CreateTopics", || {
+        for (i, b) in brokers.iter().enumerate() {
+            let topic = CreatableTopic::default()
+                .with_name(TopicName(s(TOPIC)))
+                .with_num_partitions(PARTITIONS)
+                .with_replication_factor(NODES as i16);
+            let resp = RawClient::connect_to(addr(b)).request(
+                5,
+                &CreateTopicsRequest::default()
+                    .with_topics(vec![topic])
+                    .with_timeout_ms(10_000),
+            );
+            let code = resp.topics[0].error_code;
+            if code == 0 || code == ResponseError::TopicAlreadyExists.code() {
+                return Some(());
+            }
+            // Too few nodes registered yet also answers this.
+            assert!(
+                code == ResponseError::NotController.code()
+                    || code == ResponseError::RequestTimedOut.code()
+                    || code == ResponseError::InvalidReplicationFactor.code(),
+                "node {i} answered {code} to CreateTopics: {:?}",
+                resp.topics[0].error_message
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        None
+    });
+}
+
+/// One partition as a node's Metadata (v12) lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Listed {
+    leader: i32,
+    leader_epoch: i32,
+    error: i16,
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+}
+
+/// [`TOPIC`]'s partitions in `broker`'s Metadata, by index; None if it is
+/// not listed.
+fn listed(broker: &Broker) -> Option<Vec<Listed>> {
+    let resp = RawClient::connect_to(addr(broker)).request(
+        12,
+        &MetadataRequest::default()
+            .with_topics(None)
+            .with_allow_auto_topic_creation(false),
+    );
+    let t = resp
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == TOPIC))?;
+    let ids = |v: &[BrokerId]| {
+        let mut v: Vec<i32> = v.iter().map(|b| b.0).collect();
+        v.sort();
+        v
+    };
+    let mut out: Vec<(i32, Listed)> = t
+        .partitions
+        .iter()
+        .map(|p| {
+            (
+                p.partition_index,
+                Listed {
+                    leader: p.leader_id.0,
+                    leader_epoch: p.leader_epoch,
+                    error: p.error_code,
+                    replicas: ids(&p.replica_nodes),
+                    isr: ids(&p.isr_nodes),
+                },
+            )
+        })
+        .collect();
+    out.sort_by_key(|(i, _)| *i);
+    Some(out.into_iter().map(|(_, l)| l).collect())
+}
+
+/// Waits until every node lists every partition of [`TOPIC`] alike, led,
+/// with three replicas (one per node) all in the ISR, each leader's epoch
+/// at least `min_epochs[p]`; returns that listing.
+fn wait_listed_everywhere(brokers: &[Broker], min_epochs: &[i32]) -> Vec<Listed> {
+    let all: Vec<i32> = (0..NODES as i32).map(|n| n * 1000).collect();
+    common::wait_for(SETTLE, "every node to list the replicated topic", || {
+        let first = listed(&brokers[0])?;
+        if first.len() != PARTITIONS as usize {
+            return None;
+        }
+        for (p, l) in first.iter().enumerate() {
+            if l.error != 0
+                || l.leader < 0
+                || l.replicas != all
+                || l.isr != all
+                || l.leader_epoch < min_epochs[p]
+            {
+                return None;
+            }
+        }
+        brokers[1..]
+            .iter()
+            .all(|b| listed(b).as_ref() == Some(&first))
+            .then_some(first)
+    })
+}
+
+/// The node index of broker `id` (one shard per node).
+fn node(id: i32) -> usize {
+    usize::try_from(id / 1000).expect("a node id")
+}
+
+/// The batches of `broker`'s replica of partition `p`, as bytes, and the
+/// records they hold.
+fn stored(broker: &Broker, p: i32) -> (Vec<u8>, usize) {
+    let batches = common::disk::batches(&broker.first_segment(TOPIC, p));
+    let records = batches
+        .iter()
+        .map(|b| b.header.records_count.max(0) as usize)
+        .sum();
+    (batches.into_iter().flat_map(|b| b.bytes).collect(), records)
+}
+
+/// Waits until each partition's segment is byte for byte the same on
+/// every node, and the partitions hold `records` records together.
+fn wait_identical(brokers: &[Broker], records: usize, what: &str) {
+    common::wait_for(SETTLE, what, || {
+        let mut total = 0;
+        for p in 0..PARTITIONS {
+            let (bytes, n) = stored(&brokers[0], p);
+            for b in &brokers[1..] {
+                if stored(b, p).0 != bytes {
+                    return None;
+                }
+            }
+            total += n;
+        }
+        (total == records).then_some(())
+    });
+}
+
+/// Produces the numbered messages `ids` with librdkafka, bootstrapped at
+/// `broker`, with `extra` settings; every one must be delivered.
+fn produce(broker: &Broker, ids: std::ops::Range<usize>, extra: &[(&str, &str)]) {
+    let producer = client::producer(&broker.bootstrap(), extra);
+    let n = ids.len();
+    for id in ids {
+        client::send(
+            &producer,
+            TOPIC,
+            &client::TestMessage {
+                id,
+                key: format!("k{id}").into_bytes(),
+                value: id.to_string().into_bytes(),
+                headers: vec![],
+            },
+        );
+    }
+    for d in client::await_deliveries(&producer, n, SETTLE) {
+        assert!(d.error.is_none(), "delivery failed: {:?}", d.error);
+    }
+}
+
+/// Reads every message of [`TOPIC`] back, bootstrapped at `broker`: the
+/// ids `0..count`, once each.
+fn read_back(broker: &Broker, count: usize) {
+    let got = client::consume(
+        &broker.bootstrap(),
+        TOPIC,
+        PARTITIONS,
+        count,
+        Duration::from_millis(500),
+        SETTLE,
+    );
+    let mut ids: Vec<usize> = got
+        .iter()
+        .map(|m| {
+            std::str::from_utf8(m.value.as_deref().unwrap_or_default())
+                .expect("utf-8")
+                .parse()
+                .expect("a number")
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, (0..count).collect::<Vec<_>>());
+}
+
+/// The (epoch, start offset) entries of `broker`'s `leader-epoch-checkpoint`
+/// of partition `p`.
+fn epoch_checkpoint(broker: &Broker, p: i32) -> Vec<(i32, i64)> {
+    let path = broker
+        .data_dir()
+        .join(format!("{TOPIC}-{p}"))
+        .join("leader-epoch-checkpoint");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    text.lines()
+        .skip(2)
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn three_replicas_copy_the_leader_through_kills_and_restarts() {
+    let net = Net::new(NODES);
+    let mut brokers: Vec<Broker> = (0..NODES).map(|i| start(&net, i)).collect();
+    create_replicated(&brokers);
+    let first = wait_listed_everywhere(&brokers, &[0; PARTITIONS as usize]);
+    for b in &brokers {
+        for p in 0..PARTITIONS {
+            assert!(
+                b.data_dir().join(format!("{TOPIC}-{p}")).exists(),
+                "every node holds a replica of partition {p}"
+            );
+        }
+    }
+
+    // acks=1, then an idempotent producer (acks=all, as librdkafka
+    // requires for idempotence), both bootstrapped at one node: each
+    // follows Metadata to the leaders.
+    let mut sent = 0;
+    produce(
+        &brokers[0],
+        sent..sent + 40,
+        &[("acks", "1"), ("linger.ms", "5")],
+    );
+    sent += 40;
+    produce(
+        &brokers[1],
+        sent..sent + 40,
+        &[("enable.idempotence", "true"), ("linger.ms", "5")],
+    );
+    sent += 40;
+    wait_identical(&brokers, sent, "three identical replicas");
+    read_back(&brokers[2], sent);
+
+    // A node that leads no partition (so every partition stays writable)
+    // dies; more is produced; restarted, it catches up byte for byte.
+    let leader0 = node(first[0].leader);
+    let follower = (0..NODES)
+        .find(|&i| first.iter().all(|l| node(l.leader) != i))
+        .expect("a node leading nothing");
+    brokers[follower].kill9();
+    let alive = (follower + 1) % NODES;
+    produce(
+        &brokers[alive],
+        sent..sent + 30,
+        &[("acks", "1"), ("linger.ms", "5")],
+    );
+    sent += 30;
+    brokers[follower].restart();
+    wait_identical(&brokers, sent, "the restarted follower to catch up");
+
+    // The follower dies again and misses more of the current epoch; the
+    // leader of partition 0 restarts meanwhile and leads in the next epoch
+    // (PartitionChange), and more is produced in it; the follower,
+    // restarted, fetches the older epoch's batches it lacks, then the new
+    // epoch's.
+    brokers[follower].kill9();
+    produce(
+        &brokers[alive],
+        sent..sent + 20,
+        &[("acks", "1"), ("linger.ms", "5")],
+    );
+    sent += 20;
+    let epochs: Vec<i32> = first.iter().map(|l| l.leader_epoch).collect();
+    brokers[leader0].restart();
+    let mut want: Vec<i32> = epochs.clone();
+    for (p, l) in first.iter().enumerate() {
+        if node(l.leader) == leader0 {
+            want[p] = epochs[p] + 1;
+        }
+    }
+    let up: Vec<&Broker> = (0..NODES)
+        .filter(|&i| i != follower)
+        .map(|i| &brokers[i])
+        .collect();
+    common::wait_for(SETTLE, "the restarted leader's new epoch", || {
+        up.iter()
+            .all(|b| {
+                listed(b).is_some_and(|l| {
+                    l.iter()
+                        .zip(&want)
+                        .all(|(l, &w)| l.leader_epoch == w && l.error == 0)
+                })
+            })
+            .then_some(())
+    });
+    produce(
+        &brokers[leader0],
+        sent..sent + 30,
+        &[("acks", "1"), ("linger.ms", "5")],
+    );
+    sent += 30;
+    brokers[follower].restart();
+    let after = wait_listed_everywhere(&brokers, &want);
+    for (p, l) in after.iter().enumerate() {
+        assert_eq!(l.leader, first[p].leader, "partition {p} keeps its leader");
+        assert_eq!(l.leader_epoch, want[p], "partition {p}'s epoch");
+    }
+    produce(
+        &brokers[follower],
+        sent..sent + 30,
+        &[("acks", "1"), ("linger.ms", "5")],
+    );
+    sent += 30;
+    wait_identical(
+        &brokers,
+        sent,
+        "three identical replicas after the leader restarted",
+    );
+    for p in 0..PARTITIONS {
+        let leader = node(after[p as usize].leader);
+        let at_leader = epoch_checkpoint(&brokers[leader], p);
+        for (i, b) in brokers.iter().enumerate() {
+            assert_eq!(
+                epoch_checkpoint(b, p),
+                at_leader,
+                "node {i}'s leader-epoch-checkpoint of partition {p}"
+            );
+        }
+        let named: Vec<i32> = at_leader.iter().map(|e| e.0).collect();
+        if want[p as usize] != epochs[p as usize] {
+            assert!(
+                named.contains(&epochs[p as usize]) && named.contains(&want[p as usize]),
+                "partition {p}'s epochs {at_leader:?} name {} and {}",
+                epochs[p as usize],
+                want[p as usize]
+            );
+        }
+    }
+    read_back(&brokers[leader0], sent);
+    for b in &mut brokers {
+        b.assert_alive();
+        b.stop();
+    }
+}
