@@ -21,3 +21,4 @@
 pub mod client;
 pub mod fetcher;
 pub mod leader;
+pub mod leading;
