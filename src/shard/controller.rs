@@ -797,6 +797,12 @@ impl Controller {
         if restarted {
             records.extend(restarted_leaders(image, node));
         }
+        // An offline partition whose ISR or ELR member came back gets it
+        // as leader (§4.4).
+        records.extend(reconcile_partitions(
+            &apply_all(image, &records),
+            &self.config,
+        ));
         ControllerReply::Broker(match self.persist(records, deadline).await {
             Ok(_) => Ok(()),
             Err(e) => Err(persist_error(&e)),
@@ -813,7 +819,7 @@ impl Controller {
         deadline: Instant,
     ) -> ControllerReply {
         let silent = self.silent_nodes(image);
-        let records: Vec<MetadataRecord> = nodes
+        let mut records: Vec<MetadataRecord> = nodes
             .into_iter()
             .filter(|n| silent.contains(n))
             .map(|node| MetadataRecord::FenceBroker { node })
@@ -821,6 +827,12 @@ impl Controller {
         if records.is_empty() {
             return ControllerReply::Broker(Ok(()));
         }
+        // The fenced nodes' replicas leave the ISRs, and their partitions
+        // get new leaders (`docs/replication.md` §4.4).
+        records.extend(reconcile_partitions(
+            &apply_all(image, &records),
+            &self.config,
+        ));
         tracing::warn!(
             fenced = ?records,
             session_timeout_ms = self.config.broker_session_timeout_ms,
@@ -1848,22 +1860,7 @@ fn plan_alter_partition(
         .min_insync_replicas
         .max(1) as usize;
     let mut state = current.clone();
-    state.elr = if isr.len() >= min_isr.min(state.replicas.len()) {
-        Vec::new()
-    } else {
-        current
-            .isr
-            .iter()
-            .chain(&current.elr)
-            .copied()
-            .filter(|r| !isr.contains(r))
-            .fold(Vec::new(), |mut v, r| {
-                if !v.contains(&r) {
-                    v.push(r);
-                }
-                v
-            })
-    };
+    state.elr = elr_after(current, &isr, min_isr);
     state.isr = isr;
     state.partition_epoch = state.partition_epoch.saturating_add(1);
     Ok(Some((
@@ -1874,6 +1871,99 @@ fn plan_alter_partition(
         },
         state,
     )))
+}
+
+/// The partition changes that make every replicated partition agree with
+/// which nodes are live (`docs/replication.md` §4.4; Kafka's
+/// `ReplicationControlManager` on fencing and unfencing, with KIP-966):
+/// - replicas of fenced or unregistered nodes leave the ISR; while the ISR
+///   is below `min.insync.replicas` the members it loses join the ELR
+///   (which held everything committed), and once it is back at the
+///   minimum the ELR empties;
+/// - a leader that is no longer live in the ISR is replaced by the first
+///   replica, in assignment order, that is live and in the ISR; with none,
+///   by the first live ELR member, which becomes the ISR alone (KIP-966);
+///   with neither the partition is offline (leader -1) until one returns.
+///   Never an unclean election: a replica outside both may lack
+///   acknowledged writes;
+/// - a new leader bumps the leader epoch; any change bumps the partition
+///   epoch.
+fn reconcile_partitions(
+    image: &MetadataImage,
+    config: &crate::config::BrokerConfig,
+) -> Vec<MetadataRecord> {
+    let mut out = Vec::new();
+    for t in image.topics.values() {
+        if t.replicated.is_empty() {
+            continue;
+        }
+        let min_isr = crate::metadata::TopicConfig::resolve(&t.configs, config)
+            .min_insync_replicas
+            .max(1) as usize;
+        for (i, p) in t.replicated.iter().enumerate() {
+            let next = reconciled(image, p, min_isr);
+            if next != *p {
+                out.push(MetadataRecord::PartitionChange {
+                    topic_id: t.id,
+                    partition: i as i32,
+                    state: next,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The ELR once `p`'s ISR becomes `isr` (KIP-966): empty while the ISR
+/// has `min.insync.replicas` (at most the replica count); below it, the
+/// ELR keeps its members (but those back in the ISR) and gains the ISR
+/// members lost.
+fn elr_after(p: &PartitionState, isr: &[i32], min_isr: usize) -> Vec<i32> {
+    if isr.len() >= min_isr.min(p.replicas.len()) {
+        return Vec::new();
+    }
+    let mut elr: Vec<i32> = Vec::new();
+    for &b in p.elr.iter().chain(&p.isr) {
+        if !isr.contains(&b) && !elr.contains(&b) {
+            elr.push(b);
+        }
+    }
+    elr
+}
+
+/// One partition's state per [`reconcile_partitions`].
+fn reconciled(image: &MetadataImage, p: &PartitionState, min_isr: usize) -> PartitionState {
+    let live = |b: i32| image.is_live_broker(b);
+    let mut next = p.clone();
+    next.isr = p.isr.iter().copied().filter(|&b| live(b)).collect();
+    next.elr = elr_after(p, &next.isr, min_isr);
+    let leads = p.leader >= 0 && next.isr.contains(&p.leader);
+    if !leads {
+        let from_isr = p.replicas.iter().copied().find(|b| next.isr.contains(b));
+        next.leader = match from_isr {
+            Some(b) => b,
+            None => match p
+                .replicas
+                .iter()
+                .copied()
+                .find(|&b| next.elr.contains(&b) && live(b))
+            {
+                Some(b) => {
+                    next.isr = vec![b];
+                    next.elr.retain(|&e| e != b);
+                    b
+                }
+                None => -1,
+            },
+        };
+    }
+    if next.leader != p.leader {
+        next.leader_epoch = p.leader_epoch.saturating_add(1);
+    }
+    if next != *p {
+        next.partition_epoch = p.partition_epoch.saturating_add(1);
+    }
+    next
 }
 
 /// A restarted node leads its replicated partitions in a new epoch, as
@@ -2209,5 +2299,63 @@ mod tests {
         };
         assert_eq!(forwardable(&a(2001), 3), Ok(()));
         assert!(forwardable(&a(1001), 3).is_err());
+    }
+
+    /// Fencing and unfencing (§4.4): a fenced follower leaves the ISR; a
+    /// fenced leader is replaced by the next live ISR member in assignment
+    /// order with the leader epoch bumped; below `min.insync.replicas` the
+    /// lost members join the ELR; with the ISR empty the partition is
+    /// offline until an ELR member returns and leads alone; every change
+    /// bumps the partition epoch and a live partition changes nothing.
+    #[test]
+    fn fencing_moves_leaders_within_the_isr_and_the_elr() {
+        let config = crate::config::ServeArgs::default().resolve().unwrap();
+        let (image, _) = replicated(false);
+        let state =
+            |image: &MetadataImage| image.topic("r").unwrap().replica_state(0).unwrap().clone();
+        let step = |image: &MetadataImage, r: MetadataRecord| {
+            let image = image.apply(&r);
+            let changes = reconcile_partitions(&image, &config);
+            assert!(changes.len() <= 1);
+            apply_all(&image, &changes)
+        };
+        assert!(reconcile_partitions(&image, &config).is_empty());
+        // A follower fenced: out of the ISR, still at the minimum.
+        let image = step(&image, MetadataRecord::FenceBroker { node: 3 });
+        let s = state(&image);
+        assert_eq!(
+            (s.leader, s.isr.clone(), s.elr.clone()),
+            (1000, vec![1000, 2000], vec![])
+        );
+        assert_eq!((s.leader_epoch, s.partition_epoch), (0, 1));
+        // The leader fenced: the next ISR member leads in a new epoch; the
+        // ISR is below the minimum, so the old leader is eligible.
+        let image = step(&image, MetadataRecord::FenceBroker { node: 1 });
+        let s = state(&image);
+        assert_eq!(
+            (s.leader, s.isr.clone(), s.elr.clone()),
+            (2000, vec![2000], vec![1000])
+        );
+        assert_eq!((s.leader_epoch, s.partition_epoch), (1, 2));
+        // The last ISR member fenced: offline, every lost member eligible.
+        let image = step(&image, MetadataRecord::FenceBroker { node: 2 });
+        let s = state(&image);
+        assert_eq!(
+            (s.leader, s.isr.clone(), s.elr.clone()),
+            (-1, vec![], vec![1000, 2000])
+        );
+        assert_eq!(s.leader_epoch, 2);
+        // Node 3 (out of ISR and ELR) returns: no unclean election.
+        let image = step(&image, MetadataRecord::UnfenceBroker { node: 3 });
+        assert_eq!(state(&image).leader, -1);
+        // An ELR member returns: it leads alone, in a new epoch.
+        let image = step(&image, MetadataRecord::UnfenceBroker { node: 2 });
+        let s = state(&image);
+        assert_eq!(
+            (s.leader, s.isr.clone(), s.elr.clone()),
+            (2000, vec![2000], vec![1000])
+        );
+        assert_eq!(s.leader_epoch, 3);
+        assert!(reconcile_partitions(&image, &config).is_empty());
     }
 }
