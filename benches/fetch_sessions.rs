@@ -30,6 +30,7 @@ fn position(fetch_offset: i64) -> FetchPosition {
         partition_max_bytes: 1 << 20,
         current_leader_epoch: -1,
         last_fetched_epoch: -1,
+        log_start_offset: -1,
     }
 }
 

@@ -250,6 +250,12 @@ pub struct ServeArgs {
     /// [default: 9000].
     #[arg(long)]
     pub broker_session_timeout_ms: Option<u64>,
+    /// Kafka `replica.lag.time.max.ms` (replicated partitions): a follower
+    /// that has not caught up to its leader's log end for this long leaves
+    /// the ISR (through the controller), so acks=all stops waiting for it;
+    /// it rejoins once it holds the high watermark [default: 30000].
+    #[arg(long)]
+    pub replica_lag_time_max_ms: Option<u64>,
     /// The controller address this node listens on, HOST:PORT: required for
     /// a node outside `--controller-quorum` (a learner); a voter listens on
     /// its own entry and may repeat it here [default: its quorum entry].
@@ -623,6 +629,8 @@ pub struct BrokerConfig {
     pub quorum: Option<QuorumSettings>,
     /// `--broker-session-timeout-ms`.
     pub broker_session_timeout_ms: u64,
+    /// `--replica-lag-time-max-ms`.
+    pub replica_lag_time_max_ms: u64,
     pub fsync_acks: bool,
     pub direct_writes: bool,
     pub tail_cache_bytes: usize,
@@ -719,6 +727,9 @@ impl ServeArgs {
             broker_session_timeout_ms: self
                 .broker_session_timeout_ms
                 .or(file.broker_session_timeout_ms),
+            replica_lag_time_max_ms: self
+                .replica_lag_time_max_ms
+                .or(file.replica_lag_time_max_ms),
             fsync_acks: self.fsync_acks.or(file.fsync_acks),
             direct_writes: self.direct_writes.or(file.direct_writes),
             tail_cache_bytes: self.tail_cache_bytes.or(file.tail_cache_bytes),
@@ -1089,6 +1100,10 @@ impl ServeArgs {
                 .broker_session_timeout_ms
                 .unwrap_or(BROKER_SESSION_TIMEOUT_MS_DEFAULT)
                 .max(100),
+            replica_lag_time_max_ms: a
+                .replica_lag_time_max_ms
+                .unwrap_or(crate::replication::leader::REPLICA_LAG_TIME_MAX_MS as u64)
+                .clamp(100, i64::MAX as u64),
             debug_drop_produce_response_every: a.debug_drop_produce_response_every.unwrap_or(0),
             debug_delay_txn_markers_ms: a.debug_delay_txn_markers_ms.unwrap_or(0),
             debug_panic_shard: a.debug_panic_shard,

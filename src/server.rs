@@ -374,6 +374,26 @@ async fn shard_main(
         background,
     )
     .map_err(|e| anyhow::anyhow!("cannot spawn producer maintenance: {e}"))?;
+    // The ISR of the replicated partitions this shard leads: followers
+    // behind for `replica.lag.time.max.ms` leave it, checked every half of
+    // it as Kafka's `isr-expiration` task (`replication::leading`).
+    let lag_max_ms = config.replica_lag_time_max_ms;
+    ctx.leading.set_lag_max_ms(lag_max_ms as i64);
+    let isr_expiration = glommio::spawn_local_into(
+        {
+            let ctx = ctx.clone();
+            async move {
+                loop {
+                    glommio::timer::sleep(Duration::from_millis((lag_max_ms / 2).max(50))).await;
+                    for p in ctx.leading.shrink_proposals() {
+                        ctx.alter_isr(p);
+                    }
+                }
+            }
+        },
+        background,
+    )
+    .map_err(|e| anyhow::anyhow!("cannot spawn the ISR expiration: {e}"))?;
     // The log cleaner of compacted topics (`partition::compaction`): one
     // log per round, the filthiest; a pause of `log.cleaner.backoff.ms`
     // when none needs cleaning. Dropped at stop like the maintenance task
@@ -525,6 +545,7 @@ async fn shard_main(
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
     drop(maintenance);
+    drop(isr_expiration);
     drop(cleaner);
     ctx.snapshot_producers_at_stop().await;
     let closed = logs.shutdown().await;

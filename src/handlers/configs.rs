@@ -465,7 +465,8 @@ async fn apply(
                 Ok(
                     ControllerReply::ProducerIds(_)
                     | ControllerReply::Acls(_)
-                    | ControllerReply::Broker(_),
+                    | ControllerReply::Broker(_)
+                    | ControllerReply::Partition(_),
                 ) => names
                     .into_iter()
                     .map(|n| (n, Err(crate::shard::messages::ControllerError::Unavailable)))

@@ -38,6 +38,11 @@ pub fn controller(e: &ControllerError) -> i16 {
         ControllerError::Unavailable | ControllerError::TimedOut(_) => {
             ResponseError::RequestTimedOut.code()
         }
+        ControllerError::FencedLeaderEpoch(_) => ResponseError::FencedLeaderEpoch.code(),
+        ControllerError::InvalidUpdateVersion(_) => ResponseError::InvalidUpdateVersion.code(),
+        ControllerError::NotLeader(_) => ResponseError::NotLeaderOrFollower.code(),
+        ControllerError::IneligibleReplica(_) => ResponseError::IneligibleReplica.code(),
+        ControllerError::UnknownTopicId(_) => ResponseError::UnknownTopicId.code(),
     }
 }
 

@@ -57,6 +57,7 @@ use crate::protocol::fetch::{
 use crate::protocol::header::write_response_header;
 use crate::protocol::RequestHeader;
 use crate::record::RecordsChunk;
+use crate::replication::leading::FollowerFetch;
 use crate::runtime::OneWaker;
 use crate::shard::fetch_sessions::{
     FetchPosition, FetchSession, Resolved, SessionError, SessionPartition, SessionTopic,
@@ -135,6 +136,7 @@ pub async fn handle(
     let version = header.api_version;
     let read_committed = req.isolation_level == READ_COMMITTED;
     let image = ctx.image();
+    let replica = Replica::of(&req, version);
 
     let requested: usize = req.topics.iter().map(|t| t.partitions.len()).sum();
     if requested > FETCH_PARTITIONS_MAX {
@@ -307,7 +309,16 @@ pub async fn handle(
     // Kafka's Fetch check: READ on each topic, once topic ids are resolved
     // (an unknown id stays UNKNOWN_TOPIC_ID; a topic named but unknown is
     // refused before its absence shows).
-    if authz.enabled() {
+    // A follower's fetch needs CLUSTER_ACTION instead, and without it
+    // every partition is TOPIC_AUTHORIZATION_FAILED (Kafka's
+    // `handleFetchRequest`).
+    if authz.enabled() && replica.is_some() {
+        if !authz.cluster(AclOperation::ClusterAction) {
+            for w in &mut wanted {
+                w.target = Err((ResponseError::TopicAuthorizationFailed, None));
+            }
+        }
+    } else if authz.enabled() {
         let allowed: Vec<bool> = topics
             .iter()
             .map(|t| t.name.is_empty() || authz.topic(AclOperation::Read, &t.name))
@@ -329,7 +340,8 @@ pub async fn handle(
     let min_bytes = req.min_bytes.max(0) as usize;
 
     let partitions = loop {
-        let (partitions, bytes, any_error) = read_all(&wanted, read_committed, max_bytes).await;
+        let (partitions, bytes, any_error) =
+            read_all(ctx, &image, replica, &wanted, read_committed, max_bytes).await;
         let now = crate::clock::monotonic();
         if any_error || bytes >= min_bytes || now >= deadline {
             break partitions;
@@ -372,7 +384,8 @@ pub async fn handle(
                 }
             };
             if !current || crate::clock::monotonic() >= deadline {
-                let (partitions, _, _) = read_all(&wanted, read_committed, max_bytes).await;
+                let (partitions, _, _) =
+                    read_all(ctx, &image, replica, &wanted, read_committed, max_bytes).await;
                 break partitions;
             }
             continue;
@@ -383,16 +396,24 @@ pub async fn handle(
         // once and spin). Under read_committed the HW may be past the fetch
         // offset while the LSO is not: the marker that moves the LSO moves
         // the HW too. Using the HW read above loses no wake-up.
+        // A follower's read waits for the log end instead (it reads up to
+        // it, not the HW).
         let mut waits: Vec<LocalBoxFuture<'_, ()>> = wanted
             .iter()
             .zip(&partitions)
             .filter_map(|(w, p)| {
-                w.target
-                    .as_ref()
-                    .ok()
-                    .map(|state| (&state.log, w.pos.fetch_offset.max(p.high_watermark)))
+                let state = w.target.as_ref().ok()?;
+                let log = &state.log;
+                Some(match follower_of(&image, replica, state) {
+                    Some(_) => log
+                        .wait_written(Offset(w.pos.fetch_offset))
+                        .map(|_| ())
+                        .boxed_local(),
+                    None => log
+                        .wait_for_hw_above(Offset(w.pos.fetch_offset.max(p.high_watermark)))
+                        .boxed_local(),
+                })
             })
-            .map(|(log, seen)| log.wait_for_hw_above(Offset(seen)).boxed_local())
             .collect();
         if waits.is_empty() {
             break partitions;
@@ -405,7 +426,8 @@ pub async fn handle(
         let _ = crate::metrics::remote_wait(OneWaker::new(future::select_all(waits))).await;
         if crate::clock::monotonic() >= deadline {
             // One last read below catches data that arrived with the deadline.
-            let (partitions, _, _) = read_all(&wanted, read_committed, max_bytes).await;
+            let (partitions, _, _) =
+                read_all(ctx, &image, replica, &wanted, read_committed, max_bytes).await;
             break partitions;
         }
     };
@@ -665,6 +687,7 @@ fn position(p: &FetchPartition) -> FetchPosition {
         partition_max_bytes: p.partition_max_bytes,
         current_leader_epoch: p.current_leader_epoch,
         last_fetched_epoch: p.last_fetched_epoch,
+        log_start_offset: p.log_start_offset,
     }
 }
 
@@ -735,9 +758,53 @@ fn encode(header: &RequestHeader, version: i16, resp: FetchResponse) -> Outcome 
     Outcome::Reply(out)
 }
 
+/// The fetching replica (v15+ `ReplicaState`, earlier `replica_id`), when
+/// a broker fetches as a follower: its broker id and broker epoch.
+#[derive(Clone, Copy, Debug)]
+struct Replica {
+    id: i32,
+    broker_epoch: i64,
+}
+
+impl Replica {
+    fn of(req: &FetchRequest, version: i16) -> Option<Replica> {
+        let (id, broker_epoch) = if version >= 15 {
+            (
+                req.replica_state.replica_id.0,
+                req.replica_state.replica_epoch,
+            )
+        } else {
+            (req.replica_id.0, -1)
+        };
+        (id >= 0).then_some(Replica { id, broker_epoch })
+    }
+}
+
+/// The replicated state of `state` when `replica` fetches it as a
+/// follower of this leader (`docs/replication.md` §4.3). A replica's fetch
+/// of a partition that is not replicated (a single node's) is read as a
+/// consumer's: there is no follower to record.
+fn follower_of<'a>(
+    image: &'a MetadataImage,
+    replica: Option<Replica>,
+    state: &Partition,
+) -> Option<(Replica, &'a crate::metadata::PartitionState)> {
+    let replica = replica?;
+    let ps = image
+        .topic(&state.tp.topic)?
+        .replica_state(state.tp.partition.0)?;
+    Some((replica, ps))
+}
+
 /// Reads every wanted partition once; returns the partition responses in
 /// request order, the record bytes gathered, and whether any partition failed.
+/// A follower's read (`replica`, of a replicated partition this shard
+/// leads) is first recorded in the partition's leader state, which may
+/// move the HW; it reads up to the log end.
 async fn read_all(
+    ctx: &Rc<ShardCtx>,
+    image: &MetadataImage,
+    replica: Option<Replica>,
     wanted: &[Wanted],
     read_committed: bool,
     max_bytes: usize,
@@ -788,12 +855,46 @@ async fn read_all(
                 continue;
             }
         }
-        let upper = if read_committed {
+        // A follower ahead of this log is not recorded: its read below is
+        // OFFSET_OUT_OF_RANGE (Kafka reads before it records).
+        let follower = follower_of(image, replica, state)
+            .filter(|_| w.pos.fetch_offset <= log.log_end_offset().0);
+        if let Some((r, ps)) = follower {
+            let fetch = FollowerFetch {
+                replica: r.id,
+                broker_epoch: r.broker_epoch,
+                fetch_offset: w.pos.fetch_offset,
+                log_start: w.pos.log_start_offset,
+            };
+            let me = ctx.config.node_id_of(ctx.shard);
+            let min_isr = state.config().min_insync_replicas;
+            let recorded =
+                ctx.leading
+                    .record_fetch(&state.tp, state.topic_id, ps, me, log, min_isr, fetch);
+            if let Ok(Some(expand)) = &recorded {
+                ctx.alter_isr(expand.clone());
+            }
+            if recorded.is_err() {
+                p.error_code = if w.pos.current_leader_epoch >= 0 {
+                    ResponseError::UnknownLeaderEpoch.code()
+                } else {
+                    ResponseError::NotLeaderOrFollower.code()
+                };
+                any_error = true;
+                out.push(p);
+                continue;
+            }
+            p.high_watermark = log.high_watermark().0;
+            p.last_stable_offset = state.last_stable_offset();
+        }
+        let upper = if follower.is_some() {
+            log.written_offset()
+        } else if read_committed {
             Offset(p.last_stable_offset)
         } else {
             Offset(p.high_watermark)
         };
-        if read_committed {
+        if read_committed && follower.is_none() {
             p.aborted_transactions = Some(state.aborted_overlapping(w.pos.fetch_offset, upper.0));
         }
         let limit =

@@ -67,6 +67,7 @@ use crate::protocol::produce::{
 use crate::protocol::RequestHeader;
 use crate::record::records::keyless_records;
 use crate::record::RecordsError;
+use crate::replication::leader::AcksAll;
 use crate::shard::messages::ShardMessage;
 use crate::shard::ShardCtx;
 use crate::txn::coordinator::TxnError;
@@ -98,6 +99,9 @@ struct PartitionResult {
     log_append_time_ms: i64,
     /// The log to wait on for acks.
     log: Option<Rc<PartitionLog>>,
+    /// A replicated partition's acks=all append: answered once the HW
+    /// passes it (`docs/replication.md` §4.1).
+    replicated: Option<TopicPartition>,
     /// Kafka's per-record errors (Produce v8+): (index in the batch, message).
     record_errors: Vec<(i32, String)>,
     /// The log start offset a refused append still reports (Kafka's
@@ -115,6 +119,7 @@ impl PartitionResult {
             appended: None,
             log_append_time_ms: -1,
             log: None,
+            replicated: None,
             record_errors: Vec::new(),
             refused_log_start: -1,
         }
@@ -643,6 +648,30 @@ fn append_and_answer(
                 results.push(PartitionResult::error(index, code, None));
                 continue;
             }
+            // A replicated partition takes acks=all only while its ISR has
+            // `min.insync.replicas` (Kafka's `appendRecordsToLeader`).
+            let replicated = image
+                .topic(&topic.name)
+                .and_then(|t| t.replica_state(index))
+                .filter(|_| acks == -1);
+            if let Some(ps) = replicated {
+                let me = ctx.config.node_id_of(ctx.shard);
+                let min_isr = state.config().min_insync_replicas;
+                if !ctx
+                    .leading
+                    .enough_replicas(&tp, state.topic_id, ps, me, &state.log, min_isr)
+                {
+                    results.push(PartitionResult::error(
+                        index,
+                        ResponseError::NotEnoughReplicas.code(),
+                        Some(format!(
+                            "The size of the current ISR {:?} is insufficient to satisfy the min.isr requirement of {min_isr} for partition {tp}",
+                            ps.isr
+                        )),
+                    ));
+                    continue;
+                }
+            }
             // 5. baseOffset, size, CRC.
             records.truncate(header.total_size());
             let max_bytes = state.config().max_message_bytes.max(0) as usize;
@@ -726,6 +755,7 @@ fn append_and_answer(
                 appended: Some(info),
                 log_append_time_ms,
                 log: Some(state.log.clone()),
+                replicated: replicated.map(|_| tp.clone()),
                 record_errors: Vec::new(),
                 refused_log_start: -1,
             });
@@ -775,7 +805,19 @@ fn append_and_answer(
                     continue;
                 };
                 let last: Offset = info.last_offset;
-                let mut wait = Box::pin(log.wait_acked(last, durable));
+                let replicated = r.replicated.is_some();
+                let mut wait = Box::pin(async {
+                    log.wait_acked(last, durable).await?;
+                    if let Some(tp) = &r.replicated {
+                        // A leader alone in the ISR moves the HW itself.
+                        ctx.leading.advance(tp);
+                    }
+                    if replicated {
+                        // The HW passes it once enough followers hold it.
+                        log.wait_for_hw_above(last).await;
+                    }
+                    Ok(())
+                });
                 // Often written already (page-cache writes): then no timer
                 // is armed, which costs the reactor a timeout and a cancel.
                 let outcome = match ((&mut wait).now_or_never(), deadline) {
@@ -792,7 +834,22 @@ fn append_and_answer(
                         }
                     }
                 };
+                let after = r
+                    .replicated
+                    .as_ref()
+                    .filter(|_| matches!(outcome, Some(Ok(()))))
+                    .map(|tp| ctx.leading.acks_all(tp, last.0));
                 match outcome {
+                    // Leadership lost meanwhile, or the ISR shrank below
+                    // the minimum (Kafka's `checkEnoughReplicasReachOffset`).
+                    Some(Ok(())) if after == Some(None) => {
+                        r.error = ResponseError::NotLeaderOrFollower.code();
+                        r.appended = None;
+                    }
+                    Some(Ok(())) if after == Some(Some(AcksAll::DoneUnderMinIsr)) => {
+                        r.error = ResponseError::NotEnoughReplicasAfterAppend.code();
+                        r.appended = None;
+                    }
                     Some(Ok(())) => {}
                     Some(Err(e)) => {
                         r.error = errors::log(&e);

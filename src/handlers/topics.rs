@@ -37,7 +37,10 @@ async fn run(
     match ctx.invoke_controller(request).await {
         Ok(ControllerReply::Items(items)) => items.into_iter().collect(),
         Ok(
-            ControllerReply::ProducerIds(_) | ControllerReply::Acls(_) | ControllerReply::Broker(_),
+            ControllerReply::ProducerIds(_)
+            | ControllerReply::Acls(_)
+            | ControllerReply::Broker(_)
+            | ControllerReply::Partition(_),
         ) => names
             .iter()
             .map(|n| (n.clone(), Err(ControllerError::Unavailable)))

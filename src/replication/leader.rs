@@ -77,7 +77,10 @@ impl FollowerState {
 /// What a follower's fetch was refused for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FetchRecordError {
-    /// Not an assigned replica: Kafka answers empty records.
+    /// Not an assigned replica: Kafka's leader answers UNKNOWN_LEADER_EPOCH
+    /// when the fetch names a current leader epoch (the replica may be new
+    /// in metadata the leader has not seen), else NOT_LEADER_OR_FOLLOWER
+    /// (`Partition.followerReplicaOrThrow`).
     #[error("replica {0} is not assigned this partition")]
     NotAssigned(i32),
 }

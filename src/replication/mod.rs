@@ -13,13 +13,18 @@
 //! - the leader's rules ([`leader`]): follower fetch positions, caught-up
 //!   followers, the high watermark from the maximal ISR (KIP-966 under
 //!   `min.insync.replicas`), acks=all outcomes, ISR shrink and expand
-//!   proposals — pure state, tested alone.
+//!   proposals — pure state, tested alone;
+//! - the leader's Fetch path for replicas and its ISR ([`leading`]): a
+//!   [`leader::LeaderState`] per led partition fed by follower fetches,
+//!   the HW into the log, acks=all on it, AlterPartition proposals
+//!   (`docs/replication.md` §4.3).
 //!
-//! Not built yet (§9 step 3): the leader's Fetch path recording follower
-//! fetches into a [`leader::LeaderState`] and reading replicas up to the
-//! log end, acks=all on the HW, and AlterPartition through the controller.
+//! The metadata side (replica placement, `PartitionChange`, AlterPartition
+//! and elections at the controller) is in `metadata` and
+//! `shard::controller` (§4.3, §4.4).
 
 pub mod client;
 pub mod fetcher;
 pub mod leader;
+pub mod leading;
 pub mod manager;

@@ -178,6 +178,15 @@ const FORWARDED_TIMEOUT_MAX: std::time::Duration = std::time::Duration::from_sec
 fn forwardable(request: &ControllerRequest, from: u64) -> Result<(), &'static str> {
     match request {
         ControllerRequest::FenceBrokers { .. } => Err("a FenceBrokers"),
+        ControllerRequest::AlterPartition { broker, isr, .. } => {
+            if i64::from(node_of(*broker)) + 1 != from as i64 {
+                Err("an AlterPartition for another node's broker")
+            } else if isr.len() > REPLICAS_MAX {
+                Err("an AlterPartition with too many replicas")
+            } else {
+                Ok(())
+            }
+        }
         ControllerRequest::BrokerHeartbeat { registration: r } => {
             if r.node < 0 || i64::from(r.node) + 1 != from as i64 {
                 Err("a heartbeat for another node")
@@ -192,6 +201,9 @@ fn forwardable(request: &ControllerRequest, from: u64) -> Result<(), &'static st
         _ => Ok(()),
     }
 }
+
+/// Most replicas an AlterPartition may name (one per node at most).
+const REPLICAS_MAX: usize = 1000;
 
 /// Most shards a node may register (its broker ids are node * 1000 + shard).
 const SHARDS_REGISTERED_MAX: usize = 1000;
@@ -480,6 +492,44 @@ impl Controller {
             ControllerRequest::FenceBrokers { nodes } => {
                 return Ok(self.fence(&next, nodes, deadline).await);
             }
+            ControllerRequest::AlterPartition {
+                broker,
+                topic_id,
+                partition,
+                leader_epoch,
+                partition_epoch,
+                isr,
+            } => {
+                let change = AlterPartition {
+                    broker,
+                    topic_id,
+                    partition,
+                    leader_epoch,
+                    partition_epoch,
+                    isr,
+                };
+                let planned = plan_alter_partition(&next, &self.config, &change);
+                let (record, state) = match planned {
+                    Ok(Some((record, state))) => (record, state),
+                    Ok(None) => {
+                        let state = next
+                            .topic_by_id(&topic_id)
+                            .and_then(|t| t.replica_state(partition))
+                            .cloned();
+                        return Ok(ControllerReply::Partition(state.ok_or_else(|| {
+                            ControllerError::UnknownTopicId("The topic is gone.".into())
+                        })));
+                    }
+                    Err(e) => return Ok(ControllerReply::Partition(Err(e))),
+                };
+                tracing::info!(broker, partition, isr = ?state.isr, elr = ?state.elr, "AlterPartition: the ISR changes");
+                return Ok(ControllerReply::Partition(
+                    match self.persist(vec![record], deadline).await {
+                        Ok(_) => Ok(state),
+                        Err(e) => Err(persist_error(&e)),
+                    },
+                ));
+            }
             ControllerRequest::DeleteAcls { filters } => {
                 return Ok(self.delete_acls(ctx, next, filters, deadline).await);
             }
@@ -747,6 +797,12 @@ impl Controller {
         if restarted {
             records.extend(restarted_leaders(image, node));
         }
+        // An offline partition whose ISR or ELR member came back gets it
+        // as leader (§4.4).
+        records.extend(reconcile_partitions(
+            &apply_all(image, &records),
+            &self.config,
+        ));
         ControllerReply::Broker(match self.persist(records, deadline).await {
             Ok(_) => Ok(()),
             Err(e) => Err(persist_error(&e)),
@@ -763,7 +819,7 @@ impl Controller {
         deadline: Instant,
     ) -> ControllerReply {
         let silent = self.silent_nodes(image);
-        let records: Vec<MetadataRecord> = nodes
+        let mut records: Vec<MetadataRecord> = nodes
             .into_iter()
             .filter(|n| silent.contains(n))
             .map(|node| MetadataRecord::FenceBroker { node })
@@ -771,6 +827,12 @@ impl Controller {
         if records.is_empty() {
             return ControllerReply::Broker(Ok(()));
         }
+        // The fenced nodes' replicas leave the ISRs, and their partitions
+        // get new leaders (`docs/replication.md` §4.4).
+        records.extend(reconcile_partitions(
+            &apply_all(image, &records),
+            &self.config,
+        ));
         tracing::warn!(
             fenced = ?records,
             session_timeout_ms = self.config.broker_session_timeout_ms,
@@ -1729,6 +1791,181 @@ fn apply_all(image: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage
     next
 }
 
+/// An AlterPartition, as the controller checks it.
+struct AlterPartition {
+    broker: i32,
+    topic_id: [u8; 16],
+    partition: i32,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    isr: Vec<i32>,
+}
+
+/// Kafka's checks of an AlterPartition (`ReplicationControlManager`), in
+/// its order, and the change it makes: the new ISR with the partition
+/// epoch bumped; under KIP-966, while the ISR is below
+/// `min.insync.replicas` the members it loses join the eligible leader
+/// replicas, and once it is back at the minimum the ELR empties. None when
+/// the ISR asked for is the ISR already (nothing to log).
+fn plan_alter_partition(
+    image: &MetadataImage,
+    config: &crate::config::BrokerConfig,
+    change: &AlterPartition,
+) -> Result<Option<(MetadataRecord, PartitionState)>, ControllerError> {
+    let Some(topic) = image.topic_by_id(&change.topic_id) else {
+        return Err(ControllerError::UnknownTopicId(
+            "This server does not host this topic ID.".into(),
+        ));
+    };
+    let Some(current) = topic.replica_state(change.partition) else {
+        return Err(ControllerError::UnknownTopic(topic.name.clone()));
+    };
+    if change.broker != current.leader {
+        return Err(ControllerError::NotLeader(format!(
+            "Broker {} is not the leader of partition {}-{} (broker {} is).",
+            change.broker, topic.name, change.partition, current.leader
+        )));
+    }
+    if change.leader_epoch != current.leader_epoch {
+        return Err(ControllerError::FencedLeaderEpoch(format!(
+            "The leader epoch {} is not the partition's, {}.",
+            change.leader_epoch, current.leader_epoch
+        )));
+    }
+    if change.partition_epoch != current.partition_epoch {
+        return Err(ControllerError::InvalidUpdateVersion(format!(
+            "The partition epoch {} is not the partition's, {}.",
+            change.partition_epoch, current.partition_epoch
+        )));
+    }
+    let mut isr = change.isr.clone();
+    isr.dedup();
+    if !isr.contains(&current.leader) {
+        return Err(ControllerError::InvalidRequest(
+            "The new ISR must contain the leader.".into(),
+        ));
+    }
+    for &r in &isr {
+        let leader_itself = r == current.leader;
+        if !current.replicas.contains(&r) || !(leader_itself || image.is_live_broker(r)) {
+            return Err(ControllerError::IneligibleReplica(format!(
+                "Broker {r} is not an assigned, live replica of the partition."
+            )));
+        }
+    }
+    if isr == current.isr {
+        return Ok(None);
+    }
+    let min_isr = crate::metadata::TopicConfig::resolve(&topic.configs, config)
+        .min_insync_replicas
+        .max(1) as usize;
+    let mut state = current.clone();
+    state.elr = elr_after(current, &isr, min_isr);
+    state.isr = isr;
+    state.partition_epoch = state.partition_epoch.saturating_add(1);
+    Ok(Some((
+        MetadataRecord::PartitionChange {
+            topic_id: change.topic_id,
+            partition: change.partition,
+            state: state.clone(),
+        },
+        state,
+    )))
+}
+
+/// The partition changes that make every replicated partition agree with
+/// which nodes are live (`docs/replication.md` §4.4; Kafka's
+/// `ReplicationControlManager` on fencing and unfencing, with KIP-966):
+/// - replicas of fenced or unregistered nodes leave the ISR; while the ISR
+///   is below `min.insync.replicas` the members it loses join the ELR
+///   (which held everything committed), and once it is back at the
+///   minimum the ELR empties;
+/// - a leader that is no longer live in the ISR is replaced by the first
+///   replica, in assignment order, that is live and in the ISR; with none,
+///   by the first live ELR member, which becomes the ISR alone (KIP-966);
+///   with neither the partition is offline (leader -1) until one returns.
+///   Never an unclean election: a replica outside both may lack
+///   acknowledged writes;
+/// - a new leader bumps the leader epoch; any change bumps the partition
+///   epoch.
+fn reconcile_partitions(
+    image: &MetadataImage,
+    config: &crate::config::BrokerConfig,
+) -> Vec<MetadataRecord> {
+    let mut out = Vec::new();
+    for t in image.topics.values() {
+        if t.replicated.is_empty() {
+            continue;
+        }
+        let min_isr = crate::metadata::TopicConfig::resolve(&t.configs, config)
+            .min_insync_replicas
+            .max(1) as usize;
+        for (i, p) in t.replicated.iter().enumerate() {
+            let next = reconciled(image, p, min_isr);
+            if next != *p {
+                out.push(MetadataRecord::PartitionChange {
+                    topic_id: t.id,
+                    partition: i as i32,
+                    state: next,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The ELR once `p`'s ISR becomes `isr` (KIP-966): empty while the ISR
+/// has `min.insync.replicas` (at most the replica count); below it, the
+/// ELR keeps its members (but those back in the ISR) and gains the ISR
+/// members lost.
+fn elr_after(p: &PartitionState, isr: &[i32], min_isr: usize) -> Vec<i32> {
+    if isr.len() >= min_isr.min(p.replicas.len()) {
+        return Vec::new();
+    }
+    let mut elr: Vec<i32> = Vec::new();
+    for &b in p.elr.iter().chain(&p.isr) {
+        if !isr.contains(&b) && !elr.contains(&b) {
+            elr.push(b);
+        }
+    }
+    elr
+}
+
+/// One partition's state per [`reconcile_partitions`].
+fn reconciled(image: &MetadataImage, p: &PartitionState, min_isr: usize) -> PartitionState {
+    let live = |b: i32| image.is_live_broker(b);
+    let mut next = p.clone();
+    next.isr = p.isr.iter().copied().filter(|&b| live(b)).collect();
+    next.elr = elr_after(p, &next.isr, min_isr);
+    let leads = p.leader >= 0 && next.isr.contains(&p.leader);
+    if !leads {
+        let from_isr = p.replicas.iter().copied().find(|b| next.isr.contains(b));
+        next.leader = match from_isr {
+            Some(b) => b,
+            None => match p
+                .replicas
+                .iter()
+                .copied()
+                .find(|&b| next.elr.contains(&b) && live(b))
+            {
+                Some(b) => {
+                    next.isr = vec![b];
+                    next.elr.retain(|&e| e != b);
+                    b
+                }
+                None => -1,
+            },
+        };
+    }
+    if next.leader != p.leader {
+        next.leader_epoch = p.leader_epoch.saturating_add(1);
+    }
+    if next != *p {
+        next.partition_epoch = p.partition_epoch.saturating_add(1);
+    }
+    next
+}
+
 /// A restarted node leads its replicated partitions in a new epoch, as
 /// a single node's restart begins one (`next_leader_epoch`): what it
 /// appends from now on is told apart from what its followers fetched
@@ -1935,5 +2172,190 @@ mod tests {
             back.request,
             ControllerRequest::BrokerHeartbeat { .. }
         ));
+    }
+
+    /// A three-replica topic on nodes 1, 2, 3 (2 fenced if `fenced`),
+    /// `min.insync.replicas=2`.
+    fn replicated(fenced: bool) -> (MetadataImage, [u8; 16]) {
+        let mut image = MetadataImage::default();
+        for node in 1..=3 {
+            let ControllerRequest::BrokerHeartbeat { registration } = heartbeat(node, 1, 1) else {
+                unreachable!()
+            };
+            image = image.apply(&MetadataRecord::RegisterBroker { registration });
+        }
+        if fenced {
+            image = image.apply(&MetadataRecord::FenceBroker { node: 2 });
+        }
+        let id = [7; 16];
+        image = image.apply(&MetadataRecord::CreateTopic {
+            name: "r".into(),
+            id,
+            shards: vec![0],
+            configs: [("min.insync.replicas".to_string(), "2".to_string())].into(),
+            node: None,
+            replicated: vec![PartitionState::new(vec![1000, 2000, 3000])],
+        });
+        (image, id)
+    }
+
+    fn alter(id: [u8; 16], broker: i32, epochs: (i32, i32), isr: &[i32]) -> AlterPartition {
+        AlterPartition {
+            broker,
+            topic_id: id,
+            partition: 0,
+            leader_epoch: epochs.0,
+            partition_epoch: epochs.1,
+            isr: isr.to_vec(),
+        }
+    }
+
+    /// AlterPartition: Kafka's refusals (unknown topic id, not the leader,
+    /// stale leader epoch, stale partition epoch, an ISR without the
+    /// leader, a fenced or unassigned member); a shrink bumps the
+    /// partition epoch, and below `min.insync.replicas` the lost members
+    /// join the ELR, which empties once the ISR is back at the minimum;
+    /// asking for the ISR it has changes nothing.
+    #[test]
+    fn alter_partition_is_fenced_by_epochs_and_keeps_the_elr() {
+        let config = crate::config::ServeArgs::default().resolve().unwrap();
+        let (image, id) = replicated(false);
+        let plan =
+            |image: &MetadataImage, a: AlterPartition| plan_alter_partition(image, &config, &a);
+        let refused = |a: AlterPartition| match plan(&image, a) {
+            Err(e) => crate::handlers::errors::controller(&e),
+            Ok(_) => 0,
+        };
+        use kafka_protocol::ResponseError as E;
+        assert_eq!(
+            refused(alter([9; 16], 1000, (0, 0), &[1000])),
+            E::UnknownTopicId.code()
+        );
+        assert_eq!(
+            refused(alter(id, 2000, (0, 0), &[2000])),
+            E::NotLeaderOrFollower.code()
+        );
+        assert_eq!(
+            refused(alter(id, 1000, (1, 0), &[1000])),
+            E::FencedLeaderEpoch.code()
+        );
+        assert_eq!(
+            refused(alter(id, 1000, (0, 3), &[1000])),
+            E::InvalidUpdateVersion.code()
+        );
+        assert_eq!(
+            refused(alter(id, 1000, (0, 0), &[2000])),
+            E::InvalidRequest.code()
+        );
+        assert_eq!(
+            refused(alter(id, 1000, (0, 0), &[1000, 4000])),
+            E::IneligibleReplica.code()
+        );
+        let (fenced, _) = replicated(true);
+        assert!(matches!(
+            plan(&fenced, alter(id, 1000, (0, 0), &[1000, 2000])),
+            Err(ControllerError::IneligibleReplica(_))
+        ));
+        assert!(plan(&image, alter(id, 1000, (0, 0), &[1000, 2000, 3000]))
+            .unwrap()
+            .is_none());
+
+        let (record, state) = plan(&image, alter(id, 1000, (0, 0), &[1000, 2000]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (state.isr.clone(), state.elr.clone(), state.partition_epoch),
+            (vec![1000, 2000], vec![], 1)
+        );
+        assert_eq!(state.leader_epoch, 0);
+        let image = image.apply(&record);
+        let (record, state) = plan(&image, alter(id, 1000, (0, 1), &[1000]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (state.isr.clone(), state.elr.clone()),
+            (vec![1000], vec![2000])
+        );
+        let image = image.apply(&record);
+        let (_, state) = plan(&image, alter(id, 1000, (0, 2), &[1000, 3000]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (state.isr, state.elr, state.partition_epoch),
+            (vec![1000, 3000], vec![], 3)
+        );
+    }
+
+    /// An AlterPartition is forwarded only from its broker's own node.
+    #[test]
+    fn a_forwarded_alter_partition_comes_from_its_leaders_node() {
+        let a = |broker: i32| ControllerRequest::AlterPartition {
+            broker,
+            topic_id: [1; 16],
+            partition: 0,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            isr: vec![broker],
+        };
+        assert_eq!(forwardable(&a(2001), 3), Ok(()));
+        assert!(forwardable(&a(1001), 3).is_err());
+    }
+
+    /// Fencing and unfencing (§4.4): a fenced follower leaves the ISR; a
+    /// fenced leader is replaced by the next live ISR member in assignment
+    /// order with the leader epoch bumped; below `min.insync.replicas` the
+    /// lost members join the ELR; with the ISR empty the partition is
+    /// offline until an ELR member returns and leads alone; every change
+    /// bumps the partition epoch and a live partition changes nothing.
+    #[test]
+    fn fencing_moves_leaders_within_the_isr_and_the_elr() {
+        let config = crate::config::ServeArgs::default().resolve().unwrap();
+        let (image, _) = replicated(false);
+        let state =
+            |image: &MetadataImage| image.topic("r").unwrap().replica_state(0).unwrap().clone();
+        let step = |image: &MetadataImage, r: MetadataRecord| {
+            let image = image.apply(&r);
+            let changes = reconcile_partitions(&image, &config);
+            assert!(changes.len() <= 1);
+            apply_all(&image, &changes)
+        };
+        assert!(reconcile_partitions(&image, &config).is_empty());
+        // A follower fenced: out of the ISR, still at the minimum.
+        let image = step(&image, MetadataRecord::FenceBroker { node: 3 });
+        let s = state(&image);
+        assert_eq!(
+            (s.leader, s.isr.clone(), s.elr.clone()),
+            (1000, vec![1000, 2000], vec![])
+        );
+        assert_eq!((s.leader_epoch, s.partition_epoch), (0, 1));
+        // The leader fenced: the next ISR member leads in a new epoch; the
+        // ISR is below the minimum, so the old leader is eligible.
+        let image = step(&image, MetadataRecord::FenceBroker { node: 1 });
+        let s = state(&image);
+        assert_eq!(
+            (s.leader, s.isr.clone(), s.elr.clone()),
+            (2000, vec![2000], vec![1000])
+        );
+        assert_eq!((s.leader_epoch, s.partition_epoch), (1, 2));
+        // The last ISR member fenced: offline, every lost member eligible.
+        let image = step(&image, MetadataRecord::FenceBroker { node: 2 });
+        let s = state(&image);
+        assert_eq!(
+            (s.leader, s.isr.clone(), s.elr.clone()),
+            (-1, vec![], vec![1000, 2000])
+        );
+        assert_eq!(s.leader_epoch, 2);
+        // Node 3 (out of ISR and ELR) returns: no unclean election.
+        let image = step(&image, MetadataRecord::UnfenceBroker { node: 3 });
+        assert_eq!(state(&image).leader, -1);
+        // An ELR member returns: it leads alone, in a new epoch.
+        let image = step(&image, MetadataRecord::UnfenceBroker { node: 2 });
+        let s = state(&image);
+        assert_eq!(
+            (s.leader, s.isr.clone(), s.elr.clone()),
+            (2000, vec![2000], vec![1000])
+        );
+        assert_eq!(s.leader_epoch, 3);
+        assert!(reconcile_partitions(&image, &config).is_empty());
     }
 }

@@ -123,6 +123,8 @@ pub struct FetchPosition {
     /// sent): checked against this log's epochs for a diverging log
     /// (KIP-320).
     pub last_fetched_epoch: i32,
+    /// The fetcher's own log start (a follower's; -1 for consumers).
+    pub log_start_offset: i64,
 }
 
 /// What the session remembers of a partition: what the client asked last,
@@ -788,6 +790,7 @@ mod tests {
             partition_max_bytes: max,
             current_leader_epoch: -1,
             last_fetched_epoch: -1,
+            log_start_offset: -1,
         }
     }
 

@@ -79,6 +79,17 @@ pub enum ControllerRequest {
     FenceBrokers {
         nodes: Vec<i32>,
     },
+    /// Kafka's AlterPartition: the leader `broker` of a replicated
+    /// partition asks for a new ISR, fenced by the epochs it leads in
+    /// (`docs/replication.md` §4.3).
+    AlterPartition {
+        broker: i32,
+        topic_id: [u8; 16],
+        partition: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: Vec<i32>,
+    },
 }
 
 /// One change of a user's SCRAM credentials.
@@ -130,6 +141,21 @@ pub enum ControllerError {
     /// in time (it is persisted and converges; see `router`).
     #[error("{0}")]
     TimedOut(String),
+    /// AlterPartition's refusals, with Kafka's codes: a stale leader
+    /// epoch (FENCED_LEADER_EPOCH), a stale partition epoch
+    /// (INVALID_UPDATE_VERSION), a requester that does not lead
+    /// (NOT_LEADER_OR_FOLLOWER), a fenced or unassigned ISR member
+    /// (INELIGIBLE_REPLICA), an unknown topic id (UNKNOWN_TOPIC_ID).
+    #[error("{0}")]
+    FencedLeaderEpoch(String),
+    #[error("{0}")]
+    InvalidUpdateVersion(String),
+    #[error("{0}")]
+    NotLeader(String),
+    #[error("{0}")]
+    IneligibleReplica(String),
+    #[error("{0}")]
+    UnknownTopicId(String),
 }
 
 /// Per-item outcomes, in the order of the request's items.
@@ -145,6 +171,8 @@ pub enum ControllerReply {
     /// BrokerHeartbeat and FenceBrokers: done (and any change committed),
     /// or why not.
     Broker(Result<(), ControllerError>),
+    /// AlterPartition: the partition's state now, or why not.
+    Partition(Result<crate::metadata::PartitionState, ControllerError>),
 }
 
 /// Everything that travels over the channel mesh.

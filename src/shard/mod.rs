@@ -107,6 +107,9 @@ pub struct ShardCtx {
     pub groups: Rc<GroupCoordinator>,
     /// Incremental fetch sessions opened with this shard (KIP-227).
     pub fetch_sessions: RefCell<fetch_sessions::FetchSessionCache>,
+    /// The replicated partitions this shard leads: what their followers
+    /// fetched, and their high watermarks (`replication::leading`).
+    pub leading: crate::replication::leading::Leading,
     /// The authorizer's settings (`--super-users`,
     /// `--allow-everyone-if-no-acl-found`); None with `--authorizer none`,
     /// when nothing is checked. The ACLs themselves are in the image.
@@ -166,6 +169,7 @@ impl ShardCtx {
             txn: TxnCoordinator::default(),
             groups,
             fetch_sessions: RefCell::new(fetch_sessions),
+            leading: Default::default(),
         })
     }
 
@@ -370,6 +374,14 @@ impl ShardCtx {
         // Role changes of replicated partitions, before any request sees
         // the image that makes them.
         self.apply_replica_roles(&image).await;
+        // Leader states of partitions this shard no longer leads go.
+        let me = self.config.node_id_of(self.shard);
+        self.leading.retain(|tp| {
+            image
+                .topic(&tp.topic)
+                .and_then(|t| t.replica_state(tp.partition.0))
+                .is_some_and(|s| s.leader == me)
+        });
         *self.image.borrow_mut() = image;
         if let Some(tx) = self.first_image.borrow_mut().take() {
             let _ = tx.send(());
@@ -504,6 +516,36 @@ impl ShardCtx {
         self.partition(tp)
     }
 
+    /// Asks the controller for an ISR change of a partition this shard
+    /// leads (AlterPartition, in the background). The committed change
+    /// comes back in the image; a refusal or failure drops the proposal.
+    pub fn alter_isr(self: &Rc<Self>, p: crate::replication::leading::IsrProposal) {
+        let ctx = self.clone();
+        glommio::spawn_local(async move {
+            let request = ControllerRequest::AlterPartition {
+                broker: ctx.config.node_id_of(ctx.shard),
+                topic_id: p.topic_id,
+                partition: p.tp.partition.0,
+                leader_epoch: p.leader_epoch,
+                partition_epoch: p.partition_epoch,
+                isr: p.isr.clone(),
+            };
+            match ctx.invoke_controller(request).await {
+                // Changed: the image settles the proposal (`Leading`).
+                Ok(ControllerReply::Partition(Ok(state)))
+                    if state.partition_epoch != p.partition_epoch =>
+                {
+                    tracing::info!(tp = %p.tp, isr = ?state.isr, "the ISR changed");
+                }
+                other => {
+                    tracing::warn!(tp = %p.tp, isr = ?p.isr, outcome = ?other, "AlterPartition was not made");
+                    ctx.leading.proposal_failed(&p);
+                }
+            }
+        })
+        .detach();
+    }
+
     fn missing_partition(&self, tp: &TopicPartition) -> MarkerError {
         if self.image().has_partition(&tp.topic, tp.partition.0) {
             MarkerError::NotLeader
@@ -598,7 +640,8 @@ impl ShardCtx {
             },
             ControllerReply::ProducerIds(_)
             | ControllerReply::Acls(_)
-            | ControllerReply::Broker(_) => Err(ControllerError::Unavailable),
+            | ControllerReply::Broker(_)
+            | ControllerReply::Partition(_) => Err(ControllerError::Unavailable),
         }
     }
 
