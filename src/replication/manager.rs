@@ -352,6 +352,15 @@ impl ReplicaManager {
         self.fetchers.borrow().keys().copied().collect()
     }
 
+    /// The partitions the fetcher of `leader` fetches (none if none runs).
+    pub fn fetched_from(&self, leader: i32) -> Vec<TopicPartition> {
+        self.fetchers
+            .borrow()
+            .get(&leader)
+            .map(|r| r.fetcher.followed())
+            .unwrap_or_default()
+    }
+
     /// The statistics of the fetcher of `leader`, if one runs.
     pub fn fetcher_stats(&self, leader: i32) -> Option<FetcherStats> {
         self.fetchers
@@ -547,6 +556,132 @@ mod tests {
                 leader_epoch: 0,
             },
         }
+    }
+
+    fn registered_at(node: i32, shards: usize, protocol: &str, port: u16) -> MetadataRecord {
+        MetadataRecord::RegisterBroker {
+            registration: BrokerRegistration {
+                node,
+                shards,
+                endpoints: vec![BrokerEndpoint {
+                    protocol: protocol.into(),
+                    // Loopback, a port nothing listens on: the fetchers
+                    // started here connect nowhere.
+                    host: "127.0.0.1".into(),
+                    port,
+                }],
+                incarnation: [port as u8; 16],
+                leader_epoch: 0,
+            },
+        }
+    }
+
+    async fn partition(dir: &std::path::Path, tp: &TopicPartition) -> Rc<Partition> {
+        let mgr = crate::log::LogManager::new_for_shard(
+            dir.to_path_buf(),
+            crate::log::TailCache::new(1 << 20),
+            0,
+        );
+        let log = mgr
+            .open(tp, crate::log::LogConfig::default())
+            .await
+            .expect("a log");
+        let config = crate::metadata::TopicConfig::resolve(
+            &BTreeMap::new(),
+            &crate::config::ServeArgs::default()
+                .resolve()
+                .expect("default settings"),
+        );
+        Partition::open(tp.clone(), [7; 16], log, config, 1_000)
+            .await
+            .expect("a partition")
+    }
+
+    /// One fetcher per leader broker, holding exactly the partitions that
+    /// broker leads; a partition moves with its leader and leaves every
+    /// fetcher when it is not followed; a fetcher with no partition stops;
+    /// a new address restarts it; a new epoch is what the next fetch
+    /// names; a leader without a PLAINTEXT listener gets no fetcher, its
+    /// partitions stay followed for when it has one.
+    #[test]
+    fn fetchers_follow_the_image() {
+        let dir = tempfile::tempdir().expect("a temporary dir");
+        let path = dir.path().to_path_buf();
+        crate::runtime::run_test_executor(move || async move {
+            crate::runtime::probe_dma(&path).await.expect("dma probe");
+            let tps: Vec<TopicPartition> = (0..4).map(|i| TopicPartition::new("t", i)).collect();
+            let mut ps = Vec::new();
+            for tp in &tps {
+                ps.push(partition(&path, tp).await);
+            }
+            let follow = |i: usize, leader: i32, epoch: i32| Follow {
+                tp: tps[i].clone(),
+                topic_id: [7; 16],
+                partition: ps[i].clone(),
+                leader,
+                leader_epoch: epoch,
+            };
+            let image = MetadataImage::default()
+                .apply(&registered_at(1, 2, "PLAINTEXT", 1))
+                .apply(&registered_at(2, 2, "PLAINTEXT", 2))
+                .apply(&registered_at(3, 1, "SSL", 3));
+            let mut m = ReplicaManager::new(4000);
+            m.backoff = Duration::from_millis(10);
+            m.follow_only(
+                &image,
+                vec![
+                    follow(0, 1000, 0),
+                    follow(1, 1000, 0),
+                    follow(2, 2001, 0),
+                    follow(3, 3000, 0),
+                ],
+            );
+            assert_eq!(m.fetcher_leaders(), vec![1000, 2001]);
+            assert_eq!(m.fetched_from(1000), tps[..2].to_vec());
+            assert_eq!(m.fetched_from(2001), vec![tps[2].clone()]);
+            assert_eq!(
+                m.followers().len(),
+                4,
+                "3000's partition waits for an address"
+            );
+            let view = m.followers().view(1000);
+            assert_eq!(view.position(&tps[0]).unwrap().current_leader_epoch, 0);
+            assert!(view.position(&tps[2]).is_none(), "another leader's");
+
+            // t-1 moves to 2001, t-0 is in epoch 3, t-2 is led here, and
+            // node 3 now has a PLAINTEXT listener.
+            let image = image.apply(&registered_at(3, 1, "PLAINTEXT", 3));
+            m.follow_only(
+                &image,
+                vec![follow(0, 1000, 3), follow(1, 2001, 1), follow(3, 3000, 0)],
+            );
+            assert_eq!(m.fetcher_leaders(), vec![1000, 2001, 3000]);
+            assert_eq!(m.fetched_from(1000), vec![tps[0].clone()]);
+            assert_eq!(m.fetched_from(2001), vec![tps[1].clone()]);
+            assert_eq!(m.fetched_from(3000), vec![tps[3].clone()]);
+            assert!(m.followers().get(&tps[2]).is_none());
+            assert_eq!(view.position(&tps[0]).unwrap().current_leader_epoch, 3);
+            assert!(view.position(&tps[1]).is_none(), "moved to 2001");
+
+            // Node 2 registers another address: its fetcher starts again
+            // there. 1000 has nothing left: stopped.
+            let image = image.apply(&registered_at(2, 2, "PLAINTEXT", 22));
+            m.follow_only(&image, vec![follow(1, 2001, 1), follow(3, 3000, 0)]);
+            assert_eq!(m.fetcher_leaders(), vec![2001, 3000]);
+            assert_eq!(m.fetched_from(2001), vec![tps[1].clone()]);
+            assert_eq!(
+                m.fetchers.borrow().get(&2001).map(|r| r.address.clone()),
+                Some("127.0.0.1:23".to_string())
+            );
+            m.unfollow(&tps[3]);
+            assert_eq!(m.fetcher_leaders(), vec![2001]);
+
+            m.follow_only(&image, Vec::new());
+            assert!(m.fetcher_leaders().is_empty() && m.followers().is_empty());
+            m.stop_all(crate::clock::monotonic() + Duration::from_secs(10))
+                .await;
+            assert_eq!(m.tasks.get(), 0, "every fetcher task ended");
+        });
     }
 
     /// The leader's address is its node's PLAINTEXT endpoint at the
