@@ -192,8 +192,11 @@ pub enum ControllerReply {
     Partition(Result<crate::metadata::PartitionState, ControllerError>),
     /// ElectLeaders: per topic (in request order, or every topic), each
     /// partition's outcome.
-    Elections(Vec<(String, Vec<(i32, Result<(), ControllerError>)>)>),
+    Elections(Vec<TopicElections>),
 }
+
+/// One topic's ElectLeaders outcomes: each partition's.
+pub type TopicElections = (String, Vec<(i32, Result<(), ControllerError>)>);
 
 /// Everything that travels over the channel mesh.
 pub enum ShardMessage {
