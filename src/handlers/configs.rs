@@ -466,7 +466,8 @@ async fn apply(
                     ControllerReply::ProducerIds(_)
                     | ControllerReply::Acls(_)
                     | ControllerReply::Broker(_)
-                    | ControllerReply::Partition(_),
+                    | ControllerReply::Partition(_)
+                    | ControllerReply::Elections(_),
                 ) => names
                     .into_iter()
                     .map(|n| (n, Err(crate::shard::messages::ControllerError::Unavailable)))

@@ -255,6 +255,19 @@ impl ResponseErrors for DeleteTopicsResponse {
     }
 }
 
+impl ResponseErrors for ElectLeadersResponse {
+    fn error_codes(&self, version: i16, count: &mut impl FnMut(i16)) {
+        if version >= 1 {
+            count(self.error_code);
+        }
+        for t in &self.replica_election_results {
+            for p in &t.partition_result {
+                count(p.error_code);
+            }
+        }
+    }
+}
+
 impl ResponseErrors for CreatePartitionsResponse {
     fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
         for r in &self.results {

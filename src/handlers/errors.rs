@@ -43,6 +43,14 @@ pub fn controller(e: &ControllerError) -> i16 {
         ControllerError::NotLeader(_) => ResponseError::NotLeaderOrFollower.code(),
         ControllerError::IneligibleReplica(_) => ResponseError::IneligibleReplica.code(),
         ControllerError::UnknownTopicId(_) => ResponseError::UnknownTopicId.code(),
+        ControllerError::UnknownPartition(_) => ResponseError::UnknownTopicOrPartition.code(),
+        ControllerError::ElectionNotNeeded => ResponseError::ElectionNotNeeded.code(),
+        ControllerError::PreferredLeaderNotAvailable => {
+            ResponseError::PreferredLeaderNotAvailable.code()
+        }
+        ControllerError::EligibleLeadersNotAvailable => {
+            ResponseError::EligibleLeadersNotAvailable.code()
+        }
     }
 }
 

@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod configs;
 pub mod delete_records;
 pub mod describe_topic_partitions;
+pub mod elect_leaders;
 pub mod error_counts;
 pub mod errors;
 pub mod fetch;
@@ -178,6 +179,10 @@ fn dispatch_other(
         }
         ApiKey::CreatePartitions => {
             async move { topics::create_partitions(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
+        }
+        ApiKey::ElectLeaders => {
+            async move { elect_leaders::handle(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
         }
         ApiKey::DescribeTopicPartitions => async move {

@@ -40,7 +40,8 @@ async fn run(
             ControllerReply::ProducerIds(_)
             | ControllerReply::Acls(_)
             | ControllerReply::Broker(_)
-            | ControllerReply::Partition(_),
+            | ControllerReply::Partition(_)
+            | ControllerReply::Elections(_),
         ) => names
             .iter()
             .map(|n| (n.clone(), Err(ControllerError::Unavailable)))

@@ -77,6 +77,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::DescribeTopicPartitions, 0, 0),
+    (ApiKey::ElectLeaders, 0, 2),
     // SASL (Kafka 4.4's ranges); on a PLAINTEXT listener they are answered
     // ILLEGAL_SASL_STATE, as Kafka does.
     (ApiKey::SaslHandshake, 0, 1),

@@ -492,6 +492,49 @@ impl Controller {
             ControllerRequest::FenceBrokers { nodes } => {
                 return Ok(self.fence(&next, nodes, deadline).await);
             }
+            ControllerRequest::ElectLeaders { unclean, topics } => {
+                let wanted: Vec<(String, Vec<i32>)> = match topics {
+                    Some(topics) => topics,
+                    None => next
+                        .topics
+                        .values()
+                        .map(|t| (t.name.clone(), (0..t.partition_count()).collect()))
+                        .collect(),
+                };
+                let several = self.member.borrow().is_some();
+                let mut out = Vec::with_capacity(wanted.len());
+                for (name, partitions) in wanted {
+                    let mut results = Vec::with_capacity(partitions.len());
+                    for p in partitions {
+                        match plan_election(&next, several, &name, p, unclean) {
+                            Ok(record) => {
+                                next = next.apply(&record);
+                                records.push(record);
+                                results.push((p, Ok(())));
+                            }
+                            Err(e) => results.push((p, Err(e))),
+                        }
+                    }
+                    out.push((name, results));
+                }
+                if !records.is_empty() {
+                    tracing::info!(
+                        changes = records.len(),
+                        unclean,
+                        "ElectLeaders: leaders change"
+                    );
+                    if let Err(e) = self.commit(ctx, &image, records, deadline).await {
+                        for (_, results) in &mut out {
+                            for (_, r) in results.iter_mut() {
+                                if r.is_ok() {
+                                    *r = Err(e.clone());
+                                }
+                            }
+                        }
+                    }
+                }
+                return Ok(ControllerReply::Elections(out));
+            }
             ControllerRequest::AlterPartition {
                 broker,
                 topic_id,
@@ -524,10 +567,9 @@ impl Controller {
                 };
                 tracing::info!(broker, partition, isr = ?state.isr, elr = ?state.elr, "AlterPartition: the ISR changes");
                 return Ok(ControllerReply::Partition(
-                    match self.persist(vec![record], deadline).await {
-                        Ok(_) => Ok(state),
-                        Err(e) => Err(persist_error(&e)),
-                    },
+                    self.commit(ctx, &image, vec![record], deadline)
+                        .await
+                        .map(|()| state),
                 ));
             }
             ControllerRequest::DeleteAcls { filters } => {
@@ -584,6 +626,34 @@ impl Controller {
             .map(|(n, r)| (n, r.and(Err(ControllerError::TimedOut(msg.clone())))))
             .collect();
         Ok(ControllerReply::Items(items))
+    }
+
+    /// Persists `records` planned on `image` and, on a single node, applies
+    /// them and broadcasts the image (several nodes: the member loop does).
+    /// Ok once every shard has it; a shard late is TimedOut (the change is
+    /// made and will reach it).
+    async fn commit(
+        &self,
+        ctx: &Rc<ShardCtx>,
+        image: &MetadataImage,
+        records: Vec<MetadataRecord>,
+        deadline: Instant,
+    ) -> Result<(), ControllerError> {
+        let committed = match self.persist(records, deadline).await {
+            Ok(Some(committed)) => committed,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(persist_error(&e)),
+        };
+        let next = Arc::new(apply_all(image, &committed));
+        *self.image.borrow_mut() = next.clone();
+        let late = self.broadcast(ctx, next, Some(deadline)).await;
+        if late.is_empty() {
+            return Ok(());
+        }
+        Err(ControllerError::TimedOut(format!(
+            "The change is saved, but shard(s) {late:?} did not apply it within {} ms (--cross-shard-timeout-ms); they will.",
+            ctx.router.timeout().as_millis()
+        )))
     }
 
     /// CreateAcls: each binding is added unless present (a no-op success,
@@ -1789,6 +1859,74 @@ fn apply_all(image: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage
         next = next.apply(r);
     }
     next
+}
+
+/// One partition of an ElectLeaders (Kafka's `electLeader`): the change
+/// that makes its preferred replica leader (or, `unclean`, the first live
+/// replica of a partition without a leader, alone in the ISR), or Kafka's
+/// error. A topic of one replica has nothing to elect: its replica leads
+/// while its node is live (`several`: the nodes' registrations say).
+fn plan_election(
+    image: &MetadataImage,
+    several: bool,
+    name: &str,
+    partition: i32,
+    unclean: bool,
+) -> Result<MetadataRecord, ControllerError> {
+    let Some(t) = image.topic(name) else {
+        return Err(ControllerError::UnknownPartition(format!(
+            "No such topic as {name}"
+        )));
+    };
+    if !(0..t.partition_count()).contains(&partition) {
+        return Err(ControllerError::UnknownPartition(format!(
+            "No such partition as {name}-{partition}"
+        )));
+    }
+    let unavailable = if unclean {
+        ControllerError::EligibleLeadersNotAvailable
+    } else {
+        ControllerError::PreferredLeaderNotAvailable
+    };
+    let Some(p) = t.replica_state(partition) else {
+        let live = !several || t.node.is_some_and(|n| image.live_broker(n).is_some());
+        return Err(if live {
+            ControllerError::ElectionNotNeeded
+        } else {
+            unavailable
+        });
+    };
+    let live = |b: i32| image.is_live_broker(b);
+    let mut next = p.clone();
+    if unclean {
+        if p.leader >= 0 {
+            return Err(ControllerError::ElectionNotNeeded);
+        }
+        let Some(b) = p.replicas.iter().copied().find(|&b| live(b)) else {
+            return Err(unavailable);
+        };
+        next.leader = b;
+        next.isr = vec![b];
+        next.elr.clear();
+    } else {
+        let Some(&preferred) = p.replicas.first() else {
+            return Err(unavailable);
+        };
+        if p.leader == preferred {
+            return Err(ControllerError::ElectionNotNeeded);
+        }
+        if !p.isr.contains(&preferred) || !live(preferred) {
+            return Err(unavailable);
+        }
+        next.leader = preferred;
+    }
+    next.leader_epoch = p.leader_epoch.saturating_add(1);
+    next.partition_epoch = p.partition_epoch.saturating_add(1);
+    Ok(MetadataRecord::PartitionChange {
+        topic_id: t.id,
+        partition,
+        state: next,
+    })
 }
 
 /// An AlterPartition, as the controller checks it.

@@ -82,6 +82,13 @@ pub enum ControllerRequest {
     /// Kafka's AlterPartition: the leader `broker` of a replicated
     /// partition asks for a new ISR, fenced by the epochs it leads in
     /// (`docs/replication.md` §4.3).
+    /// Kafka's ElectLeaders: the preferred replica (or, `unclean`, any
+    /// live one of a partition without a leader) made leader of the named
+    /// partitions, or of every partition when None.
+    ElectLeaders {
+        unclean: bool,
+        topics: Option<Vec<(String, Vec<i32>)>>,
+    },
     AlterPartition {
         broker: i32,
         topic_id: [u8; 16],
@@ -156,6 +163,16 @@ pub enum ControllerError {
     IneligibleReplica(String),
     #[error("{0}")]
     UnknownTopicId(String),
+    /// UNKNOWN_TOPIC_OR_PARTITION with Kafka's message for one partition.
+    #[error("{0}")]
+    UnknownPartition(String),
+    /// ElectLeaders: the partition already has the leader asked for.
+    #[error("Leader election not needed for topic partition.")]
+    ElectionNotNeeded,
+    #[error("The preferred leader was not available.")]
+    PreferredLeaderNotAvailable,
+    #[error("Eligible topic partition leaders are not available.")]
+    EligibleLeadersNotAvailable,
 }
 
 /// Per-item outcomes, in the order of the request's items.
@@ -173,7 +190,13 @@ pub enum ControllerReply {
     Broker(Result<(), ControllerError>),
     /// AlterPartition: the partition's state now, or why not.
     Partition(Result<crate::metadata::PartitionState, ControllerError>),
+    /// ElectLeaders: per topic (in request order, or every topic), each
+    /// partition's outcome.
+    Elections(Vec<TopicElections>),
 }
+
+/// One topic's ElectLeaders outcomes: each partition's.
+pub type TopicElections = (String, Vec<(i32, Result<(), ControllerError>)>);
 
 /// Everything that travels over the channel mesh.
 pub enum ShardMessage {

@@ -641,7 +641,8 @@ impl ShardCtx {
             ControllerReply::ProducerIds(_)
             | ControllerReply::Acls(_)
             | ControllerReply::Broker(_)
-            | ControllerReply::Partition(_) => Err(ControllerError::Unavailable),
+            | ControllerReply::Partition(_)
+            | ControllerReply::Elections(_) => Err(ControllerError::Unavailable),
         }
     }
 
