@@ -89,6 +89,8 @@ pub const TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: i64 = 7 * 24 * 60 * 60 * 1000;
 pub const CROSS_SHARD_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 /// Kafka's `broker.session.timeout.ms` default.
 pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 9_000;
+/// Kafka's `replica.lag.time.max.ms` default.
+pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: u64 = 30_000;
 /// Kafka's `broker.heartbeat.interval.ms` default; a node heartbeats at
 /// most a quarter of the session timeout apart (see
 /// [`BrokerConfig::broker_heartbeat_interval`]).
@@ -1102,7 +1104,7 @@ impl ServeArgs {
                 .max(100),
             replica_lag_time_max_ms: a
                 .replica_lag_time_max_ms
-                .unwrap_or(crate::replication::leader::REPLICA_LAG_TIME_MAX_MS as u64)
+                .unwrap_or(REPLICA_LAG_TIME_MAX_MS_DEFAULT)
                 .clamp(100, i64::MAX as u64),
             debug_drop_produce_response_every: a.debug_drop_produce_response_every.unwrap_or(0),
             debug_delay_txn_markers_ms: a.debug_delay_txn_markers_ms.unwrap_or(0),

@@ -38,7 +38,7 @@
 use std::collections::BTreeMap;
 
 /// Kafka's `replica.lag.time.max.ms` default.
-pub const REPLICA_LAG_TIME_MAX_MS: i64 = 30_000;
+pub const REPLICA_LAG_TIME_MAX_MS: i64 = crate::config::REPLICA_LAG_TIME_MAX_MS_DEFAULT as i64;
 
 /// One follower, as the leader saw it at its last fetch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
