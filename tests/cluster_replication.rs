@@ -49,28 +49,52 @@ fn addr(broker: &Broker) -> SocketAddr {
 }
 
 fn start(net: &Net, i: usize) -> Broker {
+    start_with(net, i, &[])
+}
+
+/// Node `i` with `extra` arguments.
+fn start_with(net: &Net, i: usize, extra: &[String]) -> Broker {
     let quorum: Vec<String> = (0..NODES)
         .map(|n| format!("{n}@{}:{CONTROLLER_PORT}", net.host(n).addr))
         .collect();
-    Broker::start(
-        BrokerOpts::default()
-            .cores(1)
-            .in_host(net.host(i))
-            .arg(format!("--node-id={i}"))
-            .arg(format!("--controller-quorum={}", quorum.join(",")))
-            .arg(format!("--broker-session-timeout-ms={SESSION_TIMEOUT_MS}")),
-    )
+    let mut opts = BrokerOpts::default()
+        .cores(1)
+        .in_host(net.host(i))
+        .arg(format!("--node-id={i}"))
+        .arg(format!("--controller-quorum={}", quorum.join(",")))
+        .arg(format!("--broker-session-timeout-ms={SESSION_TIMEOUT_MS}"));
+    for a in extra {
+        opts = opts.arg(a.clone());
+    }
+    Broker::start(opts)
 }
 
 /// CreateTopics of [`TOPIC`] with replication factor 3 through the first
 /// node that takes it (any node forwards once a quorum leader is known).
 fn create_replicated(brokers: &[Broker]) {
+    create_topic(brokers, TOPIC, PARTITIONS, &[]);
+}
+
+/// CreateTopics of `name` (`partitions`, replication factor 3, `configs`)
+/// through the first node that takes it.
+fn create_topic(brokers: &[Broker], name: &str, partitions: i32, configs: &[(&str, &str)]) {
+    use kafka_protocol::messages::create_topics_request::CreatableTopicConfig;
     common::wait_for(SETTLE, "a node that takes CreateTopics", || {
         for (i, b) in brokers.iter().enumerate() {
             let topic = CreatableTopic::default()
-                .with_name(TopicName(s(TOPIC)))
-                .with_num_partitions(PARTITIONS)
-                .with_replication_factor(NODES as i16);
+                .with_name(TopicName(s(name)))
+                .with_num_partitions(partitions)
+                .with_replication_factor(NODES as i16)
+                .with_configs(
+                    configs
+                        .iter()
+                        .map(|(k, v)| {
+                            CreatableTopicConfig::default()
+                                .with_name(s(k))
+                                .with_value(Some(s(v)))
+                        })
+                        .collect(),
+                );
             let resp = RawClient::connect_to(addr(b)).request(
                 5,
                 &CreateTopicsRequest::default()
@@ -108,6 +132,12 @@ struct Listed {
 /// [`TOPIC`]'s partitions in `broker`'s Metadata, by index; None if it is
 /// not listed.
 fn listed(broker: &Broker) -> Option<Vec<Listed>> {
+    listed_topic(broker, TOPIC)
+}
+
+/// `topic`'s partitions in `broker`'s Metadata, by index; None if it is
+/// not listed (or the node does not answer).
+fn listed_topic(broker: &Broker, topic: &str) -> Option<Vec<Listed>> {
     let resp = RawClient::connect_to(addr(broker)).request(
         12,
         &MetadataRequest::default()
@@ -117,7 +147,7 @@ fn listed(broker: &Broker) -> Option<Vec<Listed>> {
     let t = resp
         .topics
         .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == TOPIC))?;
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))?;
     let ids = |v: &[BrokerId]| {
         let mut v: Vec<i32> = v.iter().map(|b| b.0).collect();
         v.sort();
@@ -405,6 +435,249 @@ fn three_replicas_copy_the_leader_through_kills_and_restarts() {
         }
     }
     read_back(&brokers[follower], sent);
+    for b in &mut brokers {
+        b.assert_alive();
+        b.stop();
+    }
+}
+
+/// `--replica-lag-time-max-ms` of the ISR test, shortened from Kafka's
+/// 30 s.
+const LAG_MS: u64 = 2000;
+
+/// Partition 0 of `topic` as `broker` lists it, once it satisfies `ok`.
+fn wait_partition0(
+    broker: &Broker,
+    topic: &str,
+    what: &str,
+    ok: impl Fn(&Listed) -> bool,
+) -> Listed {
+    common::wait_for(SETTLE, what, || {
+        let l = listed_topic(broker, topic)?.into_iter().next()?;
+        ok(&l).then_some(l)
+    })
+}
+
+/// One record of value `value` to partition 0 of `topic` at `broker`,
+/// with `acks`: the partition's error code.
+fn produce_one(broker: &Broker, topic: &str, acks: i16, value: &str) -> i16 {
+    let batch = common::leader::one_batch(value);
+    let resp = RawClient::connect_to(addr(broker))
+        .request(9, &common::raw::produce_request(topic, 0, acks, batch));
+    common::raw::only_partition(&resp).error_code
+}
+
+/// The eligible leader replicas of partition 0 of `topic` in `broker`'s
+/// DescribeTopicPartitions.
+fn elr(broker: &Broker, topic: &str) -> Vec<i32> {
+    use kafka_protocol::messages::describe_topic_partitions_request::TopicRequest;
+    let resp = RawClient::connect_to(addr(broker)).request(
+        0,
+        &DescribeTopicPartitionsRequest::default()
+            .with_topics(vec![TopicRequest::default().with_name(TopicName(s(topic)))])
+            .with_response_partition_limit(10),
+    );
+    let p = &resp.topics[0].partitions[0];
+    let mut v: Vec<i32> = p
+        .eligible_leader_replicas
+        .iter()
+        .flatten()
+        .map(|b| b.0)
+        .collect();
+    v.sort();
+    v
+}
+
+/// ElectLeaders (preferred) of partition 0 of `topic` through `broker`:
+/// its error code.
+fn elect_preferred(broker: &Broker, topic: &str) -> i16 {
+    use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
+    let resp = RawClient::connect_to(addr(broker)).request(
+        2,
+        &ElectLeadersRequest::default()
+            .with_election_type(0)
+            .with_topic_partitions(Some(vec![TopicPartitions::default()
+                .with_topic(TopicName(s(topic)))
+                .with_partitions(vec![0])]))
+            .with_timeout_ms(10_000),
+    );
+    assert_eq!(resp.error_code, 0);
+    resp.replica_election_results[0].partition_result[0].error_code
+}
+
+/// The values of `topic` (one partition) read back with librdkafka
+/// bootstrapped at `broker`, `count` of them at least.
+fn values(broker: &Broker, topic: &str, count: usize) -> Vec<String> {
+    let got = client::consume(
+        &broker.bootstrap(),
+        topic,
+        1,
+        count,
+        Duration::from_millis(500),
+        SETTLE,
+    );
+    got.iter()
+        .map(|m| String::from_utf8_lossy(m.value.as_deref().unwrap_or_default()).into_owned())
+        .collect()
+}
+
+fn sorted(mut v: Vec<i32>) -> Vec<i32> {
+    v.sort();
+    v
+}
+
+/// acks=all and the ISR (`docs/replication.md` §4.1, §4.3, §4.4), three
+/// nodes, two topics of three replicas, `failover` with
+/// `min.insync.replicas=2` and `strict` with 3:
+/// - all in sync, acks=all is answered on both;
+/// - a node leading neither dies: both ISRs shrink to the two live
+///   replicas; `failover` still takes acks=all, `strict` (now below its
+///   minimum) refuses it with NOT_ENOUGH_REPLICAS and lists the dead
+///   replica as eligible (KIP-966 ELR), and still takes acks=1; back, the
+///   node rejoins both ISRs and `strict` takes acks=all again;
+/// - `failover`'s leader dies: a live ISR member leads in the next epoch,
+///   holds every acks=all record ever acknowledged, and takes more; the
+///   old leader restarts as a follower and every replica ends identical;
+/// - a preferred-leader election gives the partition back to its first
+///   replica in a new epoch; a second one is ELECTION_NOT_NEEDED;
+/// - every acknowledged acks=all record is read back exactly once.
+#[test]
+fn acks_all_follows_the_isr_and_leaders_fail_over_within_it() {
+    let net = Net::new(NODES);
+    let lag = [format!("--replica-lag-time-max-ms={LAG_MS}")];
+    let mut brokers: Vec<Broker> = (0..NODES).map(|i| start_with(&net, i, &lag)).collect();
+    create_topic(&brokers, "failover", 1, &[("min.insync.replicas", "2")]);
+    create_topic(&brokers, "strict", 1, &[("min.insync.replicas", "3")]);
+    let everyone: Vec<i32> = (0..NODES as i32).map(|n| n * 1000).collect();
+    let in_sync = |l: &Listed| l.leader >= 0 && l.isr == everyone;
+    let f = wait_partition0(&brokers[0], "failover", "failover in sync", in_sync);
+    let st = wait_partition0(&brokers[0], "strict", "strict in sync", in_sync);
+    let not_enough = ResponseError::NotEnoughReplicas.code();
+
+    // All in sync: acks=all is answered.
+    let mut acked: Vec<String> = Vec::new();
+    for i in 0..10 {
+        let v = format!("a{i}");
+        assert_eq!(produce_one(&brokers[node(f.leader)], "failover", -1, &v), 0);
+        acked.push(v);
+        assert_eq!(produce_one(&brokers[node(st.leader)], "strict", -1, "s"), 0);
+    }
+
+    // A node leading neither topic dies.
+    let dead = (0..NODES)
+        .find(|&n| n != node(f.leader) && n != node(st.leader))
+        .expect("a node leading neither");
+    let dead_id = dead as i32 * 1000;
+    brokers[dead].kill9();
+    let alive: Vec<i32> = everyone.iter().copied().filter(|&b| b != dead_id).collect();
+    let shrunk = |l: &Listed| l.isr == alive;
+    wait_partition0(
+        &brokers[node(f.leader)],
+        "failover",
+        "failover's ISR without it",
+        shrunk,
+    );
+    for i in 10..20 {
+        let v = format!("a{i}");
+        assert_eq!(produce_one(&brokers[node(f.leader)], "failover", -1, &v), 0);
+        acked.push(v);
+    }
+    let strict_leader = &brokers[node(st.leader)];
+    wait_partition0(strict_leader, "strict", "strict's ISR without it", shrunk);
+    assert_eq!(produce_one(strict_leader, "strict", -1, "s"), not_enough);
+    assert_eq!(elr(strict_leader, "strict"), vec![dead_id]);
+    assert_eq!(produce_one(strict_leader, "strict", 1, "one"), 0);
+    brokers[dead].restart();
+    wait_partition0(
+        &brokers[dead],
+        "strict",
+        "strict's ISR with it again",
+        in_sync,
+    );
+    wait_partition0(
+        &brokers[dead],
+        "failover",
+        "failover's ISR with it",
+        in_sync,
+    );
+    // Back at the minimum, the ELR empties (as seen by the leader's node
+    // once it has applied the change).
+    let strict_leader = &brokers[node(st.leader)];
+    common::wait_for(SETTLE, "strict's ELR to empty", || {
+        elr(strict_leader, "strict").is_empty().then_some(())
+    });
+    common::wait_for(SETTLE, "strict to take acks=all again", || {
+        (produce_one(strict_leader, "strict", -1, "s") == 0).then_some(())
+    });
+
+    // Failover's leader dies: another ISR member leads, in the next epoch,
+    // with everything acknowledged.
+    let old = node(f.leader);
+    let before = wait_partition0(&brokers[dead], "failover", "failover", in_sync);
+    brokers[old].kill9();
+    let survivor = (0..NODES).find(|&n| n != old).expect("a survivor");
+    let after = wait_partition0(&brokers[survivor], "failover", "a new leader", |l| {
+        l.leader >= 0 && node(l.leader) != old && l.error == 0
+    });
+    assert!(
+        after.leader_epoch > before.leader_epoch,
+        "{before:?} then {after:?}"
+    );
+    assert!(!after.isr.contains(&f.leader), "{after:?}");
+    let leader = &brokers[node(after.leader)];
+    for i in 20..30 {
+        let v = format!("a{i}");
+        common::wait_for(SETTLE, "the new leader to take acks=all", || {
+            (produce_one(leader, "failover", -1, &v) == 0).then_some(())
+        });
+        acked.push(v);
+    }
+    let mut got = values(leader, "failover", acked.len());
+    got.sort();
+    let mut want = acked.clone();
+    want.sort();
+    assert_eq!(got, want, "the new leader holds every acknowledged record");
+
+    // The old leader comes back as a follower; all three end identical.
+    brokers[old].restart();
+    wait_partition0(&brokers[old], "failover", "failover in sync again", |l| {
+        in_sync(l) && l.leader == after.leader
+    });
+    common::wait_for(SETTLE, "identical replicas of failover", || {
+        let copies: Vec<Vec<u8>> = brokers
+            .iter()
+            .map(|b| {
+                common::disk::batches(&b.first_segment("failover", 0))
+                    .into_iter()
+                    .flat_map(|b| b.bytes)
+                    .collect()
+            })
+            .collect();
+        copies.iter().all(|c| *c == copies[0]).then_some(())
+    });
+
+    // A preferred-leader election gives it back to its first replica.
+    assert_eq!(sorted(after.replicas.clone()), everyone);
+    assert_eq!(elect_preferred(&brokers[old], "failover"), 0);
+    let back = wait_partition0(&brokers[old], "failover", "the preferred leader", |l| {
+        l.leader == f.leader && in_sync(l)
+    });
+    assert!(back.leader_epoch > after.leader_epoch);
+    assert_eq!(
+        elect_preferred(&brokers[old], "failover"),
+        ResponseError::ElectionNotNeeded.code()
+    );
+    for v in ["b0", "b1"] {
+        common::wait_for(SETTLE, "the preferred leader to take acks=all", || {
+            (produce_one(&brokers[old], "failover", -1, v) == 0).then_some(())
+        });
+        acked.push(v.to_string());
+    }
+    let mut got = values(&brokers[dead], "failover", acked.len());
+    got.sort();
+    let mut want = acked;
+    want.sort();
+    assert_eq!(got, want, "every acknowledged record, once");
     for b in &mut brokers {
         b.assert_alive();
         b.stop();
