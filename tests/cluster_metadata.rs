@@ -26,7 +26,7 @@ use common::child::{run_bounded, Streams};
 use common::client;
 use common::netns::Net;
 use common::raw::RawClient;
-use common::{Broker, BrokerOpts};
+use common::Broker;
 use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
@@ -39,8 +39,6 @@ use kafka_protocol::ResponseError;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// The controller port on every host (each has its own address).
-const CONTROLLER_PORT: u16 = 9093;
 /// How long the quorum gets to elect a leader or catch a node up.
 const SETTLE: Duration = Duration::from_secs(30);
 /// `--broker-session-timeout-ms`, shortened from Kafka's 9 s.
@@ -57,19 +55,8 @@ fn addr(broker: &Broker) -> SocketAddr {
 }
 
 fn start(net: &Net, i: usize) -> Broker {
-    let quorum: Vec<String> = (0..3)
-        .map(|n| format!("{n}@{}:{CONTROLLER_PORT}", net.host(n).addr))
-        .collect();
-    Broker::start(
-        BrokerOpts::default()
-            .cores(1)
-            .in_host(net.host(i))
-            .arg(format!("--node-id={i}"))
-            .arg(format!("--controller-quorum={}", quorum.join(",")))
-            .arg(format!("--broker-session-timeout-ms={SESSION_TIMEOUT_MS}"))
-            .arg("--authorizer=standard")
-            .arg("--super-users=User:ANONYMOUS"),
-    )
+    let authorizer = ["--authorizer=standard", "--super-users=User:ANONYMOUS"].map(String::from);
+    common::cluster::start_node(net, i, 3, SESSION_TIMEOUT_MS, &authorizer)
 }
 
 /// CreateTopics of `name` (one partition, `retention.ms`) through `broker`:

@@ -22,7 +22,7 @@ mod common;
 use common::client;
 use common::netns::Net;
 use common::raw::RawClient;
-use common::{Broker, BrokerOpts};
+use common::Broker;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -30,8 +30,6 @@ use kafka_protocol::ResponseError;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// The controller port on every host (each has its own address).
-const CONTROLLER_PORT: u16 = 9093;
 /// How long the quorum gets to elect, and followers to catch up.
 const SETTLE: Duration = Duration::from_secs(60);
 /// `--broker-session-timeout-ms`, shortened from Kafka's 9 s.
@@ -54,19 +52,7 @@ fn start(net: &Net, i: usize) -> Broker {
 
 /// Node `i` with `extra` arguments.
 fn start_with(net: &Net, i: usize, extra: &[String]) -> Broker {
-    let quorum: Vec<String> = (0..NODES)
-        .map(|n| format!("{n}@{}:{CONTROLLER_PORT}", net.host(n).addr))
-        .collect();
-    let mut opts = BrokerOpts::default()
-        .cores(1)
-        .in_host(net.host(i))
-        .arg(format!("--node-id={i}"))
-        .arg(format!("--controller-quorum={}", quorum.join(",")))
-        .arg(format!("--broker-session-timeout-ms={SESSION_TIMEOUT_MS}"));
-    for a in extra {
-        opts = opts.arg(a.clone());
-    }
-    Broker::start(opts)
+    common::cluster::start_node(net, i, NODES, SESSION_TIMEOUT_MS, extra)
 }
 
 /// CreateTopics of [`TOPIC`] with replication factor 3 through the first

@@ -17,6 +17,7 @@
 
 pub mod child;
 pub mod client;
+pub mod cluster;
 pub mod disk;
 pub mod groups;
 pub mod leader;
