@@ -11,7 +11,7 @@
 //! replicated partition (`LogManager`'s module doc says when it is written
 //! and read). In fjord several shards
 //! own partitions of one data directory, and a shard must never wait on
-//! another to write a shared file, so each shard writes its own pair with a
+//! another to write a shared file, so each shard writes its own files with a
 //! `.shard-<k>` suffix. A partition may belong to another shard after a
 //! restart with a different `--cores`, so [`read_all`] reads every shard's
 //! file and keeps, per partition, the smallest offset seen: recovering from

@@ -43,16 +43,16 @@
 //!   holds, and never moves back (both only rise) except through a
 //!   truncation, which lowers the bound to the new log end. The bound starts
 //!   at the HW of the moment, so switching moves nothing back either.
+//!   Consumers' reads, `wait_for_hw_above`, the LSO (the partition's, from
+//!   `high_watermark`), retention and DeleteRecords all read the HW through
+//!   `high_watermark` and so use it unchanged. A log never switched (the
+//!   single-node broker) derives its HW exactly as before.
 //! - **High watermark after a restart** ([`PartitionLog::start_replicated_at`]):
 //!   a reopened log's HW is everything it has written, batches the ISR
 //!   never had included. A replicated log reopened is switched with the HW
 //!   its manager checkpointed (`replication-offset-checkpoint`,
 //!   `LogManager::checkpointed_high_watermark`; 0 when there is none), capped
 //!   by the log end, as Kafka's `Partition` starts from its checkpoint.
-//!   Consumers' reads, `wait_for_hw_above`, the LSO (the partition's, from
-//!   `high_watermark`), retention and DeleteRecords all read the HW through
-//!   `high_watermark` and so use it unchanged. A log never switched (the
-//!   single-node broker) derives its HW exactly as before.
 
 use super::partition::PartitionLog;
 use super::watch::OffsetWatch;

@@ -392,9 +392,10 @@ impl ShardCtx {
     }
 
     /// The replicated partitions open on this shard take the roles `image`
-    /// gives them (`docs/replication.md` §4.1; `replication::manager`):
-    /// Each log is switched to replicated HW mode at the HW checkpointed
-    /// before a restart (`LogManager::checkpointed_high_watermark`).
+    /// gives them (`docs/replication.md` §4.1; `replication::manager`),
+    /// each log switched to replicated HW mode at the HW checkpointed before
+    /// a restart (`LogManager::checkpointed_high_watermark`) on its first
+    /// image:
     /// - this broker leads: out of every fetcher; `become_leader` in the
     ///   partition's epoch if its log's newest epoch is older (after a
     ///   truncation in flight ends); its HW set from outside from now on
