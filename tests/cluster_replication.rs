@@ -15,7 +15,11 @@
 //!   fenced first) and more is produced in it: restarted, the follower
 //!   fetches both epochs' batches (its log, opened without an epoch of
 //!   its own, takes the older epoch's), byte for byte, and every replica's
-//!   `leader-epoch-checkpoint` is the leader's and names both epochs.
+//!   `leader-epoch-checkpoint` is the leader's and names both epochs;
+//! - with both other nodes killed, acks=1 writes to partition 0's leader
+//!   leave its HW (ListOffsets LATEST) where it was, and so does a clean
+//!   restart of the leader: the HW comes from its
+//!   `replication-offset-checkpoint`, not from its log end (issue 30).
 
 mod common;
 
@@ -423,8 +427,58 @@ fn three_replicas_copy_the_leader_through_kills_and_restarts() {
     read_back(&brokers[follower], sent);
     for b in &mut brokers {
         b.assert_alive();
-        b.stop();
     }
+
+    // Issue 30: the HW survives a restart (`replication-offset-checkpoint`).
+    // Both other nodes die: no follower fetches, and no metadata change can
+    // be committed (no quorum), so partition 0's ISR stays whole and its
+    // leader's HW stays where it is while acks=1 writes go past it. The
+    // leader restarts cleanly, alone: it leads in its own image again,
+    // and its HW is the checkpointed one, not its log end.
+    let lead = node(after[0].leader);
+    let hw = latest(&brokers[lead], 0);
+    for (i, b) in brokers.iter_mut().enumerate() {
+        if i != lead {
+            b.kill9();
+        }
+    }
+    let mut raw = RawClient::connect_to(addr(&brokers[lead]));
+    common::raw::produce_values(&mut raw, TOPIC, 0, 5);
+    assert_eq!(latest(&brokers[lead], 0), hw, "no follower fetched them");
+    brokers[lead].restart();
+    assert_eq!(
+        latest(&brokers[lead], 0),
+        hw,
+        "the restarted leader's HW is its checkpointed one"
+    );
+    let checkpoint = std::fs::read_to_string(
+        brokers[lead]
+            .data_dir()
+            .join("replication-offset-checkpoint.shard-0"),
+    )
+    .unwrap_or_default();
+    assert!(
+        checkpoint.lines().any(|l| l == format!("{TOPIC} 0 {hw}")),
+        "{checkpoint:?}"
+    );
+    brokers[lead].stop();
+}
+
+/// Partition `p`'s ListOffsets LATEST at `broker`, its leader: the HW.
+fn latest(broker: &Broker, p: i32) -> i64 {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let req = ListOffsetsRequest::default()
+        .with_replica_id((-1).into())
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(s(TOPIC)))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(p)
+                .with_current_leader_epoch(-1)
+                .with_timestamp(-1)])]);
+    let resp = RawClient::connect_to(addr(broker)).request(7, &req);
+    let answer = &resp.topics[0].partitions[0];
+    assert_eq!(answer.error_code, 0, "ListOffsets of partition {p}");
+    answer.offset
 }
 
 /// `--replica-lag-time-max-ms` of the ISR test, shortened from Kafka's

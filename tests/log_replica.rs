@@ -586,3 +586,130 @@ fn a_crash_in_a_truncation_leaves_a_log_that_recovers() {
         m.shutdown().await.unwrap();
     });
 }
+
+/// (base, last offset) of every batch a read bounded by the HW returns,
+/// from the log start on: what a consumer can see.
+async fn visible_batches(log: &PartitionLog) -> Vec<(i64, i64)> {
+    let hw = log.high_watermark().0;
+    let mut out = Vec::new();
+    let mut next = log.log_start_offset().0;
+    while next < hw {
+        let r = log.read(Offset(next), 1 << 20, Offset(hw)).await.unwrap();
+        let got = batch_offsets(&chunk_bytes(&r));
+        let Some(&(_, last)) = got.last() else { break };
+        out.extend(got);
+        next = last + 1;
+    }
+    out
+}
+
+/// This shard's `replication-offset-checkpoint` as (topic, partition,
+/// offset) lines.
+fn hw_checkpoint_text(data: &Path) -> String {
+    std::fs::read_to_string(data.join("replication-offset-checkpoint.shard-0")).unwrap()
+}
+
+/// A replicated log's high watermark survives a restart through
+/// `replication-offset-checkpoint` (issue 30): with the HW at N below the
+/// log end, checkpointed, and the process killed (no close), the reopened
+/// log switched with the checkpointed HW has HW N, not its log end, and
+/// reads bounded by it stop at N. A checkpoint written before the switch
+/// keeps N; an unchanged HW is not written again. A truncation below the
+/// checkpointed HW lowers it, on disk too. A log never switched (one
+/// replica) has no entry and its HW stays its log end. A checkpointed HW
+/// past the log end (an unsynced tail lost) is capped by it; a corrupt
+/// file is ignored (HW 0).
+#[test]
+fn a_replicated_high_watermark_survives_a_restart_through_its_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    let single = TopicPartition::new("single", 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (d, s) = (data.clone(), single.clone());
+    run(data.clone(), move || async move {
+        let m = LogManager::new_for_shard(d.clone(), TailCache::new(1 << 20), 0);
+        let log = m.open(&tp(), small_segments(false, false)).await.unwrap();
+        let one = m.open(&s, small_segments(false, false)).await.unwrap();
+        fill(&one, 0, 5, 0).await;
+        assert_eq!(m.checkpointed_high_watermark(&tp()), None);
+        assert_eq!(log.start_replicated_at(Offset(0)).0, 0);
+        fill(&log, 0, 12, 0).await;
+        let n = log.log_end_offset().0;
+        fill(&log, 0, 12, 1).await;
+        let end = log.log_end_offset().0;
+        assert!(n > 0 && n < end);
+        assert_eq!(log.set_high_watermark(Offset(n)).0, n);
+        assert!(m.checkpoint_high_watermarks().await.unwrap());
+        assert!(!m.checkpoint_high_watermarks().await.unwrap(), "unchanged");
+        assert_eq!(hw_checkpoint_text(&d), format!("0\n1\nr 0 {n}\n"));
+        tx.send((n, end, one.log_end_offset().0)).unwrap();
+        // No shutdown: the files stay as they are, as after kill -9.
+        drop((log, one));
+        drop(m);
+    });
+    let (n, end, single_end) = rx.recv().unwrap();
+
+    let (d, s) = (data.clone(), single.clone());
+    let (tx, rx) = std::sync::mpsc::channel();
+    run(data.clone(), move || async move {
+        let m = LogManager::new_for_shard(d.clone(), TailCache::new(1 << 20), 0);
+        let log = m.open(&tp(), small_segments(false, false)).await.unwrap();
+        let one = m.open(&s, small_segments(false, false)).await.unwrap();
+        assert_eq!(log.log_end_offset().0, end);
+        // Before the switch the HW is derived locally: everything written.
+        assert_eq!(log.high_watermark().0, end);
+        // A checkpoint between the open and the switch keeps N.
+        m.checkpoint().await.unwrap();
+        assert_eq!(hw_checkpoint_text(&d), format!("0\n1\nr 0 {n}\n"));
+        let cp = m.checkpointed_high_watermark(&tp());
+        assert_eq!(cp, Some(Offset(n)));
+        assert_eq!(log.start_replicated_at(cp.unwrap()).0, n);
+        assert_eq!(log.high_watermark().0, n);
+        // A second switch changes nothing.
+        assert_eq!(log.start_replicated_at(Offset(end)).0, n);
+        let seen = visible_batches(&log).await;
+        assert_eq!(seen.first().map(|b| b.0), Some(0));
+        assert_eq!(seen.last().map(|b| b.1), Some(n - 1));
+        // The one-replica log: no entry, HW its log end as before.
+        assert_eq!(m.checkpointed_high_watermark(&s), None);
+        assert!(!one.is_replicated());
+        assert_eq!(one.high_watermark().0, single_end);
+        // A truncation below the checkpointed HW lowers it, on disk too
+        // (a truncation checkpoints before it returns).
+        let cut = log.truncate_to(Offset(n - 3)).await.unwrap().0;
+        assert!(cut < n);
+        assert_eq!(log.high_watermark().0, cut);
+        assert_eq!(hw_checkpoint_text(&d), format!("0\n1\nr 0 {cut}\n"));
+        // The leader raises it again.
+        assert_eq!(log.set_high_watermark(Offset(cut + 100)).0, cut);
+        m.shutdown().await.unwrap();
+        tx.send(cut).unwrap();
+    });
+    let cut = rx.recv().unwrap();
+
+    let d = data.clone();
+    run(data.clone(), move || async move {
+        let m = LogManager::new_for_shard(d.clone(), TailCache::new(1 << 20), 0);
+        let log = m.open(&tp(), small_segments(false, false)).await.unwrap();
+        assert_eq!(log.log_end_offset().0, cut);
+        assert_eq!(m.checkpointed_high_watermark(&tp()), Some(Offset(cut)));
+        m.shutdown().await.unwrap();
+        // A checkpointed HW past the log end is capped by it.
+        let f = d.join("replication-offset-checkpoint.shard-0");
+        std::fs::write(&f, format!("0\n1\nr 0 {}\n", cut + 1000)).unwrap();
+        let m = LogManager::new_for_shard(d.clone(), TailCache::new(1 << 20), 0);
+        let log = m.open(&tp(), small_segments(false, false)).await.unwrap();
+        let cp = m.checkpointed_high_watermark(&tp()).unwrap();
+        assert_eq!(log.start_replicated_at(cp).0, cut);
+        m.shutdown().await.unwrap();
+        // A corrupt file is ignored: no HW, the log starts at 0.
+        std::fs::write(&f, "0\n5\nr 0 x\n").unwrap();
+        let m = LogManager::new_for_shard(d.clone(), TailCache::new(1 << 20), 0);
+        let log = m.open(&tp(), small_segments(false, false)).await.unwrap();
+        let cp = m.checkpointed_high_watermark(&tp());
+        assert_eq!(cp, None);
+        assert_eq!(log.start_replicated_at(cp.unwrap_or(Offset(0))).0, 0);
+        assert!(visible_batches(&log).await.is_empty());
+        m.shutdown().await.unwrap();
+    });
+}

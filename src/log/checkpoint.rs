@@ -6,14 +6,19 @@
 //! other 3 0
 //! ```
 //! Kafka keeps one `recovery-point-offset-checkpoint` and one
-//! `log-start-offset-checkpoint` per data directory. In fjord several shards
+//! `log-start-offset-checkpoint` per data directory, and one
+//! `replication-offset-checkpoint` with the high watermark of every
+//! replicated partition (`LogManager`'s module doc says when it is written
+//! and read). In fjord several shards
 //! own partitions of one data directory, and a shard must never wait on
-//! another to write a shared file, so each shard writes its own pair with a
+//! another to write a shared file, so each shard writes its own files with a
 //! `.shard-<k>` suffix. A partition may belong to another shard after a
 //! restart with a different `--cores`, so [`read_all`] reads every shard's
 //! file and keeps, per partition, the smallest offset seen: recovering from
 //! too early a point only costs a longer scan, too late a point would trust
-//! unverified data.
+//! unverified data; too low a high watermark only delays consumers until
+//! the leader raises it again, too high a one would show them records a
+//! truncation may remove.
 //!
 //! Files are replaced atomically: written to `<name>.tmp`, fsynced, renamed,
 //! and the directory fsynced (an error if that fails: a checkpoint is done
@@ -26,6 +31,8 @@ use std::path::{Path, PathBuf};
 
 pub const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
 pub const LOG_START_CHECKPOINT: &str = "log-start-offset-checkpoint";
+/// Kafka's name: the high watermarks of the replicated partitions.
+pub const REPLICATION_OFFSET_CHECKPOINT: &str = "replication-offset-checkpoint";
 const CHECKPOINT_VERSION: u32 = 0;
 /// The shortest entry line: an empty topic, one-digit partition and offset
 /// (` 0 0`). Bounds the entries a text can hold, whatever count it declares.

@@ -28,13 +28,29 @@
 //! DeleteRecords would move back). Besides the loop's, a log that was
 //! truncated (`PartitionLog::truncate_to`, a follower) checkpoints through
 //! its manager before appends resume (`log::truncate` says why).
+//!
+//! High watermarks of replicated partitions (docs/replication.md §4.3):
+//! Kafka's `replication-offset-checkpoint` (`<name>.shard-<k>` here too)
+//! holds the HW of each log of the shard in replicated mode
+//! (`log::replica`), written by the loop every `HW_CHECKPOINT_INTERVAL_MS`
+//! when it differs from the last one written, with every other checkpoint
+//! (a truncation's, a deletion's) and at shutdown. A log opened but not yet
+//! switched keeps the HW read at start-up, capped by its log end, so a
+//! checkpoint between the open and the switch loses nothing. At start-up
+//! the files are read once ([`LogManager::checkpointed_high_watermark`]);
+//! the shard switches each replicated log it reopens with that HW
+//! (`PartitionLog::start_replicated_at`) rather than with its log end,
+//! which may hold batches never replicated. A missing or malformed file
+//! (skipped with a warning) leaves the HW at 0 until the leader raises it.
 
-use super::checkpoint::{self, LOG_START_CHECKPOINT, RECOVERY_POINT_CHECKPOINT};
+use super::checkpoint::{
+    self, LOG_START_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
+};
 use super::iobuf::IoArena;
 use super::partition_meta;
 use super::recovery::Recovery;
 use super::{now_ms, LogConfig, LogError, PartitionLog, TailCache};
-use crate::types::TopicPartition;
+use crate::types::{Offset, TopicPartition};
 use glommio::sync::Semaphore;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -47,6 +63,8 @@ pub const RETENTION_CHECK_INTERVAL_DEFAULT_MS: u64 = 5 * 60 * 1000;
 pub const BACKGROUND_TICK_MS: u64 = 1000;
 /// Kafka's `log.flush.offset.checkpoint.interval.ms`: 60 s.
 pub const CHECKPOINT_INTERVAL_MS: u64 = 60_000;
+/// Kafka's `replica.high.watermark.checkpoint.interval.ms`: 5 s.
+pub const HW_CHECKPOINT_INTERVAL_MS: u64 = 5_000;
 
 /// Owns every partition log of one shard; see the module doc.
 pub struct LogManager {
@@ -61,6 +79,13 @@ pub struct LogManager {
     /// name starts empty.
     recovery_points: RefCell<HashMap<TopicPartition, i64>>,
     log_starts: RefCell<HashMap<TopicPartition, i64>>,
+    /// The high watermarks of `replication-offset-checkpoint` read at
+    /// start-up (see the module doc).
+    high_watermarks: RefCell<HashMap<TopicPartition, i64>>,
+    /// What this shard's `replication-offset-checkpoint` was last written
+    /// with (`None` before the first write): an unchanged one is not
+    /// written again.
+    hw_written: RefCell<Option<Vec<(TopicPartition, i64)>>>,
     /// Partitions whose entries in the checkpoint files on disk belong to a
     /// deleted topic of the same name (`open_topic`), until a checkpoint of
     /// this shard holds their open log's offsets.
@@ -96,6 +121,7 @@ impl LogManager {
     pub fn new_for_shard(data_dir: PathBuf, cache: Rc<TailCache>, shard: usize) -> Rc<LogManager> {
         let recovery_points = checkpoint::read_all(&data_dir, RECOVERY_POINT_CHECKPOINT);
         let log_starts = checkpoint::read_all(&data_dir, LOG_START_CHECKPOINT);
+        let high_watermarks = checkpoint::read_all(&data_dir, REPLICATION_OFFSET_CHECKPOINT);
         Rc::new_cyclic(|self_weak| LogManager {
             self_weak: self_weak.clone(),
             data_dir,
@@ -105,6 +131,8 @@ impl LogManager {
             logs: RefCell::new(HashMap::new()),
             recovery_points: RefCell::new(recovery_points),
             log_starts: RefCell::new(log_starts),
+            high_watermarks: RefCell::new(high_watermarks),
+            hw_written: RefCell::new(None),
             stale_checkpoints: RefCell::new(HashSet::new()),
             retention_check_interval_ms: Cell::new(RETENTION_CHECK_INTERVAL_DEFAULT_MS),
             checkpoint_lock: Semaphore::new(1),
@@ -195,7 +223,8 @@ impl LogManager {
             if fresh {
                 let rp = self.recovery_points.borrow_mut().remove(tp).is_some();
                 let ls = self.log_starts.borrow_mut().remove(tp).is_some();
-                if rp || ls {
+                let hw = self.high_watermarks.borrow_mut().remove(tp).is_some();
+                if rp || ls || hw {
                     tracing::info!(partition = %tp,
                         "dropping checkpointed offsets of a deleted topic of the same name");
                     self.stale_checkpoints.borrow_mut().insert(tp.clone());
@@ -234,6 +263,14 @@ impl LogManager {
         Ok(())
     }
 
+    /// The high watermark `tp` had in the `replication-offset-checkpoint`
+    /// files at start-up (the smallest of all shards' files), if any and if
+    /// the partition was not deleted since: where a replicated log
+    /// reopened starts its HW (`PartitionLog::start_replicated_at`).
+    pub fn checkpointed_high_watermark(&self, tp: &TopicPartition) -> Option<Offset> {
+        self.high_watermarks.borrow().get(tp).copied().map(Offset)
+    }
+
     pub fn get(&self, tp: &TopicPartition) -> Option<Rc<PartitionLog>> {
         self.logs.borrow().get(tp).cloned()
     }
@@ -247,6 +284,7 @@ impl LogManager {
         let log = self.logs.borrow_mut().remove(tp);
         self.recovery_points.borrow_mut().remove(tp);
         self.log_starts.borrow_mut().remove(tp);
+        self.high_watermarks.borrow_mut().remove(tp);
         if let Some(l) = log {
             l.mark_closed();
             // Its writer may be sealing a segment (index files written on the
@@ -263,9 +301,57 @@ impl LogManager {
         Ok(())
     }
 
-    /// Writes this shard's recovery-point and log-start checkpoint files.
+    /// Writes this shard's recovery-point and log-start checkpoint files,
+    /// and its `replication-offset-checkpoint` if it changed.
     pub async fn checkpoint(&self) -> Result<(), LogError> {
         self.write_checkpoints(|l| l.recovery_point()).await
+    }
+
+    /// Writes this shard's `replication-offset-checkpoint` if its high
+    /// watermarks changed since the last write (the loop's, every
+    /// `HW_CHECKPOINT_INTERVAL_MS`). Whether it was written.
+    pub async fn checkpoint_high_watermarks(&self) -> Result<bool, LogError> {
+        let Ok(_permit) = self.checkpoint_lock.acquire_permit(1).await else {
+            return Ok(false);
+        };
+        let Some(hw) = self.changed_high_watermarks() else {
+            return Ok(false);
+        };
+        let file =
+            checkpoint::shard_file(&self.data_dir, REPLICATION_OFFSET_CHECKPOINT, self.shard);
+        let entries = hw.clone();
+        glommio::executor()
+            .spawn_blocking(move || checkpoint::write(&file, &entries))
+            .await?;
+        *self.hw_written.borrow_mut() = Some(hw);
+        Ok(true)
+    }
+
+    /// The high watermarks to checkpoint, sorted, if they differ from the
+    /// last ones written: each log's in replicated mode; for a log not
+    /// switched yet, the one read at start-up (capped by its log end), so
+    /// that a checkpoint before the switch keeps it. Logs of neither kind
+    /// (single-replica topics) have no entry. Bounded by the open logs.
+    fn changed_high_watermarks(&self) -> Option<Vec<(TopicPartition, i64)>> {
+        let checkpointed = self.high_watermarks.borrow();
+        let mut hw: Vec<(TopicPartition, i64)> = self
+            .logs
+            .borrow()
+            .iter()
+            .filter_map(|(tp, l)| {
+                if l.is_replicated() {
+                    Some((tp.clone(), l.high_watermark().0))
+                } else {
+                    let at_start = *checkpointed.get(tp)?;
+                    Some((tp.clone(), at_start.min(l.log_end_offset().0)))
+                }
+            })
+            .collect();
+        hw.sort_by(|a, b| a.0.cmp(&b.0));
+        if self.hw_written.borrow().as_ref() == Some(&hw) {
+            return None;
+        }
+        Some(hw)
     }
 
     /// Writes both checkpoint files, each log's recovery point given by
@@ -291,6 +377,10 @@ impl LogManager {
         ls.sort_by(|a, b| a.0.cmp(&b.0));
         let rp_file = checkpoint::shard_file(&self.data_dir, RECOVERY_POINT_CHECKPOINT, self.shard);
         let ls_file = checkpoint::shard_file(&self.data_dir, LOG_START_CHECKPOINT, self.shard);
+        let hw = self.changed_high_watermarks();
+        let hw_file =
+            checkpoint::shard_file(&self.data_dir, REPLICATION_OFFSET_CHECKPOINT, self.shard);
+        let hw_entries = hw.clone();
         // Stale entries these files replace with their open log's offsets.
         let covered: Vec<TopicPartition> = self
             .stale_checkpoints
@@ -302,9 +392,16 @@ impl LogManager {
         glommio::executor()
             .spawn_blocking(move || {
                 checkpoint::write(&rp_file, &rp)?;
-                checkpoint::write(&ls_file, &ls)
+                checkpoint::write(&ls_file, &ls)?;
+                match hw_entries {
+                    Some(hw) => checkpoint::write(&hw_file, &hw),
+                    None => Ok(()),
+                }
             })
             .await?;
+        if hw.is_some() {
+            *self.hw_written.borrow_mut() = hw;
+        }
         let mut stale = self.stale_checkpoints.borrow_mut();
         for tp in &covered {
             stale.remove(tp);
@@ -333,6 +430,7 @@ impl LogManager {
                 let tick = std::time::Duration::from_millis(BACKGROUND_TICK_MS);
                 let mut since_retention_ms = 0u64;
                 let mut since_checkpoint_ms = 0u64;
+                let mut since_hw_checkpoint_ms = 0u64;
                 while !me.stopped.get() {
                     // No permit is ever given: this ends when the tick passes
                     // or `shutdown` closes the signal.
@@ -345,6 +443,7 @@ impl LogManager {
                     }
                     since_retention_ms += BACKGROUND_TICK_MS;
                     since_checkpoint_ms += BACKGROUND_TICK_MS;
+                    since_hw_checkpoint_ms += BACKGROUND_TICK_MS;
                     let now = now_ms();
                     for l in me.logs() {
                         l.maybe_roll_by_time(now);
@@ -362,6 +461,12 @@ impl LogManager {
                         since_checkpoint_ms = 0;
                         if let Err(e) = me.checkpoint().await {
                             tracing::error!(error = %e, "checkpoint failed");
+                        }
+                    }
+                    if since_hw_checkpoint_ms >= HW_CHECKPOINT_INTERVAL_MS {
+                        since_hw_checkpoint_ms = 0;
+                        if let Err(e) = me.checkpoint_high_watermarks().await {
+                            tracing::error!(error = %e, "high watermark checkpoint failed");
                         }
                     }
                 }
@@ -383,7 +488,8 @@ impl LogManager {
         self.background_running.get()
     }
 
-    /// Flush + checkpoint + close every log (clean shutdown).
+    /// Flush + checkpoint (high watermarks too) + close every log (clean
+    /// shutdown).
     pub async fn shutdown(&self) -> Result<(), LogError> {
         self.stopped.set(true);
         self.stop_signal.close();

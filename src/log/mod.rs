@@ -62,7 +62,7 @@ mod write_step;
 mod writer;
 
 pub use cache::{TailCache, TAIL_CACHE_DEFAULT_BYTES};
-pub use manager::{LogManager, RETENTION_CHECK_INTERVAL_DEFAULT_MS};
+pub use manager::{LogManager, HW_CHECKPOINT_INTERVAL_MS, RETENTION_CHECK_INTERVAL_DEFAULT_MS};
 pub use partition::{DirSync, PartitionLog};
 
 use crate::record::RecordsChunk;

@@ -47,6 +47,12 @@
 //!   `high_watermark`), retention and DeleteRecords all read the HW through
 //!   `high_watermark` and so use it unchanged. A log never switched (the
 //!   single-node broker) derives its HW exactly as before.
+//! - **High watermark after a restart** ([`PartitionLog::start_replicated_at`]):
+//!   a reopened log's HW is everything it has written, batches the ISR
+//!   never had included. A replicated log reopened is switched with the HW
+//!   its manager checkpointed (`replication-offset-checkpoint`,
+//!   `LogManager::checkpointed_high_watermark`; 0 when there is none), capped
+//!   by the log end, as Kafka's `Partition` starts from its checkpoint.
 
 use super::partition::PartitionLog;
 use super::watch::OffsetWatch;
@@ -157,7 +163,24 @@ impl PartitionLog {
         after
     }
 
-    /// The HW is set from outside (`set_high_watermark` was called).
+    /// Switches the log to replicated mode with the bound starting at `hw`
+    /// (the checkpointed HW of a reopened log; see the module doc), kept
+    /// within the log's start and end. A log already replicated keeps its
+    /// bound. Returns the HW now.
+    pub fn start_replicated_at(&self, hw: Offset) -> HighWatermark {
+        if self.hw_bound.borrow().is_none() {
+            let before = self.high_watermark();
+            let start = hw.0.max(self.log_start.get()).min(self.log_end.get());
+            *self.hw_bound.borrow_mut() = Some(Rc::new(OffsetWatch::new(start)));
+            if self.high_watermark() != before {
+                self.changes.notify();
+            }
+        }
+        self.high_watermark()
+    }
+
+    /// The HW is set from outside (`set_high_watermark` or
+    /// `start_replicated_at` was called).
     pub fn is_replicated(&self) -> bool {
         self.hw_bound.borrow().is_some()
     }

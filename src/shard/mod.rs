@@ -392,7 +392,10 @@ impl ShardCtx {
     }
 
     /// The replicated partitions open on this shard take the roles `image`
-    /// gives them (`docs/replication.md` §4.1; `replication::manager`):
+    /// gives them (`docs/replication.md` §4.1; `replication::manager`),
+    /// each log switched to replicated HW mode at the HW checkpointed before
+    /// a restart (`LogManager::checkpointed_high_watermark`) on its first
+    /// image:
     /// - this broker leads: out of every fetcher; `become_leader` in the
     ///   partition's epoch if its log's newest epoch is older (after a
     ///   truncation in flight ends); its HW set from outside from now on
@@ -426,14 +429,18 @@ impl ShardCtx {
                     continue;
                 }
                 // Every replica's HW is set from outside from its first
-                // image on (replicated mode; `log::replica`).
-                let hw = crate::types::Offset(p.log.high_watermark().0);
+                // image on (replicated mode; `log::replica`), starting at
+                // the HW checkpointed before a restart (0 if none), not at
+                // its log end, which may hold batches the ISR never had.
+                if !p.log.is_replicated() {
+                    let hw = self.logs.checkpointed_high_watermark(&tp);
+                    p.log
+                        .start_replicated_at(hw.unwrap_or(crate::types::Offset(0)));
+                }
                 if state.leader == me {
-                    p.log.set_high_watermark(hw);
                     lead.push((p, state.leader_epoch));
                     continue;
                 }
-                p.log.set_high_watermark(hw);
                 if state.leader >= 0
                     && crate::metadata::node_of(state.leader) != self.config.node_id
                 {
