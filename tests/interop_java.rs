@@ -635,3 +635,84 @@ fn tls_sasl_ssl_scram_sha_256() {
 fn tls_sasl_ssl_scram_sha_512() {
     assert_sasl_ssl_scenario_passes("SCRAM-SHA-512");
 }
+
+/// Kafka's Java clients across a leader's loss on three fjord nodes
+/// (`docs/replication.md` §6; scenario `replicated-failover`): the admin
+/// client creates a topic of replication factor 3 and sees it in sync; an
+/// idempotent acks=all producer sends 2000 records, and halfway the test
+/// SIGKILLs the node of the partition's leader (the broker id the
+/// scenario writes to its leader file). Every send succeeds, a new leader
+/// is elected from the ISR, and a consumer reads every record once, in
+/// order. The killed node restarts and the cluster stays whole.
+///
+/// Ignored: it passed 2 of 7 runs on the 2-core machine. Two failures,
+/// both open (issue 30's note). Before the kill, acks=all batches to a
+/// healthy leader were never acknowledged (the producer expired them
+/// after 120 s). After the failover, the new leader's log received nothing
+/// more from the Java producer for 2 minutes, while its follower fetched
+/// at the log end. librdkafka and raw Produce requests pass the same
+/// paths in `tests/cluster_replication.rs`. Run it with `--ignored`
+/// (`RUST_LOG=fjord::replication=trace,fjord::handlers::produce=trace`
+/// shows each follower fetch and acks=all answer).
+#[test]
+#[ignore]
+fn replicated_failover_on_three_nodes() {
+    use common::cluster;
+    const NODES: usize = 3;
+    const SETTLE: Duration = Duration::from_secs(60);
+    java_build();
+    let net = common::netns::Net::new(NODES);
+    let mut brokers: Vec<common::Broker> = (0..NODES)
+        .map(|i| cluster::start_node(&net, i, NODES, 3000, &[]))
+        .collect();
+    for b in &brokers {
+        cluster::wait_brokers(b, NODES, SETTLE);
+    }
+    let bootstrap: Vec<String> = brokers.iter().map(|b| b.bootstrap()).collect();
+    let bootstrap = bootstrap.join(",");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let leader_file = dir.path().join("leader");
+    let scenario = {
+        let leader_file = leader_file.display().to_string();
+        std::thread::spawn(move || {
+            let target = Target::External(bootstrap);
+            let extra = ["--leader-file", &leader_file, "--records", "2000"].map(String::from);
+            run_scenario(&target, "replicated-failover", &extra)
+        })
+    };
+    // The leader's id, or None once the scenario ended without naming it.
+    let leader: Option<i32> = common::wait_for(
+        Duration::from_millis(SCENARIO_TIMEOUT_MS),
+        "the scenario to name the leader",
+        || {
+            let named = std::fs::read_to_string(&leader_file)
+                .ok()
+                .and_then(|t| t.trim().parse().ok());
+            match named {
+                Some(id) => Some(Some(id)),
+                None => scenario.is_finished().then_some(None),
+            }
+        },
+    );
+    let node = leader.map(|id| usize::try_from(id / 1000).expect("a node id"));
+    if let Some(node) = node {
+        brokers[node].kill9();
+    }
+    let out = scenario.join().expect("the scenario thread");
+    assert!(
+        out.success(),
+        "replicated-failover: {}\n{}",
+        out.describe_status(),
+        failure_line(&out).unwrap_or("(no FAILED line; see the output above)")
+    );
+    if let Some(node) = node {
+        brokers[node].restart();
+    }
+    for b in &brokers {
+        cluster::wait_brokers(b, NODES, SETTLE);
+    }
+    for b in &mut brokers {
+        b.assert_alive();
+        b.stop();
+    }
+}

@@ -839,6 +839,15 @@ fn append_and_answer(
                     .as_ref()
                     .filter(|_| matches!(outcome, Some(Ok(()))))
                     .map(|tp| ctx.leading.acks_all(tp, last.0));
+                if r.replicated.is_some() {
+                    tracing::trace!(
+                        offset = last.0,
+                        ?outcome,
+                        ?after,
+                        hw = log.high_watermark().0,
+                        "acks=all answered"
+                    );
+                }
                 match outcome {
                     // Leadership lost meanwhile, or the ISR shrank below
                     // the minimum (Kafka's `checkEnoughReplicasReachOffset`).

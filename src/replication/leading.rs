@@ -167,7 +167,8 @@ impl Leading {
             }
             Ok::<_, FetchRecordError>((hw, expand))
         })?;
-        log.set_high_watermark(Offset(hw));
+        let now_hw = log.set_high_watermark(Offset(hw));
+        tracing::trace!(partition = %tp, replica = fetch.replica, fetch_offset = fetch.fetch_offset, leader_end, state_hw = hw, log_hw = now_hw.0, "follower fetch recorded");
         Ok(expand.map(|isr| IsrProposal {
             tp: tp.clone(),
             topic_id,

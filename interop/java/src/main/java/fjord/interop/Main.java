@@ -86,6 +86,9 @@ public final class Main {
         s.put(StreamsEos.APP_SCENARIO, StreamsEos::runApp);
         // Needs --connect-lib DIR: the jars of interop/connect (the Connect worker).
         s.put("connect-distributed", ConnectFileStream::run);
+        // Needs --bootstrap naming three nodes and --leader-file PATH; the test kills the
+        // node of the broker id written there (tests/interop_java.rs).
+        s.put("replicated-failover", ReplicatedFailover::run);
         return s;
     }
 
