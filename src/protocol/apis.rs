@@ -273,7 +273,11 @@ mod tests {
             assert!(supported(key as i16, 1) && supported(key as i16, 3));
             assert!(!supported(key as i16, 4));
         }
-        assert_eq!(SUPPORTED.len(), 46);
+        assert!(
+            supported(ApiKey::ElectLeaders as i16, 0) && supported(ApiKey::ElectLeaders as i16, 2)
+        );
+        assert!(!supported(ApiKey::ElectLeaders as i16, 3));
+        assert_eq!(SUPPORTED.len(), 47);
         for (key, version) in super::super::hand_versions::HAND_CODED {
             assert!(supported(*key as i16, *version), "{key:?} v{version}");
             assert!(
