@@ -22,6 +22,8 @@
 
 mod common;
 
+use common::cluster::addr;
+
 use common::child::{run_bounded, Streams};
 use common::client;
 use common::netns::Net;
@@ -48,10 +50,6 @@ const MESSAGES: usize = 10;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
-}
-
-fn addr(broker: &Broker) -> SocketAddr {
-    broker.bootstrap().parse().expect("an address")
 }
 
 fn start(net: &Net, i: usize) -> Broker {

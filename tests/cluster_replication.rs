@@ -23,6 +23,8 @@
 
 mod common;
 
+use common::cluster::addr;
+
 use common::client;
 use common::netns::Net;
 use common::raw::RawClient;
@@ -31,7 +33,6 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 /// How long the quorum gets to elect, and followers to catch up.
@@ -44,10 +45,6 @@ const NODES: usize = 3;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
-}
-
-fn addr(broker: &Broker) -> SocketAddr {
-    broker.bootstrap().parse().expect("an address")
 }
 
 fn start(net: &Net, i: usize) -> Broker {

@@ -867,10 +867,7 @@ async fn read_all(
                 log_start: w.pos.log_start_offset,
             };
             let me = ctx.config.node_id_of(ctx.shard);
-            let min_isr = state.config().min_insync_replicas;
-            let recorded =
-                ctx.leading
-                    .record_fetch(&state.tp, state.topic_id, ps, me, log, min_isr, fetch);
+            let recorded = ctx.leading.record_fetch(state, ps, me, fetch);
             if let Ok(Some(expand)) = &recorded {
                 ctx.alter_isr(expand.clone());
             }

@@ -657,10 +657,7 @@ fn append_and_answer(
             if let Some(ps) = replicated {
                 let me = ctx.config.node_id_of(ctx.shard);
                 let min_isr = state.config().min_insync_replicas;
-                if !ctx
-                    .leading
-                    .enough_replicas(&tp, state.topic_id, ps, me, &state.log, min_isr)
-                {
+                if !ctx.leading.enough_replicas(&state, ps, me) {
                     results.push(PartitionResult::error(
                         index,
                         ResponseError::NotEnoughReplicas.code(),

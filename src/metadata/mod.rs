@@ -460,6 +460,11 @@ impl MetadataImage {
         )
     }
 
+    /// How many nodes are registered and not fenced.
+    pub fn live_node_count(&self) -> usize {
+        self.brokers.values().filter(|b| !b.fenced).count()
+    }
+
     /// Whether broker `broker` is a shard of a live (registered, unfenced)
     /// node.
     pub fn is_live_broker(&self, broker: i32) -> bool {

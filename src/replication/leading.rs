@@ -20,6 +20,7 @@
 use super::leader::{AcksAll, FetchRecordError, LeaderState};
 use crate::log::PartitionLog;
 use crate::metadata::PartitionState;
+use crate::partition::Partition;
 use crate::types::{Offset, TopicPartition};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -32,6 +33,18 @@ struct Led {
     topic_id: [u8; 16],
     log: Rc<PartitionLog>,
     state: LeaderState,
+}
+
+impl Led {
+    /// Moves the HW as far as the rules allow with the log as written now,
+    /// into the log.
+    fn advance(&mut self, now_ms: i64) -> i64 {
+        let hw = self
+            .state
+            .advance_high_watermark(self.log.written_offset().0, now_ms);
+        self.log.set_high_watermark(Offset(hw));
+        hw
+    }
 }
 
 /// An ISR change to ask the controller for (Kafka's AlterPartition),
@@ -70,20 +83,16 @@ pub struct FollowerFetch {
 }
 
 impl Leading {
-    /// Runs `f` on `tp`'s state under the image's `ps`, made anew when its
-    /// epochs changed. `me` is this shard's broker id; `min_isr` the
-    /// topic's `min.insync.replicas`.
-    #[allow(clippy::too_many_arguments)]
+    /// Runs `f` on partition `p`'s state under the image's `ps`, made anew
+    /// when its epochs changed. `me` is this shard's broker id.
     fn with<R>(
         &self,
-        tp: &TopicPartition,
-        topic_id: [u8; 16],
+        p: &Partition,
         ps: &PartitionState,
         me: i32,
-        log: &Rc<PartitionLog>,
-        min_isr: i32,
         f: impl FnOnce(&mut LeaderState) -> R,
     ) -> R {
+        let (tp, log) = (&p.tp, &p.log);
         let mut led = self.led.borrow_mut();
         // The same leadership with a new ISR (an AlterPartition committed):
         // the followers' positions stay, the proposal is settled.
@@ -107,7 +116,9 @@ impl Leading {
                 .rev()
                 .find(|(e, _)| *e == ps.leader_epoch)
                 .map_or(log.log_end_offset().0, |(_, start)| *start);
-            let min_isr = usize::try_from(min_isr).unwrap_or(1).min(ps.replicas.len());
+            let min_isr = usize::try_from(p.config().min_insync_replicas)
+                .unwrap_or(1)
+                .min(ps.replicas.len());
             let state = LeaderState::new(
                 me,
                 &ps.replicas,
@@ -122,7 +133,7 @@ impl Leading {
                 Led {
                     leader_epoch: ps.leader_epoch,
                     partition_epoch: ps.partition_epoch,
-                    topic_id,
+                    topic_id: p.topic_id,
                     log: log.clone(),
                     state: state.with_lag_max_ms(self.lag_max_ms.get()),
                 },
@@ -138,20 +149,17 @@ impl Leading {
     /// refused.
     /// Returns the ISR expansion to propose, when the fetch made a
     /// follower eligible to join (Kafka's `maybeExpandIsr`).
-    #[allow(clippy::too_many_arguments)]
     pub fn record_fetch(
         &self,
-        tp: &TopicPartition,
-        topic_id: [u8; 16],
+        p: &Partition,
         ps: &PartitionState,
         me: i32,
-        log: &Rc<PartitionLog>,
-        min_isr: i32,
         fetch: FollowerFetch,
     ) -> Result<Option<IsrProposal>, FetchRecordError> {
+        let (tp, log) = (&p.tp, &p.log);
         let leader_end = log.written_offset().0;
         let now = crate::clock::now_ms();
-        let (hw, expand) = self.with(tp, topic_id, ps, me, log, min_isr, |s| {
+        let (hw, expand) = self.with(p, ps, me, |s| {
             s.record_fetch(
                 fetch.replica,
                 fetch.fetch_offset,
@@ -171,7 +179,7 @@ impl Leading {
         tracing::trace!(partition = %tp, replica = fetch.replica, fetch_offset = fetch.fetch_offset, leader_end, state_hw = hw, log_hw = now_hw.0, "follower fetch recorded");
         Ok(expand.map(|isr| IsrProposal {
             tp: tp.clone(),
-            topic_id,
+            topic_id: p.topic_id,
             leader_epoch: ps.leader_epoch,
             partition_epoch: ps.partition_epoch,
             isr,
@@ -184,10 +192,7 @@ impl Leading {
     pub fn advance(&self, tp: &TopicPartition) {
         let mut led = self.led.borrow_mut();
         if let Some(l) = led.get_mut(tp) {
-            let hw = l
-                .state
-                .advance_high_watermark(l.log.written_offset().0, crate::clock::now_ms());
-            l.log.set_high_watermark(Offset(hw));
+            l.advance(crate::clock::now_ms());
         }
     }
 
@@ -199,9 +204,8 @@ impl Leading {
         let now = crate::clock::now_ms();
         let mut out = Vec::new();
         for (tp, l) in self.led.borrow_mut().iter_mut() {
+            l.advance(now);
             let end = l.log.written_offset().0;
-            let hw = l.state.advance_high_watermark(end, now);
-            l.log.set_high_watermark(Offset(hw));
             if let Some(isr) = l.state.shrink_candidates(end, now) {
                 l.state.propose(isr.clone());
                 out.push(IsrProposal {
@@ -237,18 +241,8 @@ impl Leading {
 
     /// Whether an acks=all produce may be appended: the ISR has at least
     /// the effective `min.insync.replicas` (else NOT_ENOUGH_REPLICAS).
-    pub fn enough_replicas(
-        &self,
-        tp: &TopicPartition,
-        topic_id: [u8; 16],
-        ps: &PartitionState,
-        me: i32,
-        log: &Rc<PartitionLog>,
-        min_isr: i32,
-    ) -> bool {
-        self.with(tp, topic_id, ps, me, log, min_isr, |s| {
-            s.enough_replicas_for_acks_all()
-        })
+    pub fn enough_replicas(&self, p: &Partition, ps: &PartitionState, me: i32) -> bool {
+        self.with(p, ps, me, |s| s.enough_replicas_for_acks_all())
     }
 
     /// The fate of an acks=all produce ending at `last_offset`, once the

@@ -1669,20 +1669,10 @@ impl Controller {
             }
         }
         let shards = if !t.assignments.is_empty() {
-            if t.num_partitions != -1 || t.replication_factor != -1 {
-                return Err(ControllerError::InvalidReplicaAssignment(
-                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into(),
-                ));
-            }
-            let mut assignments = t.assignments.clone();
-            assignments.sort_by_key(|(p, _)| *p);
+            let assignments = sorted_assignments(t)?;
             let mut shards = Vec::with_capacity(assignments.len());
             for (i, (partition, replicas)) in assignments.iter().enumerate() {
-                if *partition != i as i32 {
-                    return Err(ControllerError::InvalidReplicaAssignment(
-                        "Partitions should be a consecutive 0-based integer sequence".into(),
-                    ));
-                }
+                check_consecutive(i, *partition)?;
                 let [node] = replicas.as_slice() else {
                     return Err(ControllerError::InvalidReplicaAssignment(format!(
                         "Partition {partition} must have exactly one replica: fjord keeps a single replica of each partition"
@@ -1697,20 +1687,7 @@ impl Controller {
             }
             shards
         } else {
-            let count = match t.num_partitions {
-                -1 => self.config.num_partitions,
-                n if n < 1 => {
-                    return Err(ControllerError::InvalidPartitions(
-                        "Number of partitions was set to an invalid non-positive value.".into(),
-                    ))
-                }
-                n => n,
-            };
-            if count > PARTITIONS_PER_TOPIC_MAX {
-                return Err(ControllerError::InvalidPartitions(format!(
-                    "Number of partitions {count} exceeds the limit of {PARTITIONS_PER_TOPIC_MAX}."
-                )));
-            }
+            let count = self.partition_count(t)?;
             check_replication_factor(t.replication_factor, cores)?;
             image.assign_shards(count as usize, cores)
         };
@@ -1726,45 +1703,9 @@ impl Controller {
         })
     }
 
-    /// Several nodes: the partitions of a topic created with a replication
-    /// factor above 1, or with a manual assignment of more than one
-    /// replica per partition (`docs/replication.md` §4.3), with Kafka's
-    /// errors; None for a topic of one replica per partition.
-    fn plan_replicated(
-        &self,
-        image: &MetadataImage,
-        t: &NewTopic,
-    ) -> Result<Option<Vec<PartitionState>>, ControllerError> {
-        if !t.assignments.is_empty() {
-            if t.assignments.iter().all(|(_, r)| r.len() <= 1) {
-                return Ok(None);
-            }
-            if t.num_partitions != -1 || t.replication_factor != -1 {
-                return Err(ControllerError::InvalidReplicaAssignment(
-                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into(),
-                ));
-            }
-            let mut assignments = t.assignments.clone();
-            assignments.sort_by_key(|(p, _)| *p);
-            let factor = assignments[0].1.len();
-            let mut out = Vec::with_capacity(assignments.len());
-            for (i, (partition, replicas)) in assignments.into_iter().enumerate() {
-                if partition != i as i32 {
-                    return Err(ControllerError::InvalidReplicaAssignment(
-                        "Partitions should be a consecutive 0-based integer sequence".into(),
-                    ));
-                }
-                check_assignment(image, &replicas, factor)?;
-                out.push(PartitionState::new(replicas));
-            }
-            return Ok(Some(out));
-        }
-        let factor = match t.replication_factor {
-            -1 | 1 => return Ok(None),
-            n => n,
-        };
-        let live = image.brokers.values().filter(|b| !b.fenced).count();
-        check_replication_factor(factor, live)?;
+    /// A new topic's partition count: `num.partitions` for -1, Kafka's
+    /// errors for a count below 1 or over [`PARTITIONS_PER_TOPIC_MAX`].
+    fn partition_count(&self, t: &NewTopic) -> Result<i32, ControllerError> {
         let count = match t.num_partitions {
             -1 => self.config.num_partitions,
             n if n < 1 => {
@@ -1779,6 +1720,39 @@ impl Controller {
                 "Number of partitions {count} exceeds the limit of {PARTITIONS_PER_TOPIC_MAX}."
             )));
         }
+        Ok(count)
+    }
+
+    /// Several nodes: the partitions of a topic created with a replication
+    /// factor above 1, or with a manual assignment of more than one
+    /// replica per partition (`docs/replication.md` §4.3), with Kafka's
+    /// errors; None for a topic of one replica per partition.
+    fn plan_replicated(
+        &self,
+        image: &MetadataImage,
+        t: &NewTopic,
+    ) -> Result<Option<Vec<PartitionState>>, ControllerError> {
+        if !t.assignments.is_empty() {
+            if t.assignments.iter().all(|(_, r)| r.len() <= 1) {
+                return Ok(None);
+            }
+            let assignments = sorted_assignments(t)?;
+            let factor = assignments[0].1.len();
+            let mut out = Vec::with_capacity(assignments.len());
+            for (i, (partition, replicas)) in assignments.into_iter().enumerate() {
+                check_consecutive(i, partition)?;
+                check_assignment(image, &replicas, factor)?;
+                out.push(PartitionState::new(replicas));
+            }
+            return Ok(Some(out));
+        }
+        let factor = match t.replication_factor {
+            -1 | 1 => return Ok(None),
+            n => n,
+        };
+        let live = image.live_node_count();
+        check_replication_factor(factor, live)?;
+        let count = self.partition_count(t)?;
         let placed = image
             .place_replicas(count as usize, factor as usize)
             .ok_or_else(|| {
@@ -1818,7 +1792,7 @@ impl Controller {
         if let Some(first) = topic.replicated.first() {
             // As many replicas as the topic's first partition.
             let factor = first.replicas.len();
-            let live = image.brokers.values().filter(|b| !b.fenced).count();
+            let live = image.live_node_count();
             let placed = image.place_replicas(added, factor).ok_or_else(|| {
                 ControllerError::InvalidReplicationFactor(format!(
                     "Unable to replicate the partition {factor} time(s): The target replication factor of {factor} cannot be reached because only {live} broker(s) are registered."
@@ -2126,6 +2100,29 @@ fn restarted_leaders(image: &MetadataImage, node: i32) -> Vec<MetadataRecord> {
         }
     }
     out
+}
+
+/// A manual assignment by partition index, refused (Kafka's message) when
+/// a partition count or replication factor was set too.
+fn sorted_assignments(t: &NewTopic) -> Result<Vec<(i32, Vec<i32>)>, ControllerError> {
+    if t.num_partitions != -1 || t.replication_factor != -1 {
+        return Err(ControllerError::InvalidReplicaAssignment(
+            "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into(),
+        ));
+    }
+    let mut assignments = t.assignments.clone();
+    assignments.sort_by_key(|(p, _)| *p);
+    Ok(assignments)
+}
+
+/// The `i`-th partition of a sorted manual assignment must be partition `i`.
+fn check_consecutive(i: usize, partition: i32) -> Result<(), ControllerError> {
+    if partition != i as i32 {
+        return Err(ControllerError::InvalidReplicaAssignment(
+            "Partitions should be a consecutive 0-based integer sequence".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Kafka's checks of one partition's manual assignment of several

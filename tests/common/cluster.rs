@@ -34,11 +34,16 @@ pub fn start_node(
     Broker::start(opts)
 }
 
+/// The address of `broker`'s (first) shard.
+pub fn addr(broker: &Broker) -> std::net::SocketAddr {
+    broker.bootstrap().parse().expect("an address")
+}
+
 /// Waits until `broker`'s Metadata lists `count` brokers (every node
 /// registered and unfenced).
 pub fn wait_brokers(broker: &Broker, count: usize, timeout: Duration) {
     use kafka_protocol::messages::MetadataRequest;
-    let addr = broker.bootstrap().parse().expect("an address");
+    let addr = addr(broker);
     super::wait_for(timeout, &format!("{count} brokers listed"), || {
         let resp = RawClient::connect_to(addr).request(
             12,
