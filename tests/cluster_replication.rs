@@ -590,6 +590,14 @@ fn acks_all_follows_the_isr_and_leaders_fail_over_within_it() {
     let f = wait_partition0(&brokers[0], "failover", "failover in sync", in_sync);
     let st = wait_partition0(&brokers[0], "strict", "strict in sync", in_sync);
     let not_enough = ResponseError::NotEnoughReplicas.code();
+    // A new partition's ISR is all its replicas from the start, so node 0
+    // can list it before its leader's node has applied the creation: wait
+    // until each leader's own node lists itself as leader.
+    for (l, topic) in [(&f, "failover"), (&st, "strict")] {
+        wait_partition0(&brokers[node(l.leader)], topic, "the leader to know", |m| {
+            m.leader == l.leader
+        });
+    }
 
     // All in sync: acks=all is answered.
     let mut acked: Vec<String> = Vec::new();
