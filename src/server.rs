@@ -181,16 +181,40 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             stop.clone(),
             tls.clone(),
         );
-        let handle = builder
-            .spawn(move || async move {
-                let outcome =
-                    shard_main(shard, config, mesh, &ready_tx, stop, clean_start, tls).await;
+        // Executors are made one after the other, in shard order: their
+        // ids, given as they are made, order the shard mesh's peers.
+        let (made_tx, made_rx) = std::sync::mpsc::channel::<()>();
+        let handle = std::thread::Builder::new()
+            .name(format!("shard-{shard}"))
+            .spawn(move || {
+                let made = builder.make();
+                drop(made_tx);
+                let executor = match made {
+                    Ok(executor) => executor,
+                    Err(e) => {
+                        let e = anyhow::anyhow!("cannot start shard {shard}: {e}");
+                        let _ = ready_tx.send((shard, Err(e.to_string())));
+                        return Err(e);
+                    }
+                };
+                let outcome = executor.run(async {
+                    shard_main(shard, config, mesh, &ready_tx, stop, clean_start, tls).await
+                });
                 if let Err(e) = &outcome {
                     let _ = ready_tx.send((shard, Err(e.to_string())));
                 }
+                // Never dropped: a task the shard left behind (a detached
+                // connection, a cancelled background step) may still have a
+                // file operation on glommio's blocking thread, and that
+                // thread panics (so the process aborts) when it answers an
+                // executor that is gone. The process exits right after the
+                // shards, which frees it all.
+                std::mem::forget(executor);
                 outcome
             })
             .map_err(|e| anyhow::anyhow!("cannot start shard {shard}: {e}"))?;
+        // Disconnected once the executor is made (or its thread ended).
+        let _ = made_rx.recv();
         handles.push(handle);
     }
     drop(ready_tx);
@@ -240,9 +264,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 clean = false;
                 tracing::error!(error = %e, "shard stopped with an error");
             }
-            Err(e) => {
+            Err(_) => {
                 clean = false;
-                tracing::error!(error = %e, "shard thread failed");
+                tracing::error!("shard thread failed");
             }
         }
     }
@@ -297,6 +321,15 @@ async fn shard_main(
         .join()
         .await
         .map_err(|_| anyhow::anyhow!("joining the shard mesh failed"))?;
+    // The mesh numbers its peers in the order of their executors' ids, and
+    // the router addresses shard k as peer k: `run` makes the executors in
+    // shard order.
+    if senders.peer_id() != shard {
+        return Err(anyhow::anyhow!(
+            "shard {shard} joined the shard mesh as peer {}",
+            senders.peer_id()
+        ));
+    }
     runtime::probe_dma(&config.data_dir)
         .await
         .map_err(|e| anyhow::anyhow!("DMA probe in {} failed: {e}", config.data_dir.display()))?;

@@ -277,6 +277,12 @@ impl Broker {
                 Ok(()) => return,
                 Err(e) => last_error = e,
             }
+            if preferred.is_none() {
+                // A first start begins again on an empty data dir: what the
+                // failed try wrote (a metadata log, a leader epoch) would
+                // make the broker a restarted one.
+                let _ = std::fs::remove_dir_all(self.data_dir());
+            }
         }
         panic!(
             "the broker did not start after {START_ATTEMPTS_MAX} attempts: {last_error}\n{}",
