@@ -36,7 +36,6 @@ use crate::runtime;
 use crate::shard::messages::ShardMessage;
 use crate::shard::router::Router;
 use crate::shard::ShardCtx;
-use crate::types::base64url;
 use futures::StreamExt;
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::{Latency, Shares};
@@ -126,7 +125,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             anyhow::anyhow!("cannot lock data dir {}: {e}", config.data_dir.display())
         }
     })?;
-    config.cluster_id = cluster_id(&config.data_dir, config.node_id)?;
+    config.cluster_id =
+        crate::metadata::meta_properties::read_or_create(&config.data_dir, config.node_id)?;
     let io_memory = config
         .io_memory_bytes
         .unwrap_or_else(|| runtime::io_memory_for_budget(config.cores, IO_MEMORY_BYTES_MAX));
@@ -745,27 +745,4 @@ fn allowed_cpus() -> Vec<usize> {
     (0..libc::CPU_SETSIZE as usize)
         .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
         .collect()
-}
-
-/// Reads the cluster id from `<data-dir>/meta.properties`, creating the file
-/// (in Kafka's format) on first start.
-fn cluster_id(data_dir: &Path, node_id: i32) -> anyhow::Result<String> {
-    let path = data_dir.join("meta.properties");
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        if let Some(id) = text
-            .lines()
-            .find_map(|l| l.strip_prefix("cluster.id="))
-            .map(str::trim)
-            .filter(|id| !id.is_empty())
-        {
-            return Ok(id.to_string());
-        }
-    }
-    let id = base64url(&rand::random::<[u8; 16]>());
-    let text = format!("#fjord\ncluster.id={id}\nnode.id={node_id}\nversion=1\n");
-    let tmp = data_dir.join("meta.properties.tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::File::open(&tmp)?.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    Ok(id)
 }

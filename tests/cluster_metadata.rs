@@ -144,6 +144,19 @@ fn cluster(broker: &Broker) -> Vec<(i32, String, i32)> {
     out
 }
 
+/// The cluster id in `broker`'s Metadata and in its DescribeCluster.
+fn cluster_ids(broker: &Broker) -> (String, String) {
+    let md = RawClient::connect_to(addr(broker)).request(
+        9,
+        &MetadataRequest::default()
+            .with_topics(Some(vec![]))
+            .with_allow_auto_topic_creation(false),
+    );
+    let dc = RawClient::connect_to(addr(broker)).request(1, &DescribeClusterRequest::default());
+    let from_metadata = md.cluster_id.map(|c| c.to_string()).unwrap_or_default();
+    (from_metadata, dc.cluster_id.to_string())
+}
+
 /// What DescribeCluster and Metadata list for `nodes`: one broker each
 /// (one shard), at the node's address and port.
 fn expected_brokers(net: &Net, brokers: &[Broker], nodes: &[usize]) -> Vec<(i32, String, i32)> {
@@ -426,6 +439,17 @@ fn three_nodes_forward_register_fence_and_heal() {
         wait_cluster(b, i, &everyone);
         assert_eq!(leader_of(b, "first"), (leader as i32 * 1000, 0), "node {i}");
     }
+    // One cluster id, the one the quorum recorded: every node answers
+    // Metadata and DescribeCluster with it and keeps it in its
+    // meta.properties (each node made up its own at its first start).
+    let id = cluster_ids(&brokers[0]).0;
+    for (i, b) in brokers.iter().enumerate() {
+        assert_eq!(cluster_ids(b), (id.clone(), id.clone()), "node {i}");
+        common::wait_for(SETTLE, &format!("node {i}'s meta.properties"), || {
+            let file = std::fs::read_to_string(b.data_dir().join("meta.properties")).ok()?;
+            file.contains(&format!("cluster.id={id}\n")).then_some(())
+        });
+    }
     // librdkafka bootstrapped only at a node that does not hold the topic
     // follows Metadata to the one that does.
     client::produce_numbered(&brokers[f].bootstrap(), "first", 0..MESSAGES, SETTLE);
@@ -447,6 +471,11 @@ fn three_nodes_forward_register_fence_and_heal() {
     // It restarts, catches up, registers its new incarnation.
     brokers[leader].restart();
     wait_lists(&brokers[leader], leader, "second");
+    assert_eq!(
+        cluster_ids(&brokers[leader]),
+        (id.clone(), id.clone()),
+        "restarted"
+    );
     for (i, b) in brokers.iter().enumerate() {
         wait_cluster(b, i, &everyone);
     }

@@ -46,7 +46,7 @@ pub fn handle(ctx: &ShardCtx, header: &RequestHeader, body: &mut BytesMut) -> Ou
             }
             Ok(req) => v5_check(
                 &req,
-                &ctx.config.cluster_id,
+                ctx.image().cluster_id_or(&ctx.config.cluster_id),
                 ctx.config.node_id_of(ctx.shard),
             ),
         }

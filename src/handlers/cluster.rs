@@ -51,7 +51,8 @@ pub fn describe_cluster(
     } else {
         0
     };
-    let brokers = super::metadata::brokers(ctx, &ctx.image(), listener)
+    let image = ctx.image();
+    let brokers = super::metadata::brokers(ctx, &image, listener)
         .into_iter()
         .map(|(id, host, port)| {
             DescribeClusterBroker::default()
@@ -62,7 +63,7 @@ pub fn describe_cluster(
         .collect();
     let mut resp = DescribeClusterResponse::default()
         .with_cluster_authorized_operations(cluster_authorized_operations)
-        .with_cluster_id(str_bytes(ctx.config.cluster_id.clone()))
+        .with_cluster_id(str_bytes(image.cluster_id_or(&ctx.config.cluster_id)))
         .with_controller_id(BrokerId(ctx.config.node_id_of(0)))
         .with_brokers(brokers);
     if header.api_version >= 1 {

@@ -387,7 +387,7 @@ pub async fn handle(
                 })
                 .collect(),
         )
-        .with_cluster_id(Some(str_bytes(ctx.config.cluster_id.clone())))
+        .with_cluster_id(Some(str_bytes(image.cluster_id_or(&ctx.config.cluster_id))))
         .with_controller_id(BrokerId(ctx.config.node_id_of(0)))
         .with_topics(topics);
     respond(header, &resp)

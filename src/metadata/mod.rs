@@ -27,6 +27,7 @@
 
 pub mod credentials;
 pub mod internal;
+pub mod meta_properties;
 pub mod quorum;
 pub mod store;
 pub mod topic_config;
@@ -140,6 +141,14 @@ pub enum MetadataRecord {
     /// leader changes.
     TermStart {
         term: u64,
+    },
+    /// Several nodes: the cluster's id, written once by the quorum's first
+    /// leader (its own first id, from its `meta.properties`). Every node
+    /// answers clients with it and keeps it in its `meta.properties`, so
+    /// all nodes of a cluster name the same cluster (Kafka formats every
+    /// node with one id; KIP-1102 clients rebootstrap on a mismatch).
+    ClusterId {
+        id: String,
     },
 }
 
@@ -369,9 +378,18 @@ pub struct MetadataImage {
     /// The nodes registered with the metadata quorum (several nodes), by
     /// node id; empty for a single node.
     pub brokers: BTreeMap<i32, Arc<RegisteredBroker>>,
+    /// The cluster's id once the metadata quorum recorded it (several
+    /// nodes; [`MetadataRecord::ClusterId`]): the first one recorded stays.
+    pub cluster_id: Option<String>,
 }
 
 impl MetadataImage {
+    /// The id clients see for the cluster: the recorded one, else this
+    /// node's own (`fallback`, from its `meta.properties`).
+    pub fn cluster_id_or<'a>(&'a self, fallback: &'a str) -> &'a str {
+        self.cluster_id.as_deref().unwrap_or(fallback)
+    }
+
     /// The leader epoch this node leads every partition in
     /// (`types::FIRST_LEADER_EPOCH` until the start-up record is applied).
     pub fn leader_epoch(&self) -> i32 {
@@ -595,6 +613,11 @@ impl MetadataImage {
                 );
             }
             MetadataRecord::TermStart { .. } => {}
+            MetadataRecord::ClusterId { id } => {
+                if next.cluster_id.is_none() {
+                    next.cluster_id = Some(id.clone());
+                }
+            }
             MetadataRecord::FenceBroker { node } | MetadataRecord::UnfenceBroker { node } => {
                 let fenced = matches!(record, MetadataRecord::FenceBroker { .. });
                 if let Some(b) = next.brokers.get(node) {

@@ -1457,10 +1457,14 @@ impl Controller {
         };
         if new_term {
             let term = self.log.borrow().as_ref().map_or(0, |l| l.term());
-            match self
-                .propose_member(&[MetadataRecord::TermStart { term }])
-                .await
-            {
+            let mut first = vec![MetadataRecord::TermStart { term }];
+            // The quorum's first leader names the cluster (its own id).
+            if self.image.borrow().cluster_id.is_none() {
+                first.push(MetadataRecord::ClusterId {
+                    id: self.config.cluster_id.clone(),
+                });
+            }
+            match self.propose_member(&first).await {
                 Ok(_) => {
                     // Every registered node's clock starts now: this
                     // leader has heard from none of them yet.

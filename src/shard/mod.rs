@@ -272,6 +272,22 @@ impl ShardCtx {
         if image.version < old.version {
             return;
         }
+        // The cluster's recorded id replaces this node's own in its
+        // meta.properties (`metadata::meta_properties`), once.
+        if let Some(id) = image.cluster_id.clone() {
+            if self.shard == 0 && old.cluster_id.is_none() && id != self.config.cluster_id {
+                let dir = self.config.data_dir.clone();
+                let node = self.config.node_id;
+                let written = glommio::executor()
+                    .spawn_blocking(move || {
+                        crate::metadata::meta_properties::write(&dir, &id, node)
+                    })
+                    .await;
+                if let Err(e) = written {
+                    tracing::warn!(error = %e, "could not write the cluster's id to meta.properties");
+                }
+            }
+        }
         // Before any offsets partition is loaded: its replay maps the
         // consumer groups' topic ids to names with this image.
         self.groups.set_image(image.clone());
