@@ -467,7 +467,8 @@ async fn apply(
                     | ControllerReply::Acls(_)
                     | ControllerReply::Broker(_)
                     | ControllerReply::Partition(_)
-                    | ControllerReply::Elections(_),
+                    | ControllerReply::Elections(_)
+                    | ControllerReply::Reassignments(_),
                 ) => names
                     .into_iter()
                     .map(|n| (n, Err(crate::shard::messages::ControllerError::Unavailable)))

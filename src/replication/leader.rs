@@ -321,6 +321,21 @@ impl LeaderState {
         self.isr = isr.to_vec();
         self.proposed = None;
     }
+
+    /// The assignment changed under the same leadership (a reassignment,
+    /// `docs/replication.md` §4.5): new followers start with no fetch
+    /// (outside the ISR until they catch up), removed ones are forgotten,
+    /// the others keep their positions; `min_isr` is the effective
+    /// minimum for the new replica count.
+    pub fn set_replicas(&mut self, replicas: &[i32], min_isr: usize) {
+        self.followers.retain(|id, _| replicas.contains(id));
+        for &r in replicas {
+            if r != self.leader {
+                self.followers.entry(r).or_insert_with(FollowerState::new);
+            }
+        }
+        self.min_isr = min_isr.max(1);
+    }
 }
 
 #[cfg(test)]

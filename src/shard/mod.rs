@@ -276,12 +276,24 @@ impl ShardCtx {
         // consumer groups' topic ids to names with this image.
         self.groups.set_image(image.clone());
         let cores = self.cores();
-        // Topics deleted (or re-created under a new id).
+        // Topics deleted (or re-created under a new id), and replicas a
+        // reassignment removed from this shard (`docs/replication.md`
+        // §4.5): their logs are deleted, as Kafka's StopReplica with
+        // deletion does.
+        let node = self.config.node_id;
         let gone: Vec<TopicPartition> = self
             .partitions
             .borrow()
             .values()
-            .filter(|p| image.topic(&p.tp.topic).is_none_or(|t| t.id != p.topic_id))
+            .filter(|p| match image.topic(&p.tp.topic) {
+                None => true,
+                Some(t) if t.id != p.topic_id => true,
+                Some(t) => {
+                    t.is_replicated()
+                        && t.placement(p.tp.partition.0, node, cores)
+                            != crate::metadata::Placement::Local(self.shard)
+                }
+            })
             .map(|p| p.tp.clone())
             .collect();
         let any_gone = !gone.is_empty();
@@ -649,7 +661,8 @@ impl ShardCtx {
             | ControllerReply::Acls(_)
             | ControllerReply::Broker(_)
             | ControllerReply::Partition(_)
-            | ControllerReply::Elections(_) => Err(ControllerError::Unavailable),
+            | ControllerReply::Elections(_)
+            | ControllerReply::Reassignments(_) => Err(ControllerError::Unavailable),
         }
     }
 
