@@ -1,0 +1,338 @@
+//! Partition reassignment (KIP-455, `docs/replication.md` §4.5) on three
+//! nodes, each in its own network namespace (`common::netns`) with one
+//! shard, a quorum of all three. A topic of two replicas on nodes 0 and 1
+//! (node 0 leading) moves to nodes 1 and 2:
+//! - Kafka's errors first: unknown topic or partition, an empty target, a
+//!   broker twice or not registered, a change of replication factor with
+//!   v1's `allowReplicationFactorChange` false, a cancellation with none
+//!   in progress;
+//! - with node 2 down (registered, fenced), the reassignment starts and
+//!   cannot finish: ListPartitionReassignments lists it (replicas 2000,
+//!   1000, 0; adding 2000; removing 0), Metadata lists all three replicas;
+//!   cancelled, the partition is back on nodes 0 and 1 and nothing is
+//!   listed;
+//! - with node 2 back, the reassignment completes: replicas and ISR
+//!   {1000, 2000}, the leader (node 0, removed) replaced by node 1 in a
+//!   new leader epoch, node 2's segment byte for byte node 1's, node 0's
+//!   copy deleted, and every record written before and after read back.
+
+mod common;
+
+use common::cluster::addr;
+use common::netns::Net;
+use common::raw::RawClient;
+use common::Broker;
+use kafka_protocol::messages::alter_partition_reassignments_request::{
+    ReassignablePartition, ReassignableTopic,
+};
+use kafka_protocol::messages::create_topics_request::{
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+};
+use kafka_protocol::messages::list_partition_reassignments_request::ListPartitionReassignmentsTopics;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use std::time::Duration;
+
+const SETTLE: Duration = Duration::from_secs(60);
+const SESSION_TIMEOUT_MS: u64 = 3000;
+const NODES: usize = 3;
+const TOPIC: &str = "moving";
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn start(net: &Net, i: usize) -> Broker {
+    let lag = [format!("--replica-lag-time-max-ms={}", 2000)];
+    common::cluster::start_node(net, i, NODES, SESSION_TIMEOUT_MS, &lag)
+}
+
+/// CreateTopics of [`TOPIC`], one partition on `replicas`, through the
+/// first node that takes it.
+fn create(brokers: &[Broker], replicas: &[i32]) {
+    common::wait_for(SETTLE, "a node that takes CreateTopics", || {
+        for b in brokers {
+            let topic = CreatableTopic::default()
+                .with_name(TopicName(s(TOPIC)))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1)
+                .with_assignments(vec![CreatableReplicaAssignment::default()
+                    .with_partition_index(0)
+                    .with_broker_ids(replicas.iter().map(|&b| BrokerId(b)).collect())])
+                .with_configs(vec![CreatableTopicConfig::default()
+                    .with_name(s("min.insync.replicas"))
+                    .with_value(Some(s("1")))]);
+            let resp = RawClient::connect_to(addr(b)).request(
+                5,
+                &CreateTopicsRequest::default()
+                    .with_topics(vec![topic])
+                    .with_timeout_ms(10_000),
+            );
+            let code = resp.topics[0].error_code;
+            if code == 0 || code == ResponseError::TopicAlreadyExists.code() {
+                return Some(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        None
+    });
+}
+
+/// Partition 0 of [`TOPIC`] as a node's Metadata (v12) lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Listed {
+    leader: i32,
+    leader_epoch: i32,
+    /// As listed (not sorted).
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+}
+
+fn listed(broker: &Broker) -> Option<Listed> {
+    let resp = RawClient::connect_to(addr(broker)).request(
+        12,
+        &MetadataRequest::default()
+            .with_topics(None)
+            .with_allow_auto_topic_creation(false),
+    );
+    let t = resp
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == TOPIC))?;
+    let p = t.partitions.iter().find(|p| p.partition_index == 0)?;
+    let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<i32>>();
+    let mut isr = ids(&p.isr_nodes);
+    isr.sort();
+    Some(Listed {
+        leader: p.leader_id.0,
+        leader_epoch: p.leader_epoch,
+        replicas: ids(&p.replica_nodes),
+        isr,
+    })
+}
+
+fn wait_listed(broker: &Broker, what: &str, ok: impl Fn(&Listed) -> bool) -> Listed {
+    common::wait_for(SETTLE, what, || {
+        let l = listed(broker)?;
+        ok(&l).then_some(l)
+    })
+}
+
+/// AlterPartitionReassignments of partition `partition` of `topic` to
+/// `target` (None: cancel) at `version`, `allow` its
+/// allowReplicationFactorChange: the partition's (error code, message),
+/// after checking the top level.
+fn reassign(
+    broker: &Broker,
+    version: i16,
+    topic: &str,
+    partition: i32,
+    target: Option<&[i32]>,
+    allow: bool,
+) -> (i16, Option<String>) {
+    let req = AlterPartitionReassignmentsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_allow_replication_factor_change(allow)
+        .with_topics(vec![ReassignableTopic::default()
+            .with_name(TopicName(s(topic)))
+            .with_partitions(vec![ReassignablePartition::default()
+                .with_partition_index(partition)
+                .with_replicas(
+                    target.map(|t| t.iter().map(|&b| BrokerId(b)).collect()),
+                )])]);
+    let resp = RawClient::connect_to(addr(broker)).request(version, &req);
+    assert_eq!(resp.error_code, 0, "{:?}", resp.error_message);
+    if version >= 1 {
+        assert_eq!(resp.allow_replication_factor_change, allow);
+    }
+    assert_eq!(resp.responses.len(), 1);
+    assert_eq!(resp.responses[0].name.0.as_str(), topic);
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.partition_index, partition);
+    (
+        p.error_code,
+        p.error_message.as_ref().map(|m| m.to_string()),
+    )
+}
+
+/// ListPartitionReassignments (all, or partition 0 of [`TOPIC`] when
+/// `named`): each listed partition's (topic, index, replicas, adding,
+/// removing).
+type Ongoing = (String, i32, Vec<i32>, Vec<i32>, Vec<i32>);
+
+fn list(broker: &Broker, named: bool) -> Vec<Ongoing> {
+    let topics = named.then(|| {
+        vec![
+            ListPartitionReassignmentsTopics::default()
+                .with_name(TopicName(s(TOPIC)))
+                .with_partition_indexes(vec![0, 7]),
+            ListPartitionReassignmentsTopics::default()
+                .with_name(TopicName(s("nosuch")))
+                .with_partition_indexes(vec![0]),
+        ]
+    });
+    let resp = RawClient::connect_to(addr(broker)).request(
+        0,
+        &ListPartitionReassignmentsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(topics),
+    );
+    assert_eq!(resp.error_code, 0);
+    let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<i32>>();
+    resp.topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                (
+                    t.name.0.to_string(),
+                    p.partition_index,
+                    ids(&p.replicas),
+                    ids(&p.adding_replicas),
+                    ids(&p.removing_replicas),
+                )
+            })
+        })
+        .collect()
+}
+
+/// `count` records of values `{prefix}{i}` to partition 0 at `broker`
+/// with acks=all, each retried until answered without error.
+fn produce(broker: &Broker, prefix: &str, count: usize) -> Vec<String> {
+    (0..count)
+        .map(|i| {
+            let v = format!("{prefix}{i}");
+            common::wait_for(SETTLE, "acks=all to be answered", || {
+                let batch = common::leader::one_batch(&v);
+                let resp = RawClient::connect_to(addr(broker))
+                    .request(9, &common::raw::produce_request(TOPIC, 0, -1, batch));
+                (common::raw::only_partition(&resp).error_code == 0).then_some(())
+            });
+            v
+        })
+        .collect()
+}
+
+fn segment(broker: &Broker) -> Vec<u8> {
+    common::disk::batches(&broker.first_segment(TOPIC, 0))
+        .into_iter()
+        .flat_map(|b| b.bytes)
+        .collect()
+}
+
+fn values(broker: &Broker, count: usize) -> Vec<String> {
+    let got = common::client::consume(
+        &broker.bootstrap(),
+        TOPIC,
+        1,
+        count,
+        Duration::from_millis(500),
+        SETTLE,
+    );
+    let mut v: Vec<String> = got
+        .iter()
+        .map(|m| String::from_utf8_lossy(m.value.as_deref().unwrap_or_default()).into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_partition_moves_to_another_node_and_back_on_cancel() {
+    let net = Net::new(NODES);
+    let mut brokers: Vec<Broker> = (0..NODES).map(|i| start(&net, i)).collect();
+    common::cluster::wait_brokers(&brokers[0], NODES, SETTLE);
+    create(&brokers, &[0, 1000]);
+    let first = wait_listed(&brokers[0], "the topic on nodes 0 and 1", |l| {
+        l.leader == 0 && l.isr == [0, 1000]
+    });
+    assert_eq!(first.replicas, vec![0, 1000]);
+    wait_listed(&brokers[1], "node 1 to know the topic", |l| l.leader == 0);
+    let mut written = produce(&brokers[0], "a", 20);
+
+    // Kafka's errors.
+    let b = &brokers[1];
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
+    let invalid = ResponseError::InvalidReplicaAssignment.code();
+    assert_eq!(reassign(b, 1, "nosuch", 0, Some(&[0]), true).0, unknown);
+    assert_eq!(reassign(b, 1, TOPIC, 3, Some(&[0]), true).0, unknown);
+    assert_eq!(reassign(b, 1, TOPIC, 0, Some(&[]), true).0, invalid);
+    assert_eq!(
+        reassign(b, 1, TOPIC, 0, Some(&[1000, 1000]), true).0,
+        invalid
+    );
+    let (code, message) = reassign(b, 0, TOPIC, 0, Some(&[1000, 7000]), true);
+    assert_eq!(code, invalid);
+    assert!(message.unwrap().contains("7000"));
+    assert_eq!(
+        reassign(b, 1, TOPIC, 0, Some(&[1000]), false).0,
+        ResponseError::InvalidReplicationFactor.code()
+    );
+    assert_eq!(
+        reassign(b, 1, TOPIC, 0, None, true).0,
+        ResponseError::NoReassignmentInProgress.code()
+    );
+    assert!(list(b, false).is_empty());
+
+    // Node 2 down: the reassignment starts and waits for it.
+    brokers[2].kill9();
+    let b = &brokers[1];
+    assert_eq!(reassign(b, 1, TOPIC, 0, Some(&[1000, 2000]), true).0, 0);
+    let ongoing = (
+        TOPIC.to_string(),
+        0,
+        vec![1000, 2000, 0],
+        vec![2000],
+        vec![0],
+    );
+    assert_eq!(list(b, false), vec![ongoing.clone()]);
+    assert_eq!(list(&brokers[0], true), vec![ongoing]);
+    let during = wait_listed(&brokers[0], "the full replica set", |l| {
+        l.replicas == [1000, 2000, 0]
+    });
+    assert_eq!((during.leader, during.isr.clone()), (0, vec![0, 1000]));
+    // Writes go on meanwhile.
+    written.extend(produce(&brokers[0], "b", 5));
+    // Cancelled: back on nodes 0 and 1.
+    assert_eq!(reassign(b, 0, TOPIC, 0, None, true).0, 0);
+    assert!(list(b, false).is_empty());
+    let back = wait_listed(&brokers[0], "the original replicas", |l| {
+        l.replicas.len() == 2
+    });
+    let mut replicas = back.replicas.clone();
+    replicas.sort();
+    assert_eq!(replicas, vec![0, 1000]);
+    assert_eq!((back.leader, back.isr.clone()), (0, vec![0, 1000]));
+
+    // Node 2 back: the reassignment completes.
+    brokers[2].restart();
+    common::cluster::wait_brokers(&brokers[0], NODES, SETTLE);
+    let b = &brokers[1];
+    assert_eq!(reassign(b, 1, TOPIC, 0, Some(&[1000, 2000]), true).0, 0);
+    let done = wait_listed(&brokers[1], "the partition on nodes 1 and 2", |l| {
+        l.replicas == [1000, 2000] && l.isr == [1000, 2000]
+    });
+    assert_eq!(done.leader, 1000, "the removed leader is replaced");
+    assert!(done.leader_epoch > back.leader_epoch);
+    assert!(list(b, false).is_empty());
+    common::wait_for(SETTLE, "node 2 to hold node 1's copy", || {
+        let copy = segment(&brokers[2]);
+        (!copy.is_empty() && copy == segment(&brokers[1])).then_some(())
+    });
+    common::wait_for(SETTLE, "node 0 to delete its copy", || {
+        (!brokers[0].data_dir().join(format!("{TOPIC}-0")).exists()).then_some(())
+    });
+    wait_listed(&brokers[2], "node 2 to know it leads nothing", |l| {
+        l.leader == 1000 && l.replicas == [1000, 2000]
+    });
+    written.extend(produce(&brokers[1], "c", 10));
+    common::wait_for(SETTLE, "node 2 to copy the new leader's epoch", || {
+        (segment(&brokers[2]) == segment(&brokers[1])).then_some(())
+    });
+    written.sort();
+    assert_eq!(values(&brokers[2], written.len()), written);
+    for b in &mut brokers {
+        b.assert_alive();
+        b.stop();
+    }
+}
