@@ -15,6 +15,11 @@
 //!   {1000, 2000}, the leader (node 0, removed) replaced by node 1 in a
 //!   new leader epoch, node 2's segment byte for byte node 1's, node 0's
 //!   copy deleted, and every record written before and after read back.
+//!
+//! And Kafka's own `kafka-reassign-partitions` (4.4.0, through
+//! `scripts/kafka-cli`, jars from `scripts/kafka-peer.sh resolve`) moves
+//! a partition the same way: `--execute` starts it, `--verify` reports it
+//! complete, and every node lists the new replicas.
 
 mod common;
 
@@ -51,10 +56,15 @@ fn start(net: &Net, i: usize) -> Broker {
 /// CreateTopics of [`TOPIC`], one partition on `replicas`, through the
 /// first node that takes it.
 fn create(brokers: &[Broker], replicas: &[i32]) {
+    create_named(brokers, TOPIC, replicas);
+}
+
+/// CreateTopics of `name`, one partition on `replicas`.
+fn create_named(brokers: &[Broker], name: &str, replicas: &[i32]) {
     common::wait_for(SETTLE, "a node that takes CreateTopics", || {
         for b in brokers {
             let topic = CreatableTopic::default()
-                .with_name(TopicName(s(TOPIC)))
+                .with_name(TopicName(s(name)))
                 .with_num_partitions(-1)
                 .with_replication_factor(-1)
                 .with_assignments(vec![CreatableReplicaAssignment::default()
@@ -90,6 +100,10 @@ struct Listed {
 }
 
 fn listed(broker: &Broker) -> Option<Listed> {
+    listed_topic(broker, TOPIC)
+}
+
+fn listed_topic(broker: &Broker, topic: &str) -> Option<Listed> {
     let resp = RawClient::connect_to(addr(broker)).request(
         12,
         &MetadataRequest::default()
@@ -99,7 +113,7 @@ fn listed(broker: &Broker) -> Option<Listed> {
     let t = resp
         .topics
         .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == TOPIC))?;
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))?;
     let p = t.partitions.iter().find(|p| p.partition_index == 0)?;
     let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<i32>>();
     let mut isr = ids(&p.isr_nodes);
@@ -343,6 +357,108 @@ fn a_partition_moves_to_another_node_and_back_on_cancel() {
     });
     written.sort();
     assert_eq!(values(&brokers[2], written.len()), written);
+    for b in &mut brokers {
+        b.assert_alive();
+        b.stop();
+    }
+}
+
+/// Runs Kafka's tool `tool` with `args` through `scripts/kafka-cli`
+/// (resolving Kafka's jars first), bounded, and prints what it said.
+fn kafka_tool(tool: &str, args: &[&str]) -> common::child::ChildRun {
+    use common::child::{run_bounded, Streams};
+    use std::process::Command;
+    static RESOLVED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    RESOLVED.get_or_init(|| {
+        let mut cmd = Command::new("bash");
+        cmd.arg(root.join("scripts/kafka-peer.sh")).arg("resolve");
+        let run = run_bounded(
+            &mut cmd,
+            "scripts/kafka-peer.sh resolve".into(),
+            None,
+            Streams::Separate,
+            Duration::from_secs(900),
+        );
+        assert!(
+            run.success(),
+            "resolving Kafka's jars: {}{}",
+            run.stdout,
+            run.stderr
+        );
+    });
+    let mut cmd = Command::new("bash");
+    cmd.arg(root.join("scripts/kafka-cli")).arg(tool).args(args);
+    if std::env::var_os("KAFKA_CLI_OPTS").is_none() {
+        cmd.env("KAFKA_CLI_OPTS", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1");
+    }
+    let run = run_bounded(
+        &mut cmd,
+        format!("scripts/kafka-cli {tool} {}", args.join(" ")),
+        None,
+        Streams::Separate,
+        Duration::from_secs(120),
+    );
+    println!(
+        "$ {}\n--- stdout ---\n{}--- stderr ---\n{}",
+        run.command, run.stdout, run.stderr
+    );
+    run
+}
+
+#[test]
+fn kafka_reassign_partitions_moves_a_partition() {
+    const CLI: &str = "cli";
+    let net = Net::new(NODES);
+    let mut brokers: Vec<Broker> = (0..NODES).map(|i| start(&net, i)).collect();
+    common::cluster::wait_brokers(&brokers[0], NODES, SETTLE);
+    create_named(&brokers, CLI, &[0, 1000]);
+    common::wait_for(SETTLE, "the topic on nodes 0 and 1", || {
+        listed_topic(&brokers[0], CLI)
+            .filter(|l| l.leader == 0 && l.isr == [0, 1000])
+            .map(|_| ())
+    });
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let plan = dir.path().join("reassignment.json");
+    std::fs::write(
+        &plan,
+        format!(r#"{{"version":1,"partitions":[{{"topic":"{CLI}","partition":0,"replicas":[1000,2000],"log_dirs":["any","any"]}}]}}"#),
+    )
+    .expect("the plan written");
+    let bootstrap = brokers[1].bootstrap();
+    let plan = plan.to_str().expect("a UTF-8 path");
+    let args = |action: &'static str| {
+        vec![
+            "--bootstrap-server",
+            bootstrap.as_str(),
+            "--reassignment-json-file",
+            plan,
+            action,
+        ]
+    };
+    let run = kafka_tool("kafka-reassign-partitions", &args("--execute"));
+    assert!(run.success(), "--execute failed");
+    assert!(
+        run.stdout.contains(&format!(
+            "Successfully started partition reassignment for {CLI}-0"
+        )),
+        "{}",
+        run.stdout
+    );
+    common::wait_for(SETTLE, "--verify to report it complete", || {
+        let run = kafka_tool("kafka-reassign-partitions", &args("--verify"));
+        assert!(run.success(), "--verify failed");
+        run.stdout
+            .contains(&format!("Reassignment of partition {CLI}-0 is completed."))
+            .then_some(())
+    });
+    for b in &brokers {
+        common::wait_for(SETTLE, "every node to list the new replicas", || {
+            listed_topic(b, CLI)
+                .filter(|l| l.replicas == [1000, 2000] && l.isr == [1000, 2000] && l.leader == 1000)
+                .map(|_| ())
+        });
+    }
     for b in &mut brokers {
         b.assert_alive();
         b.stop();

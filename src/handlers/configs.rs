@@ -490,6 +490,15 @@ async fn apply(
                 ),
                 None => (kind, name, ResponseError::UnknownServerError.code(), None),
             },
+            // Nothing is set dynamically, so deleting dynamic broker
+            // configs changes nothing and succeeds, as Kafka's delete of an
+            // unset config does (`kafka-reassign-partitions --verify`
+            // clears its throttles this way).
+            (RESOURCE_BROKER, Ok(ConfigChange::Incremental(ops)))
+                if ops.iter().all(|(_, v)| v.is_none()) =>
+            {
+                (kind, name, errors::NONE, None)
+            }
             (RESOURCE_BROKER, Ok(_)) => (
                 kind,
                 name,
