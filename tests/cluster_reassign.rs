@@ -464,3 +464,47 @@ fn kafka_reassign_partitions_moves_a_partition() {
         b.stop();
     }
 }
+
+/// On one node every topic has one replica: a reassignment is
+/// INVALID_REPLICA_ASSIGNMENT with a message that says why, unknown topics
+/// UNKNOWN_TOPIC_OR_PARTITION, and nothing is listed. With
+/// `--authorizer standard` and no ACLs, both APIs are
+/// CLUSTER_AUTHORIZATION_FAILED (ALTER / DESCRIBE on the cluster), at the
+/// top level and, for Alter, per partition, as Kafka answers.
+#[test]
+fn one_node_refuses_reassignments_and_authorizes_on_the_cluster() {
+    let broker = Broker::start(common::BrokerOpts::default().cores(1));
+    create_named(std::slice::from_ref(&broker), "single", &[0]);
+    let (code, message) = reassign(&broker, 1, "single", 0, Some(&[0]), true);
+    assert_eq!(code, ResponseError::InvalidReplicaAssignment.code());
+    assert!(message.unwrap().contains("one replica"));
+    assert_eq!(
+        reassign(&broker, 0, "nosuch", 0, None, true).0,
+        ResponseError::UnknownTopicOrPartition.code()
+    );
+    assert!(list(&broker, false).is_empty());
+    drop(broker);
+
+    let secured = Broker::start(
+        common::BrokerOpts::default()
+            .cores(1)
+            .arg("--authorizer=standard"),
+    );
+    let denied = ResponseError::ClusterAuthorizationFailed.code();
+    let mut raw = RawClient::connect_to(addr(&secured));
+    let resp = raw.request(
+        1,
+        &AlterPartitionReassignmentsRequest::default().with_topics(vec![
+            ReassignableTopic::default()
+                .with_name(TopicName(s("t")))
+                .with_partitions(vec![ReassignablePartition::default()
+                    .with_partition_index(0)
+                    .with_replicas(Some(vec![BrokerId(0)]))]),
+        ]),
+    );
+    assert_eq!(resp.error_code, denied);
+    assert_eq!(resp.responses[0].partitions[0].error_code, denied);
+    let resp = raw.request(0, &ListPartitionReassignmentsRequest::default());
+    assert_eq!(resp.error_code, denied);
+    assert!(resp.topics.is_empty());
+}
