@@ -18,7 +18,9 @@
 //!
 //! And Kafka's own `kafka-reassign-partitions` (4.4.0, through
 //! `scripts/kafka-cli`, jars from `scripts/kafka-peer.sh resolve`) moves
-//! a partition the same way: `--execute` starts it, `--verify` reports it
+//! a partition the same way: with the target node frozen `--execute` starts
+//! it, `--verify` reports it in progress and `--cancel` reverts it; with
+//! the node back `--execute` starts it again, `--verify` reports it
 //! complete, and every node lists the new replicas.
 
 mod common;
@@ -287,9 +289,13 @@ fn a_partition_moves_to_another_node_and_back_on_cancel() {
     let (code, message) = reassign(b, 0, TOPIC, 0, Some(&[1000, 7000]), true);
     assert_eq!(code, invalid);
     assert!(message.unwrap().contains("7000"));
+    // Kafka's message, as its ReassignPartitionsCommand test expects it.
     assert_eq!(
-        reassign(b, 1, TOPIC, 0, Some(&[1000]), false).0,
-        ResponseError::InvalidReplicationFactor.code()
+        reassign(b, 1, TOPIC, 0, Some(&[1000]), false),
+        (
+            ResponseError::InvalidReplicationFactor.code(),
+            Some("The replication factor is changed from 2 to 1".to_string())
+        )
     );
     assert_eq!(
         reassign(b, 1, TOPIC, 0, None, true).0,
@@ -410,7 +416,11 @@ fn kafka_tool(tool: &str, args: &[&str]) -> common::child::ChildRun {
 fn kafka_reassign_partitions_moves_a_partition() {
     const CLI: &str = "cli";
     let net = Net::new(NODES);
-    let mut brokers: Vec<Broker> = (0..NODES).map(|i| start(&net, i)).collect();
+    // A session long enough that a node frozen for the tools' runs is
+    // not fenced.
+    let mut brokers: Vec<Broker> = (0..NODES)
+        .map(|i| common::cluster::start_node(&net, i, NODES, 120_000, &[]))
+        .collect();
     common::cluster::wait_brokers(&brokers[0], NODES, SETTLE);
     create_named(&brokers, CLI, &[0, 1000]);
     common::wait_for(SETTLE, "the topic on nodes 0 and 1", || {
@@ -436,6 +446,50 @@ fn kafka_reassign_partitions_moves_a_partition() {
             action,
         ]
     };
+    // Node 2 frozen (SIGSTOP; still registered and unfenced, as the
+    // tool checks the target brokers against DescribeCluster): the
+    // reassignment starts and cannot finish, `--verify` says it is in
+    // progress, `--cancel` reverts it.
+    let signal = |sig: &str| {
+        let pid = brokers[2].pid().expect("node 2 runs").to_string();
+        let status = std::process::Command::new("kill")
+            .args([sig, pid.as_str()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    };
+    signal("-STOP");
+    let run = kafka_tool("kafka-reassign-partitions", &args("--execute"));
+    assert!(run.success(), "--execute failed");
+    let run = kafka_tool("kafka-reassign-partitions", &args("--verify"));
+    assert!(run.success(), "--verify failed");
+    assert!(
+        run.stdout.contains(&format!(
+            "Reassignment of partition {CLI}-0 is still in progress."
+        )),
+        "{}",
+        run.stdout
+    );
+    // (`--preserve-throttles`: clearing them asks every broker, the
+    // frozen one too.)
+    let mut cancel = args("--cancel");
+    cancel.push("--preserve-throttles");
+    let run = kafka_tool("kafka-reassign-partitions", &cancel);
+    assert!(run.success(), "--cancel failed");
+    assert!(
+        run.stdout.contains(&format!(
+            "Successfully cancelled partition reassignment for: {CLI}-0"
+        )),
+        "{}",
+        run.stdout
+    );
+    common::wait_for(SETTLE, "the original replicas back", || {
+        listed_topic(&brokers[0], CLI)
+            .filter(|l| l.replicas.len() == 2 && l.leader == 0)
+            .map(|_| ())
+    });
+    signal("-CONT");
+
     let run = kafka_tool("kafka-reassign-partitions", &args("--execute"));
     assert!(run.success(), "--execute failed");
     assert!(

@@ -2174,7 +2174,7 @@ fn plan_reassignment(
             check_reassignment_target(image, target)?;
             if !allow_rf_change && target.len() != original.len() {
                 return Err(ControllerError::InvalidReplicationFactor(format!(
-                    "The replication factor is changed from {} to {} but allowReplicationFactorChange is false",
+                    "The replication factor is changed from {} to {}",
                     original.len(),
                     target.len()
                 )));
