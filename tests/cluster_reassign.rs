@@ -14,7 +14,9 @@
 //! - with node 2 back, the reassignment completes: replicas and ISR
 //!   {1000, 2000}, the leader (node 0, removed) replaced by node 1 in a
 //!   new leader epoch, node 2's segment byte for byte node 1's, node 0's
-//!   copy deleted, and every record written before and after read back.
+//!   copy deleted, and every record written before and after read back;
+//! - with node 2 down, the partition moves back to nodes 1 and 0 (node 0
+//!   copies the log anew); node 2, restarted, deletes its stale copy.
 //!
 //! And Kafka's own `kafka-reassign-partitions` (4.4.0, through
 //! `scripts/kafka-cli`, jars from `scripts/kafka-peer.sh resolve`) moves
@@ -363,6 +365,28 @@ fn a_partition_moves_to_another_node_and_back_on_cancel() {
     });
     written.sort();
     assert_eq!(values(&brokers[2], written.len()), written);
+
+    // Node 2 down while its replica is removed: the partition moves back
+    // to node 0, which copies node 1's log again; node 2, restarted,
+    // deletes its stale copy.
+    brokers[2].kill9();
+    assert_eq!(
+        reassign(&brokers[1], 1, TOPIC, 0, Some(&[1000, 0]), true).0,
+        0
+    );
+    wait_listed(&brokers[1], "the partition on nodes 1 and 0", |l| {
+        l.replicas == [1000, 0] && l.isr == [0, 1000]
+    });
+    common::wait_for(SETTLE, "node 0 to hold node 1's copy again", || {
+        let copy = segment(&brokers[0]);
+        (!copy.is_empty() && copy == segment(&brokers[1])).then_some(())
+    });
+    let stale = brokers[2].data_dir().join(format!("{TOPIC}-0"));
+    assert!(stale.exists(), "node 2 was down: its copy is still there");
+    brokers[2].restart();
+    common::wait_for(SETTLE, "node 2 to delete its stale copy", || {
+        (!stale.exists()).then_some(())
+    });
     for b in &mut brokers {
         b.assert_alive();
         b.stop();

@@ -311,6 +311,9 @@ impl ShardCtx {
             // have cached a handle of one removed later.
             self.fetch_sessions.borrow_mut().drop_partition_handles();
         }
+        if self.shard == 0 && self.first_image.borrow().is_some() {
+            self.delete_unassigned_replicas(&image).await;
+        }
         // New partitions and config changes.
         let mut opened_txn_partitions = Vec::new();
         for topic in image.topics.values() {
@@ -400,6 +403,50 @@ impl ShardCtx {
         }
         for state in opened_txn_partitions {
             self.txn.load_partition(self, &state).await;
+        }
+    }
+
+    /// At a start (the first image, on shard 0): the directories of
+    /// replicated partitions that no shard of this node holds any more
+    /// (a reassignment removed the replica while the node was down,
+    /// `docs/replication.md` §4.5) are deleted, as Kafka deletes a stray
+    /// log at start-up. Only a directory whose `partition.metadata` names
+    /// the topic's id goes; no shard opens these (the image places them
+    /// on other nodes).
+    async fn delete_unassigned_replicas(&self, image: &MetadataImage) {
+        let node = self.config.node_id;
+        let cores = self.cores();
+        let data_dir = self.logs.data_dir().to_path_buf();
+        let mut stale = Vec::new();
+        for t in image.topics.values().filter(|t| t.is_replicated()) {
+            for i in 0..t.partition_count() {
+                if t.placement(i, node, cores) == crate::metadata::Placement::Elsewhere {
+                    let tp = TopicPartition::new(t.name.clone(), i);
+                    stale.push((data_dir.join(tp.dir_name()), t.id));
+                }
+            }
+        }
+        if stale.is_empty() {
+            return;
+        }
+        let removed = glommio::executor()
+            .spawn_blocking(move || {
+                let mut removed = Vec::new();
+                for (dir, id) in stale {
+                    if crate::log::partition_meta::read(&dir).ok().flatten() != Some(id) {
+                        continue;
+                    }
+                    match crate::log::partition_meta::delete_dir(&data_dir, &dir) {
+                        Ok(()) => removed.push(dir),
+                        Err(e) => tracing::warn!(dir = %dir.display(), error = %e,
+                            "cannot delete the directory of a replica no longer assigned here"),
+                    }
+                }
+                removed
+            })
+            .await;
+        for dir in removed {
+            tracing::info!(dir = %dir.display(), "deleted a replica no longer assigned to this node");
         }
     }
 
