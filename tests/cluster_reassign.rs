@@ -548,7 +548,8 @@ fn kafka_reassign_partitions_moves_a_partition() {
 /// UNKNOWN_TOPIC_OR_PARTITION, and nothing is listed. With
 /// `--authorizer standard` and no ACLs, both APIs are
 /// CLUSTER_AUTHORIZATION_FAILED (ALTER / DESCRIBE on the cluster), at the
-/// top level and, for Alter, per partition, as Kafka answers.
+/// top level and, for Alter, per partition, as Kafka answers. Deleting a
+/// dynamic broker config succeeds (none is set), setting one does not.
 #[test]
 fn one_node_refuses_reassignments_and_authorizes_on_the_cluster() {
     let broker = Broker::start(common::BrokerOpts::default().cores(1));
@@ -561,6 +562,35 @@ fn one_node_refuses_reassignments_and_authorizes_on_the_cluster() {
         ResponseError::UnknownTopicOrPartition.code()
     );
     assert!(list(&broker, false).is_empty());
+    // Broker configs: deleting (what `kafka-reassign-partitions --verify`
+    // does to clear throttles) succeeds, none being set; setting one is
+    // refused (fjord's broker configs are static).
+    {
+        use kafka_protocol::messages::incremental_alter_configs_request::{
+            AlterConfigsResource, AlterableConfig,
+        };
+        let alter = |op: i8, value: Option<&str>| {
+            let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+                AlterConfigsResource::default()
+                    .with_resource_type(4)
+                    .with_resource_name(s("0"))
+                    .with_configs(vec![AlterableConfig::default()
+                        .with_name(s("leader.replication.throttled.rate"))
+                        .with_config_operation(op)
+                        .with_value(value.map(s))]),
+            ]);
+            RawClient::connect_to(addr(&broker))
+                .request(1, &req)
+                .responses[0]
+                .error_code
+        };
+        assert_eq!(alter(1, None), 0, "DELETE");
+        assert_eq!(
+            alter(0, Some("1000")),
+            ResponseError::InvalidRequest.code(),
+            "SET"
+        );
+    }
     drop(broker);
 
     let secured = Broker::start(
