@@ -8,7 +8,8 @@
 //!   in progress;
 //! - with node 2 down (registered, fenced), the reassignment starts and
 //!   cannot finish: ListPartitionReassignments lists it (replicas 2000,
-//!   1000, 0; adding 2000; removing 0), Metadata lists all three replicas;
+//!   1000, 0; adding 2000; removing 0), Metadata and
+//!   DescribeTopicPartitions list all three replicas;
 //!   cancelled, the partition is back on nodes 0 and 1 and nothing is
 //!   listed;
 //! - with node 2 back, the reassignment completes: replicas and ISR
@@ -325,6 +326,18 @@ fn a_partition_moves_to_another_node_and_back_on_cancel() {
         l.replicas == [1000, 2000, 0]
     });
     assert_eq!((during.leader, during.isr.clone()), (0, vec![0, 1000]));
+    {
+        use kafka_protocol::messages::describe_topic_partitions_request::TopicRequest;
+        let resp = RawClient::connect_to(addr(&brokers[0])).request(
+            0,
+            &DescribeTopicPartitionsRequest::default()
+                .with_topics(vec![TopicRequest::default().with_name(TopicName(s(TOPIC)))])
+                .with_response_partition_limit(10),
+        );
+        let p = &resp.topics[0].partitions[0];
+        let ids: Vec<i32> = p.replica_nodes.iter().map(|b| b.0).collect();
+        assert_eq!(ids, vec![1000, 2000, 0], "DescribeTopicPartitions");
+    }
     // Writes go on meanwhile.
     written.extend(produce(&brokers[0], "b", 5));
     // Cancelled: back on nodes 0 and 1.
