@@ -301,8 +301,11 @@ fn a_partition_moves_to_another_node_and_back_on_cancel() {
         )
     );
     assert_eq!(
-        reassign(b, 1, TOPIC, 0, None, true).0,
-        ResponseError::NoReassignmentInProgress.code()
+        reassign(b, 1, TOPIC, 0, None, true),
+        (
+            ResponseError::NoReassignmentInProgress.code(),
+            Some("No partition reassignment is in progress.".to_string())
+        )
     );
     assert!(list(b, false).is_empty());
 

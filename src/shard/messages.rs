@@ -187,7 +187,7 @@ pub enum ControllerError {
     EligibleLeadersNotAvailable,
     /// AlterPartitionReassignments: a cancellation of a partition that is
     /// not being reassigned (Kafka's message).
-    #[error("No partition reassignment is in progress for this topic or partition.")]
+    #[error("No partition reassignment is in progress.")]
     NoReassignmentInProgress,
 }
 
