@@ -467,7 +467,8 @@ async fn apply(
                     | ControllerReply::Acls(_)
                     | ControllerReply::Broker(_)
                     | ControllerReply::Partition(_)
-                    | ControllerReply::Elections(_),
+                    | ControllerReply::Elections(_)
+                    | ControllerReply::Reassignments(_),
                 ) => names
                     .into_iter()
                     .map(|n| (n, Err(crate::shard::messages::ControllerError::Unavailable)))
@@ -489,6 +490,15 @@ async fn apply(
                 ),
                 None => (kind, name, ResponseError::UnknownServerError.code(), None),
             },
+            // Nothing is set dynamically, so deleting dynamic broker
+            // configs changes nothing and succeeds, as Kafka's delete of an
+            // unset config does (`kafka-reassign-partitions --verify`
+            // clears its throttles this way).
+            (RESOURCE_BROKER, Ok(ConfigChange::Incremental(ops)))
+                if ops.iter().all(|(_, v)| v.is_none()) =>
+            {
+                (kind, name, errors::NONE, None)
+            }
             (RESOURCE_BROKER, Ok(_)) => (
                 kind,
                 name,

@@ -268,6 +268,23 @@ impl ResponseErrors for ElectLeadersResponse {
     }
 }
 
+impl ResponseErrors for AlterPartitionReassignmentsResponse {
+    fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
+        count(self.error_code);
+        for t in &self.responses {
+            for p in &t.partitions {
+                count(p.error_code);
+            }
+        }
+    }
+}
+
+impl ResponseErrors for ListPartitionReassignmentsResponse {
+    fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
+        count(self.error_code);
+    }
+}
+
 impl ResponseErrors for CreatePartitionsResponse {
     fn error_codes(&self, _version: i16, count: &mut impl FnMut(i16)) {
         for r in &self.results {

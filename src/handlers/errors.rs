@@ -51,6 +51,7 @@ pub fn controller(e: &ControllerError) -> i16 {
         ControllerError::EligibleLeadersNotAvailable => {
             ResponseError::EligibleLeadersNotAvailable.code()
         }
+        ControllerError::NoReassignmentInProgress => ResponseError::NoReassignmentInProgress.code(),
     }
 }
 

@@ -27,6 +27,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod reassignments;
 pub mod sasl;
 pub mod scram_credentials;
 pub mod topics;
@@ -184,6 +185,13 @@ fn dispatch_other(
         ApiKey::ElectLeaders => {
             async move { elect_leaders::handle(&ctx, &authz, &header, &mut body).await }
                 .boxed_local()
+        }
+        ApiKey::AlterPartitionReassignments => {
+            async move { reassignments::alter(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
+        }
+        ApiKey::ListPartitionReassignments => {
+            async move { reassignments::list(&ctx, &authz, &header, &mut body) }.boxed_local()
         }
         ApiKey::DescribeTopicPartitions => async move {
             describe_topic_partitions::handle(&ctx, listener, &authz, &header, &mut body)

@@ -41,7 +41,8 @@ async fn run(
             | ControllerReply::Acls(_)
             | ControllerReply::Broker(_)
             | ControllerReply::Partition(_)
-            | ControllerReply::Elections(_),
+            | ControllerReply::Elections(_)
+            | ControllerReply::Reassignments(_),
         ) => names
             .iter()
             .map(|n| (n.clone(), Err(ControllerError::Unavailable)))

@@ -171,6 +171,14 @@ pub struct PartitionState {
     pub leader_epoch: i32,
     /// Bumped by every change of this state (AlterPartition's fence).
     pub partition_epoch: i32,
+    /// A reassignment in progress (KIP-455, `docs/replication.md` §4.5):
+    /// the replicas being added (target minus original). `replicas` is
+    /// then the target followed by the original replicas not in it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding: Vec<i32>,
+    /// The replicas being removed (original minus target).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing: Vec<i32>,
 }
 
 impl PartitionState {
@@ -184,7 +192,24 @@ impl PartitionState {
             elr: Vec::new(),
             leader_epoch: crate::types::FIRST_LEADER_EPOCH,
             partition_epoch: 0,
+            adding: Vec::new(),
+            removing: Vec::new(),
         }
+    }
+
+    /// Whether a reassignment is in progress (KIP-455).
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding.is_empty() || !self.removing.is_empty()
+    }
+
+    /// The replicas before the reassignment in progress: all but the ones
+    /// being added, in order.
+    pub fn original_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|b| !self.adding.contains(b))
+            .collect()
     }
 
     /// This node's replica: its broker id.

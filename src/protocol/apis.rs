@@ -78,6 +78,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::ElectLeaders, 0, 2),
+    // KIP-455; v1 adds allowReplicationFactorChange (KIP-860).
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
     // SASL (Kafka 4.4's ranges); on a PLAINTEXT listener they are answered
     // ILLEGAL_SASL_STATE, as Kafka does.
     (ApiKey::SaslHandshake, 0, 1),
@@ -277,7 +280,14 @@ mod tests {
             supported(ApiKey::ElectLeaders as i16, 0) && supported(ApiKey::ElectLeaders as i16, 2)
         );
         assert!(!supported(ApiKey::ElectLeaders as i16, 3));
-        assert_eq!(SUPPORTED.len(), 47);
+        assert!(
+            supported(ApiKey::AlterPartitionReassignments as i16, 0)
+                && supported(ApiKey::AlterPartitionReassignments as i16, 1)
+        );
+        assert!(!supported(ApiKey::AlterPartitionReassignments as i16, 2));
+        assert!(supported(ApiKey::ListPartitionReassignments as i16, 0));
+        assert!(!supported(ApiKey::ListPartitionReassignments as i16, 1));
+        assert_eq!(SUPPORTED.len(), 49);
         for (key, version) in super::super::hand_versions::HAND_CODED {
             assert!(supported(*key as i16, *version), "{key:?} v{version}");
             assert!(

@@ -321,6 +321,21 @@ impl LeaderState {
         self.isr = isr.to_vec();
         self.proposed = None;
     }
+
+    /// The assignment changed under the same leadership (a reassignment,
+    /// `docs/replication.md` §4.5): new followers start with no fetch
+    /// (outside the ISR until they catch up), removed ones are forgotten,
+    /// the others keep their positions; `min_isr` is the effective
+    /// minimum for the new replica count.
+    pub fn set_replicas(&mut self, replicas: &[i32], min_isr: usize) {
+        self.followers.retain(|id, _| replicas.contains(id));
+        for &r in replicas {
+            if r != self.leader {
+                self.followers.entry(r).or_insert_with(FollowerState::new);
+            }
+        }
+        self.min_isr = min_isr.max(1);
+    }
 }
 
 #[cfg(test)]
@@ -345,6 +360,25 @@ mod tests {
         assert_eq!(s.advance_high_watermark(10, 2), 7);
         s.record_fetch(3, 10, 0, 10, 3, -1).unwrap();
         assert_eq!(s.advance_high_watermark(12, 3), 10);
+    }
+
+    /// A reassignment adds replica 4 and removes 3 under the same
+    /// leadership: 4 is a follower outside the ISR until it holds the HW,
+    /// then proposed; 3's fetches are refused; 2 keeps its position.
+    #[test]
+    fn new_replicas_follow_and_removed_ones_are_forgotten() {
+        let mut s = three();
+        s.record_fetch(2, 10, 0, 10, 1, -1).unwrap();
+        s.record_fetch(3, 10, 0, 10, 1, -1).unwrap();
+        assert_eq!(s.advance_high_watermark(10, 1), 10);
+        s.set_replicas(&[1, 2, 4], 2);
+        s.set_isr(&[1, 2]);
+        assert!(s.record_fetch(3, 10, 0, 10, 2, -1).is_err());
+        assert_eq!(s.follower(2).unwrap().log_end, 10);
+        s.record_fetch(4, 3, 0, 10, 2, -1).unwrap();
+        assert_eq!(s.expand_candidates(), None);
+        s.record_fetch(4, 10, 0, 10, 3, -1).unwrap();
+        assert_eq!(s.expand_candidates(), Some(vec![1, 2, 4]));
     }
 
     #[test]

@@ -96,11 +96,16 @@ impl Leading {
         let mut led = self.led.borrow_mut();
         // The same leadership with a new ISR (an AlterPartition committed):
         // the followers' positions stay, the proposal is settled.
+        let min_isr = usize::try_from(p.config().min_insync_replicas)
+            .unwrap_or(1)
+            .min(ps.replicas.len());
         if let Some(l) = led.get_mut(tp).filter(|l| {
             l.leader_epoch == ps.leader_epoch
                 && l.partition_epoch != ps.partition_epoch
                 && Rc::ptr_eq(&l.log, log)
         }) {
+            // A reassignment may have changed the replicas too.
+            l.state.set_replicas(&ps.replicas, min_isr);
             l.state.set_isr(&ps.isr);
             l.partition_epoch = ps.partition_epoch;
         }
@@ -116,9 +121,6 @@ impl Leading {
                 .rev()
                 .find(|(e, _)| *e == ps.leader_epoch)
                 .map_or(log.log_end_offset().0, |(_, start)| *start);
-            let min_isr = usize::try_from(p.config().min_insync_replicas)
-                .unwrap_or(1)
-                .min(ps.replicas.len());
             let state = LeaderState::new(
                 me,
                 &ps.replicas,

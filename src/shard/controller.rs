@@ -535,6 +535,45 @@ impl Controller {
                 }
                 return Ok(ControllerReply::Elections(out));
             }
+            ControllerRequest::AlterPartitionReassignments {
+                allow_rf_change,
+                topics,
+            } => {
+                let mut out = Vec::with_capacity(topics.len());
+                for (name, partitions) in topics {
+                    let mut results = Vec::with_capacity(partitions.len());
+                    for (p, target) in partitions {
+                        let planned =
+                            plan_reassignment(&next, &name, p, target.as_deref(), allow_rf_change);
+                        match planned {
+                            Ok(Some(record)) => {
+                                next = next.apply(&record);
+                                records.push(record);
+                                results.push((p, Ok(())));
+                            }
+                            Ok(None) => results.push((p, Ok(()))),
+                            Err(e) => results.push((p, Err(e))),
+                        }
+                    }
+                    out.push((name, results));
+                }
+                if !records.is_empty() {
+                    tracing::info!(
+                        changes = records.len(),
+                        "AlterPartitionReassignments: replicas change"
+                    );
+                    if let Err(e) = self.commit(ctx, &image, records, deadline).await {
+                        for (_, results) in &mut out {
+                            for (_, r) in results.iter_mut() {
+                                if r.is_ok() {
+                                    *r = Err(e.clone());
+                                }
+                            }
+                        }
+                    }
+                }
+                return Ok(ControllerReply::Reassignments(out));
+            }
             ControllerRequest::AlterPartition {
                 broker,
                 topic_id,
@@ -1978,6 +2017,9 @@ fn plan_alter_partition(
     let mut state = current.clone();
     state.elr = elr_after(current, &isr, min_isr);
     state.isr = isr;
+    // The ISR may now hold every replica a reassignment waits for.
+    complete_reassignment(&mut state);
+    elect_within(image, current, &mut state);
     state.partition_epoch = state.partition_epoch.saturating_add(1);
     Ok(Some((
         MetadataRecord::PartitionChange {
@@ -2053,12 +2095,13 @@ fn reconciled(image: &MetadataImage, p: &PartitionState, min_isr: usize) -> Part
     let mut next = p.clone();
     next.isr = p.isr.iter().copied().filter(|&b| live(b)).collect();
     next.elr = elr_after(p, &next.isr, min_isr);
+    complete_reassignment(&mut next);
     let leads = p.leader >= 0 && next.isr.contains(&p.leader);
     if !leads {
-        let from_isr = p.replicas.iter().copied().find(|b| next.isr.contains(b));
+        let from_isr = next.replicas.iter().copied().find(|b| next.isr.contains(b));
         next.leader = match from_isr {
             Some(b) => b,
-            None => match p
+            None => match next
                 .replicas
                 .iter()
                 .copied()
@@ -2080,6 +2123,198 @@ fn reconciled(image: &MetadataImage, p: &PartitionState, min_isr: usize) -> Part
         next.partition_epoch = p.partition_epoch.saturating_add(1);
     }
     next
+}
+
+/// One partition of an AlterPartitionReassignments (KIP-455; Kafka's
+/// `ReplicationControlManager.alterPartitionReassignment`,
+/// `docs/replication.md` §4.5): the change that starts, replaces,
+/// completes or (`target` None) cancels its reassignment, None when there
+/// is nothing to change, or Kafka's error.
+///
+/// Toward target replicas T from the original replicas R (the replicas
+/// less those being added by a reassignment in progress), the partition's
+/// replicas become T followed by R − T, adding T − R and removing R − T;
+/// ISR and ELR keep only members of that set (a replica a replaced
+/// reassignment was adding goes at once). The reassignment completes in
+/// the same change when the ISR less the removed replicas holds all of T
+/// (a reordering, a pure removal), else when an AlterPartition brings
+/// the last of them into the ISR ([`complete_reassignment`]). A leader
+/// outside the new replicas or ISR is replaced by the first live ISR
+/// member ([`elect_within`]).
+///
+/// A cancellation goes back to R (the same change with T = R), and is
+/// NO_REASSIGNMENT_IN_PROGRESS when none is. A topic of one replica (its
+/// partitions placed by shard on one node, §3.2) cannot be reassigned:
+/// INVALID_REPLICA_ASSIGNMENT with a message that says so.
+fn plan_reassignment(
+    image: &MetadataImage,
+    name: &str,
+    partition: i32,
+    target: Option<&[i32]>,
+    allow_rf_change: bool,
+) -> Result<Option<MetadataRecord>, ControllerError> {
+    let invalid = |m: String| Err(ControllerError::InvalidReplicaAssignment(m));
+    let Some(t) = image.topic(name) else {
+        return Err(ControllerError::UnknownPartition(format!(
+            "Unable to find a topic named {name}."
+        )));
+    };
+    if !(0..t.partition_count()).contains(&partition) {
+        return Err(ControllerError::UnknownPartition(format!(
+            "Unable to find partition {name}:{partition}."
+        )));
+    }
+    let Some(p) = t.replica_state(partition) else {
+        return invalid(format!(
+            "Topic {name} has one replica per partition, placed on one node: fjord reassigns only the partitions of topics created with a replication factor above 1."
+        ));
+    };
+    let original = p.original_replicas();
+    let cancel = target.is_none();
+    let target: Vec<i32> = match target {
+        None if !p.is_reassigning() => return Err(ControllerError::NoReassignmentInProgress),
+        None => original.clone(),
+        Some(target) => {
+            check_reassignment_target(image, target)?;
+            if !allow_rf_change && target.len() != original.len() {
+                return Err(ControllerError::InvalidReplicationFactor(format!(
+                    "The replication factor is changed from {} to {}",
+                    original.len(),
+                    target.len()
+                )));
+            }
+            target.to_vec()
+        }
+    };
+    let mut next = p.clone();
+    next.adding = target
+        .iter()
+        .copied()
+        .filter(|b| !original.contains(b))
+        .collect();
+    next.removing = original
+        .iter()
+        .copied()
+        .filter(|b| !target.contains(b))
+        .collect();
+    next.replicas = target.clone();
+    next.replicas.extend_from_slice(&next.removing);
+    for (i, &b) in next.replicas.iter().enumerate() {
+        if next.replicas[..i].iter().any(|&o| node_of(o) == node_of(b)) {
+            return invalid(format!(
+                "Broker {b} is on node {}, which holds another replica of {name}-{partition}: a replica cannot move between shards of one node.",
+                node_of(b)
+            ));
+        }
+    }
+    next.isr.retain(|b| next.replicas.contains(b));
+    next.elr.retain(|b| next.replicas.contains(b));
+    if next.isr.is_empty() {
+        let what = if cancel { "revert" } else { "change" };
+        return invalid(format!(
+            "Unable to {what} partition assignment for {name}:{partition} because it would require an unclean leader election."
+        ));
+    }
+    complete_reassignment(&mut next);
+    elect_within(image, p, &mut next);
+    if next == *p {
+        return Ok(None);
+    }
+    next.partition_epoch = p.partition_epoch.saturating_add(1);
+    Ok(Some(MetadataRecord::PartitionChange {
+        topic_id: t.id,
+        partition,
+        state: next,
+    }))
+}
+
+/// Kafka's checks of a reassignment's target replicas
+/// (`validateManualPartitionAssignment`): not empty, no broker twice,
+/// every broker registered (fenced ones count: a replica of a node that is
+/// down joins once it is back); and fjord's: at most one replica per node.
+fn check_reassignment_target(image: &MetadataImage, target: &[i32]) -> Result<(), ControllerError> {
+    let invalid = |m: String| Err(ControllerError::InvalidReplicaAssignment(m));
+    if target.is_empty() {
+        return invalid("The manual partition assignment includes an empty replica list.".into());
+    }
+    let mut seen = HashSet::with_capacity(target.len());
+    let mut nodes = HashSet::with_capacity(target.len());
+    for &b in target {
+        let registered = b >= 0
+            && image
+                .brokers
+                .get(&node_of(b))
+                .is_some_and(|r| shard_of(b) < r.registration.shards);
+        if !registered {
+            return invalid(format!(
+                "The manual partition assignment includes broker {b}, but no such broker is registered."
+            ));
+        }
+        if !seen.insert(b) {
+            return invalid(format!(
+                "The manual partition assignment includes the broker {b} more than once."
+            ));
+        }
+        if !nodes.insert(node_of(b)) {
+            return invalid(format!(
+                "The manual partition assignment places two replicas on node {}: the replicas of a partition must be on different nodes.",
+                node_of(b)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Completes `p`'s reassignment when its ISR allows (Kafka's
+/// `PartitionReassignmentReplicas.maybeCompleteReassignment`): the ISR
+/// less the replicas being removed is not empty and holds every other
+/// replica. The replicas and ISR then lose the removed ones (the ELR too)
+/// and the reassignment is over. Nothing changes otherwise.
+fn complete_reassignment(p: &mut PartitionState) {
+    if !p.is_reassigning() {
+        return;
+    }
+    let removing = std::mem::take(&mut p.removing);
+    let isr: Vec<i32> = p
+        .isr
+        .iter()
+        .copied()
+        .filter(|b| !removing.contains(b))
+        .collect();
+    let replicas: Vec<i32> = p
+        .replicas
+        .iter()
+        .copied()
+        .filter(|b| !removing.contains(b))
+        .collect();
+    if isr.is_empty() || replicas.is_empty() || !replicas.iter().all(|b| isr.contains(b)) {
+        p.removing = removing;
+        return;
+    }
+    p.replicas = replicas;
+    p.isr = isr;
+    p.elr.retain(|b| !removing.contains(b));
+    p.adding.clear();
+}
+
+/// A leader that is no longer a replica in the ISR of `next` (a
+/// reassignment removed it) is replaced by the first replica that is live
+/// and in the ISR, or none (-1); a new leader bumps the leader epoch
+/// (from `prev`'s).
+fn elect_within(image: &MetadataImage, prev: &PartitionState, next: &mut PartitionState) {
+    let leads =
+        next.leader >= 0 && next.replicas.contains(&next.leader) && next.isr.contains(&next.leader);
+    if !leads && next.leader >= 0 {
+        next.leader = next
+            .replicas
+            .iter()
+            .copied()
+            .find(|&b| next.isr.contains(&b) && image.is_live_broker(b))
+            .unwrap_or(-1);
+    }
+    if next.leader != prev.leader {
+        next.leader_epoch = prev.leader_epoch.saturating_add(1);
+    }
 }
 
 /// A restarted node leads its replicated partitions in a new epoch, as
@@ -2496,5 +2731,197 @@ mod tests {
         );
         assert_eq!(s.leader_epoch, 3);
         assert!(reconcile_partitions(&image, &config).is_empty());
+    }
+
+    /// Four nodes of one shard each; topic "m" of two replicas on nodes 1
+    /// and 2 (1 leading), `min.insync.replicas=2`.
+    fn four_nodes() -> (MetadataImage, [u8; 16]) {
+        let mut image = MetadataImage::default();
+        for node in 1..=4 {
+            let ControllerRequest::BrokerHeartbeat { registration } = heartbeat(node, 1, 1) else {
+                unreachable!()
+            };
+            image = image.apply(&MetadataRecord::RegisterBroker { registration });
+        }
+        let id = [9; 16];
+        image = image.apply(&MetadataRecord::CreateTopic {
+            name: "m".into(),
+            id,
+            shards: vec![0],
+            configs: [("min.insync.replicas".to_string(), "2".to_string())].into(),
+            node: None,
+            replicated: vec![PartitionState::new(vec![1000, 2000])],
+        });
+        (image, id)
+    }
+
+    fn state_of(image: &MetadataImage) -> PartitionState {
+        image.topic("m").unwrap().replica_state(0).unwrap().clone()
+    }
+
+    fn reassign(
+        image: &MetadataImage,
+        target: Option<&[i32]>,
+    ) -> Result<Option<MetadataImage>, ControllerError> {
+        plan_reassignment(image, "m", 0, target, true).map(|r| r.map(|r| image.apply(&r)))
+    }
+
+    /// KIP-455: {1,2} to {2,3} adds 3 and removes 1, the replicas listed
+    /// as the target then the removed ones; the leader's AlterPartition
+    /// that brings 3 into the ISR completes it in the same change, and the
+    /// removed leader is replaced by the first ISR member of the target in
+    /// a new leader epoch.
+    #[test]
+    fn a_reassignment_completes_when_the_added_replicas_join_the_isr() {
+        let config = crate::config::ServeArgs::default().resolve().unwrap();
+        let (image, id) = four_nodes();
+        let image = reassign(&image, Some(&[2000, 3000])).unwrap().unwrap();
+        let s = state_of(&image);
+        assert_eq!(s.replicas, vec![2000, 3000, 1000]);
+        assert_eq!(
+            (s.adding.clone(), s.removing.clone()),
+            (vec![3000], vec![1000])
+        );
+        assert_eq!(s.isr, vec![1000, 2000]);
+        assert_eq!((s.leader, s.leader_epoch, s.partition_epoch), (1000, 0, 1));
+        assert!(s.is_reassigning());
+        // The same target again changes nothing.
+        assert!(reassign(&image, Some(&[2000, 3000])).unwrap().is_none());
+        // 3 joins the ISR: the reassignment completes.
+        let (record, done) = plan_alter_partition(
+            &image,
+            &config,
+            &alter(id, 1000, (0, 1), &[1000, 2000, 3000]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(done.replicas, vec![2000, 3000]);
+        assert_eq!(done.isr, vec![2000, 3000]);
+        assert!(done.adding.is_empty() && done.removing.is_empty());
+        assert_eq!(
+            (done.leader, done.leader_epoch, done.partition_epoch),
+            (2000, 1, 2)
+        );
+        assert_eq!(state_of(&image.apply(&record)), done);
+    }
+
+    /// A reordering or a pure removal whose target is already in the ISR
+    /// completes at once; a reordering keeps the leader.
+    #[test]
+    fn a_reassignment_within_the_isr_completes_at_once() {
+        let (image, _) = four_nodes();
+        let reordered = state_of(&reassign(&image, Some(&[2000, 1000])).unwrap().unwrap());
+        assert_eq!(reordered.replicas, vec![2000, 1000]);
+        assert!(!reordered.is_reassigning());
+        assert_eq!((reordered.leader, reordered.leader_epoch), (1000, 0));
+        let shrunk = state_of(&reassign(&image, Some(&[2000])).unwrap().unwrap());
+        assert_eq!(
+            (shrunk.replicas.clone(), shrunk.isr.clone()),
+            (vec![2000], vec![2000])
+        );
+        assert!(!shrunk.is_reassigning());
+        assert_eq!((shrunk.leader, shrunk.leader_epoch), (2000, 1));
+        // v1 without allowReplicationFactorChange: the removal is refused.
+        assert!(matches!(
+            plan_reassignment(&image, "m", 0, Some(&[2000]), false),
+            Err(ControllerError::InvalidReplicationFactor(_))
+        ));
+        assert!(plan_reassignment(&image, "m", 0, Some(&[2000, 3000]), false).is_ok());
+    }
+
+    /// Cancelling goes back to the original replicas (the added ones leave
+    /// the replicas and the ISR; the leader stays); with nothing in progress it is
+    /// NO_REASSIGNMENT_IN_PROGRESS. A new target replaces one in progress
+    /// from the original replicas.
+    #[test]
+    fn a_reassignment_is_cancelled_or_replaced() {
+        let (image, _) = four_nodes();
+        assert_eq!(
+            reassign(&image, None).unwrap_err(),
+            ControllerError::NoReassignmentInProgress
+        );
+        let moving = reassign(&image, Some(&[2000, 3000])).unwrap().unwrap();
+        let back = state_of(&reassign(&moving, None).unwrap().unwrap());
+        // The original replicas in the reassignment's order, as Kafka's
+        // `PartitionReassignmentRevert` (the replicas less the added ones).
+        assert_eq!(
+            (back.replicas.clone(), back.isr.clone()),
+            (vec![2000, 1000], vec![1000, 2000])
+        );
+        assert!(!back.is_reassigning());
+        assert_eq!(
+            (back.leader, back.leader_epoch, back.partition_epoch),
+            (1000, 0, 2)
+        );
+        // Replaced: 3 is no longer added, 4 is.
+        let replaced = state_of(&reassign(&moving, Some(&[4000, 2000])).unwrap().unwrap());
+        assert_eq!(replaced.replicas, vec![4000, 2000, 1000]);
+        assert_eq!(
+            (replaced.adding.clone(), replaced.removing.clone()),
+            (vec![4000], vec![1000])
+        );
+    }
+
+    /// Kafka's errors: unknown topic or partition, an empty target, a
+    /// broker twice, an unregistered broker; fjord's: two replicas on one
+    /// node, and a topic of one replica.
+    #[test]
+    fn reassignment_errors_are_kafkas() {
+        let (mut image, _) = four_nodes();
+        let unknown = |r: Result<Option<MetadataRecord>, ControllerError>| {
+            matches!(r, Err(ControllerError::UnknownPartition(_)))
+        };
+        assert!(unknown(plan_reassignment(
+            &image,
+            "x",
+            0,
+            Some(&[1000]),
+            true
+        )));
+        assert!(unknown(plan_reassignment(
+            &image,
+            "m",
+            1,
+            Some(&[1000]),
+            true
+        )));
+        assert!(unknown(plan_reassignment(&image, "m", -1, None, true)));
+        let invalid = |image: &MetadataImage, target: &[i32]| {
+            matches!(
+                plan_reassignment(image, "m", 0, Some(target), true),
+                Err(ControllerError::InvalidReplicaAssignment(_))
+            )
+        };
+        assert!(invalid(&image, &[]));
+        assert!(invalid(&image, &[2000, 2000]));
+        assert!(invalid(&image, &[2000, 9000]));
+        assert!(invalid(&image, &[2000, 3001]));
+        assert!(invalid(&image, &[-1]));
+        // Fenced but registered brokers are accepted (Kafka's).
+        image = image.apply(&MetadataRecord::FenceBroker { node: 3 });
+        assert!(!invalid(&image, &[2000, 3000]));
+        image = image.apply(&MetadataRecord::CreateTopic {
+            name: "one".into(),
+            id: [3; 16],
+            shards: vec![0],
+            configs: BTreeMap::new(),
+            node: Some(1),
+            replicated: vec![],
+        });
+        assert!(matches!(
+            plan_reassignment(&image, "one", 0, Some(&[2000]), true),
+            Err(ControllerError::InvalidReplicaAssignment(_))
+        ));
+    }
+
+    /// The new fields are left out of records without a reassignment and
+    /// default when absent, so logs written before still load.
+    #[test]
+    fn partition_states_without_reassignment_fields_still_load() {
+        let s = PartitionState::new(vec![1000, 2000]);
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(!json.contains("adding") && !json.contains("removing"));
+        let back: PartitionState = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, s);
     }
 }

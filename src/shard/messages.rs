@@ -89,6 +89,14 @@ pub enum ControllerRequest {
         unclean: bool,
         topics: Option<Vec<(String, Vec<i32>)>>,
     },
+    /// Kafka's AlterPartitionReassignments (KIP-455): per topic, each
+    /// partition's target replicas, or None to cancel its reassignment.
+    /// `allow_rf_change` false (v1, KIP-860) refuses a target whose length
+    /// is not the original replica count.
+    AlterPartitionReassignments {
+        allow_rf_change: bool,
+        topics: Vec<ReassignTopic>,
+    },
     AlterPartition {
         broker: i32,
         topic_id: [u8; 16],
@@ -98,6 +106,10 @@ pub enum ControllerRequest {
         isr: Vec<i32>,
     },
 }
+
+/// One topic of an AlterPartitionReassignments: its name and, per
+/// partition, the target replicas (None: cancel).
+pub type ReassignTopic = (String, Vec<(i32, Option<Vec<i32>>)>);
 
 /// One change of a user's SCRAM credentials.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -173,6 +185,10 @@ pub enum ControllerError {
     PreferredLeaderNotAvailable,
     #[error("Eligible topic partition leaders are not available.")]
     EligibleLeadersNotAvailable,
+    /// AlterPartitionReassignments: a cancellation of a partition that is
+    /// not being reassigned (Kafka's message).
+    #[error("No partition reassignment is in progress.")]
+    NoReassignmentInProgress,
 }
 
 /// Per-item outcomes, in the order of the request's items.
@@ -193,6 +209,9 @@ pub enum ControllerReply {
     /// ElectLeaders: per topic (in request order, or every topic), each
     /// partition's outcome.
     Elections(Vec<TopicElections>),
+    /// AlterPartitionReassignments: per topic (in request order), each
+    /// partition's outcome.
+    Reassignments(Vec<TopicElections>),
 }
 
 /// One topic's ElectLeaders outcomes: each partition's.

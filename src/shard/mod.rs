@@ -292,12 +292,24 @@ impl ShardCtx {
         // consumer groups' topic ids to names with this image.
         self.groups.set_image(image.clone());
         let cores = self.cores();
-        // Topics deleted (or re-created under a new id).
+        // Topics deleted (or re-created under a new id), and replicas a
+        // reassignment removed from this shard (`docs/replication.md`
+        // §4.5): their logs are deleted, as Kafka's StopReplica with
+        // deletion does.
+        let node = self.config.node_id;
         let gone: Vec<TopicPartition> = self
             .partitions
             .borrow()
             .values()
-            .filter(|p| image.topic(&p.tp.topic).is_none_or(|t| t.id != p.topic_id))
+            .filter(|p| match image.topic(&p.tp.topic) {
+                None => true,
+                Some(t) if t.id != p.topic_id => true,
+                Some(t) => {
+                    t.is_replicated()
+                        && t.placement(p.tp.partition.0, node, cores)
+                            != crate::metadata::Placement::Local(self.shard)
+                }
+            })
             .map(|p| p.tp.clone())
             .collect();
         let any_gone = !gone.is_empty();
@@ -314,6 +326,9 @@ impl ShardCtx {
             // After every removal: a fetch during the deletes above may
             // have cached a handle of one removed later.
             self.fetch_sessions.borrow_mut().drop_partition_handles();
+        }
+        if self.shard == 0 && self.first_image.borrow().is_some() {
+            self.delete_unassigned_replicas(&image).await;
         }
         // New partitions and config changes.
         let mut opened_txn_partitions = Vec::new();
@@ -404,6 +419,50 @@ impl ShardCtx {
         }
         for state in opened_txn_partitions {
             self.txn.load_partition(self, &state).await;
+        }
+    }
+
+    /// At a start (the first image, on shard 0): the directories of
+    /// replicated partitions that no shard of this node holds any more
+    /// (a reassignment removed the replica while the node was down,
+    /// `docs/replication.md` §4.5) are deleted, as Kafka deletes a stray
+    /// log at start-up. Only a directory whose `partition.metadata` names
+    /// the topic's id goes; no shard opens these (the image places them
+    /// on other nodes).
+    async fn delete_unassigned_replicas(&self, image: &MetadataImage) {
+        let node = self.config.node_id;
+        let cores = self.cores();
+        let data_dir = self.logs.data_dir().to_path_buf();
+        let mut stale = Vec::new();
+        for t in image.topics.values().filter(|t| t.is_replicated()) {
+            for i in 0..t.partition_count() {
+                if t.placement(i, node, cores) == crate::metadata::Placement::Elsewhere {
+                    let tp = TopicPartition::new(t.name.clone(), i);
+                    stale.push((data_dir.join(tp.dir_name()), t.id));
+                }
+            }
+        }
+        if stale.is_empty() {
+            return;
+        }
+        let removed = glommio::executor()
+            .spawn_blocking(move || {
+                let mut removed = Vec::new();
+                for (dir, id) in stale {
+                    if crate::log::partition_meta::read(&dir).ok().flatten() != Some(id) {
+                        continue;
+                    }
+                    match crate::log::partition_meta::delete_dir(&data_dir, &dir) {
+                        Ok(()) => removed.push(dir),
+                        Err(e) => tracing::warn!(dir = %dir.display(), error = %e,
+                            "cannot delete the directory of a replica no longer assigned here"),
+                    }
+                }
+                removed
+            })
+            .await;
+        for dir in removed {
+            tracing::info!(dir = %dir.display(), "deleted a replica no longer assigned to this node");
         }
     }
 
@@ -665,7 +724,8 @@ impl ShardCtx {
             | ControllerReply::Acls(_)
             | ControllerReply::Broker(_)
             | ControllerReply::Partition(_)
-            | ControllerReply::Elections(_) => Err(ControllerError::Unavailable),
+            | ControllerReply::Elections(_)
+            | ControllerReply::Reassignments(_) => Err(ControllerError::Unavailable),
         }
     }
 
