@@ -185,7 +185,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         // ids, given as they are made, order the shard mesh's peers.
         let (made_tx, made_rx) = std::sync::mpsc::channel::<()>();
         let handle = std::thread::Builder::new()
-            .name(format!("shard-{shard}"))
+            // Named as glommio names its executors' threads (`shard-<k>-<id>`).
+            .name(format!("shard-{shard}-{}", shard + 1))
             .spawn(move || {
                 let made = builder.make();
                 drop(made_tx);
