@@ -83,10 +83,8 @@ fn wait_coordinator(
             .map(|&i| coordinator(&brokers[i], key_type, key))
             .collect::<Option<Vec<_>>>()?;
         let first = found[0];
-        (found.iter().all(|f| *f == first)
-            && Some(first.0) != not
-            && running.contains(&first.0))
-        .then_some(first)
+        (found.iter().all(|f| *f == first) && Some(first.0) != not && running.contains(&first.0))
+            .then_some(first)
     })
 }
 
@@ -125,16 +123,18 @@ fn commit(brokers: &mut [Broker], offset: i64) {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(TOPIC, 0, Offset::Offset(offset))
         .expect("offset");
-    common::wait_for(SETTLE, &format!("a commit of offset {offset}"), || {
-        match consumer.commit(&tpl, CommitMode::Sync) {
+    common::wait_for(
+        SETTLE,
+        &format!("a commit of offset {offset}"),
+        || match consumer.commit(&tpl, CommitMode::Sync) {
             Ok(()) => Some(()),
             Err(e) => {
                 eprintln!("commit of {offset}: {e}; retrying");
                 std::thread::sleep(Duration::from_millis(200));
                 None
             }
-        }
-    });
+        },
+    );
 }
 
 /// [`GROUP`]'s committed offset of partition 0 of [`TOPIC`], read by a

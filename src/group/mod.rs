@@ -342,11 +342,19 @@ impl GroupCoordinator {
         let Some(op) = self.partitions.borrow_mut().remove(&partition) else {
             return;
         };
-        tracing::info!(partition, groups = op.groups.len(), "offsets partition unloaded");
+        tracing::info!(
+            partition,
+            groups = op.groups.len(),
+            "offsets partition unloaded"
+        );
         let of_partition = |group: &String| self.partition_for(group) == partition;
         let joins: Vec<JoinWaiter> = {
             let mut waiters = self.join_waiters.borrow_mut();
-            let keys: Vec<_> = waiters.keys().filter(|(g, _)| of_partition(g)).cloned().collect();
+            let keys: Vec<_> = waiters
+                .keys()
+                .filter(|(g, _)| of_partition(g))
+                .cloned()
+                .collect();
             keys.iter().filter_map(|k| waiters.remove(k)).collect()
         };
         for w in joins {
@@ -354,7 +362,11 @@ impl GroupCoordinator {
         }
         let syncs: Vec<SyncWaiter> = {
             let mut waiters = self.sync_waiters.borrow_mut();
-            let keys: Vec<_> = waiters.keys().filter(|(g, _)| of_partition(g)).cloned().collect();
+            let keys: Vec<_> = waiters
+                .keys()
+                .filter(|(g, _)| of_partition(g))
+                .cloned()
+                .collect();
             keys.iter().filter_map(|k| waiters.remove(k)).collect()
         };
         for w in syncs {
@@ -366,9 +378,10 @@ impl GroupCoordinator {
     /// `epoch` (a replay begun before the partition was given up and taken
     /// again is stale).
     fn is_loading(&self, partition: i32, log: &Rc<PartitionLog>, epoch: i32) -> bool {
-        self.partitions.borrow().get(&partition).is_some_and(|op| {
-            !op.loaded && op.epoch == epoch && Rc::ptr_eq(&op.partition.log, log)
-        })
+        self.partitions
+            .borrow()
+            .get(&partition)
+            .is_some_and(|op| !op.loaded && op.epoch == epoch && Rc::ptr_eq(&op.partition.log, log))
     }
 
     /// Serves the groups a replay of `log` rebuilt, if the partition still
@@ -653,7 +666,9 @@ impl GroupCoordinator {
     /// The shard the coordinator writes through (gone only while the
     /// shard shuts down).
     fn shard(&self) -> Result<Rc<dyn CoordinatorLog>, GroupError> {
-        self.shard.upgrade().ok_or(GroupError::CoordinatorNotAvailable)
+        self.shard
+            .upgrade()
+            .ok_or(GroupError::CoordinatorNotAvailable)
     }
 
     async fn write(

@@ -24,8 +24,8 @@
 //! Every wait for another shard is bounded; [`router`] lists them and what
 //! each answers on a timeout.
 
-mod coordinator_log;
 pub mod controller;
+mod coordinator_log;
 pub mod fetch_sessions;
 pub mod messages;
 pub mod metrics;

@@ -186,11 +186,15 @@ impl TxnCoordinator {
         }
         self.loaded.borrow_mut().remove(&partition);
         let count = self.txns.borrow().len();
-        self.txns.borrow_mut().retain(|id, _| {
-            coordinator_partition(id, self.partition_count.get()) != partition
-        });
+        self.txns
+            .borrow_mut()
+            .retain(|id, _| coordinator_partition(id, self.partition_count.get()) != partition);
         let dropped = count - self.txns.borrow().len();
-        tracing::info!(partition, transactional_ids = dropped, "transaction state partition unloaded");
+        tracing::info!(
+            partition,
+            transactional_ids = dropped,
+            "transaction state partition unloaded"
+        );
     }
 
     /// Replays a `__transaction_state` partition this shard just took
@@ -205,7 +209,9 @@ impl TxnCoordinator {
         epoch: i32,
     ) {
         self.partition_count.set(partition_count);
-        self.held.borrow_mut().insert(partition.tp.partition.0, epoch);
+        self.held
+            .borrow_mut()
+            .insert(partition.tp.partition.0, epoch);
         self.loaded.borrow_mut().remove(&partition.tp.partition.0);
         self.start_id_expiration(env);
         let Err(e) = self.try_load(env, partition, epoch).await else {
@@ -794,7 +800,9 @@ async fn append_acked<E: TxnEnv>(
 ) -> Result<(), AppendFailed> {
     env.writable(&partition.tp)?;
     let info = partition.append_internal(batch)?;
-    Ok(env.acked(&partition.tp, &partition.log, info.last_offset).await?)
+    Ok(env
+        .acked(&partition.tp, &partition.log, info.last_offset)
+        .await?)
 }
 
 /// Why a coordinator write failed.
