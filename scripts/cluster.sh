@@ -73,8 +73,31 @@ start() {
         echo $! >"$DIR/node-$n.pid"
         echo "node $n: pid $!, clients 127.0.0.1:$((CLIENT_BASE + n)), controller 127.0.0.1:$((CONTROLLER_BASE + n)), log $DIR/node-$n.log"
     done
+    wait_registered
     echo "any node takes metadata writes (forwarded to the quorum's leader) and bootstraps clients;"
     echo "the leader: grep 'leads the metadata quorum' $DIR/node-*.log (the last such line)"
+}
+
+# Waits (at most 60 s) until Metadata lists every node's broker, so that a
+# topic of replication factor 3 can be created: until the nodes have
+# registered with the quorum's leader, CreateTopics answers
+# INVALID_REPLICATION_FACTOR. Asks with kcat when it is installed.
+wait_registered() {
+    local bootstrap n
+    bootstrap=$(for n in "${NODES[@]}"; do printf '127.0.0.1:%s,' $((CLIENT_BASE + n)); done)
+    if ! command -v kcat >/dev/null; then
+        echo "(no kcat to check with: the nodes register with the quorum within a few seconds)"
+        return
+    fi
+    for _ in $(seq 120); do
+        if kcat -b "${bootstrap%,}" -L -m 2 2>/dev/null | grep -q "^ ${#NODES[@]} brokers:"; then
+            echo "all ${#NODES[@]} nodes registered"
+            return
+        fi
+        sleep 0.5
+    done
+    echo "not every node registered within 60 s: see $DIR/node-*.log" >&2
+    exit 1
 }
 
 stop() {
