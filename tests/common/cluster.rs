@@ -156,8 +156,14 @@ impl PartitionView {
 /// `topic`'s partitions in `broker`'s Metadata (v12), by index; None if
 /// the topic is not listed.
 pub fn partitions(broker: &Broker, topic: &str) -> Option<Vec<PartitionView>> {
+    partitions_at(broker, topic, 12)
+}
+
+/// The same from Metadata at `version` (fields a version lacks are empty
+/// or -1).
+pub fn partitions_at(broker: &Broker, topic: &str, version: i16) -> Option<Vec<PartitionView>> {
     let resp = RawClient::connect_to(addr(broker)).request(
-        12,
+        version,
         &MetadataRequest::default()
             .with_topics(None)
             .with_allow_auto_topic_creation(false),
