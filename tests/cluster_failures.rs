@@ -29,7 +29,6 @@ use kafka_protocol::messages::create_topics_request::{
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
 use std::time::Duration;
 
 const NODES: usize = 3;
@@ -45,58 +44,31 @@ fn s(v: &str) -> StrBytes {
 /// preferred leader), with `configs`, through the first node that takes
 /// it.
 fn create(brokers: &[Broker], name: &str, replicas: &[i32], configs: &[(&str, &str)]) {
-    common::wait_for(SETTLE, "a node that takes CreateTopics", || {
-        for b in brokers {
-            let topic = CreatableTopic::default()
-                .with_name(TopicName(s(name)))
-                .with_num_partitions(-1)
-                .with_replication_factor(-1)
-                .with_assignments(vec![CreatableReplicaAssignment::default()
-                    .with_partition_index(0)
-                    .with_broker_ids(replicas.iter().map(|&b| BrokerId(b)).collect())])
-                .with_configs(
-                    configs
-                        .iter()
-                        .map(|(k, v)| {
-                            CreatableTopicConfig::default()
-                                .with_name(s(k))
-                                .with_value(Some(s(v)))
-                        })
-                        .collect(),
-                );
-            let resp = RawClient::connect_to(addr(b)).request(
-                5,
-                &CreateTopicsRequest::default()
-                    .with_topics(vec![topic])
-                    .with_timeout_ms(10_000),
-            );
-            let code = resp.topics[0].error_code;
-            if code == 0 || code == ResponseError::TopicAlreadyExists.code() {
-                return Some(());
-            }
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        None
-    });
+    let topic = CreatableTopic::default()
+        .with_name(TopicName(s(name)))
+        .with_num_partitions(-1)
+        .with_replication_factor(-1)
+        .with_assignments(vec![CreatableReplicaAssignment::default()
+            .with_partition_index(0)
+            .with_broker_ids(replicas.iter().map(|&b| BrokerId(b)).collect())])
+        .with_configs(
+            configs
+                .iter()
+                .map(|(k, v)| {
+                    CreatableTopicConfig::default()
+                        .with_name(s(k))
+                        .with_value(Some(s(v)))
+                })
+                .collect(),
+        );
+    common::cluster::create_topic_as(brokers, topic);
 }
 
 /// Partition 0 of `topic` as `broker`'s Metadata lists it: (leader, ISR
 /// sorted); None if not listed.
 fn partition0(broker: &Broker, topic: &str) -> Option<(i32, Vec<i32>)> {
-    let resp = RawClient::connect_to(addr(broker)).request(
-        12,
-        &MetadataRequest::default()
-            .with_topics(None)
-            .with_allow_auto_topic_creation(false),
-    );
-    let t = resp
-        .topics
-        .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))?;
-    let p = t.partitions.iter().find(|p| p.partition_index == 0)?;
-    let mut isr: Vec<i32> = p.isr_nodes.iter().map(|b| b.0).collect();
-    isr.sort();
-    Some((p.leader_id.0, isr))
+    let p = common::cluster::partition(broker, topic, 0)?.sorted();
+    Some((p.leader, p.isr))
 }
 
 /// Waits until `broker` lists partition 0 of `topic` as `want`.
