@@ -246,9 +246,11 @@ fn a_leader_back_from_an_unclean_shutdown_leads_no_more() {
     // Killed and started again at once, usually before it is fenced.
     brokers[0].kill9();
     brokers[0].restart();
+    // (It may be back in the ISR by the time this looks: it catches up
+    // fast.)
     let leader = common::wait_for(SETTLE, "a new leader", || {
-        let (leader, isr) = partition0(&brokers[1], topic)?;
-        (leader > 0 && !isr.contains(&0)).then_some(leader)
+        let (leader, _) = partition0(&brokers[1], topic)?;
+        (leader > 0).then_some(leader)
     });
     let new_leader = &brokers[usize::try_from(leader / 1000).expect("a node")];
     wait_latest(new_leader, topic, 3);
