@@ -110,6 +110,9 @@ pub struct ShardCtx {
     /// The replicated partitions this shard leads: what their followers
     /// fetched, and their high watermarks (`replication::leading`).
     pub leading: crate::replication::leading::Leading,
+    /// Connections to other nodes' brokers for transaction markers and
+    /// AddPartitionsToTxn (`replication::peers`).
+    pub peers: crate::replication::peers::PeerClients,
     /// The authorizer's settings (`--super-users`,
     /// `--allow-everyone-if-no-acl-found`); None with `--authorizer none`,
     /// when nothing is checked. The ACLs themselves are in the image.
@@ -150,6 +153,7 @@ impl ShardCtx {
             })
         });
         let replicas = ReplicaManager::new(config.node_id_of(shard));
+        let config_broker_id = config.node_id_of(shard);
         Rc::new(ShardCtx {
             authorizer,
             shard,
@@ -170,6 +174,7 @@ impl ShardCtx {
             groups,
             fetch_sessions: RefCell::new(fetch_sessions),
             leading: Default::default(),
+            peers: crate::replication::peers::PeerClients::new(config_broker_id),
         })
     }
 
