@@ -29,7 +29,7 @@ pub mod fetch_sessions;
 pub mod messages;
 pub mod metrics;
 pub mod router;
-mod txn_env;
+pub mod txn_env;
 
 use crate::auth::acl::AuthorizerSettings;
 use crate::config::{AuthorizerKind, BrokerConfig};

@@ -1,0 +1,221 @@
+//! Transactions across nodes (`docs/replication.md` §4.6): three nodes in
+//! network namespaces (`common::netns`), one shard each, a quorum of all
+//! three, and a topic of replication factor 3 whose three partitions are
+//! led by the three nodes:
+//! - a transactional librdkafka producer bootstrapped on one node (a
+//!   transaction-version-1 client: the leaders verify each partition at
+//!   the coordinator, AddPartitionsToTxn v4 `verifyOnly` when it is on
+//!   another node) writes to all three partitions in committed and aborted
+//!   transactions; the coordinator writes each transaction's markers on
+//!   the partitions' leaders, two of them on other nodes (WriteTxnMarkers);
+//! - a read_committed consumer on another node reads exactly the committed
+//!   records, in order, none of the aborted ones, and reaches the end of
+//!   each partition (every marker was written: an open transaction would
+//!   hold the last stable offset back);
+//! - every replica's log is byte-identical to its leader's and holds the
+//!   markers, COMMIT and ABORT in the transactions' order.
+
+mod common;
+
+use common::client::{self, base_config};
+use common::cluster::{listed_topic, Listed, SETTLE};
+use common::netns::Net;
+use common::Broker;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+use std::time::{Duration, Instant};
+
+const SESSION_TIMEOUT_MS: u64 = 3000;
+const NODES: usize = 3;
+const TOPIC: &str = "txn-across";
+const PARTITIONS: i32 = 3;
+/// Transactions, committed when even, aborted when odd (the last one is
+/// committed: its records are readable only once the abort before it was
+/// marked everywhere).
+const ROUNDS: usize = 5;
+/// Records per partition per transaction.
+const PER_PARTITION: usize = 3;
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn start(net: &Net, i: usize) -> Broker {
+    common::cluster::start_node(net, i, NODES, SESSION_TIMEOUT_MS, &[])
+}
+
+/// Waits until every node lists the topic alike: each partition led, with
+/// three replicas all in the ISR, the leaders on three different nodes.
+fn wait_led_by_every_node(brokers: &[Broker]) -> Vec<Listed> {
+    let all: Vec<i32> = (0..NODES as i32).map(|n| n * 1000).collect();
+    common::wait_for(SETTLE, "every node to list the topic", || {
+        let first = listed_topic(&brokers[0], TOPIC)?;
+        if first.len() != PARTITIONS as usize
+            || first
+                .iter()
+                .any(|l| l.error != 0 || l.leader < 0 || l.replicas != all || l.isr != all)
+        {
+            return None;
+        }
+        brokers[1..]
+            .iter()
+            .all(|b| listed_topic(b, TOPIC).as_ref() == Some(&first))
+            .then_some(first)
+    })
+}
+
+fn value(round: usize, p: i32, i: usize) -> String {
+    format!("r{round}-p{p}-{i}")
+}
+
+/// The stored batches of `broker`'s replica of partition `p`: the bytes of
+/// all of them, and the control type (0 ABORT, 1 COMMIT) of each control
+/// batch in log order.
+fn stored(broker: &Broker, p: i32) -> (Vec<u8>, Vec<i16>) {
+    let batches = common::disk::batches(&broker.first_segment(TOPIC, p));
+    let markers = batches
+        .iter()
+        .filter(|b| b.header.is_control())
+        .map(|b| {
+            let records = b.records();
+            assert_eq!(records.len(), 1, "a control batch holds one record");
+            let key = records[0].key.as_deref().expect("a control key");
+            assert!(key.len() >= 4, "control key {key:?}");
+            i16::from_be_bytes([key[2], key[3]])
+        })
+        .collect();
+    (batches.into_iter().flat_map(|b| b.bytes).collect(), markers)
+}
+
+/// Every record of the topic under read_committed, bootstrapped at
+/// `broker`, per partition in offset order, read until each partition's
+/// position is its end (`ends`), then a moment more for any extra.
+fn read_committed(broker: &Broker, ends: &[i64]) -> Vec<Vec<String>> {
+    let consumer: BaseConsumer =
+        client::consumer(&broker.bootstrap(), &[("isolation.level", "read_committed")]);
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition_offset(TOPIC, p, Offset::Beginning)
+            .expect("add partition");
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut out = vec![Vec::new(); PARTITIONS as usize];
+    let deadline = Instant::now() + TIMEOUT;
+    let mut settle_until: Option<Instant> = None;
+    loop {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.expect("consume");
+            out[m.partition() as usize].push(
+                String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+            );
+        }
+        let now = Instant::now();
+        if let Some(t) = settle_until {
+            if now >= t {
+                return out;
+            }
+            continue;
+        }
+        let positions = consumer.position().expect("position");
+        let at_end = (0..PARTITIONS).all(|p| {
+            matches!(
+                positions.find_partition(TOPIC, p).map(|e| e.offset()),
+                Some(Offset::Offset(o)) if o >= ends[p as usize]
+            )
+        });
+        if at_end {
+            settle_until = Some(now + Duration::from_secs(2));
+        }
+        assert!(
+            now < deadline,
+            "read_committed consumer stuck at {positions:?} (ends {ends:?}), got {out:?}"
+        );
+    }
+}
+
+#[test]
+fn transactions_commit_and_abort_on_leaders_of_every_node() {
+    let net = Net::new(NODES);
+    let brokers: Vec<Broker> = (0..NODES).map(|i| start(&net, i)).collect();
+    common::cluster::create_topic(&brokers, TOPIC, PARTITIONS, NODES as i16, &[]);
+    let listed = wait_led_by_every_node(&brokers);
+    let mut leader_nodes: Vec<i32> = listed.iter().map(|l| l.leader / 1000).collect();
+    leader_nodes.sort();
+    assert_eq!(
+        leader_nodes,
+        vec![0, 1, 2],
+        "one partition led by each node: {listed:?}"
+    );
+
+    let producer: BaseProducer = {
+        let mut c = base_config(&brokers[0].bootstrap());
+        c.set("transactional.id", "across-nodes")
+            .set("transaction.timeout.ms", "60000")
+            .set("linger.ms", "0");
+        c.create().expect("transactional producer")
+    };
+    producer.init_transactions(TIMEOUT).expect("init_transactions");
+    let mut committed = vec![Vec::new(); PARTITIONS as usize];
+    for round in 0..ROUNDS {
+        producer.begin_transaction().expect("begin_transaction");
+        for p in 0..PARTITIONS {
+            for i in 0..PER_PARTITION {
+                let v = value(round, p, i);
+                producer
+                    .send(BaseRecord::<(), str>::to(TOPIC).payload(&v).partition(p))
+                    .map_err(|(e, _)| e)
+                    .expect("enqueue");
+                if round % 2 == 0 {
+                    committed[p as usize].push(v);
+                }
+            }
+        }
+        producer.flush(TIMEOUT).expect("flush");
+        if round % 2 == 0 {
+            producer
+                .commit_transaction(TIMEOUT)
+                .unwrap_or_else(|e| panic!("commit of round {round}: {e}"));
+        } else {
+            producer
+                .abort_transaction(TIMEOUT)
+                .unwrap_or_else(|e| panic!("abort of round {round}: {e}"));
+        }
+    }
+
+    // Every replica byte-identical to the others, each partition holding
+    // every record and one marker per transaction, in order.
+    let markers: Vec<i16> = (0..ROUNDS).map(|r| i16::from(r % 2 == 0)).collect();
+    let mut ends = Vec::new();
+    for p in 0..PARTITIONS {
+        let what = format!("partition {p}'s replicas byte-identical with every marker");
+        let end = common::wait_for(SETTLE, &what, || {
+            let (bytes, found) = stored(&brokers[0], p);
+            if found != markers {
+                return None;
+            }
+            let same = brokers[1..].iter().all(|b| stored(b, p).0 == bytes);
+            let batches = common::disk::batches(&brokers[0].first_segment(TOPIC, p));
+            let end = batches.last().map(|b| b.header.last_offset() + 1)?;
+            same.then_some(end)
+        });
+        assert_eq!(
+            end,
+            (ROUNDS * (PER_PARTITION + 1)) as i64,
+            "partition {p}: the records and markers of every transaction"
+        );
+        ends.push(end);
+    }
+
+    // Read on another node than the producer's: committed only, in order.
+    let got = read_committed(&brokers[1], &ends);
+    assert_eq!(got, committed, "read_committed sees the committed records only");
+    // And read_uncommitted sees everything (the aborted records are there).
+    let all = client::consume(
+        &brokers[2].bootstrap(),
+        TOPIC,
+        PARTITIONS,
+        ROUNDS * PER_PARTITION * PARTITIONS as usize,
+        Duration::from_millis(500),
+        TIMEOUT,
+    );
+    assert_eq!(all.len(), ROUNDS * PER_PARTITION * PARTITIONS as usize);
+}
