@@ -29,7 +29,6 @@ use common::client;
 use common::netns::Net;
 use common::raw::RawClient;
 use common::Broker;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
