@@ -104,9 +104,8 @@ fn read_all(broker: &Broker, isolation: &str, ends: &[i64]) -> Vec<Vec<String>> 
     loop {
         if let Some(m) = consumer.poll(Duration::from_millis(100)) {
             let m = m.expect("consume");
-            out[m.partition() as usize].push(
-                String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
-            );
+            out[m.partition() as usize]
+                .push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
         }
         let now = Instant::now();
         if let Some(t) = settle_until {
@@ -153,7 +152,9 @@ fn transactions_commit_and_abort_on_leaders_of_every_node() {
             .set("linger.ms", "0");
         c.create().expect("transactional producer")
     };
-    producer.init_transactions(TIMEOUT).expect("init_transactions");
+    producer
+        .init_transactions(TIMEOUT)
+        .expect("init_transactions");
     let mut committed = vec![Vec::new(); PARTITIONS as usize];
     for round in 0..ROUNDS {
         producer.begin_transaction().expect("begin_transaction");
@@ -207,7 +208,10 @@ fn transactions_commit_and_abort_on_leaders_of_every_node() {
 
     // Read on another node than the producer's: committed only, in order.
     let got = read_all(&brokers[1], "read_committed", &ends);
-    assert_eq!(got, committed, "read_committed sees the committed records only");
+    assert_eq!(
+        got, committed,
+        "read_committed sees the committed records only"
+    );
     // read_uncommitted sees every record, the aborted ones too.
     let every: Vec<Vec<String>> = (0..PARTITIONS)
         .map(|p| {

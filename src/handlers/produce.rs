@@ -59,16 +59,6 @@ use crate::handlers::authz::Authz;
 use crate::log::{AppendInfo, PartitionLog};
 use crate::metadata::internal::{coordinator_partition, is_internal, TRANSACTION_STATE};
 use crate::metadata::{LeaderAt, MetadataImage};
-use crate::replication::client::ClientError;
-use crate::replication::peers::PeerError;
-use kafka_protocol::messages::add_partitions_to_txn_request::{
-    AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
-};
-use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, ProducerId, TopicName,
-    TransactionalId,
-};
-use kafka_protocol::protocol::StrBytes;
 use crate::metrics;
 use crate::partition::{AppendError, DataAppend};
 use crate::protocol::produce::{
@@ -78,7 +68,9 @@ use crate::protocol::produce::{
 use crate::protocol::RequestHeader;
 use crate::record::records::keyless_records;
 use crate::record::RecordsError;
+use crate::replication::client::ClientError;
 use crate::replication::leader::AcksAll;
+use crate::replication::peers::PeerError;
 use crate::shard::messages::ShardMessage;
 use crate::shard::ShardCtx;
 use crate::txn::coordinator::TxnError;
@@ -86,11 +78,19 @@ use crate::types::{Offset, TopicPartition};
 use bytes::BytesMut;
 use futures::future::{self, Either, LocalBoxFuture};
 use futures::FutureExt;
+use kafka_protocol::messages::add_partitions_to_txn_request::{
+    AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+};
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
     TopicProduceResponse,
 };
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, ProducerId, TopicName,
+    TransactionalId,
+};
 use kafka_protocol::messages::{BrokerId, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -1135,7 +1135,10 @@ mod tests {
         assert_eq!(req.transactions.len(), 1);
         let t = &req.transactions[0];
         assert_eq!(t.transactional_id.0.as_str(), "tx");
-        assert_eq!((t.producer_id.0, t.producer_epoch, t.verify_only), (9, 4, true));
+        assert_eq!(
+            (t.producer_id.0, t.producer_epoch, t.verify_only),
+            (9, 4, true)
+        );
         let topics: Vec<(&str, Vec<i32>)> = t
             .topics
             .iter()

@@ -14,12 +14,12 @@ use crate::handlers::authz::Authz;
 use crate::metadata::internal::TRANSACTION_STATE;
 use crate::metadata::Placement;
 use crate::partition::{MarkerError, TxnMarker};
-use crate::types::TopicPartition;
 use crate::protocol::hand_versions::{
     WriteTxnMarkersRequestV2, WriteTxnMarkersResponseV2, WRITE_TXN_MARKERS_TV_VERSION,
 };
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
+use crate::types::TopicPartition;
 use bytes::BytesMut;
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
@@ -298,13 +298,9 @@ pub async fn write_txn_markers(
             for t in &m.topics {
                 for &p in &t.partition_indexes {
                     let topic = t.name.0.to_string();
-                    let placement =
-                        image.placement(&topic, p, ctx.config.node_id, ctx.cores());
+                    let placement = image.placement(&topic, p, ctx.config.node_id, ctx.cores());
                     let Placement::Local(shard) = placement else {
-                        codes.insert(
-                            (i, topic, p),
-                            ResponseError::UnknownTopicOrPartition.code(),
-                        );
+                        codes.insert((i, topic, p), ResponseError::UnknownTopicOrPartition.code());
                         continue;
                     };
                     index_of

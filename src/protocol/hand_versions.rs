@@ -482,10 +482,11 @@ impl Encodable for WriteTxnMarkersRequestV2 {
 }
 
 impl kafka_protocol::protocol::Message for WriteTxnMarkersRequestV2 {
-    const VERSIONS: kafka_protocol::protocol::VersionRange = kafka_protocol::protocol::VersionRange {
-        min: WRITE_TXN_MARKERS_TV_VERSION,
-        max: WRITE_TXN_MARKERS_TV_VERSION,
-    };
+    const VERSIONS: kafka_protocol::protocol::VersionRange =
+        kafka_protocol::protocol::VersionRange {
+            min: WRITE_TXN_MARKERS_TV_VERSION,
+            max: WRITE_TXN_MARKERS_TV_VERSION,
+        };
     const DEPRECATED_VERSIONS: Option<kafka_protocol::protocol::VersionRange> = None;
 }
 
@@ -536,10 +537,11 @@ impl Decodable for WriteTxnMarkersResponseV2 {
 }
 
 impl kafka_protocol::protocol::Message for WriteTxnMarkersResponseV2 {
-    const VERSIONS: kafka_protocol::protocol::VersionRange = kafka_protocol::protocol::VersionRange {
-        min: WRITE_TXN_MARKERS_TV_VERSION,
-        max: WRITE_TXN_MARKERS_TV_VERSION,
-    };
+    const VERSIONS: kafka_protocol::protocol::VersionRange =
+        kafka_protocol::protocol::VersionRange {
+            min: WRITE_TXN_MARKERS_TV_VERSION,
+            max: WRITE_TXN_MARKERS_TV_VERSION,
+        };
     const DEPRECATED_VERSIONS: Option<kafka_protocol::protocol::VersionRange> = None;
 }
 
@@ -778,7 +780,9 @@ mod tests {
         ));
         let back: WriteTxnMarkersResponseV2 = decode(&encode(&resp, 2), 2).unwrap();
         assert_eq!(back, resp);
-        assert!(WriteTxnMarkersRequestV2::default().encode(&mut BytesMut::new(), 1).is_err());
+        assert!(WriteTxnMarkersRequestV2::default()
+            .encode(&mut BytesMut::new(), 1)
+            .is_err());
     }
 
     #[test]

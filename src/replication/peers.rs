@@ -93,7 +93,9 @@ impl PeerClients {
         let permit = crate::runtime::within(deadline, destination.permits.acquire_static_permit(1))
             .await
             .ok_or(PeerError::TimedOut)?
-            .map_err(|e| PeerError::Client(ClientError::Io(std::io::Error::other(e.to_string()))))?;
+            .map_err(|e| {
+                PeerError::Client(ClientError::Io(std::io::Error::other(e.to_string())))
+            })?;
         // An idle connection to the broker's current address; one to an
         // address it no longer has is closed.
         let reused = {

@@ -8,17 +8,17 @@ use super::router::CallError;
 use super::ShardCtx;
 use crate::config::BrokerConfig;
 use crate::metadata::{internal, LeaderAt, MetadataImage};
+use crate::partition::{MarkerError, Partition, TxnMarker};
 use crate::protocol::hand_versions::{WriteTxnMarkersRequestV2, WRITE_TXN_MARKERS_TV_VERSION};
 use crate::replication::peers::PeerError;
+use crate::txn::coordinator::TxnCoordinator;
+use crate::txn::env::TxnEnv;
+use crate::types::TopicPartition;
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
 use kafka_protocol::messages::{ApiKey, ProducerId, TopicName, WriteTxnMarkersRequest};
 use kafka_protocol::protocol::StrBytes;
-use crate::partition::{MarkerError, Partition, TxnMarker};
-use crate::txn::coordinator::TxnCoordinator;
-use crate::txn::env::TxnEnv;
-use crate::types::TopicPartition;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -83,9 +83,10 @@ impl TxnEnv for ShardCtx {
         }
         let deadline = self.router.deadline();
         let local = self.write_markers_on_shards(by_shard, deadline);
-        let remote = futures::future::join_all(by_broker.into_iter().map(|(broker, batch)| {
-            self.send_markers_to_broker(&image, broker, batch, deadline)
-        }));
+        let remote =
+            futures::future::join_all(by_broker.into_iter().map(|(broker, batch)| {
+                self.send_markers_to_broker(&image, broker, batch, deadline)
+            }));
         let (local, remote) = futures::future::join(local, remote).await;
         out.extend(local);
         out.extend(remote.into_iter().flatten());

@@ -632,7 +632,8 @@ impl TxnCoordinator {
                         "transaction markers still not written; retrying"
                     );
                 }
-                let backoff = (MARKER_RETRY_BACKOFF_MS << attempts.min(4)).min(MARKER_RETRY_BACKOFF_MS_MAX);
+                let backoff =
+                    (MARKER_RETRY_BACKOFF_MS << attempts.min(4)).min(MARKER_RETRY_BACKOFF_MS_MAX);
                 glommio::timer::sleep(Duration::from_millis(backoff)).await;
                 // Retried until written, as Kafka's marker channel does, or
                 // until this coordinator loses the transaction (it no longer

@@ -164,4 +164,3 @@ pub fn listed_topic(broker: &Broker, topic: &str) -> Option<Vec<Listed>> {
     out.sort_by_key(|(i, _)| *i);
     Some(out.into_iter().map(|(_, l)| l).collect())
 }
-
