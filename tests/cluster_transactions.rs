@@ -13,14 +13,23 @@
 //!   each partition (every marker was written: an open transaction would
 //!   hold the last stable offset back);
 //! - every replica's log is byte-identical to its leader's and holds the
-//!   markers, COMMIT and ABORT in the transactions' order.
+//!   markers, COMMIT and ABORT in the transactions' order;
+//! - the same with raw requests of transaction version 2 (Produce v12 to
+//!   each partition's leader, which adds the partition at the coordinator
+//!   on another node with AddPartitionsToTxn v5; EndTxn v5 bumping the
+//!   epoch; markers in the bumped epochs).
 
 mod common;
 
 use common::client::{self, base_config};
-use common::cluster::{listed_topic, Listed, SETTLE};
+use common::cluster::{addr, listed_topic, Listed, SETTLE};
 use common::netns::Net;
+use common::raw::{only_partition, produce_request, RawClient};
 use common::Broker;
+use fjord::record::{BatchBuilder, Compression};
+use kafka_protocol::messages::{FindCoordinatorRequest, TransactionalId};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -43,12 +52,12 @@ fn start(net: &Net, i: usize) -> Broker {
     common::cluster::start_node(net, i, NODES, SESSION_TIMEOUT_MS, &[])
 }
 
-/// Waits until every node lists the topic alike: each partition led, with
-/// three replicas all in the ISR, the leaders on three different nodes.
-fn wait_led_by_every_node(brokers: &[Broker]) -> Vec<Listed> {
+/// Waits until every node lists `topic` alike: each partition led, with
+/// three replicas all in the ISR.
+fn wait_led_by_every_node(brokers: &[Broker], topic: &str) -> Vec<Listed> {
     let all: Vec<i32> = (0..NODES as i32).map(|n| n * 1000).collect();
     common::wait_for(SETTLE, "every node to list the topic", || {
-        let first = listed_topic(&brokers[0], TOPIC)?;
+        let first = listed_topic(&brokers[0], topic)?;
         if first.len() != PARTITIONS as usize
             || first
                 .iter()
@@ -58,7 +67,7 @@ fn wait_led_by_every_node(brokers: &[Broker]) -> Vec<Listed> {
         }
         brokers[1..]
             .iter()
-            .all(|b| listed_topic(b, TOPIC).as_ref() == Some(&first))
+            .all(|b| listed_topic(b, topic).as_ref() == Some(&first))
             .then_some(first)
     })
 }
@@ -71,7 +80,12 @@ fn value(round: usize, p: i32, i: usize) -> String {
 /// all of them, and the control type (0 ABORT, 1 COMMIT) of each control
 /// batch in log order.
 fn stored(broker: &Broker, p: i32) -> (Vec<u8>, Vec<i16>) {
-    let batches = common::disk::batches(&broker.first_segment(TOPIC, p));
+    stored_of(broker, TOPIC, p)
+}
+
+/// [`stored`] of `topic`.
+fn stored_of(broker: &Broker, topic: &str, p: i32) -> (Vec<u8>, Vec<i16>) {
+    let batches = common::disk::batches(&broker.first_segment(topic, p));
     let markers = batches
         .iter()
         .filter(|b| b.header.is_control())
@@ -136,7 +150,7 @@ fn transactions_commit_and_abort_on_leaders_of_every_node() {
     let net = Net::new(NODES);
     let brokers: Vec<Broker> = (0..NODES).map(|i| start(&net, i)).collect();
     common::cluster::create_topic(&brokers, TOPIC, PARTITIONS, NODES as i16, &[]);
-    let listed = wait_led_by_every_node(&brokers);
+    let listed = wait_led_by_every_node(&brokers, TOPIC);
     let mut leader_nodes: Vec<i32> = listed.iter().map(|l| l.leader / 1000).collect();
     leader_nodes.sort();
     assert_eq!(
@@ -222,4 +236,124 @@ fn transactions_commit_and_abort_on_leaders_of_every_node() {
         .collect();
     let got = read_all(&brokers[2], "read_uncommitted", &ends);
     assert_eq!(got, every, "read_uncommitted sees every record");
+}
+
+/// The node index of the coordinator of transactional id `id`, asked of
+/// `broker` (FindCoordinator v3), retried while it is not available yet.
+fn find_coordinator(broker: &Broker, id: &str) -> usize {
+    common::wait_for(SETTLE, "the transaction coordinator", || {
+        let req = FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_string(id.to_string()))
+            .with_key_type(1);
+        let resp = RawClient::connect_to(addr(broker)).request(3, &req);
+        if resp.error_code != 0 {
+            std::thread::sleep(Duration::from_millis(100));
+            return None;
+        }
+        usize::try_from(resp.node_id.0 / 1000).ok()
+    })
+}
+
+/// Produce v12 (transaction version 2) of `values` to partition `p` of
+/// `topic` at its leader: the leader adds the partition to the transaction
+/// at the coordinator; retried while that answers NOT_ENOUGH_REPLICAS
+/// (retriable coordinator trouble, as while the previous transaction's
+/// markers are written). The error code.
+#[allow(clippy::too_many_arguments)]
+fn produce_v12(
+    leader: &mut RawClient,
+    topic: &str,
+    p: i32,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    values: &[String],
+) -> i16 {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let mut b = BatchBuilder::new(Compression::None)
+            .producer(pid, epoch, 0)
+            .transactional(true);
+        for v in values {
+            b = b.record(None, Some(v.as_bytes()), &[], 1_700_000_000_000);
+        }
+        let req = produce_request(topic, p, -1, b.build().freeze())
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_string(id.into()))));
+        let code = only_partition(&leader.request(12, &req)).error_code;
+        if code == ResponseError::NotEnoughReplicas.code() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        return code;
+    }
+}
+
+#[test]
+fn transaction_version_2_adds_partitions_at_a_coordinator_on_another_node() {
+    const V2_TOPIC: &str = "txn-v2-across";
+    let net = Net::new(NODES);
+    let brokers: Vec<Broker> = (0..NODES).map(|i| start(&net, i)).collect();
+    common::cluster::create_topic(&brokers, V2_TOPIC, PARTITIONS, NODES as i16, &[]);
+    let listed = wait_led_by_every_node(&brokers, V2_TOPIC);
+    let id = "across-nodes-v2";
+    let coordinator = find_coordinator(&brokers[0], id);
+    let mut coord = RawClient::connect_to(addr(&brokers[coordinator]));
+    let (pid, mut epoch) = common::raw::init_transactional(&mut coord, id).expect("InitProducerId");
+    let mut leaders: Vec<RawClient> = listed
+        .iter()
+        .map(|l| RawClient::connect_to(addr(&brokers[(l.leader / 1000) as usize])))
+        .collect();
+    assert!(
+        listed
+            .iter()
+            .any(|l| (l.leader / 1000) as usize != coordinator),
+        "a partition led away from the coordinator's node: {listed:?}"
+    );
+    // Commit, abort, commit: each EndTxn v5 bumps the epoch.
+    let commits = [true, false, true];
+    for (round, &commit) in commits.iter().enumerate() {
+        for (p, leader) in leaders.iter_mut().enumerate() {
+            let values: Vec<String> = (0..PER_PARTITION)
+                .map(|i| value(round, p as i32, i))
+                .collect();
+            assert_eq!(
+                produce_v12(leader, V2_TOPIC, p as i32, id, pid, epoch, &values),
+                0,
+                "round {round}, partition {p}"
+            );
+        }
+        let (code, next) = common::raw::end_txn_v5(&mut coord, id, pid, epoch, commit);
+        assert_eq!((code, next), (0, epoch + 1), "EndTxn of round {round}");
+        epoch = next;
+    }
+    let markers: Vec<i16> = commits.iter().map(|&c| i16::from(c)).collect();
+    for p in 0..PARTITIONS {
+        let what = format!("{V2_TOPIC}-{p}'s replicas byte-identical with every marker");
+        common::wait_for(SETTLE, &what, || {
+            let (bytes, found) = stored_of(&brokers[0], V2_TOPIC, p);
+            (found == markers
+                && brokers[1..]
+                    .iter()
+                    .all(|b| stored_of(b, V2_TOPIC, p).0 == bytes))
+            .then_some(())
+        });
+        // The markers carry the bumped epochs: 1, 2, 3.
+        let epochs: Vec<i16> = common::disk::batches(&brokers[0].first_segment(V2_TOPIC, p))
+            .iter()
+            .filter(|b| b.header.is_control())
+            .map(|b| b.header.producer_epoch)
+            .collect();
+        assert_eq!(epochs, vec![1, 2, 3], "partition {p}'s marker epochs");
+    }
+    // A fenced epoch is refused at a leader on another node too.
+    let stale = produce_v12(
+        &mut leaders[0],
+        V2_TOPIC,
+        0,
+        id,
+        pid,
+        epoch - 1,
+        &["late".to_string()],
+    );
+    assert_eq!(stale, ResponseError::InvalidProducerEpoch.code());
 }
