@@ -45,6 +45,9 @@ pub const SEGMENT_BYTES_MIN: i64 = 1024 * 1024;
 /// Kafka's `offsets.topic.segment.bytes` and
 /// `transaction.state.log.segment.bytes` defaults (100 MiB).
 pub const INTERNAL_TOPIC_SEGMENT_BYTES_DEFAULT: u64 = 100 * 1024 * 1024;
+/// Kafka's `offsets.topic.replication.factor` and
+/// `transaction.state.log.replication.factor` defaults (several nodes only).
+pub const INTERNAL_REPLICATION_FACTOR_DEFAULT: i16 = 3;
 /// Kafka's `log.cleaner.backoff.ms` default: how long the cleaner sleeps
 /// when no log needs cleaning.
 pub const LOG_CLEANER_BACKOFF_MS_DEFAULT: u64 = 15_000;
@@ -321,6 +324,12 @@ pub struct ServeArgs {
     /// Kafka `transaction.state.log.segment.bytes`: segment size of `__transaction_state`, set when it is created [default: 104857600].
     #[arg(long)]
     pub transaction_state_log_segment_bytes: Option<u64>,
+    /// Kafka `offsets.topic.replication.factor`: replicas of each `__consumer_offsets` partition on several nodes, set when it is created; fewer live nodes than this and it is not created (COORDINATOR_NOT_AVAILABLE), as in Kafka. A single node keeps one replica [default: 3].
+    #[arg(long)]
+    pub offsets_topic_replication_factor: Option<i16>,
+    /// Kafka `transaction.state.log.replication.factor`: as `--offsets-topic-replication-factor`, for `__transaction_state` [default: 3].
+    #[arg(long)]
+    pub transaction_state_log_replication_factor: Option<i16>,
     /// Kafka `log.cleaner.enable`: run the log cleaner of compacted topics [default: true].
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub log_cleaner_enable: Option<bool>,
@@ -652,6 +661,9 @@ pub struct BrokerConfig {
     pub log_cleaner_enable: bool,
     pub offsets_topic_segment_bytes: u64,
     pub transaction_state_log_segment_bytes: u64,
+    /// Several nodes only: see `ServeArgs::offsets_topic_replication_factor`.
+    pub offsets_topic_replication_factor: i16,
+    pub transaction_state_log_replication_factor: i16,
     pub log_cleaner_backoff_ms: u64,
     pub log_cleaner_threads: usize,
     pub log_cleaner_dedupe_buffer_size: usize,
@@ -765,6 +777,12 @@ impl ServeArgs {
             transaction_state_log_segment_bytes: self
                 .transaction_state_log_segment_bytes
                 .or(file.transaction_state_log_segment_bytes),
+            offsets_topic_replication_factor: self
+                .offsets_topic_replication_factor
+                .or(file.offsets_topic_replication_factor),
+            transaction_state_log_replication_factor: self
+                .transaction_state_log_replication_factor
+                .or(file.transaction_state_log_replication_factor),
             log_cleaner_backoff_ms: self.log_cleaner_backoff_ms.or(file.log_cleaner_backoff_ms),
             log_cleaner_threads: self.log_cleaner_threads.or(file.log_cleaner_threads),
             log_cleaner_dedupe_buffer_size: self
@@ -944,6 +962,19 @@ impl ServeArgs {
             a.transaction_state_log_segment_bytes,
             "transaction-state-log-segment-bytes",
         )?;
+        let internal_replication_factor = |factor: Option<i16>, flag: &str| {
+            let factor = factor.unwrap_or(INTERNAL_REPLICATION_FACTOR_DEFAULT);
+            anyhow::ensure!(factor >= 1, "--{flag} must be at least 1");
+            Ok(factor)
+        };
+        let offsets_topic_replication_factor = internal_replication_factor(
+            a.offsets_topic_replication_factor,
+            "offsets-topic-replication-factor",
+        )?;
+        let transaction_state_log_replication_factor = internal_replication_factor(
+            a.transaction_state_log_replication_factor,
+            "transaction-state-log-replication-factor",
+        )?;
         let log_cleaner_dedupe_buffer_size = a
             .log_cleaner_dedupe_buffer_size
             .unwrap_or(LOG_CLEANER_DEDUPE_BUFFER_SIZE_DEFAULT);
@@ -1024,6 +1055,8 @@ impl ServeArgs {
             log_cleaner_enable: a.log_cleaner_enable.unwrap_or(true),
             offsets_topic_segment_bytes,
             transaction_state_log_segment_bytes,
+            offsets_topic_replication_factor,
+            transaction_state_log_replication_factor,
             log_cleaner_backoff_ms: a
                 .log_cleaner_backoff_ms
                 .unwrap_or(LOG_CLEANER_BACKOFF_MS_DEFAULT)

@@ -23,7 +23,7 @@
 
 mod common;
 
-use common::cluster::{addr, listed_topic, Listed};
+use common::cluster::{addr, PartitionView};
 
 use common::client;
 use common::netns::Net;
@@ -67,10 +67,20 @@ fn create_topic(brokers: &[Broker], name: &str, partitions: i32, configs: &[(&st
     common::cluster::create_topic(brokers, name, partitions, NODES as i16, configs);
 }
 
+/// One partition as a node's Metadata (v12) lists it, broker ids sorted.
+type Listed = PartitionView;
+
 /// [`TOPIC`]'s partitions in `broker`'s Metadata, by index; None if it is
 /// not listed.
 fn listed(broker: &Broker) -> Option<Vec<Listed>> {
     listed_topic(broker, TOPIC)
+}
+
+/// `topic`'s partitions in `broker`'s Metadata, by index, broker ids
+/// sorted; None if it is not listed.
+fn listed_topic(broker: &Broker, topic: &str) -> Option<Vec<Listed>> {
+    let views = common::cluster::partitions(broker, topic)?;
+    Some(views.into_iter().map(PartitionView::sorted).collect())
 }
 
 /// Waits until every node lists every partition of [`TOPIC`] alike, led,

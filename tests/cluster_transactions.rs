@@ -1,4 +1,4 @@
-//! Transactions across nodes (`docs/replication.md` §4.6): three nodes in
+//! Transactions across nodes (`docs/replication.md` §4.7): three nodes in
 //! network namespaces (`common::netns`), one shard each, a quorum of all
 //! three, and a topic of replication factor 3 whose three partitions are
 //! led by the three nodes:
@@ -22,7 +22,7 @@
 mod common;
 
 use common::client::{self, base_config};
-use common::cluster::{addr, listed_topic, Listed, SETTLE};
+use common::cluster::{addr, partitions, PartitionView};
 use common::netns::Net;
 use common::raw::{only_partition, produce_request, RawClient};
 use common::Broker;
@@ -47,6 +47,8 @@ const ROUNDS: usize = 5;
 /// Records per partition per transaction.
 const PER_PARTITION: usize = 3;
 const TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the quorum gets to elect, and followers to catch up.
+const SETTLE: Duration = Duration::from_secs(60);
 
 fn start(net: &Net, i: usize) -> Broker {
     common::cluster::start_node(net, i, NODES, SESSION_TIMEOUT_MS, &[])
@@ -54,10 +56,13 @@ fn start(net: &Net, i: usize) -> Broker {
 
 /// Waits until every node lists `topic` alike: each partition led, with
 /// three replicas all in the ISR.
-fn wait_led_by_every_node(brokers: &[Broker], topic: &str) -> Vec<Listed> {
+fn wait_led_by_every_node(brokers: &[Broker], topic: &str) -> Vec<PartitionView> {
     let all: Vec<i32> = (0..NODES as i32).map(|n| n * 1000).collect();
     common::wait_for(SETTLE, "every node to list the topic", || {
-        let first = listed_topic(&brokers[0], topic)?;
+        let first: Vec<PartitionView> = partitions(&brokers[0], topic)?
+            .into_iter()
+            .map(PartitionView::sorted)
+            .collect();
         if first.len() != PARTITIONS as usize
             || first
                 .iter()
@@ -67,7 +72,12 @@ fn wait_led_by_every_node(brokers: &[Broker], topic: &str) -> Vec<Listed> {
         }
         brokers[1..]
             .iter()
-            .all(|b| listed_topic(b, topic).as_ref() == Some(&first))
+            .all(|b| {
+                partitions(b, topic)
+                    .map(|v| v.into_iter().map(PartitionView::sorted).collect::<Vec<_>>())
+                    .as_ref()
+                    == Some(&first)
+            })
             .then_some(first)
     })
 }

@@ -9,13 +9,15 @@ use fjord::config::ServeArgs;
 use fjord::group::error::GroupError;
 use fjord::group::state::{CommittedOffset, GroupConfig};
 use fjord::group::GroupCoordinator;
-use fjord::log::{LogConfig, LogManager, TailCache};
+use fjord::log::{LogConfig, LogManager, PartitionLog, TailCache};
 use fjord::metadata::internal::INTERNAL_TOPIC_PARTITIONS;
 use fjord::metadata::TopicConfig;
+use fjord::partition::coordinator_log::{CoordinatorLog, CoordinatorWriteError};
 use fjord::partition::Partition;
 use fjord::record::builder::control_batch;
 use fjord::record::records::ControlType;
-use fjord::types::TopicPartition;
+use fjord::types::{Offset, TopicPartition};
+use futures::future::{FutureExt, LocalBoxFuture};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
@@ -55,14 +57,42 @@ fn group_partition() -> i32 {
     fjord::metadata::internal::coordinator_partition(GROUP, INTERNAL_TOPIC_PARTITIONS)
 }
 
-async fn loaded(log: Rc<fjord::log::PartitionLog>) -> Rc<GroupCoordinator> {
+/// The coordinator's shard in these tests: the one offsets partition, of
+/// one replica; a write is acknowledged once it is written.
+struct OneReplica(Rc<Partition>);
+
+impl CoordinatorLog for OneReplica {
+    fn writable(&self, _: &TopicPartition) -> Result<Rc<Partition>, CoordinatorWriteError> {
+        Ok(self.0.clone())
+    }
+
+    fn acked<'a>(
+        &'a self,
+        _: &'a TopicPartition,
+        log: &'a Rc<PartitionLog>,
+        last: Offset,
+    ) -> LocalBoxFuture<'a, Result<(), CoordinatorWriteError>> {
+        async move {
+            log.wait_written(last)
+                .await
+                .map_err(|e| CoordinatorWriteError::Storage(e.to_string()))
+        }
+        .boxed_local()
+    }
+}
+
+async fn loaded(log: Rc<PartitionLog>) -> Rc<GroupCoordinator> {
+    let state = partition(log).await;
+    // The coordinator holds its shard weakly; the shard lives as long as
+    // the test's process.
+    let shard: Rc<dyn CoordinatorLog> = Rc::new(OneReplica(state.clone()));
     let coord = GroupCoordinator::new(
         GroupConfig::default(),
         fjord::group::consumer::ConsumerGroupConfig::default(),
-        false,
+        Rc::downgrade(&shard),
     );
-    let state = partition(log).await;
-    coord.load_partition(group_partition(), INTERNAL_TOPIC_PARTITIONS, state);
+    std::mem::forget(shard);
+    coord.load_partition(group_partition(), INTERNAL_TOPIC_PARTITIONS, state, -1);
     for _ in 0..500 {
         match coord.check(GROUP) {
             Err(GroupError::LoadInProgress) => {

@@ -70,11 +70,12 @@ use crate::clock::now_ms;
 use crate::log::{LogError, PartitionLog};
 use crate::metadata::{internal, MetadataImage};
 use crate::metrics;
+use crate::partition::coordinator_log::{CoordinatorLog, CoordinatorWriteError};
 use crate::partition::{AppendError, Partition};
 use crate::record::batch::{BatchHeader, Compression};
 use crate::record::builder::{BatchBuilder, NewRecord};
 use crate::record::records::{decode_batch, parse_control_key, ControlType};
-use crate::types::Offset;
+use crate::types::{Offset, TopicPartition};
 use bytes::Bytes;
 use consumer::{
     ClassicJoin, ConsumerGroup, ConsumerGroupConfig, HeartbeatAnswer, HeartbeatRequest,
@@ -185,6 +186,9 @@ fn check_held_since(
 /// The groups of one `__consumer_offsets` partition.
 struct OffsetsPartition {
     partition: Rc<Partition>,
+    /// The leader epoch this shard took the partition over in (-1 for a
+    /// partition of one replica, which never moves).
+    epoch: i32,
     loaded: bool,
     groups: HashMap<String, Group>,
 }
@@ -203,7 +207,9 @@ pub struct GroupCoordinator {
     /// The shard's metadata image, for consumer groups' subscriptions
     /// (set by the shard whenever it swaps its image).
     image: RefCell<Arc<MetadataImage>>,
-    fsync_acks: bool,
+    /// What appends go through: only the leader writes, and a write is
+    /// answered once acknowledged as an acks=all produce is.
+    shard: Weak<dyn CoordinatorLog>,
     partitions: RefCell<HashMap<i32, OffsetsPartition>>,
     join_waiters: RefCell<HashMap<(String, String), JoinWaiter>>,
     sync_waiters: RefCell<HashMap<(String, String), SyncWaiter>>,
@@ -217,13 +223,13 @@ impl GroupCoordinator {
     pub fn new(
         config: GroupConfig,
         consumer_config: ConsumerGroupConfig,
-        fsync_acks: bool,
+        shard: Weak<dyn CoordinatorLog>,
     ) -> Rc<GroupCoordinator> {
         Rc::new(GroupCoordinator {
             config,
             consumer_config,
             image: RefCell::new(Arc::new(MetadataImage::default())),
-            fsync_acks,
+            shard,
             partitions: RefCell::new(HashMap::new()),
             join_waiters: RefCell::new(HashMap::new()),
             sync_waiters: RefCell::new(HashMap::new()),
@@ -278,6 +284,7 @@ impl GroupCoordinator {
         partition: i32,
         partition_count: i32,
         state: Rc<Partition>,
+        epoch: i32,
     ) {
         self.offsets_partitions.set(partition_count);
         let log = state.log.clone();
@@ -285,6 +292,7 @@ impl GroupCoordinator {
             partition,
             OffsetsPartition {
                 partition: state,
+                epoch,
                 loaded: false,
                 groups: HashMap::new(),
             },
@@ -298,7 +306,7 @@ impl GroupCoordinator {
                 let image = me.image.borrow().clone();
                 match replay_partition(&log, now, image).await {
                     Ok(groups) => {
-                        me.install(partition, &log, groups, now);
+                        me.install(partition, &log, epoch, groups, now);
                         return;
                     }
                     Err(e) => tracing::error!(
@@ -310,7 +318,7 @@ impl GroupCoordinator {
                 }
                 glommio::timer::sleep(Duration::from_millis(backoff_ms)).await;
                 backoff_ms = (backoff_ms * 2).min(LOAD_RETRY_BACKOFF_MS_MAX);
-                if !me.is_loading(partition, &log) {
+                if !me.is_loading(partition, &log, epoch) {
                     return; // the partition went away or was loaded again
                 }
             }
@@ -318,12 +326,62 @@ impl GroupCoordinator {
         .detach();
     }
 
-    /// Whether `partition` still waits for a load of `log`.
-    fn is_loading(&self, partition: i32, log: &Rc<PartitionLog>) -> bool {
+    /// The leader epoch `partition` was taken over in, if this shard
+    /// holds it (loaded or loading).
+    pub fn held_epoch(&self, partition: i32) -> Option<i32> {
+        self.partitions.borrow().get(&partition).map(|op| op.epoch)
+    }
+
+    /// Gives up an offsets partition this shard no longer leads (its
+    /// leadership moved, `docs/replication.md` §4.6): its groups go, and
+    /// the JoinGroup / SyncGroup requests parked on them are answered
+    /// NOT_COORDINATOR (the clients look the coordinator up again; the
+    /// new leader replays the log). A replay still running for it
+    /// installs nothing.
+    pub fn unload_partition(&self, partition: i32) {
+        let Some(op) = self.partitions.borrow_mut().remove(&partition) else {
+            return;
+        };
+        tracing::info!(
+            partition,
+            groups = op.groups.len(),
+            "offsets partition unloaded"
+        );
+        let of_partition = |group: &String| self.partition_for(group) == partition;
+        let joins: Vec<JoinWaiter> = {
+            let mut waiters = self.join_waiters.borrow_mut();
+            let keys: Vec<_> = waiters
+                .keys()
+                .filter(|(g, _)| of_partition(g))
+                .cloned()
+                .collect();
+            keys.iter().filter_map(|k| waiters.remove(k)).collect()
+        };
+        for w in joins {
+            let _ = w.send(Err(GroupError::NotCoordinator));
+        }
+        let syncs: Vec<SyncWaiter> = {
+            let mut waiters = self.sync_waiters.borrow_mut();
+            let keys: Vec<_> = waiters
+                .keys()
+                .filter(|(g, _)| of_partition(g))
+                .cloned()
+                .collect();
+            keys.iter().filter_map(|k| waiters.remove(k)).collect()
+        };
+        for w in syncs {
+            let _ = w.send(Err(GroupError::NotCoordinator));
+        }
+    }
+
+    /// Whether `partition` still waits for a load of `log` taken over in
+    /// `epoch` (a replay begun before the partition was given up and taken
+    /// again is stale).
+    fn is_loading(&self, partition: i32, log: &Rc<PartitionLog>, epoch: i32) -> bool {
         self.partitions
             .borrow()
             .get(&partition)
-            .is_some_and(|op| !op.loaded && Rc::ptr_eq(&op.partition.log, log))
+            .is_some_and(|op| !op.loaded && op.epoch == epoch && Rc::ptr_eq(&op.partition.log, log))
     }
 
     /// Serves the groups a replay of `log` rebuilt, if the partition still
@@ -332,10 +390,11 @@ impl GroupCoordinator {
         &self,
         partition: i32,
         log: &Rc<PartitionLog>,
+        epoch: i32,
         mut groups: HashMap<String, Group>,
         now: i64,
     ) {
-        if !self.is_loading(partition, log) {
+        if !self.is_loading(partition, log, epoch) {
             return;
         }
         let mut completions = Vec::new();
@@ -557,6 +616,13 @@ impl GroupCoordinator {
             .get(&partition)
             .map(|p| p.partition.clone())
             .ok_or(GroupError::NotCoordinator)?;
+        // Only the partition's leader appends (a replicated one: with its
+        // ISR at `min.insync.replicas`), checked with no await before the
+        // append.
+        let shard = self.shard()?;
+        shard
+            .writable(&state.tp)
+            .map_err(|e| write_error(&state.tp, e))?;
         let now = now_ms();
         let mut builder = BatchBuilder::new(Compression::None);
         if let Some((pid, epoch)) = txn {
@@ -579,12 +645,30 @@ impl GroupCoordinator {
         Ok((state.log.clone(), info.last_offset))
     }
 
-    /// Waits until an appended batch is written (or durable with
-    /// `--fsync-acks`); counted as the request's remote time.
-    async fn wait(&self, log: Rc<PartitionLog>, last: Offset) -> Result<(), GroupError> {
-        metrics::remote_wait(log.wait_acked(last, self.fsync_acks))
+    /// Waits until an appended batch is acknowledged as an acks=all
+    /// produce is (written, durable with `--fsync-acks`, below the HW when
+    /// replicated: `partition::coordinator_log`); counted as the
+    /// request's remote time.
+    async fn wait(
+        &self,
+        partition: i32,
+        log: Rc<PartitionLog>,
+        last: Offset,
+    ) -> Result<(), GroupError> {
+        let tp = TopicPartition::new(internal::CONSUMER_OFFSETS, partition);
+        let shard = self.shard()?;
+        shard
+            .acked(&tp, &log, last)
             .await
-            .map_err(|e| GroupError::Storage(e.to_string()))
+            .map_err(|e| write_error(&tp, e))
+    }
+
+    /// The shard the coordinator writes through (gone only while the
+    /// shard shuts down).
+    fn shard(&self) -> Result<Rc<dyn CoordinatorLog>, GroupError> {
+        self.shard
+            .upgrade()
+            .ok_or(GroupError::CoordinatorNotAvailable)
     }
 
     async fn write(
@@ -594,7 +678,7 @@ impl GroupCoordinator {
         txn: Option<(i64, i16)>,
     ) -> Result<(), GroupError> {
         let (log, last) = self.append(partition, recs, txn)?;
-        self.wait(log, last).await
+        self.wait(partition, log, last).await
     }
 
     /// Runs `f` on the group (created if `create`), then delivers its
@@ -1389,7 +1473,7 @@ impl GroupCoordinator {
                 g.mark_dead(now_ms());
             }
         }
-        self.wait(log, last).await
+        self.wait(p, log, last).await
     }
 
     /// OffsetDelete: removes committed offsets of partitions the group is
@@ -1498,6 +1582,20 @@ fn downgrade_records(
 
 fn sync_meta(g: &Group) -> (Option<String>, Option<String>) {
     (g.protocol_type.clone(), g.protocol_name.clone())
+}
+
+/// A coordinator write's error as the group coordinator answers it, as
+/// Kafka's maps its append errors: NOT_COORDINATOR when leadership moved,
+/// COORDINATOR_NOT_AVAILABLE when the write could not be replicated.
+fn write_error(tp: &TopicPartition, e: CoordinatorWriteError) -> GroupError {
+    match e {
+        CoordinatorWriteError::NotLeader => GroupError::NotCoordinator,
+        CoordinatorWriteError::NotEnoughReplicas | CoordinatorWriteError::TimedOut => {
+            tracing::warn!(%tp, error = %e, "a group coordinator write was not acknowledged");
+            GroupError::CoordinatorNotAvailable
+        }
+        CoordinatorWriteError::Storage(e) => GroupError::Storage(e),
+    }
 }
 
 /// Replays `log` from its start: the groups it holds, or why not.

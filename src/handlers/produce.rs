@@ -936,19 +936,10 @@ fn append_and_answer(
                     continue;
                 };
                 let last: Offset = info.last_offset;
-                let replicated = r.replicated.is_some();
-                let mut wait = Box::pin(async {
-                    log.wait_acked(last, durable).await?;
-                    if let Some(tp) = &r.replicated {
-                        // A leader alone in the ISR moves the HW itself.
-                        ctx.leading.advance(tp);
-                    }
-                    if replicated {
-                        // The HW passes it once enough followers hold it.
-                        log.wait_for_hw_above(last).await;
-                    }
-                    Ok(())
-                });
+                // A replicated one: the HW passes it once enough followers
+                // hold it.
+                let mut wait =
+                    Box::pin(ctx.wait_acks_all(log, last, durable, r.replicated.as_ref()));
                 // Often written already (page-cache writes): then no timer
                 // is armed, which costs the reactor a timeout and a cancel.
                 let outcome = match ((&mut wait).now_or_never(), deadline) {

@@ -349,8 +349,8 @@ pub const KEYS: &[ConfigKey] = &[
         name: "unclean.leader.election.enable",
         kind: ConfigType::Boolean,
         default: |_| "false".into(),
-        doc: "No effect on a single node: the only replica is always the leader.",
-        effect: Effect::SingleNode,
+        doc: "Several nodes: when no live replica of a partition is in its ISR or ELR, elect the first live replica anyway (acknowledged writes it lacks are lost). No effect on one node: the only replica is always the leader.",
+        effect: Effect::Applied,
     },
 ];
 
@@ -662,6 +662,9 @@ pub struct TopicConfig {
     pub max_message_bytes: i32,
     pub log_append_time: bool,
     pub min_insync_replicas: i32,
+    /// `unclean.leader.election.enable` (several nodes; the controller's
+    /// elections, `shard::controller`).
+    pub unclean_leader_election: bool,
     pub retention_bytes: i64,
     pub retention_ms: i64,
     pub segment_bytes: u64,
@@ -710,6 +713,9 @@ impl TopicConfig {
             max_message_bytes: long("max.message.bytes").clamp(0, i32::MAX as i64) as i32,
             log_append_time: get("message.timestamp.type") == "LogAppendTime",
             min_insync_replicas: long("min.insync.replicas").clamp(1, i32::MAX as i64) as i32,
+            unclean_leader_election: get("unclean.leader.election.enable")
+                .trim()
+                .eq_ignore_ascii_case("true"),
             retention_bytes: long("retention.bytes"),
             retention_ms: long("retention.ms"),
             segment_bytes: long("segment.bytes").max(SEGMENT_BYTES_MIN) as u64,

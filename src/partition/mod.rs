@@ -43,6 +43,7 @@
 //! replays the batches after it.
 
 pub mod compaction;
+pub mod coordinator_log;
 pub mod recovery;
 #[cfg(test)]
 mod replication_sim;

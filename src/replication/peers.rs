@@ -1,5 +1,5 @@
 //! A shard's client connections to other nodes' brokers, for the requests
-//! a broker sends on a transaction's behalf (`docs/replication.md` §4.6):
+//! a broker sends on a transaction's behalf (`docs/replication.md` §4.7):
 //! a coordinator's WriteTxnMarkers to a partition's leader, a partition
 //! leader's AddPartitionsToTxn to a transactional id's coordinator. They
 //! are [`Connection`]s, the replica fetcher's Kafka client, reached at the

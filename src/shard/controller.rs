@@ -2041,9 +2041,10 @@ fn plan_alter_partition(
 /// - a leader that is no longer live in the ISR is replaced by the first
 ///   replica, in assignment order, that is live and in the ISR; with none,
 ///   by the first live ELR member, which becomes the ISR alone (KIP-966);
-///   with neither the partition is offline (leader -1) until one returns.
-///   Never an unclean election: a replica outside both may lack
-///   acknowledged writes;
+///   with neither the partition is offline (leader -1) until one returns,
+///   unless the topic's `unclean.leader.election.enable` is true: then the
+///   first live replica leads, alone in the ISR, the ELR cleared (Kafka's
+///   unclean election: what it lacks of the acknowledged writes is lost);
 /// - a new leader bumps the leader epoch; any change bumps the partition
 ///   epoch.
 fn reconcile_partitions(
@@ -2055,11 +2056,10 @@ fn reconcile_partitions(
         if t.replicated.is_empty() {
             continue;
         }
-        let min_isr = crate::metadata::TopicConfig::resolve(&t.configs, config)
-            .min_insync_replicas
-            .max(1) as usize;
+        let tc = crate::metadata::TopicConfig::resolve(&t.configs, config);
+        let min_isr = tc.min_insync_replicas.max(1) as usize;
         for (i, p) in t.replicated.iter().enumerate() {
-            let next = reconciled(image, p, min_isr);
+            let next = reconciled(image, p, min_isr, tc.unclean_leader_election);
             if next != *p {
                 out.push(MetadataRecord::PartitionChange {
                     topic_id: t.id,
@@ -2090,7 +2090,12 @@ fn elr_after(p: &PartitionState, isr: &[i32], min_isr: usize) -> Vec<i32> {
 }
 
 /// One partition's state per [`reconcile_partitions`].
-fn reconciled(image: &MetadataImage, p: &PartitionState, min_isr: usize) -> PartitionState {
+fn reconciled(
+    image: &MetadataImage,
+    p: &PartitionState,
+    min_isr: usize,
+    unclean: bool,
+) -> PartitionState {
     let live = |b: i32| image.is_live_broker(b);
     let mut next = p.clone();
     next.isr = p.isr.iter().copied().filter(|&b| live(b)).collect();
@@ -2112,7 +2117,15 @@ fn reconciled(image: &MetadataImage, p: &PartitionState, min_isr: usize) -> Part
                     next.elr.retain(|&e| e != b);
                     b
                 }
-                None => -1,
+                None => match next.replicas.iter().copied().find(|&b| unclean && live(b)) {
+                    Some(b) => {
+                        tracing::warn!(broker = b, "unclean leader election");
+                        next.isr = vec![b];
+                        next.elr.clear();
+                        b
+                    }
+                    None => -1,
+                },
             },
         };
     }
@@ -2730,6 +2743,51 @@ mod tests {
             (2000, vec![2000], vec![1000])
         );
         assert_eq!(s.leader_epoch, 3);
+        assert!(reconcile_partitions(&image, &config).is_empty());
+    }
+
+    /// With `unclean.leader.election.enable=true`, a partition whose ISR
+    /// and ELR have no live member is led by the first live replica, alone
+    /// in the ISR, the ELR cleared, in a new leader epoch (Kafka's unclean
+    /// election); a returning ELR member then joins no ISR it was not in.
+    #[test]
+    fn unclean_election_when_the_topic_allows_it() {
+        let config = crate::config::ServeArgs::default().resolve().unwrap();
+        let (image, _) = replicated(false);
+        let image = image.apply(&MetadataRecord::SetTopicConfigs {
+            name: "r".into(),
+            configs: [
+                ("min.insync.replicas".to_string(), "2".to_string()),
+                (
+                    "unclean.leader.election.enable".to_string(),
+                    "true".to_string(),
+                ),
+            ]
+            .into(),
+        });
+        let state =
+            |image: &MetadataImage| image.topic("r").unwrap().replica_state(0).unwrap().clone();
+        let step = |image: &MetadataImage, r: MetadataRecord| {
+            let image = image.apply(&r);
+            let changes = reconcile_partitions(&image, &config);
+            apply_all(&image, &changes)
+        };
+        // Node 3 fenced, then 1 and 2: offline, 1 and 2 eligible (ELR),
+        // as without the config.
+        let image = step(&image, MetadataRecord::FenceBroker { node: 3 });
+        let image = step(&image, MetadataRecord::FenceBroker { node: 1 });
+        let image = step(&image, MetadataRecord::FenceBroker { node: 2 });
+        let s = state(&image);
+        assert_eq!((s.leader, s.elr.clone()), (-1, vec![1000, 2000]));
+        let epoch = s.leader_epoch;
+        // Node 3, out of ISR and ELR, returns: it leads, uncleanly.
+        let image = step(&image, MetadataRecord::UnfenceBroker { node: 3 });
+        let s = state(&image);
+        assert_eq!(
+            (s.leader, s.isr.clone(), s.elr.clone()),
+            (3000, vec![3000], vec![])
+        );
+        assert_eq!(s.leader_epoch, epoch + 1);
         assert!(reconcile_partitions(&image, &config).is_empty());
     }
 

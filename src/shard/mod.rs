@@ -25,6 +25,7 @@
 //! each answers on a timeout.
 
 pub mod controller;
+mod coordinator_log;
 pub mod fetch_sessions;
 pub mod messages;
 pub mod metrics;
@@ -37,7 +38,7 @@ use crate::group::consumer::ConsumerGroupConfig;
 use crate::group::state::GroupConfig;
 use crate::group::GroupCoordinator;
 use crate::log::{LogConfig, LogManager};
-use crate::metadata::{internal, MetadataImage, TopicConfig};
+use crate::metadata::{internal, MetadataImage, Placement, TopicConfig};
 use crate::partition::{MarkerError, Partition, TxnMarker};
 use crate::producer::ids::ProducerIdBlocks;
 use crate::replication::manager::{Follow, ReplicaManager};
@@ -141,7 +142,6 @@ impl ShardCtx {
             heartbeat_interval_ms: config.group_consumer_heartbeat_interval_ms,
             max_size: config.group_max_size,
         };
-        let groups = GroupCoordinator::new(group_config, consumer_config, config.fsync_acks);
         let fetch_sessions = fetch_sessions::FetchSessionCache::new(
             config.fetch_session_cache_slots,
             fetch_sessions::FETCH_SESSION_PARTITIONS_MAX,
@@ -154,7 +154,9 @@ impl ShardCtx {
         });
         let replicas = ReplicaManager::new(config.node_id_of(shard));
         let config_broker_id = config.node_id_of(shard);
-        Rc::new(ShardCtx {
+        Rc::new_cyclic(|me: &std::rc::Weak<ShardCtx>| ShardCtx {
+            // The group coordinator writes through its shard.
+            groups: GroupCoordinator::new(group_config, consumer_config, me.clone()),
             authorizer,
             shard,
             config,
@@ -171,7 +173,6 @@ impl ShardCtx {
             producer_ids: ProducerIdBlocks::default(),
             produce_count: Cell::new(0),
             txn: TxnCoordinator::default(),
-            groups,
             fetch_sessions: RefCell::new(fetch_sessions),
             leading: Default::default(),
             peers: crate::replication::peers::PeerClients::new(config_broker_id),
@@ -336,7 +337,6 @@ impl ShardCtx {
             self.delete_unassigned_replicas(&image).await;
         }
         // New partitions and config changes.
-        let mut opened_txn_partitions = Vec::new();
         for topic in image.topics.values() {
             // Another node's topic: no log here (`docs/replication.md` §3.2).
             if !topic.hosted_by(self.config.node_id) {
@@ -386,19 +386,8 @@ impl ShardCtx {
                             else {
                                 continue;
                             };
-                            self.partitions
-                                .borrow_mut()
-                                .insert(tp.clone(), state.clone());
+                            self.partitions.borrow_mut().insert(tp.clone(), state);
                             self.partition_set_changed();
-                            if tp.topic == internal::TRANSACTION_STATE {
-                                opened_txn_partitions.push(state);
-                            } else if tp.topic == internal::CONSUMER_OFFSETS {
-                                self.groups.load_partition(
-                                    tp.partition.0,
-                                    topic.partition_count(),
-                                    state,
-                                );
-                            }
                         }
                         Err(e) => {
                             tracing::error!(%tp, error = %e, "opening partition log failed");
@@ -418,12 +407,67 @@ impl ShardCtx {
                 .and_then(|t| t.replica_state(tp.partition.0))
                 .is_some_and(|s| s.leader == me)
         });
-        *self.image.borrow_mut() = image;
+        *self.image.borrow_mut() = image.clone();
         if let Some(tx) = self.first_image.borrow_mut().take() {
             let _ = tx.send(());
         }
-        for state in opened_txn_partitions {
-            self.txn.load_partition(self, &state).await;
+        // The coordinators follow their partitions' leaders.
+        self.sync_coordinators(&image).await;
+    }
+
+    /// The group and transaction coordinators take over the internal
+    /// partitions this shard now leads and give up those it no longer
+    /// does (`docs/replication.md` §4.6), as Kafka's coordinators load on
+    /// becoming a partition's leader and unload on becoming a follower:
+    /// a partition of one replica is taken over once, when it opens; a
+    /// replicated one whenever this shard leads it in a new leader epoch
+    /// (its log may have changed while another shard led it), replaying
+    /// its log anew. Groups first, with no await between the image being
+    /// stored and them; the transaction state loads are awaited in turn.
+    async fn sync_coordinators(self: &Rc<Self>, image: &MetadataImage) {
+        let me = self.node_id();
+        let (node, cores) = (self.config.node_id, self.cores());
+        let mut txn_loads = Vec::new();
+        for name in [internal::CONSUMER_OFFSETS, internal::TRANSACTION_STATE] {
+            let Some(topic) = image.topic(name) else {
+                continue;
+            };
+            let count = topic.partition_count();
+            for index in 0..count {
+                let tp = TopicPartition::new(name, index);
+                let open = self
+                    .partition(&tp)
+                    .filter(|_| topic.placement(index, node, cores) == Placement::Local(self.shard))
+                    .filter(|p| p.topic_id == topic.id);
+                // The epoch this shard leads it in; None: it does not.
+                let led = open.and_then(|p| match topic.replica_state(index) {
+                    None => Some((p, -1)),
+                    Some(s) if s.leader == me => Some((p, s.leader_epoch)),
+                    Some(_) => None,
+                });
+                let held = match name {
+                    internal::CONSUMER_OFFSETS => self.groups.held_epoch(index),
+                    _ => self.txn.held_epoch(index),
+                };
+                if held.is_some() && held != led.as_ref().map(|(_, e)| *e) {
+                    match name {
+                        internal::CONSUMER_OFFSETS => self.groups.unload_partition(index),
+                        _ => self.txn.unload_partition(index),
+                    }
+                }
+                match led {
+                    Some((p, epoch)) if held != Some(epoch) => match name {
+                        internal::CONSUMER_OFFSETS => {
+                            self.groups.load_partition(index, count, p, epoch)
+                        }
+                        _ => txn_loads.push((p, count, epoch)),
+                    },
+                    _ => {}
+                }
+            }
+        }
+        for (p, count, epoch) in txn_loads {
+            self.txn.load_partition(self, &p, count, epoch).await;
         }
     }
 
@@ -518,7 +562,7 @@ impl ShardCtx {
                         .start_replicated_at(hw.unwrap_or(crate::types::Offset(0)));
                 }
                 if state.leader == me {
-                    lead.push((p, state.leader_epoch));
+                    lead.push((p, state.clone()));
                     continue;
                 }
                 if state.leader >= 0
@@ -536,7 +580,8 @@ impl ShardCtx {
         }
         // Out of the fetchers first: no fetcher appends to a led log.
         self.replicas.follow_only(image, follow);
-        for (p, epoch) in lead {
+        for (p, state) in lead {
+            let epoch = state.leader_epoch;
             let deadline = crate::clock::monotonic() + BECOME_LEADER_WAIT;
             while p.is_truncating() && crate::clock::monotonic() < deadline {
                 glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
@@ -544,8 +589,11 @@ impl ShardCtx {
             if p.log.latest_epoch().is_none_or(|latest| latest < epoch) {
                 if let Err(e) = p.log.become_leader(epoch) {
                     tracing::error!(tp = %p.tp, epoch, error = %e, "becoming the partition's leader failed");
+                    continue;
                 }
             }
+            // Its leader state follows the new ISR and its HW moves now.
+            self.leading.refresh(&p, &state, me);
         }
     }
 
@@ -699,11 +747,26 @@ impl ShardCtx {
         if let Some(t) = self.image().topic(name) {
             return Ok(t.clone());
         }
+        // Several nodes: replicated as Kafka replicates them, so their
+        // coordinators fail over with their partitions' leaders
+        // (`docs/replication.md` §4.6); one node keeps one replica.
+        let several = self
+            .config
+            .quorum
+            .as_ref()
+            .is_some_and(|q| !q.is_single_node());
+        let replication_factor = match several {
+            false => -1,
+            true if name == internal::CONSUMER_OFFSETS => {
+                self.config.offsets_topic_replication_factor
+            }
+            true => self.config.transaction_state_log_replication_factor,
+        };
         let request = ControllerRequest::CreateTopics {
             topics: vec![messages::NewTopic {
                 name: name.to_string(),
                 num_partitions: internal::INTERNAL_TOPIC_PARTITIONS,
-                replication_factor: -1,
+                replication_factor,
                 assignments: Vec::new(),
                 configs: internal::internal_topic_configs(if name == internal::CONSUMER_OFFSETS {
                     self.config.offsets_topic_segment_bytes

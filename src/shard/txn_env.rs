@@ -37,7 +37,7 @@ impl TxnEnv for ShardCtx {
     }
 
     fn partition(&self, tp: &TopicPartition) -> Option<Rc<Partition>> {
-        ShardCtx::partition(self, tp)
+        self.led_partition(tp)
     }
 
     fn allocate_producer_id(self: &Rc<Self>) -> Option<i64> {

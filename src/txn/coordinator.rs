@@ -46,6 +46,7 @@ use super::{id_expiration_check_interval_ms, TxnMarker, TxnMetadata, TxnState};
 use crate::clock::{monotonic, now_ms};
 use crate::log::LogError;
 use crate::metadata::internal::{coordinator_partition, TRANSACTION_STATE};
+use crate::partition::coordinator_log::CoordinatorWriteError;
 use crate::partition::{AppendError, MarkerError, Partition};
 use crate::record::{BatchBuilder, Compression};
 use crate::types::TopicPartition;
@@ -55,9 +56,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 use std::time::Duration;
 
-/// Coordinator epoch written in markers: leadership of a
-/// `__transaction_state` partition never moves on one node.
-pub const COORDINATOR_EPOCH: i32 = 0;
 /// Markers are retried until written or until the coordinator loses the
 /// transaction (Kafka's marker channel); every this many attempts the
 /// wait is logged.
@@ -82,7 +80,11 @@ pub use super::state::TxnError;
 #[derive(Default)]
 pub struct TxnCoordinator {
     txns: RefCell<HashMap<String, TxnMetadata>>,
-    /// `__transaction_state` partitions whose state has been replayed.
+    /// `__transaction_state` partitions this shard took over, with the
+    /// leader epoch it took each over in (-1 for a partition of one
+    /// replica, which never moves): loading or loaded.
+    held: RefCell<HashMap<i32, i32>>,
+    /// Those of them whose state has been replayed.
     loaded: RefCell<HashSet<i32>>,
     /// Ids whose markers a task is writing now.
     completing: RefCell<HashSet<String>>,
@@ -91,6 +93,8 @@ pub struct TxnCoordinator {
     settle_waiters: RefCell<HashMap<String, Vec<oneshot::Sender<()>>>>,
     /// Whether the expiration timer runs.
     expiration_started: Cell<bool>,
+    /// Partitions of `__transaction_state` (as of the last one loaded).
+    partition_count: Cell<i32>,
 }
 
 impl TxnCoordinator {
@@ -115,6 +119,9 @@ impl TxnCoordinator {
         let Some(partition) = env.partition(&TopicPartition::new(TRANSACTION_STATE, p)) else {
             return Err(TxnError::NotCoordinator);
         };
+        if !self.held.borrow().contains_key(&p) {
+            return Err(TxnError::NotCoordinator);
+        }
         if !self.loaded.borrow().contains(&p) {
             return Err(TxnError::CoordinatorLoadInProgress);
         }
@@ -158,12 +165,59 @@ impl TxnCoordinator {
         }
     }
 
-    /// Replays a `__transaction_state` partition this shard just opened,
+    /// The leader epoch this shard took `partition` over in, if it holds
+    /// it (loading or loaded).
+    pub fn held_epoch(&self, partition: i32) -> Option<i32> {
+        self.held.borrow().get(&partition).copied()
+    }
+
+    /// The coordinator epoch markers of `partition`'s transactions carry:
+    /// the leader epoch the partition was taken over in (Kafka's), 0 for
+    /// a partition of one replica.
+    fn coordinator_epoch(&self, partition: i32) -> i32 {
+        self.held_epoch(partition).unwrap_or(0).max(0)
+    }
+
+    /// Gives up a `__transaction_state` partition this shard no longer
+    /// leads (its leadership moved, `docs/replication.md` §4.6): its ids
+    /// go; requests for them answer NOT_COORDINATOR and the new leader
+    /// replays the log (and finishes what was half-ended). Marker tasks
+    /// for them stop at their next step.
+    pub fn unload_partition(&self, partition: i32) {
+        if self.held.borrow_mut().remove(&partition).is_none() {
+            return;
+        }
+        self.loaded.borrow_mut().remove(&partition);
+        let count = self.txns.borrow().len();
+        self.txns
+            .borrow_mut()
+            .retain(|id, _| coordinator_partition(id, self.partition_count.get()) != partition);
+        let dropped = count - self.txns.borrow().len();
+        tracing::info!(
+            partition,
+            transactional_ids = dropped,
+            "transaction state partition unloaded"
+        );
+    }
+
+    /// Replays a `__transaction_state` partition this shard just took
+    /// over in leader epoch `epoch` (-1: a partition of one replica),
     /// then finishes the transactions it left half-ended. A failed replay
     /// leaves the partition loading and is retried in the background.
-    pub async fn load_partition<E: TxnEnv>(&self, env: &Rc<E>, partition: &Rc<Partition>) {
+    pub async fn load_partition<E: TxnEnv>(
+        &self,
+        env: &Rc<E>,
+        partition: &Rc<Partition>,
+        partition_count: i32,
+        epoch: i32,
+    ) {
+        self.partition_count.set(partition_count);
+        self.held
+            .borrow_mut()
+            .insert(partition.tp.partition.0, epoch);
+        self.loaded.borrow_mut().remove(&partition.tp.partition.0);
         self.start_id_expiration(env);
-        let Err(e) = self.try_load(env, partition).await else {
+        let Err(e) = self.try_load(env, partition, epoch).await else {
             return;
         };
         tracing::error!(
@@ -182,20 +236,11 @@ impl TxnCoordinator {
                 };
                 // Only while this shard still leads the partition, on the
                 // same log, and nothing loaded it meanwhile.
-                let same_log = env
-                    .partition(&partition.tp)
-                    .is_some_and(|p| Rc::ptr_eq(&p.log, &partition.log));
-                if !same_log
-                    || env
-                        .coordinator()
-                        .loaded
-                        .borrow()
-                        .contains(&partition.tp.partition.0)
-                {
+                if !env.coordinator().still_loading(&*env, &partition, epoch) {
                     return;
                 }
                 backoff_ms = (backoff_ms * 2).min(LOAD_RETRY_BACKOFF_MS_MAX);
-                match env.coordinator().try_load(&env, &partition).await {
+                match env.coordinator().try_load(&env, &partition, epoch).await {
                     Ok(()) => return,
                     Err(e) => tracing::error!(
                         tp = %partition.tp,
@@ -209,12 +254,25 @@ impl TxnCoordinator {
         .detach();
     }
 
+    /// Whether a load of `partition` taken over in `epoch` is still
+    /// wanted: this shard leads it on the same log, holds it in that
+    /// epoch, and has not loaded it.
+    fn still_loading<E: TxnEnv>(&self, env: &E, partition: &Rc<Partition>, epoch: i32) -> bool {
+        let p = partition.tp.partition.0;
+        env.partition(&partition.tp)
+            .is_some_and(|open| Rc::ptr_eq(&open.log, &partition.log))
+            && self.held_epoch(p) == Some(epoch)
+            && !self.loaded.borrow().contains(&p)
+    }
+
     /// One load attempt: replays the whole partition, and only if every
-    /// record replayed installs its ids and marks the partition loaded.
+    /// record replayed, and the partition is still held in `epoch`,
+    /// installs its ids and marks the partition loaded.
     async fn try_load<E: TxnEnv>(
         &self,
         env: &Rc<E>,
         partition: &Rc<Partition>,
+        epoch: i32,
     ) -> Result<(), String> {
         let p = partition.tp.partition.0;
         let mut found: BTreeMap<String, Option<TxnMetadata>> = BTreeMap::new();
@@ -236,6 +294,9 @@ impl TxnCoordinator {
         scan.map_err(|e| format!("reading the log failed: {e}"))?;
         if let Some(reason) = failed {
             return Err(reason);
+        }
+        if !self.still_loading(&**env, partition, epoch) {
+            return Ok(()); // given up, or taken over again, meanwhile
         }
         let mut unfinished = Vec::new();
         {
@@ -358,7 +419,7 @@ impl TxnCoordinator {
         }
         append_acked(env, partition, builder.build()).await.map_err(|e| {
             tracing::error!(tp = %partition.tp, error = %e, "writing transactional id tombstones failed");
-            TxnError::Storage
+            e.answer()
         })
     }
 
@@ -373,7 +434,7 @@ impl TxnCoordinator {
         // InitProducerId refuses ids too long for the key; one that got
         // past it is not written.
         let written = match try_encode_key(&next.transactional_id) {
-            Err(e) => Err(AppendError::Log(LogError::Corrupt(e.to_string()))),
+            Err(e) => Err(AppendError::Log(LogError::Corrupt(e.to_string())).into()),
             Ok(key) => {
                 let batch = BatchBuilder::new(Compression::None)
                     .record(Some(&key), Some(&encode_value(&next)), &[], now_ms())
@@ -396,7 +457,7 @@ impl TxnCoordinator {
                     if let Some(m) = txns.get_mut(&id) {
                         m.pending = false;
                     }
-                    Err(TxnError::Storage)
+                    Err(e.answer())
                 }
             }
         };
@@ -598,7 +659,7 @@ impl TxnCoordinator {
                 tp: tp.clone(),
                 producer_id: m.producer_id,
                 producer_epoch: m.producer_epoch,
-                coordinator_epoch: COORDINATOR_EPOCH,
+                coordinator_epoch: self.coordinator_epoch(partition.tp.partition.0),
                 commit,
                 tv2: m.client_txn_version >= 2,
             })
@@ -751,19 +812,42 @@ fn replay_batch(
     Ok(())
 }
 
-/// Appends `batch` to the coordinator's partition and waits as an acks=-1
-/// write does (durable under `--fsync-acks`).
+/// Appends `batch` to the coordinator's partition, if this shard leads it
+/// (with its ISR at `min.insync.replicas` when replicated), and waits until
+/// it is acknowledged as an acks=-1 write is (`partition::coordinator_log`).
 async fn append_acked<E: TxnEnv>(
     env: &Rc<E>,
     partition: &Partition,
     batch: bytes::BytesMut,
-) -> Result<(), crate::partition::AppendError> {
+) -> Result<(), AppendFailed> {
+    env.writable(&partition.tp)?;
     let info = partition.append_internal(batch)?;
-    // The wait for the log is the request's remote time.
-    let acked = partition
-        .log
-        .wait_acked(info.last_offset, env.config().fsync_acks);
-    Ok(crate::metrics::remote_wait(acked).await?)
+    Ok(env
+        .acked(&partition.tp, &partition.log, info.last_offset)
+        .await?)
+}
+
+/// Why a coordinator write failed.
+#[derive(Debug, thiserror::Error)]
+enum AppendFailed {
+    #[error(transparent)]
+    Append(#[from] AppendError),
+    #[error(transparent)]
+    Write(#[from] CoordinatorWriteError),
+}
+
+impl AppendFailed {
+    /// What the request that made the write answers, as Kafka maps a
+    /// failed write of transaction state.
+    fn answer(&self) -> TxnError {
+        match self {
+            AppendFailed::Write(CoordinatorWriteError::NotLeader) => TxnError::NotCoordinator,
+            AppendFailed::Write(
+                CoordinatorWriteError::NotEnoughReplicas | CoordinatorWriteError::TimedOut,
+            ) => TxnError::CoordinatorNotAvailable,
+            _ => TxnError::Storage,
+        }
+    }
 }
 
 /// Starts writing a transaction's markers unless a task already is.

@@ -8,14 +8,16 @@
 use super::coordinator::TxnCoordinator;
 use crate::config::BrokerConfig;
 use crate::metadata::MetadataImage;
+use crate::partition::coordinator_log::CoordinatorLog;
 use crate::partition::{MarkerError, Partition, TxnMarker};
 use crate::types::TopicPartition;
 use std::rc::Rc;
 use std::sync::Arc;
 
-/// The transaction coordinator's view of its shard.
+/// The transaction coordinator's view of its shard; its writes go through
+/// [`CoordinatorLog`] (only the leader appends, acknowledged as acks=all).
 #[allow(async_fn_in_trait)] // used with concrete types only, on one thread
-pub trait TxnEnv: 'static {
+pub trait TxnEnv: CoordinatorLog + 'static {
     /// The coordinator of this shard (owned by the environment).
     fn coordinator(&self) -> &TxnCoordinator;
 
