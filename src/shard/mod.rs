@@ -617,12 +617,29 @@ impl ShardCtx {
                 Err(e) => out.push((m, Err(e))),
             }
         }
+        // Answered as Kafka's marker append (acks=-1): once written, and on
+        // a replicated partition once the HW passed it (every ISR member
+        // holds it), within the cross-shard timeout (else TimedOut, and the
+        // coordinator sends it again).
+        let deadline = self.router.deadline();
+        let image = self.image();
         for (m, log, offset) in waits {
-            let written = log.wait_acked(offset, self.config.fsync_acks).await;
-            let outcome = written.map_err(|e| {
-                tracing::error!(tp = %m.tp, error = %e, "writing a transaction marker failed");
-                MarkerError::Storage
-            });
+            let replicated = image
+                .topic(&m.tp.topic)
+                .and_then(|t| t.replica_state(m.tp.partition.0))
+                .map(|_| m.tp.clone());
+            let wait =
+                self.wait_acks_all(&log, offset, self.config.fsync_acks, replicated.as_ref());
+            let outcome = match crate::runtime::within(deadline, wait).await {
+                None => {
+                    tracing::warn!(tp = %m.tp, "a transaction marker was not replicated in time");
+                    Err(MarkerError::TimedOut)
+                }
+                Some(written) => written.map_err(|e| {
+                    tracing::error!(tp = %m.tp, error = %e, "writing a transaction marker failed");
+                    MarkerError::Storage
+                }),
+            };
             if outcome.is_ok() && m.tp.topic == internal::CONSUMER_OFFSETS {
                 // The producer's pending transactional offset commits
                 // become visible (COMMIT) or are dropped.
