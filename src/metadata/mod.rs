@@ -255,6 +255,17 @@ pub struct BrokerRegistration {
     /// one more than its previous registration's (every start begins a new
     /// epoch, as a single node's does), at least the image's.
     pub leader_epoch: i32,
+    /// Whether the node's previous process stopped cleanly (its logs were
+    /// closed whole), as Kafka's registration tells the controller: one
+    /// that did not may have lost what its page cache held (a machine
+    /// crash), so its replicas leave every ISR and ELR
+    /// (`docs/replication.md` §4.4). Absent in older logs: clean.
+    #[serde(default = "clean_default")]
+    pub clean_shutdown: bool,
+}
+
+fn clean_default() -> bool {
+    true
 }
 
 /// Where clients of one listener reach a node's brokers.
@@ -793,6 +804,7 @@ mod tests {
             }],
             incarnation: [incarnation; 16],
             leader_epoch: 4,
+            clean_shutdown: true,
         };
         let records = [
             MetadataRecord::RegisterBroker {
@@ -849,6 +861,7 @@ mod tests {
                     endpoints: Vec::new(),
                     incarnation: [node as u8; 16],
                     leader_epoch: 0,
+                    clean_shutdown: true,
                 },
             });
         }
