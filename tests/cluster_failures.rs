@@ -29,6 +29,7 @@ use kafka_protocol::messages::create_topics_request::{
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 use std::time::Duration;
 
 const NODES: usize = 3;
@@ -105,10 +106,18 @@ fn latest(broker: &Broker, topic: &str) -> i64 {
                 .with_partition_index(0)
                 .with_current_leader_epoch(-1)
                 .with_timestamp(-1)])]);
-    let resp = RawClient::connect_to(addr(broker)).request(7, &req);
-    let answer = &resp.topics[0].partitions[0];
-    assert_eq!(answer.error_code, 0, "ListOffsets of {topic}");
-    answer.offset
+    // A node just restarted answers NOT_LEADER_OR_FOLLOWER until the
+    // quorum has its new registration (`ShardCtx::registered_in`).
+    common::wait_for(SETTLE, "ListOffsets at the leader", || {
+        let resp = RawClient::connect_to(addr(broker)).request(7, &req);
+        let answer = &resp.topics[0].partitions[0];
+        if answer.error_code == ResponseError::NotLeaderOrFollower.code() {
+            std::thread::sleep(Duration::from_millis(100));
+            return None;
+        }
+        assert_eq!(answer.error_code, 0, "ListOffsets of {topic}");
+        Some(answer.offset)
+    })
 }
 
 /// Waits until `broker`, leading partition 0 of `topic`, answers

@@ -353,8 +353,9 @@ fn three_replicas_copy_the_leader_through_kills_and_restarts() {
     // Both other nodes die: no follower fetches, and no metadata change can
     // be committed (no quorum), so partition 0's ISR stays whole and its
     // leader's HW stays where it is while acks=1 writes go past it. The
-    // leader restarts cleanly, alone: it leads in its own image again,
-    // and its HW is the checkpointed one, not its log end.
+    // leader restarts cleanly, alone: its HW checkpoint holds the HW, not
+    // its log end; and with no quorum to register with it leads nothing
+    // (`ShardCtx::registered_in`), whatever its own image says.
     let lead = node(after[0].leader);
     let hw = latest(&brokers[lead], 0);
     for (i, b) in brokers.iter_mut().enumerate() {
@@ -366,10 +367,25 @@ fn three_replicas_copy_the_leader_through_kills_and_restarts() {
     common::raw::produce_values(&mut raw, TOPIC, 0, 5);
     assert_eq!(latest(&brokers[lead], 0), hw, "no follower fetched them");
     brokers[lead].restart();
+    let refused = RawClient::connect_to(addr(&brokers[lead])).request(
+        7,
+        &ListOffsetsRequest::default()
+            .with_replica_id((-1).into())
+            .with_topics(vec![
+            kafka_protocol::messages::list_offsets_request::ListOffsetsTopic::default()
+                .with_name(TopicName(s(TOPIC)))
+                .with_partitions(vec![
+                    kafka_protocol::messages::list_offsets_request::ListOffsetsPartition::default()
+                        .with_partition_index(0)
+                        .with_current_leader_epoch(-1)
+                        .with_timestamp(-1),
+                ]),
+        ]),
+    );
     assert_eq!(
-        latest(&brokers[lead], 0),
-        hw,
-        "the restarted leader's HW is its checkpointed one"
+        refused.topics[0].partitions[0].error_code,
+        ResponseError::NotLeaderOrFollower.code(),
+        "a node not registered with the quorum leads nothing"
     );
     let checkpoint = std::fs::read_to_string(
         brokers[lead]
@@ -395,10 +411,18 @@ fn latest(broker: &Broker, p: i32) -> i64 {
                 .with_partition_index(p)
                 .with_current_leader_epoch(-1)
                 .with_timestamp(-1)])]);
-    let resp = RawClient::connect_to(addr(broker)).request(7, &req);
-    let answer = &resp.topics[0].partitions[0];
-    assert_eq!(answer.error_code, 0, "ListOffsets of partition {p}");
-    answer.offset
+    // A node just restarted answers NOT_LEADER_OR_FOLLOWER until the
+    // quorum has its new registration (`ShardCtx::registered_in`).
+    common::wait_for(SETTLE, "ListOffsets at the leader", || {
+        let resp = RawClient::connect_to(addr(broker)).request(7, &req);
+        let answer = &resp.topics[0].partitions[0];
+        if answer.error_code == ResponseError::NotLeaderOrFollower.code() {
+            std::thread::sleep(Duration::from_millis(100));
+            return None;
+        }
+        assert_eq!(answer.error_code, 0, "ListOffsets of partition {p}");
+        Some(answer.offset)
+    })
 }
 
 /// `--replica-lag-time-max-ms` of the ISR test, shortened from Kafka's

@@ -765,6 +765,14 @@ pub fn validate_topic_name(name: &str) -> Result<(), String> {
 }
 
 /// A fresh random topic id (never all zeros, which Kafka reserves).
+/// This process's incarnation id (Kafka's): fresh at every start, the
+/// same on every shard; a node registers with it (several nodes,
+/// [`BrokerRegistration::incarnation`]).
+pub fn process_incarnation() -> [u8; 16] {
+    static INCARNATION: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
+    *INCARNATION.get_or_init(new_topic_id)
+}
+
 pub fn new_topic_id() -> [u8; 16] {
     loop {
         let id: [u8; 16] = rand::random();

@@ -254,7 +254,7 @@ impl Controller {
             log_lock: Semaphore::new(1),
             log_failed: std::cell::Cell::new(false),
             member: RefCell::new(None),
-            incarnation: new_topic_id(),
+            incarnation: crate::metadata::process_incarnation(),
             clean_start: std::cell::Cell::new(true),
         }
     }

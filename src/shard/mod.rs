@@ -426,6 +426,7 @@ impl ShardCtx {
     /// stored and them; the transaction state loads are awaited in turn.
     async fn sync_coordinators(self: &Rc<Self>, image: &MetadataImage) {
         let me = self.node_id();
+        let registered = self.registered_in(image);
         let (node, cores) = (self.config.node_id, self.cores());
         let mut txn_loads = Vec::new();
         for name in [internal::CONSUMER_OFFSETS, internal::TRANSACTION_STATE] {
@@ -442,7 +443,7 @@ impl ShardCtx {
                 // The epoch this shard leads it in; None: it does not.
                 let led = open.and_then(|p| match topic.replica_state(index) {
                     None => Some((p, -1)),
-                    Some(s) if s.leader == me => Some((p, s.leader_epoch)),
+                    Some(s) if s.leader == me && registered => Some((p, s.leader_epoch)),
                     Some(_) => None,
                 });
                 let held = match name {
@@ -534,6 +535,7 @@ impl ShardCtx {
     /// were deleted.
     async fn apply_replica_roles(&self, image: &MetadataImage) {
         let me = self.node_id();
+        let registered = self.registered_in(image);
         let mut follow = Vec::new();
         let mut lead = Vec::new();
         for topic in image.topics.values().filter(|t| t.is_replicated()) {
@@ -562,7 +564,11 @@ impl ShardCtx {
                         .start_replicated_at(hw.unwrap_or(crate::types::Offset(0)));
                 }
                 if state.leader == me {
-                    lead.push((p, state.clone()));
+                    // Not before this start is registered (`registered_in`):
+                    // it neither leads nor follows until then.
+                    if registered {
+                        lead.push((p, state.clone()));
+                    }
                     continue;
                 }
                 if state.leader >= 0
@@ -654,6 +660,27 @@ impl ShardCtx {
     /// Why a marker for `tp`, which this shard does not hold, is not
     /// written: another shard leads it (or this one has not opened it yet),
     /// or the image has no such partition.
+    /// Whether this node acts on the leadership `image` gives it over
+    /// replicated partitions: always on one node; on several, once the
+    /// image holds this process's registration (this start's incarnation,
+    /// `metadata::process_incarnation`). Before that the image is a past
+    /// life's (replayed from the local metadata log, not caught up with
+    /// the quorum), whose leaderships the quorum may have moved since:
+    /// leading on it could acknowledge writes the real leader never sees,
+    /// or answer OffsetFetch from a stale coordinator. Kafka's broker
+    /// likewise leads nothing until it has registered and caught up.
+    pub fn registered_in(&self, image: &MetadataImage) -> bool {
+        let several = self
+            .config
+            .quorum
+            .as_ref()
+            .is_some_and(|q| !q.is_single_node());
+        !several
+            || image.brokers.get(&self.config.node_id).is_some_and(|b| {
+                b.registration.incarnation == crate::metadata::process_incarnation()
+            })
+    }
+
     /// The partition if it is open on this shard and this shard leads it:
     /// a replicated partition's follower takes no appends of its own
     /// (`docs/replication.md` §4.3).
@@ -662,8 +689,10 @@ impl ShardCtx {
         let state = image
             .topic(&tp.topic)
             .and_then(|t| t.replica_state(tp.partition.0));
-        if state.is_some_and(|s| s.leader != self.config.node_id_of(self.shard)) {
-            return None;
+        match state {
+            Some(s) if s.leader != self.config.node_id_of(self.shard) => return None,
+            Some(_) if !self.registered_in(&image) => return None,
+            _ => {}
         }
         self.partition(tp)
     }
