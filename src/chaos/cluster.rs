@@ -44,7 +44,7 @@ pub const ISR_POLL_TIMEOUT_MS: u64 = 2_000;
 /// workload partition's ISR to hold all its replicas again before the next
 /// fault (so that no more than N - min.insync.replicas replicas are ever
 /// out of the ISR at once).
-pub const ISR_FULL_TIMEOUT_MS: u64 = 60_000;
+pub const ISR_FULL_TIMEOUT_MS: u64 = 30_000;
 /// How long every node may take to register and be unfenced at the start.
 pub const REGISTER_TIMEOUT_MS: u64 = 60_000;
 /// Metadata timeout of the orchestrator's own lookups (leader, ISR).

@@ -296,6 +296,10 @@ pub struct ChaosArgs {
     /// follower leaves the ISR after this long.
     #[arg(long, default_value_t = 2_000)]
     pub replica_lag_time_max_ms: u64,
+    /// Share of cycles with a DeleteRecords on the retained topic (0 turns
+    /// DeleteRecords and the log start checks off).
+    #[arg(long, default_value_t = DELETE_RECORDS_SHARE)]
+    pub delete_records_share: f64,
 }
 
 impl ChaosArgs {
@@ -420,6 +424,9 @@ fn validate(args: &ChaosArgs) -> Result<(), ChaosError> {
     }
     if !(0.0..=1.0).contains(&args.abort_fraction) {
         return bad("--abort-fraction must be within 0..1");
+    }
+    if !(0.0..=1.0).contains(&args.delete_records_share) {
+        return bad("--delete-records-share must be within 0..1");
     }
     if (args.value_max_bytes as usize)
         < value::VALUE_MIN_BYTES.max(clients::VALUE_SMALL_MIN_BYTES as usize)
@@ -880,7 +887,7 @@ impl Run {
         let load = self.rng.random_range(cms / 2..=cms + cms / 2);
         let delete_at = self
             .rng
-            .random_bool(DELETE_RECORDS_SHARE)
+            .random_bool(self.args.delete_records_share)
             .then(|| self.rng.random_range(0..load));
         let pause = self.rng.random_range(0..=self.args.restart_pause_ms_max);
         let every = self.args.long_outage_every;
@@ -922,15 +929,16 @@ impl Run {
     /// A cycle of a cluster: load; then the cycle's fault on the leader or
     /// a follower of a random workload partition (and, when more nodes may
     /// be down at once, half the time a SIGKILL of a second node); an
-    /// outage short, past the session timeout (every other cycle, so that
-    /// leaders move) or long (`--long-outage-every`); restart and heal; the
+    /// outage short, past the session timeout (every other cycle and every
+    /// cut, so that leaders move) or long (`--long-outage-every`); restart
+    /// and heal; the
     /// checks; and a bounded wait until every ISR is whole again.
     fn cluster_cycle(&mut self, cycle: u32) -> Result<(), ChaosError> {
         let cms = self.args.cycle_ms;
         let load = self.rng.random_range(cms / 2..=cms + cms / 2);
         let delete_at = self
             .rng
-            .random_bool(DELETE_RECORDS_SHARE)
+            .random_bool(self.args.delete_records_share)
             .then(|| self.rng.random_range(0..load));
         let fault = self.faults[(cycle as usize - 1) % self.faults.len()];
         let every = self.args.long_outage_every;
@@ -938,7 +946,7 @@ impl Run {
         let session = self.args.broker_session_timeout_ms;
         let pause = if long_outage {
             LONG_OUTAGE_MS.max(session * 2)
-        } else if cycle % 2 == 1 {
+        } else if cycle % 2 == 1 || fault == Fault::CutLeader {
             session + self.rng.random_range(CLUSTER_OUTAGE_PAST_SESSION_MS)
         } else {
             self.rng.random_range(0..=self.args.restart_pause_ms_max)

@@ -214,6 +214,7 @@ impl Report<'_> {
                 "longOutageMs": super::LONG_OUTAGE_MS,
                 "transactionTimeoutMs": super::clients::TXN_TIMEOUT_MS,
                 "idempotentMessageTimeoutMs": args.idempotent_message_timeout_ms,
+                "deleteRecordsShare": args.delete_records_share,
                 "nodes": args.nodes,
                 "netns": args.netns,
                 "replicationFactor": if args.nodes > 1 { args.replication_factor() } else { 1 },
