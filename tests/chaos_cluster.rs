@@ -353,3 +353,41 @@ fn the_checker_sees_every_replica_destroyed_at_the_final_restart() {
     assert_eq!(json["ok"], serde_json::Value::Bool(false));
     no_namespaces_left();
 }
+
+/// `--min-insync-replicas 1`: two nodes may be down at once (half the
+/// cycles kill a second node). The run may lose acknowledged writes only as
+/// Kafka documents (counted apart, `lostWritesAllowedByMinInsync1`, when
+/// the ISR was seen at the leader alone); anything else is an anomaly.
+#[test]
+fn with_min_insync_replicas_1_only_the_documented_losses_are_allowed() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let seed = seed();
+    eprintln!(
+        "fjord chaos seed {seed} (repeat with FJORD_CHAOS_SEED={seed}), min.insync.replicas=1"
+    );
+    let root = Root::new();
+    let o = chaos(
+        &root.path(),
+        &args(
+            seed,
+            &[
+                "--transactional-producers",
+                "0",
+                "--delete-records-share",
+                "0",
+                "--min-insync-replicas",
+                "1",
+            ],
+        ),
+    );
+    let report = format!("--- stdout ---\n{}\n--- stderr ---\n{}", o.stdout, o.stderr);
+    let json = o.json.unwrap_or_else(|| panic!("no JSON result\n{report}"));
+    assert!(o.success, "fjord chaos failed\n{report}");
+    assert_eq!(n(&json, &["anomalyTotal"]), 0, "{report}");
+    assert!(json["lostWritesAllowedByMinInsync1"].is_u64(), "{report}");
+    assert!(
+        n(&json, &["operations", "idempotent", "acked"]) > 100,
+        "{report}"
+    );
+    no_namespaces_left();
+}

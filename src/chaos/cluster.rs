@@ -117,18 +117,12 @@ impl Nodes {
         let mut addrs: Vec<(Ipv4Addr, u16, u16)> = Vec::new();
         for i in 0..n {
             match &net {
-                Some(net) => addrs.push((
-                    net.host(i).addr,
-                    NETNS_CLIENT_PORT,
-                    NETNS_CONTROLLER_PORT,
-                )),
+                Some(net) => {
+                    addrs.push((net.host(i).addr, NETNS_CLIENT_PORT, NETNS_CONTROLLER_PORT))
+                }
                 None => {
                     let base = broker::free_port_base(a.broker_cores + 1)?;
-                    addrs.push((
-                        Ipv4Addr::LOCALHOST,
-                        base,
-                        base + a.broker_cores as u16,
-                    ));
+                    addrs.push((Ipv4Addr::LOCALHOST, base, base + a.broker_cores as u16));
                 }
             }
         }

@@ -39,6 +39,54 @@
 //! 6. Check ([`check`]), print a table, write JSON (`--out`), and exit
 //!    non-zero if there is any anomaly.
 //!
+//! # Several nodes (`--nodes N`)
+//!
+//! With N > 1 the run is the same workload against a cluster ([`cluster`]):
+//!
+//! - N `fjord serve` nodes (`--broker-cores` shards each), all voters of
+//!   one metadata quorum, with `--broker-session-timeout-ms` (3 s) and
+//!   `--replica-lag-time-max-ms` (2 s) short, so that a dead node is fenced
+//!   and a dead follower leaves the ISR within seconds. On loopback each
+//!   node has its own client ports and controller port; with `--netns`
+//!   (root) each runs in its own network namespace on a bridge the run makes
+//!   ([`netns`], the same code the several-node tests use), and everything
+//!   is removed at the end, after an error too. Clients run in the root
+//!   namespace and bootstrap at every node; the orchestrator's checks ask
+//!   any live node.
+//! - The workload topics have replication factor N (`--replication-factor`)
+//!   and `min.insync.replicas` from `--min-insync-replicas` (2); the
+//!   internal topics have N replicas too (coordinator failover).
+//! - Each cycle applies one fault, in an order the seed shuffles and then
+//!   repeats: SIGKILL the leader of a random workload partition (found with
+//!   Metadata), SIGKILL one of its followers, or (with `--netns`) cut that
+//!   leader off the network (its link down at both ends: a zombie leader).
+//!   Odd cycles and every cut last past the session timeout (the node is
+//!   fenced and leaders move), even cycles are short restarts; every
+//!   `--long-outage-every`th cycle is a long outage. When replication
+//!   factor minus `min.insync.replicas` is 2 or more, half the cycles also
+//!   SIGKILL a second node; never more nodes than that are down at once,
+//!   and after each repair the run waits (bounded) until every ISR is whole
+//!   again, so that `acks=all` writes can always be acknowledged. After
+//!   each restart the group's offsets and the log starts are checked as
+//!   with one broker.
+//! - At the end every cut is healed, every node stopped with SIGTERM (each
+//!   must exit 0) and started again; the run waits until every partition
+//!   has a leader and a whole ISR and every LSO reaches its high watermark,
+//!   and reads everything back through the leaders. The summary and the
+//!   JSON count, per node, kills as leader and as follower, cuts and
+//!   restarts, and give each cycle's fault, target and partition.
+//! - An ISR monitor thread polls Metadata every 200 ms and keeps, per
+//!   partition, the stretches of polls with the same leader and ISR
+//!   (`isrSpans` in the JSON). With `--min-insync-replicas 1` an
+//!   acknowledged write that is missing is counted apart, as allowed by
+//!   that setting (Kafka documents the loss: an `acks=all` write
+//!   acknowledged by a leader alone in its ISR, then that leader's copy
+//!   lost), only when the monitor saw the ISR at the leader alone from a
+//!   poll before the acknowledgement to one at most 100 ms before it came;
+//!   every other missing write is a `lost-write`. That is evidence, not a
+//!   proof: the ISR can change and change back between two polls, and a
+//!   node's Metadata can lag the controller's.
+//!
 //! The seed (`--seed`, printed at the start) drives every random choice of
 //! the orchestrator and the clients: the kill schedule, pauses, partitions,
 //! value sizes, transaction shapes and planned aborts. Thread scheduling and
@@ -102,7 +150,11 @@
 //!   broker is killed every few seconds, so the config only has to survive
 //!   restarts. DeleteRecords is what moves that log start.
 //! - Kills during start-up and recovery (each kill comes after `fjord:
-//!   ready`), several nodes, network faults, clock jumps.
+//!   ready`), clock jumps, power loss of several nodes at once, slow or
+//!   lossy links (only whole cuts), partitions that split the nodes among
+//!   themselves (a cut isolates one node from everyone), and a second fault
+//!   while an ISR is still short (the run waits for whole ISRs between
+//!   cycles, at most 30 s).
 //! - Order across a producer's sessions (a recreated idempotent producer is
 //!   a new producer id; Kafka orders only within one).
 //! - Idempotent messages that time out. librdkafka's idempotent producer
@@ -137,8 +189,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdkafka::error::KafkaError;
 
-use cluster::{NodeSetup, Nodes};
 use clients::{lock, ClientLog, ClientSettings, GroupJob, ProducerJob, ProducerOutput, Shared};
+use cluster::{NodeSetup, Nodes};
 use history::{ChaosTopic, DeleteAck, History, LogStartCheck, OffsetCheck, Tp};
 use readback::{Isolation, TopicSpec};
 
@@ -460,7 +512,9 @@ fn validate(args: &ChaosArgs) -> Result<(), ChaosError> {
             return bad("the replication factor must exceed --min-insync-replicas: no node could be taken down without stopping acks=all writes");
         }
         if args.broker_session_timeout_ms < 100 || args.replica_lag_time_max_ms < 100 {
-            return bad("--broker-session-timeout-ms and --replica-lag-time-max-ms must be at least 100");
+            return bad(
+                "--broker-session-timeout-ms and --replica-lag-time-max-ms must be at least 100",
+            );
         }
     }
     Ok(())
@@ -523,7 +577,9 @@ pub fn run(args: ChaosArgs) -> Result<(), ChaosError> {
         bin: &bin,
         dir: &dir,
     })?;
-    shared.generation.store(nodes.generation(), Ordering::Relaxed);
+    shared
+        .generation
+        .store(nodes.generation(), Ordering::Relaxed);
     nodes.mark(&format!("started (seed {seed})"));
     let mut rng = StdRng::seed_from_u64(derive_seed(seed, u64::MAX - 1));
     let mut faults = vec![Fault::KillLeader, Fault::KillFollower];

@@ -167,8 +167,8 @@ impl Net {
         // A /24 of its own, 10.77.B.0, B the first not on any interface:
         // chosen and taken under a lock, as other processes make nets too.
         let lock = SubnetLock::take()?;
-        let used = String::from_utf8_lossy(&run("ip", &["-o", "-4", "addr", "show"])?.stdout)
-            .into_owned();
+        let used =
+            String::from_utf8_lossy(&run("ip", &["-o", "-4", "addr", "show"])?.stdout).into_owned();
         let b = (0..=255u8)
             .find(|b| !used.contains(&format!(" 10.77.{b}.")))
             .ok_or_else(|| NetError("no free 10.77.B.0/24".to_string()))?;

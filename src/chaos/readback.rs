@@ -148,7 +148,11 @@ pub fn create_topics(
         .iter()
         .map(|s| {
             s.configs.iter().fold(
-                NewTopic::new(s.topic.name(), s.partitions, TopicReplication::Fixed(replication_factor)),
+                NewTopic::new(
+                    s.topic.name(),
+                    s.partitions,
+                    TopicReplication::Fixed(replication_factor),
+                ),
                 |t, (k, v)| t.set(k, v),
             )
         })

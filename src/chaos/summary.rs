@@ -58,7 +58,11 @@ impl Report<'_> {
             "fjord chaos: seed {}, {} {} cycles, {}, {:.0} s",
             self.seed,
             self.cycles.len(),
-            if self.args.nodes > 1 { "fault" } else { "kill -9" },
+            if self.args.nodes > 1 {
+                "fault"
+            } else {
+                "kill -9"
+            },
             self.mode(),
             self.duration_s
         );
