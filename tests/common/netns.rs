@@ -9,7 +9,7 @@
 //! so concurrent test binaries (and chaos runs) never share a namespace or
 //! a subnet.
 
-pub use fjord::chaos::netns::{Host, HOSTS_MAX};
+pub use fjord::chaos::netns::Host;
 use std::process::Command;
 
 /// A bridge and the hosts on it; everything is removed on drop (the
