@@ -21,7 +21,7 @@ use common::cluster::{addr, start_node, wait_brokers};
 use common::netns::Net;
 use common::raw::{init_transactional, RawClient};
 use common::Broker;
-use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, MetadataRequest};
+use kafka_protocol::messages::FindCoordinatorRequest;
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -89,29 +89,15 @@ fn wait_coordinator(
 }
 
 /// Replicas and ISR (sorted broker ids) of every partition of `topic` as
-/// `broker`'s Metadata lists them.
+/// `broker`'s Metadata lists them (none if it is not listed).
 fn replicas_and_isr(broker: &Broker, topic: &str) -> Vec<(Vec<i32>, Vec<i32>)> {
-    let resp = RawClient::connect_to(addr(broker)).request(
-        12,
-        &MetadataRequest::default()
-            .with_topics(None)
-            .with_allow_auto_topic_creation(false),
-    );
-    let Some(t) = resp
-        .topics
-        .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-    else {
-        return Vec::new();
-    };
-    let ids = |v: &[BrokerId]| {
-        let mut v: Vec<i32> = v.iter().map(|b| b.0).collect();
-        v.sort();
-        v
-    };
-    t.partitions
-        .iter()
-        .map(|p| (ids(&p.replica_nodes), ids(&p.isr_nodes)))
+    common::cluster::partitions(broker, topic)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| {
+            let p = p.sorted();
+            (p.replicas, p.isr)
+        })
         .collect()
 }
 

@@ -313,43 +313,17 @@ fn producer_id(broker: &Broker) -> i64 {
 /// Partition 0 of `name` in `broker`'s Metadata: leader, error, replicas,
 /// ISR, offline replicas.
 fn partition0(broker: &Broker, name: &str) -> (i32, i16, Vec<i32>, Vec<i32>, Vec<i32>) {
-    let resp = RawClient::connect_to(addr(broker)).request(
-        12,
-        &MetadataRequest::default()
-            .with_topics(None)
-            .with_allow_auto_topic_creation(false),
-    );
-    let t = resp
-        .topics
-        .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name))
-        .expect("the topic is listed");
-    let p = &t.partitions[0];
-    let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<_>>();
-    (
-        p.leader_id.0,
-        p.error_code,
-        ids(&p.replica_nodes),
-        ids(&p.isr_nodes),
-        ids(&p.offline_replicas),
-    )
+    let p = common::cluster::partition(broker, name, 0).expect("the topic is listed");
+    (p.leader, p.error, p.replicas, p.isr, p.offline)
 }
 
-/// The leader id and error of partition 0 of `name` in `broker`'s Metadata.
+/// The leader id and error of partition 0 of `name` in `broker`'s Metadata
+/// (v9).
 fn leader_of(broker: &Broker, name: &str) -> (i32, i16) {
-    let resp = RawClient::connect_to(addr(broker)).request(
-        9,
-        &MetadataRequest::default()
-            .with_topics(None)
-            .with_allow_auto_topic_creation(false),
-    );
-    let t = resp
-        .topics
-        .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name))
+    let p = common::cluster::partitions_at(broker, name, 9)
+        .and_then(|ps| ps.into_iter().next())
         .expect("the topic is listed");
-    let p = &t.partitions[0];
-    (p.leader_id.0, p.error_code)
+    (p.leader, p.error)
 }
 
 fn wait_lists(broker: &Broker, node: usize, name: &str) {

@@ -28,7 +28,7 @@
 
 mod common;
 
-use common::cluster::addr;
+use common::cluster::{addr, PartitionView};
 use common::netns::Net;
 use common::raw::RawClient;
 use common::Broker;
@@ -64,71 +64,34 @@ fn create(brokers: &[Broker], replicas: &[i32]) {
     create_named(brokers, TOPIC, replicas);
 }
 
-/// CreateTopics of `name`, one partition on `replicas`.
+/// CreateTopics of `name`, one partition on `replicas`, `min.insync.replicas`
+/// 1.
 fn create_named(brokers: &[Broker], name: &str, replicas: &[i32]) {
-    common::wait_for(SETTLE, "a node that takes CreateTopics", || {
-        for b in brokers {
-            let topic = CreatableTopic::default()
-                .with_name(TopicName(s(name)))
-                .with_num_partitions(-1)
-                .with_replication_factor(-1)
-                .with_assignments(vec![CreatableReplicaAssignment::default()
-                    .with_partition_index(0)
-                    .with_broker_ids(replicas.iter().map(|&b| BrokerId(b)).collect())])
-                .with_configs(vec![CreatableTopicConfig::default()
-                    .with_name(s("min.insync.replicas"))
-                    .with_value(Some(s("1")))]);
-            let resp = RawClient::connect_to(addr(b)).request(
-                5,
-                &CreateTopicsRequest::default()
-                    .with_topics(vec![topic])
-                    .with_timeout_ms(10_000),
-            );
-            let code = resp.topics[0].error_code;
-            if code == 0 || code == ResponseError::TopicAlreadyExists.code() {
-                return Some(());
-            }
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        None
-    });
+    let topic = CreatableTopic::default()
+        .with_name(TopicName(s(name)))
+        .with_num_partitions(-1)
+        .with_replication_factor(-1)
+        .with_assignments(vec![CreatableReplicaAssignment::default()
+            .with_partition_index(0)
+            .with_broker_ids(replicas.iter().map(|&b| BrokerId(b)).collect())])
+        .with_configs(vec![CreatableTopicConfig::default()
+            .with_name(s("min.insync.replicas"))
+            .with_value(Some(s("1")))]);
+    common::cluster::create_topic_as(brokers, topic);
 }
 
-/// Partition 0 of [`TOPIC`] as a node's Metadata (v12) lists it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Listed {
-    leader: i32,
-    leader_epoch: i32,
-    /// As listed (not sorted).
-    replicas: Vec<i32>,
-    isr: Vec<i32>,
-}
+/// Partition 0 of a topic as a node's Metadata (v12) lists it: replicas
+/// as listed (their order is the reassignment's), the ISR sorted.
+type Listed = PartitionView;
 
 fn listed(broker: &Broker) -> Option<Listed> {
     listed_topic(broker, TOPIC)
 }
 
 fn listed_topic(broker: &Broker, topic: &str) -> Option<Listed> {
-    let resp = RawClient::connect_to(addr(broker)).request(
-        12,
-        &MetadataRequest::default()
-            .with_topics(None)
-            .with_allow_auto_topic_creation(false),
-    );
-    let t = resp
-        .topics
-        .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))?;
-    let p = t.partitions.iter().find(|p| p.partition_index == 0)?;
-    let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<i32>>();
-    let mut isr = ids(&p.isr_nodes);
-    isr.sort();
-    Some(Listed {
-        leader: p.leader_id.0,
-        leader_epoch: p.leader_epoch,
-        replicas: ids(&p.replica_nodes),
-        isr,
-    })
+    let mut p = common::cluster::partition(broker, topic, 0)?;
+    p.isr.sort();
+    Some(p)
 }
 
 fn wait_listed(broker: &Broker, what: &str, ok: impl Fn(&Listed) -> bool) -> Listed {

@@ -23,13 +23,12 @@
 
 mod common;
 
-use common::cluster::addr;
+use common::cluster::{addr, PartitionView};
 
 use common::client;
 use common::netns::Net;
 use common::raw::RawClient;
 use common::Broker;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -65,56 +64,11 @@ fn create_replicated(brokers: &[Broker]) {
 /// CreateTopics of `name` (`partitions`, replication factor 3, `configs`)
 /// through the first node that takes it.
 fn create_topic(brokers: &[Broker], name: &str, partitions: i32, configs: &[(&str, &str)]) {
-    use kafka_protocol::messages::create_topics_request::CreatableTopicConfig;
-    common::wait_for(SETTLE, "a node that takes CreateTopics", || {
-        for (i, b) in brokers.iter().enumerate() {
-            let topic = CreatableTopic::default()
-                .with_name(TopicName(s(name)))
-                .with_num_partitions(partitions)
-                .with_replication_factor(NODES as i16)
-                .with_configs(
-                    configs
-                        .iter()
-                        .map(|(k, v)| {
-                            CreatableTopicConfig::default()
-                                .with_name(s(k))
-                                .with_value(Some(s(v)))
-                        })
-                        .collect(),
-                );
-            let resp = RawClient::connect_to(addr(b)).request(
-                5,
-                &CreateTopicsRequest::default()
-                    .with_topics(vec![topic])
-                    .with_timeout_ms(10_000),
-            );
-            let code = resp.topics[0].error_code;
-            if code == 0 || code == ResponseError::TopicAlreadyExists.code() {
-                return Some(());
-            }
-            // Too few nodes registered yet also answers this.
-            assert!(
-                code == ResponseError::NotController.code()
-                    || code == ResponseError::RequestTimedOut.code()
-                    || code == ResponseError::InvalidReplicationFactor.code(),
-                "node {i} answered {code} to CreateTopics: {:?}",
-                resp.topics[0].error_message
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        None
-    });
+    common::cluster::create_topic(brokers, name, partitions, NODES as i16, configs);
 }
 
-/// One partition as a node's Metadata (v12) lists it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Listed {
-    leader: i32,
-    leader_epoch: i32,
-    error: i16,
-    replicas: Vec<i32>,
-    isr: Vec<i32>,
-}
+/// One partition as a node's Metadata (v12) lists it, broker ids sorted.
+type Listed = PartitionView;
 
 /// [`TOPIC`]'s partitions in `broker`'s Metadata, by index; None if it is
 /// not listed.
@@ -122,42 +76,11 @@ fn listed(broker: &Broker) -> Option<Vec<Listed>> {
     listed_topic(broker, TOPIC)
 }
 
-/// `topic`'s partitions in `broker`'s Metadata, by index; None if it is
-/// not listed (or the node does not answer).
+/// `topic`'s partitions in `broker`'s Metadata, by index, broker ids
+/// sorted; None if it is not listed.
 fn listed_topic(broker: &Broker, topic: &str) -> Option<Vec<Listed>> {
-    let resp = RawClient::connect_to(addr(broker)).request(
-        12,
-        &MetadataRequest::default()
-            .with_topics(None)
-            .with_allow_auto_topic_creation(false),
-    );
-    let t = resp
-        .topics
-        .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))?;
-    let ids = |v: &[BrokerId]| {
-        let mut v: Vec<i32> = v.iter().map(|b| b.0).collect();
-        v.sort();
-        v
-    };
-    let mut out: Vec<(i32, Listed)> = t
-        .partitions
-        .iter()
-        .map(|p| {
-            (
-                p.partition_index,
-                Listed {
-                    leader: p.leader_id.0,
-                    leader_epoch: p.leader_epoch,
-                    error: p.error_code,
-                    replicas: ids(&p.replica_nodes),
-                    isr: ids(&p.isr_nodes),
-                },
-            )
-        })
-        .collect();
-    out.sort_by_key(|(i, _)| *i);
-    Some(out.into_iter().map(|(_, l)| l).collect())
+    let views = common::cluster::partitions(broker, topic)?;
+    Some(views.into_iter().map(PartitionView::sorted).collect())
 }
 
 /// Waits until every node lists every partition of [`TOPIC`] alike, led,

@@ -11,6 +11,7 @@
 //! reads this shard's image.
 
 use super::authz::Authz;
+use super::forward::forward;
 use super::{decode, errors, respond, str_bytes, Outcome};
 use crate::auth::acl::{
     AclBinding, AclBindingFilter, AclOperation, AclPermission, PatternType, ResourceType,
@@ -114,15 +115,10 @@ pub async fn create_acls(
         Vec::new()
     } else {
         let n = valid.len();
-        match ctx
-            .invoke_controller(ControllerRequest::CreateAcls { acls: valid })
-            .await
-        {
-            Ok(ControllerReply::Acls(rs)) if rs.len() == n => {
-                rs.into_iter().map(|r| r.map(|_| ())).collect()
-            }
-            Ok(_) => vec![Err(ControllerError::Unavailable); n],
-            Err(e) => vec![Err(e); n],
+        let request = ControllerRequest::CreateAcls { acls: valid };
+        match forward(ctx, request, |reply| acls_reply(reply, n)).await {
+            Ok(rs) => rs.into_iter().map(|r| r.map(|_| ())).collect(),
+            Err(e) => vec![Err(e.item_error()); n],
         }
     };
     let results = slots
@@ -268,13 +264,10 @@ pub async fn delete_acls(
     let outcomes = if n == 0 {
         Vec::new()
     } else {
-        match ctx
-            .invoke_controller(ControllerRequest::DeleteAcls { filters })
-            .await
-        {
-            Ok(ControllerReply::Acls(rs)) if rs.len() == n => rs,
-            Ok(_) => vec![Err(ControllerError::Unavailable); n],
-            Err(e) => vec![Err(e); n],
+        let request = ControllerRequest::DeleteAcls { filters };
+        match forward(ctx, request, |reply| acls_reply(reply, n)).await {
+            Ok(rs) => rs,
+            Err(e) => vec![Err(e.item_error()); n],
         }
     };
     let results = outcomes
@@ -304,4 +297,16 @@ pub async fn delete_acls(
         header,
         &DeleteAclsResponse::default().with_filter_results(results),
     )
+}
+
+/// The per-binding (CreateAcls) or per-filter (DeleteAcls) results of a
+/// reply, if it has one for each of the `n` sent.
+fn acls_reply(
+    reply: ControllerReply,
+    n: usize,
+) -> Option<Vec<Result<Vec<AclBinding>, ControllerError>>> {
+    match reply {
+        ControllerReply::Acls(rs) if rs.len() == n => Some(rs),
+        _ => None,
+    }
 }

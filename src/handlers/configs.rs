@@ -5,13 +5,14 @@
 //! be described, but altering one answers INVALID_REQUEST rather than
 //! pretending to apply it.
 
+use super::forward::forward_items;
 use super::{decode, errors, respond, str_bytes, ErrorAnswer, Outcome};
 use crate::auth::acl::AclOperation;
 use crate::config::BrokerConfig;
 use crate::handlers::authz::Authz;
 use crate::metadata::{internal, topic_config};
 use crate::protocol::RequestHeader;
-use crate::shard::messages::{ConfigChange, ControllerReply, ControllerRequest};
+use crate::shard::messages::{ConfigChange, ControllerRequest};
 use crate::shard::ShardCtx;
 use bytes::BytesMut;
 use kafka_protocol::messages::describe_configs_response::{
@@ -454,27 +455,11 @@ async fn apply(
             HashMap::new()
         } else {
             let names: Vec<String> = changes.iter().map(|(n, _)| n.clone()).collect();
-            match ctx
-                .invoke_controller(ControllerRequest::AlterConfigs {
-                    changes,
-                    validate_only,
-                })
-                .await
-            {
-                Ok(ControllerReply::Items(items)) => items.into_iter().collect(),
-                Ok(
-                    ControllerReply::ProducerIds(_)
-                    | ControllerReply::Acls(_)
-                    | ControllerReply::Broker(_)
-                    | ControllerReply::Partition(_)
-                    | ControllerReply::Elections(_)
-                    | ControllerReply::Reassignments(_),
-                ) => names
-                    .into_iter()
-                    .map(|n| (n, Err(crate::shard::messages::ControllerError::Unavailable)))
-                    .collect(),
-                Err(e) => names.into_iter().map(|n| (n, Err(e.clone()))).collect(),
-            }
+            let request = ControllerRequest::AlterConfigs {
+                changes,
+                validate_only,
+            };
+            forward_items(ctx, request, &names).await
         };
     resources
         .into_iter()

@@ -22,6 +22,7 @@
 //! is live, else the "not available" error.
 
 use super::errors::{self, CLUSTER_AUTHORIZATION_FAILED_MESSAGE};
+use super::forward::forward;
 use super::{decode, respond, str_bytes, Outcome};
 use crate::auth::acl::AclOperation;
 use crate::handlers::authz::Authz;
@@ -93,23 +94,19 @@ pub async fn handle(
         }
     };
     let all = named.is_none();
-    let reply = ctx
-        .invoke_controller(ControllerRequest::ElectLeaders {
-            unclean,
-            topics: named.clone(),
-        })
-        .await;
-    let outcomes = match reply {
-        Ok(ControllerReply::Elections(outcomes)) => outcomes,
-        Ok(_) => {
-            return respond(
-                header,
-                &refuse(ResponseError::UnknownServerError.code(), None),
-            )
-        }
+    let request = ControllerRequest::ElectLeaders {
+        unclean,
+        topics: named.clone(),
+    };
+    let reply = forward(ctx, request, |reply| match reply {
+        ControllerReply::Elections(outcomes) => Some(outcomes),
+        _ => None,
+    });
+    let outcomes = match reply.await {
+        Ok(outcomes) => outcomes,
         Err(e) => {
-            let message = e.to_string();
-            return respond(header, &refuse(errors::controller(&e), Some(&message)));
+            let (code, message) = e.code_and_message();
+            return respond(header, &refuse(code, message.as_deref()));
         }
     };
     let results = outcomes

@@ -21,6 +21,7 @@ pub mod elect_leaders;
 pub mod error_counts;
 pub mod errors;
 pub mod fetch;
+pub mod forward;
 pub mod group;
 pub mod init_producer_id;
 pub mod list_offsets;

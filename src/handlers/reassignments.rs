@@ -21,6 +21,7 @@
 //!   here before the request that made it is answered).
 
 use super::errors::{self, CLUSTER_AUTHORIZATION_FAILED_MESSAGE};
+use super::forward::forward;
 use super::{decode, respond, str_bytes, Outcome};
 use crate::auth::acl::AclOperation;
 use crate::handlers::authz::Authz;
@@ -98,23 +99,19 @@ pub async fn alter(
             &refuse(code, Some(CLUSTER_AUTHORIZATION_FAILED_MESSAGE)),
         );
     }
-    let reply = ctx
-        .invoke_controller(ControllerRequest::AlterPartitionReassignments {
-            allow_rf_change,
-            topics: topics.clone(),
-        })
-        .await;
-    let outcomes = match reply {
-        Ok(ControllerReply::Reassignments(outcomes)) => outcomes,
-        Ok(_) => {
-            return respond(
-                header,
-                &refuse(ResponseError::UnknownServerError.code(), None),
-            )
-        }
+    let request = ControllerRequest::AlterPartitionReassignments {
+        allow_rf_change,
+        topics: topics.clone(),
+    };
+    let reply = forward(ctx, request, |reply| match reply {
+        ControllerReply::Reassignments(outcomes) => Some(outcomes),
+        _ => None,
+    });
+    let outcomes = match reply.await {
+        Ok(outcomes) => outcomes,
         Err(e) => {
-            let message = e.to_string();
-            return respond(header, &refuse(errors::controller(&e), Some(&message)));
+            let (code, message) = e.code_and_message();
+            return respond(header, &refuse(code, message.as_deref()));
         }
     };
     let responses = outcomes

@@ -15,6 +15,7 @@
 //! [`describe`] and [`alter`], where `session` is passed for it; until
 //! then any client that authenticated may call them.
 
+use super::forward::forward;
 use super::{decode, errors, respond, str_bytes, Outcome};
 use crate::auth::acl::AclOperation;
 use crate::auth::scram::{ScramMechanism, ITERATIONS_MAX, ITERATIONS_MIN};
@@ -236,18 +237,19 @@ pub async fn alter(
     let mut results = Vec::new();
     if !changes.is_empty() {
         let names: Vec<String> = changes.keys().cloned().collect();
-        let outcome = ctx
-            .invoke_controller(ControllerRequest::AlterScramCredentials {
-                changes: changes.into_iter().collect(),
-            })
-            .await;
-        let items = match outcome {
-            Ok(ControllerReply::Items(items)) => items,
-            Ok(_) => names
+        let request = ControllerRequest::AlterScramCredentials {
+            changes: changes.into_iter().collect(),
+        };
+        let outcome = forward(ctx, request, |reply| match reply {
+            ControllerReply::Items(items) => Some(items),
+            _ => None,
+        });
+        let items = match outcome.await {
+            Ok(items) => items,
+            Err(e) => names
                 .into_iter()
-                .map(|n| (n, Err(crate::shard::messages::ControllerError::Unavailable)))
+                .map(|n| (n, Err(e.item_error())))
                 .collect(),
-            Err(e) => names.into_iter().map(|n| (n, Err(e.clone()))).collect(),
         };
         for (name, result) in items {
             let r = AlterUserScramCredentialsResult::default().with_user(str_bytes(name));

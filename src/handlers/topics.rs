@@ -1,12 +1,13 @@
 //! CreateTopics, DeleteTopics and CreatePartitions: validated and applied by
 //! the controller (shard 0), answered once every shard serves the change.
 
+use super::forward::forward_items;
 use super::{decode, errors, respond, str_bytes, ErrorAnswer, Outcome};
 use crate::auth::acl::AclOperation;
 use crate::handlers::authz::Authz;
 use crate::metadata::{internal, topic_config};
 use crate::protocol::RequestHeader;
-use crate::shard::messages::{ControllerError, ControllerReply, ControllerRequest, NewTopic};
+use crate::shard::messages::{ControllerRequest, NewTopic};
 use crate::shard::ShardCtx;
 use bytes::BytesMut;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -27,29 +28,6 @@ use uuid::Uuid;
 const SOURCE_TOPIC_CONFIG: i8 = 1;
 /// Kafka's config source code for a default value.
 const SOURCE_DEFAULT_CONFIG: i8 = 5;
-
-/// Runs a controller request; an unreachable controller fails every item.
-async fn run(
-    ctx: &Rc<ShardCtx>,
-    request: ControllerRequest,
-    names: &[String],
-) -> HashMap<String, Result<i32, ControllerError>> {
-    match ctx.invoke_controller(request).await {
-        Ok(ControllerReply::Items(items)) => items.into_iter().collect(),
-        Ok(
-            ControllerReply::ProducerIds(_)
-            | ControllerReply::Acls(_)
-            | ControllerReply::Broker(_)
-            | ControllerReply::Partition(_)
-            | ControllerReply::Elections(_)
-            | ControllerReply::Reassignments(_),
-        ) => names
-            .iter()
-            .map(|n| (n.clone(), Err(ControllerError::Unavailable)))
-            .collect(),
-        Err(e) => names.iter().map(|n| (n.clone(), Err(e.clone()))).collect(),
-    }
-}
 
 /// Names that appear more than once in one request.
 fn duplicates<'a>(names: impl Iterator<Item = &'a str>) -> HashSet<String> {
@@ -151,7 +129,7 @@ pub async fn create_topics(
     let outcomes = if todo.is_empty() {
         HashMap::new()
     } else {
-        run(
+        forward_items(
             ctx,
             ControllerRequest::CreateTopics {
                 topics: todo,
@@ -278,7 +256,7 @@ pub async fn delete_topics(
     let outcomes = if names.is_empty() {
         HashMap::new()
     } else {
-        run(
+        forward_items(
             ctx,
             ControllerRequest::DeleteTopics {
                 names: names.clone(),
@@ -392,7 +370,7 @@ pub async fn create_partitions(
     let outcomes = if todo.is_empty() {
         HashMap::new()
     } else {
-        run(
+        forward_items(
             ctx,
             ControllerRequest::CreatePartitions {
                 topics: todo,

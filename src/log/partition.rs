@@ -403,6 +403,13 @@ impl PartitionLog {
         }
     }
 
+    /// [`Self::wait_acked`] as this log acknowledges: durable under
+    /// `--fsync-acks`, else written.
+    pub async fn wait_locally_acked(&self, offset: Offset) -> Result<(), LogError> {
+        let durable = self.config.borrow().fsync_acks;
+        self.wait_acked(offset, durable).await
+    }
+
     /// Resolves when the file write covering `offset` has completed.
     /// Ends with `Unavailable` while the writer is out of file descriptors.
     /// Ends with `Truncated` if a truncation cut `offset` away meanwhile.

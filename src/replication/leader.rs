@@ -318,6 +318,17 @@ impl LeaderState {
     /// The committed ISR from the metadata (an AlterPartition answered, or
     /// someone else's change): any proposal in flight is settled.
     pub fn set_isr(&mut self, isr: &[i32]) {
+        // A member the ISR lost (the controller fenced its broker, or a
+        // shrink this leader proposed) holds the HW back as a caught-up
+        // replica only once it fetches again: Kafka leaves fenced brokers
+        // out (`isReplicaIsrEligible`), and a dead follower, caught up
+        // when it died, would otherwise stall acks=all for
+        // `replica.lag.time.max.ms`. A live one's next fetch counts again.
+        for (id, f) in self.followers.iter_mut() {
+            if self.isr.contains(id) && !isr.contains(id) {
+                f.last_caught_up_ms = -1;
+            }
+        }
         self.isr = isr.to_vec();
         self.proposed = None;
     }
@@ -414,6 +425,28 @@ mod tests {
         assert_eq!(s.advance_high_watermark(10, LAG + 1), 4);
         s.set_isr(&shrunk);
         assert_eq!(s.advance_high_watermark(10, LAG + 2), 10);
+    }
+
+    /// A follower caught up when its broker was fenced (the controller
+    /// took it out of the ISR) no longer holds the HW back: the leader's
+    /// later writes are acknowledged by the ISR left; once it fetches
+    /// again it counts as any caught-up replica.
+    #[test]
+    fn a_member_taken_out_of_the_isr_stops_holding_the_high_watermark() {
+        let mut s = three();
+        s.record_fetch(2, 10, 0, 10, 0, -1).unwrap();
+        s.record_fetch(3, 10, 0, 10, 0, -1).unwrap();
+        assert_eq!(s.advance_high_watermark(10, 0), 10);
+        s.set_isr(&[1, 2]);
+        s.record_fetch(2, 15, 0, 15, 1, -1).unwrap();
+        assert_eq!(s.advance_high_watermark(15, 1), 15, "3 does not count");
+        s.record_fetch(3, 15, 0, 20, 2, -1).unwrap();
+        s.record_fetch(2, 18, 0, 20, 2, -1).unwrap();
+        assert_eq!(
+            s.advance_high_watermark(20, 2),
+            15,
+            "3 caught up again counts"
+        );
     }
 
     #[test]

@@ -198,6 +198,19 @@ impl Leading {
         }
     }
 
+    /// The image changed `p`'s state (`ps`; this shard leads it): its
+    /// leader state follows and its HW moves as far as the rules allow, as
+    /// Kafka's leader does on becoming leader and on every ISR change
+    /// (`maybeIncrementLeaderHW`). A new leader alone in its ISR, or one
+    /// whose ISR lost the member that held the HW back, answers the
+    /// acks=all produces waiting on it now, not at its next fetch.
+    pub fn refresh(&self, p: &Partition, ps: &PartitionState, me: i32) {
+        let leader_end = p.log.written_offset().0;
+        let now = crate::clock::now_ms();
+        let hw = self.with(p, ps, me, |s| s.advance_high_watermark(leader_end, now));
+        p.log.set_high_watermark(Offset(hw));
+    }
+
     /// The ISR shrinks to propose (Kafka's `maybeShrinkIsr`, run every
     /// half `replica.lag.time.max.ms`): members that have not caught up
     /// for that long, one proposal per partition at a time. Every HW is

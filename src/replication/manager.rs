@@ -223,6 +223,17 @@ impl FollowerLog for FollowerView {
                 "the log ends at {log_end} after batches up to {last_offset}"
             )));
         }
+        // The next fetch tells the leader this log ends here, which may
+        // let its HW pass these batches and acks=all answer: so they must
+        // first be written (durable under `--fsync-acks`), as a leader's
+        // own append must be before it counts (`docs/replication.md`
+        // §4.1; Kafka's follower writes to the page cache before fetching
+        // again). A kill -9 of this node then loses none of what it
+        // reported, and `--fsync-acks` holds on every ISR member.
+        p.log
+            .wait_locally_acked(Offset(last_offset))
+            .await
+            .map_err(log_err)?;
         Ok(())
     }
 

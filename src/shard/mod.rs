@@ -557,7 +557,7 @@ impl ShardCtx {
                         .start_replicated_at(hw.unwrap_or(crate::types::Offset(0)));
                 }
                 if state.leader == me {
-                    lead.push((p, state.leader_epoch));
+                    lead.push((p, state.clone()));
                     continue;
                 }
                 if state.leader >= 0
@@ -575,7 +575,8 @@ impl ShardCtx {
         }
         // Out of the fetchers first: no fetcher appends to a led log.
         self.replicas.follow_only(image, follow);
-        for (p, epoch) in lead {
+        for (p, state) in lead {
+            let epoch = state.leader_epoch;
             let deadline = crate::clock::monotonic() + BECOME_LEADER_WAIT;
             while p.is_truncating() && crate::clock::monotonic() < deadline {
                 glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
@@ -583,8 +584,11 @@ impl ShardCtx {
             if p.log.latest_epoch().is_none_or(|latest| latest < epoch) {
                 if let Err(e) = p.log.become_leader(epoch) {
                     tracing::error!(tp = %p.tp, epoch, error = %e, "becoming the partition's leader failed");
+                    continue;
                 }
             }
+            // Its leader state follows the new ISR and its HW moves now.
+            self.leading.refresh(&p, &state, me);
         }
     }
 

@@ -5,7 +5,14 @@
 use super::netns::Net;
 use super::raw::RawClient;
 use super::{Broker, BrokerOpts};
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::{BrokerId, CreateTopicsRequest, MetadataRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 use std::time::Duration;
+
+/// How long [`create_topic`] retries until some node takes the topic.
+pub const CREATE_TOPIC_WAIT: Duration = Duration::from_secs(60);
 
 /// The controller port on every host (each has its own address).
 pub const CONTROLLER_PORT: u16 = 9093;
@@ -42,7 +49,6 @@ pub fn addr(broker: &Broker) -> std::net::SocketAddr {
 /// Waits until `broker`'s Metadata lists `count` brokers (every node
 /// registered and unfenced).
 pub fn wait_brokers(broker: &Broker, count: usize, timeout: Duration) {
-    use kafka_protocol::messages::MetadataRequest;
     let addr = addr(broker);
     super::wait_for(timeout, &format!("{count} brokers listed"), || {
         let resp = RawClient::connect_to(addr).request(
@@ -53,4 +59,141 @@ pub fn wait_brokers(broker: &Broker, count: usize, timeout: Duration) {
         );
         (resp.brokers.len() == count).then_some(())
     });
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+/// CreateTopics of `name` with `partitions`, replication factor `rf` and
+/// `configs`, through the first node of `brokers` that takes it; see
+/// [`create_topic_as`].
+pub fn create_topic(
+    brokers: &[Broker],
+    name: &str,
+    partitions: i32,
+    rf: i16,
+    configs: &[(&str, &str)],
+) {
+    let topic = CreatableTopic::default()
+        .with_name(TopicName(s(name)))
+        .with_num_partitions(partitions)
+        .with_replication_factor(rf)
+        .with_configs(
+            configs
+                .iter()
+                .map(|(k, v)| {
+                    CreatableTopicConfig::default()
+                        .with_name(s(k))
+                        .with_value(Some(s(v)))
+                })
+                .collect(),
+        );
+    create_topic_as(brokers, topic);
+}
+
+/// CreateTopics of `topic` through the first node of `brokers` that takes
+/// it (any node forwards once a quorum leader is known), tried again every
+/// 200 ms for up to [`CREATE_TOPIC_WAIT`]. TOPIC_ALREADY_EXISTS counts as
+/// made (an earlier try was). While the quorum settles a node answers
+/// NOT_CONTROLLER (no leader yet) or REQUEST_TIMED_OUT (a leader lost
+/// mid-way), and INVALID_REPLICATION_FACTOR or INVALID_REPLICA_ASSIGNMENT
+/// while too few nodes have registered; any other answer fails the test.
+pub fn create_topic_as(brokers: &[Broker], topic: CreatableTopic) {
+    let retried = [
+        ResponseError::NotController.code(),
+        ResponseError::RequestTimedOut.code(),
+        ResponseError::InvalidReplicationFactor.code(),
+        ResponseError::InvalidReplicaAssignment.code(),
+    ];
+    super::wait_for(CREATE_TOPIC_WAIT, "a node that takes CreateTopics", || {
+        for (i, b) in brokers.iter().enumerate() {
+            let resp = RawClient::connect_to(addr(b)).request(
+                5,
+                &CreateTopicsRequest::default()
+                    .with_topics(vec![topic.clone()])
+                    .with_timeout_ms(10_000),
+            );
+            let code = resp.topics[0].error_code;
+            if code == 0 || code == ResponseError::TopicAlreadyExists.code() {
+                return Some(());
+            }
+            assert!(
+                retried.contains(&code),
+                "node {i} answered {code} to CreateTopics: {:?}",
+                resp.topics[0].error_message
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        None
+    });
+}
+
+/// One partition as a node's Metadata (v12) lists it, broker ids in the
+/// order listed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionView {
+    pub index: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub error: i16,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub offline: Vec<i32>,
+}
+
+impl PartitionView {
+    /// The same view with replicas, ISR and offline replicas sorted (for
+    /// comparing sets).
+    pub fn sorted(mut self) -> Self {
+        self.replicas.sort();
+        self.isr.sort();
+        self.offline.sort();
+        self
+    }
+}
+
+/// `topic`'s partitions in `broker`'s Metadata (v12), by index; None if
+/// the topic is not listed.
+pub fn partitions(broker: &Broker, topic: &str) -> Option<Vec<PartitionView>> {
+    partitions_at(broker, topic, 12)
+}
+
+/// The same from Metadata at `version` (fields a version lacks are empty
+/// or -1).
+pub fn partitions_at(broker: &Broker, topic: &str, version: i16) -> Option<Vec<PartitionView>> {
+    let resp = RawClient::connect_to(addr(broker)).request(
+        version,
+        &MetadataRequest::default()
+            .with_topics(None)
+            .with_allow_auto_topic_creation(false),
+    );
+    let t = resp
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))?;
+    let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<i32>>();
+    let mut out: Vec<PartitionView> = t
+        .partitions
+        .iter()
+        .map(|p| PartitionView {
+            index: p.partition_index,
+            leader: p.leader_id.0,
+            leader_epoch: p.leader_epoch,
+            error: p.error_code,
+            replicas: ids(&p.replica_nodes),
+            isr: ids(&p.isr_nodes),
+            offline: ids(&p.offline_replicas),
+        })
+        .collect();
+    out.sort_by_key(|p| p.index);
+    Some(out)
+}
+
+/// Partition `index` of `topic` in `broker`'s Metadata (v12); None if it is
+/// not listed.
+pub fn partition(broker: &Broker, topic: &str, index: i32) -> Option<PartitionView> {
+    partitions(broker, topic)?
+        .into_iter()
+        .find(|p| p.index == index)
 }
