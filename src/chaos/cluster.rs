@@ -32,10 +32,9 @@ use super::netns::Net;
 use super::readback::{self, PartitionState};
 use super::{ChaosArgs, ChaosError};
 
-/// Client port of every node in its own namespace (each has its own address).
+/// Client port of shard 0 of every node in its own namespace (each has its
+/// own address); the controller listens right after the last shard's port.
 pub const NETNS_CLIENT_PORT: u16 = 9092;
-/// Controller port of every node in its own namespace.
-pub const NETNS_CONTROLLER_PORT: u16 = 9093;
 /// How often the ISR monitor polls Metadata.
 pub const ISR_POLL_MS: u64 = 200;
 /// Timeout of one of the monitor's Metadata requests.
@@ -117,9 +116,13 @@ impl Nodes {
         let mut addrs: Vec<(Ipv4Addr, u16, u16)> = Vec::new();
         for i in 0..n {
             match &net {
-                Some(net) => {
-                    addrs.push((net.host(i).addr, NETNS_CLIENT_PORT, NETNS_CONTROLLER_PORT))
-                }
+                // Shard k listens on the client port + k; the controller
+                // port comes right after the last shard's.
+                Some(net) => addrs.push((
+                    net.host(i).addr,
+                    NETNS_CLIENT_PORT,
+                    NETNS_CLIENT_PORT + a.broker_cores as u16,
+                )),
                 None => {
                     let base = broker::free_port_base(a.broker_cores + 1)?;
                     addrs.push((Ipv4Addr::LOCALHOST, base, base + a.broker_cores as u16));

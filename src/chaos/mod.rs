@@ -494,6 +494,9 @@ fn validate(args: &ChaosArgs) -> Result<(), ChaosError> {
             args.idempotent_message_timeout_ms
         );
     }
+    if args.broker_cores > 999 {
+        return bad("--broker-cores must be below 1000");
+    }
     if args.partitions < 1 || args.broker_cores < 1 || args.cycle_ms < 2 {
         return bad("--partitions, --broker-cores and --cycle-ms must be positive");
     }

@@ -157,17 +157,30 @@ pub fn create_topics(
             )
         })
         .collect();
-    let results = futures::executor::block_on(admin.create_topics(&new, &admin_opts()))
-        .map_err(kafka("CreateTopics"))?;
-    for r in results {
-        if let Err((t, code)) = r {
-            if code != RDKafkaErrorCode::TopicAlreadyExists {
-                return Err(ChaosError::Broker(format!("creating topic {t}: {code}")));
+    let deadline = Instant::now() + Duration::from_millis(TOPIC_READY_TIMEOUT_MS);
+    // INVALID_REPLICATION_FACTOR while a node's registration or unfencing
+    // is not yet in the controller's image: retried until the deadline.
+    loop {
+        let results = futures::executor::block_on(admin.create_topics(&new, &admin_opts()))
+            .map_err(kafka("CreateTopics"))?;
+        let mut retry = false;
+        for r in results {
+            if let Err((t, code)) = r {
+                match code {
+                    RDKafkaErrorCode::TopicAlreadyExists => {}
+                    RDKafkaErrorCode::InvalidReplicationFactor if Instant::now() < deadline => {
+                        retry = true
+                    }
+                    _ => return Err(ChaosError::Broker(format!("creating topic {t}: {code}"))),
+                }
             }
         }
+        if !retry {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(ATTEMPT_PAUSE_MS));
     }
     let c = consumer(bootstrap, "chaos-setup", Isolation::ReadUncommitted)?;
-    let deadline = Instant::now() + Duration::from_millis(TOPIC_READY_TIMEOUT_MS);
     for s in specs {
         loop {
             let md = c
