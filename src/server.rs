@@ -372,6 +372,7 @@ async fn shard_main(
         .detach();
     }
     if let Some(controller) = &ctx.controller {
+        controller.set_clean_start(clean_start);
         controller
             .load(&ctx)
             .await

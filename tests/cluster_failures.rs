@@ -11,7 +11,11 @@
 //!   that leader lost and the follower back, a topic with unclean
 //!   elections allowed is led by the follower, without those writes (what
 //!   Kafka documents), while the same topic without it stays offline
-//!   until the old leader returns, and then leads with every write.
+//!   until the old leader returns, and then leads with every write;
+//! - a leader killed -9 and started again (before or after it is fenced)
+//!   comes back out of the ISR (an unclean shutdown: its machine may have
+//!   lost its page cache, KIP-966): another ISR member leads, with every
+//!   acknowledged write, and the old leader rejoins as a follower.
 
 mod common;
 
@@ -25,7 +29,6 @@ use kafka_protocol::messages::create_topics_request::{
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
 use std::time::Duration;
 
 const NODES: usize = 3;
@@ -41,58 +44,31 @@ fn s(v: &str) -> StrBytes {
 /// preferred leader), with `configs`, through the first node that takes
 /// it.
 fn create(brokers: &[Broker], name: &str, replicas: &[i32], configs: &[(&str, &str)]) {
-    common::wait_for(SETTLE, "a node that takes CreateTopics", || {
-        for b in brokers {
-            let topic = CreatableTopic::default()
-                .with_name(TopicName(s(name)))
-                .with_num_partitions(-1)
-                .with_replication_factor(-1)
-                .with_assignments(vec![CreatableReplicaAssignment::default()
-                    .with_partition_index(0)
-                    .with_broker_ids(replicas.iter().map(|&b| BrokerId(b)).collect())])
-                .with_configs(
-                    configs
-                        .iter()
-                        .map(|(k, v)| {
-                            CreatableTopicConfig::default()
-                                .with_name(s(k))
-                                .with_value(Some(s(v)))
-                        })
-                        .collect(),
-                );
-            let resp = RawClient::connect_to(addr(b)).request(
-                5,
-                &CreateTopicsRequest::default()
-                    .with_topics(vec![topic])
-                    .with_timeout_ms(10_000),
-            );
-            let code = resp.topics[0].error_code;
-            if code == 0 || code == ResponseError::TopicAlreadyExists.code() {
-                return Some(());
-            }
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        None
-    });
+    let topic = CreatableTopic::default()
+        .with_name(TopicName(s(name)))
+        .with_num_partitions(-1)
+        .with_replication_factor(-1)
+        .with_assignments(vec![CreatableReplicaAssignment::default()
+            .with_partition_index(0)
+            .with_broker_ids(replicas.iter().map(|&b| BrokerId(b)).collect())])
+        .with_configs(
+            configs
+                .iter()
+                .map(|(k, v)| {
+                    CreatableTopicConfig::default()
+                        .with_name(s(k))
+                        .with_value(Some(s(v)))
+                })
+                .collect(),
+        );
+    common::cluster::create_topic_as(brokers, topic);
 }
 
 /// Partition 0 of `topic` as `broker`'s Metadata lists it: (leader, ISR
 /// sorted); None if not listed.
 fn partition0(broker: &Broker, topic: &str) -> Option<(i32, Vec<i32>)> {
-    let resp = RawClient::connect_to(addr(broker)).request(
-        12,
-        &MetadataRequest::default()
-            .with_topics(None)
-            .with_allow_auto_topic_creation(false),
-    );
-    let t = resp
-        .topics
-        .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))?;
-    let p = t.partitions.iter().find(|p| p.partition_index == 0)?;
-    let mut isr: Vec<i32> = p.isr_nodes.iter().map(|b| b.0).collect();
-    isr.sort();
-    Some((p.leader_id.0, isr))
+    let p = common::cluster::partition(broker, topic, 0)?.sorted();
+    Some((p.leader, p.isr))
 }
 
 /// Waits until `broker` lists partition 0 of `topic` as `want`.
@@ -223,8 +199,9 @@ fn an_unclean_election_loses_what_the_new_leader_lacks_and_a_clean_topic_waits()
         }
         assert_eq!(latest(&brokers[0], topic), 5);
     }
-    // The leader dies too, and the follower returns.
-    brokers[0].kill9();
+    // The leader stops too (cleanly: an unclean restart would take it out
+    // of the ELR, see the next test), and the follower returns.
+    brokers[0].stop();
     brokers[1].restart();
     // Allowed: the follower leads, uncleanly, with the three records it
     // had: the two acknowledged while it was down are lost.
@@ -236,8 +213,8 @@ fn an_unclean_election_loses_what_the_new_leader_lacks_and_a_clean_topic_waits()
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(partition0(&brokers[2], clean), Some((-1, vec![])));
     // The old leader returns: it leads the clean topic again with all five
-    // (an eligible leader replica, KIP-966), and follows the unclean one,
-    // cut back to the new leader's three.
+    // (an eligible leader replica, KIP-966, kept by its clean shutdown),
+    // and follows the unclean one, cut back to the new leader's three.
     brokers[0].restart();
     common::wait_for(SETTLE, "the clean topic led by its old leader", || {
         (partition0(&brokers[0], clean)?.0 == 0).then_some(())
@@ -249,4 +226,38 @@ fn an_unclean_election_loses_what_the_new_leader_lacks_and_a_clean_topic_waits()
         "the old leader cut back to the new one's log",
         || (stored_records(&brokers[0], unclean) == 3).then_some(()),
     );
+}
+
+#[test]
+fn a_leader_back_from_an_unclean_shutdown_leads_no_more() {
+    let net = Net::new(NODES);
+    let mut brokers: Vec<Broker> = (0..NODES)
+        .map(|i| start_node(&net, i, NODES, SESSION_TIMEOUT_MS, &[]))
+        .collect();
+    for b in &brokers {
+        wait_brokers(b, NODES, SETTLE);
+    }
+    let topic = "restarted";
+    create(&brokers, topic, &[0, 1000, 2000], &[]);
+    wait_listed(&brokers[0], topic, (0, &[0, 1000, 2000]));
+    for v in ["a", "b", "c"] {
+        assert_eq!(produce_all(&brokers[0], topic, v), 0);
+    }
+    // Killed and started again at once, usually before it is fenced.
+    brokers[0].kill9();
+    brokers[0].restart();
+    // (It may be back in the ISR by the time this looks: it catches up
+    // fast.)
+    let leader = common::wait_for(SETTLE, "a new leader", || {
+        let (leader, _) = partition0(&brokers[1], topic)?;
+        (leader > 0).then_some(leader)
+    });
+    let new_leader = &brokers[usize::try_from(leader / 1000).expect("a node")];
+    wait_latest(new_leader, topic, 3);
+    assert_eq!(produce_all(new_leader, topic, "d"), 0);
+    // The old leader catches up and is back in the ISR, as a follower.
+    wait_listed(&brokers[1], topic, (leader, &[0, 1000, 2000]));
+    common::wait_for(SETTLE, "the old leader's copy of all four", || {
+        (stored_records(&brokers[0], topic) == 4).then_some(())
+    });
 }

@@ -25,6 +25,10 @@
 //! it, `--verify` reports it in progress and `--cancel` reverts it; with
 //! the node back `--execute` starts it again, `--verify` reports it
 //! complete, and every node lists the new replicas.
+//!
+//! And Kafka's `kafka-leader-election --election-type preferred` moves a
+//! partition's leadership back to its preferred replica once that replica
+//! is in the ISR again (ElectLeaders on several nodes).
 
 mod common;
 
@@ -594,4 +598,75 @@ fn one_node_refuses_reassignments_and_authorizes_on_the_cluster() {
     let resp = raw.request(0, &ListPartitionReassignmentsRequest::default());
     assert_eq!(resp.error_code, denied);
     assert!(resp.topics.is_empty());
+}
+
+/// Kafka 4.4's `kafka-leader-election --election-type preferred`: a
+/// partition of three replicas led by another than its preferred replica
+/// (node 0, stopped and back as a follower) is led by node 0 again, on
+/// every node, and the tool says so; run again, it has nothing to do.
+#[test]
+fn kafka_leader_election_moves_leadership_to_the_preferred_replica() {
+    const ELECT: &str = "elect";
+    let net = Net::new(NODES);
+    let mut brokers: Vec<Broker> = (0..NODES).map(|i| start(&net, i)).collect();
+    common::cluster::wait_brokers(&brokers[0], NODES, SETTLE);
+    create_named(&brokers, ELECT, &[0, 1000, 2000]);
+    let all = [0, 1000, 2000];
+    let led_by = |b: &Broker, leader: i32| {
+        common::wait_for(
+            SETTLE,
+            &format!("{ELECT} led by {leader}, all in sync"),
+            || {
+                listed_topic(b, ELECT)
+                    .filter(|l| l.leader == leader && l.isr == all)
+                    .map(|_| ())
+            },
+        )
+    };
+    led_by(&brokers[0], 0);
+    // Node 0 stops (fenced: node 1 leads) and comes back as a follower.
+    brokers[0].stop();
+    common::wait_for(SETTLE, "another leader", || {
+        listed_topic(&brokers[1], ELECT)
+            .filter(|l| l.leader == 1000)
+            .map(|_| ())
+    });
+    brokers[0].restart();
+    led_by(&brokers[1], 1000);
+    let bootstrap = brokers[1].bootstrap();
+    let args = [
+        "--bootstrap-server",
+        bootstrap.as_str(),
+        "--election-type",
+        "preferred",
+        "--topic",
+        ELECT,
+        "--partition",
+        "0",
+    ];
+    let run = kafka_tool("kafka-leader-election", &args);
+    assert!(run.success(), "kafka-leader-election failed");
+    assert!(
+        run.stdout.contains(&format!(
+            "Successfully completed leader election (PREFERRED) for partitions {ELECT}-0"
+        )),
+        "{}",
+        run.stdout
+    );
+    for b in &brokers {
+        led_by(b, 0);
+    }
+    // Nothing left to elect: Kafka's tool reports ELECTION_NOT_NEEDED as
+    // a success with nothing done.
+    let run = kafka_tool("kafka-leader-election", &args);
+    assert!(
+        run.success(),
+        "kafka-leader-election failed the second time"
+    );
+    assert!(
+        run.stdout
+            .contains("Valid replica already elected for partitions"),
+        "{}",
+        run.stdout
+    );
 }

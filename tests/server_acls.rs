@@ -1303,3 +1303,46 @@ fn assert_heartbeat_subscription_refusal(port: u16) {
         "only the member that joined: {described:?}"
     );
 }
+
+/// A WriteTxnMarkers (v1) COMMIT for producer 7 on partition 0 of `t` as
+/// ANONYMOUS: each partition's code.
+fn write_markers(port: u16) -> Vec<i16> {
+    use kafka_protocol::messages::write_txn_markers_request::{
+        WritableTxnMarker, WritableTxnMarkerTopic,
+    };
+    let req = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
+        .with_producer_id(ProducerId(7))
+        .with_producer_epoch(0)
+        .with_transaction_result(true)
+        .with_coordinator_epoch(0)
+        .with_topics(vec![WritableTxnMarkerTopic::default()
+            .with_name(TopicName(s("t")))
+            .with_partition_indexes(vec![0])])]);
+    let resp = RawClient::connect(port).request::<WriteTxnMarkersRequest>(1, &req);
+    resp.markers[0].topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.error_code)
+        .collect()
+}
+
+/// WriteTxnMarkers is an inter-broker API: Kafka's
+/// `handleWriteTxnMarkersRequest` takes CLUSTER_ACTION on the cluster
+/// (WRITE on the topic is not enough) and refuses every partition with
+/// CLUSTER_AUTHORIZATION_FAILED without it; with it the marker is written.
+/// (Without an authorizer everyone has it: `server_hardening.rs`.)
+#[test]
+fn write_txn_markers_takes_cluster_action() {
+    let writer = secured(&[], &["t"], vec![allow(TOPIC, "t", WRITE)]);
+    assert_eq!(
+        write_markers(writer.port),
+        vec![ResponseError::ClusterAuthorizationFailed.code()]
+    );
+    drop(writer);
+    let broker = secured(
+        &[],
+        &["t"],
+        vec![allow(CLUSTER, "kafka-cluster", CLUSTER_ACTION)],
+    );
+    assert_eq!(write_markers(broker.port), vec![0]);
+}

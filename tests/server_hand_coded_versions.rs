@@ -42,8 +42,6 @@ const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const GROUP_ID_NOT_FOUND: i16 = 69;
 /// Kafka's UNKNOWN_TOPIC_ID.
 const UNKNOWN_TOPIC_ID: i16 = 100;
-/// Kafka's CLUSTER_AUTHORIZATION_FAILED.
-const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
 /// A topic id no broker has: Kafka's ids are random v4 UUIDs, so this
 /// fixed, non-random one is never handed out.
 const UNKNOWN_ID: [u8; 16] = [0x0f; 16];
@@ -494,9 +492,8 @@ fn describe_log_dirs_v5(
 /// directory (KIP-1066), false here: a single log directory that takes new
 /// partitions. WriteTxnMarkers v2 reads the transaction version of each
 /// marker (a v1 body sent as v2 lacks it and closes the connection, as an
-/// unparsable request does on Kafka), and fjord refuses markers from clients
-/// as it does at v1 (CLUSTER_AUTHORIZATION_FAILED; stock Kafka without an
-/// authorizer writes them, so that code is asserted on fjord only).
+/// unparsable request does on Kafka), and, with no authorizer, writes the
+/// markers as stock Kafka does (every caller has CLUSTER_ACTION).
 #[test]
 fn describe_log_dirs_v5_and_write_txn_markers_v2() {
     let target = Target::start(BrokerOpts::default().cores(1));
@@ -530,15 +527,8 @@ fn describe_log_dirs_v5_and_write_txn_markers_v2() {
         "WriteTxnMarkers v2 answered {answer:?} ({})",
         target.label()
     );
-    if target.is_fjord() {
-        assert_eq!(
-            answer,
-            vec![
-                (0, CLUSTER_AUTHORIZATION_FAILED),
-                (1, CLUSTER_AUTHORIZATION_FAILED)
-            ]
-        );
-    }
+    // Without an authorizer every caller has CLUSTER_ACTION: written.
+    assert_eq!(answer, vec![(0, 0), (1, 0)]);
     // The same body without its transaction version and tagged fields.
     write_txn_markers_v2(&mut raw, &topic, &[0, 1], 3);
 }

@@ -122,6 +122,30 @@ pub fn txn(e: crate::txn::coordinator::TxnError, fenced_known: bool) -> i16 {
     }
 }
 
+/// A coordinator's per-partition AddPartitionsToTxn answer (v4+, from
+/// another node) read back as the error the local path would have had:
+/// the inverse of [`txn`], as Kafka's AddPartitionsToTxnManager reads it
+/// (PRODUCER_FENCED and INVALID_PRODUCER_EPOCH are a fenced producer;
+/// anything else unexpected is retriable coordinator trouble).
+pub fn txn_from_code(code: i16) -> Result<(), crate::txn::TxnError> {
+    use crate::txn::TxnError as T;
+    if code == NONE {
+        return Ok(());
+    }
+    Err(match ResponseError::try_from_code(code) {
+        Some(ResponseError::NotCoordinator) => T::NotCoordinator,
+        Some(ResponseError::CoordinatorLoadInProgress) => T::CoordinatorLoadInProgress,
+        Some(ResponseError::ConcurrentTransactions) => T::ConcurrentTransactions,
+        Some(ResponseError::InvalidProducerIdMapping) => T::InvalidProducerIdMapping,
+        Some(ResponseError::ProducerFenced | ResponseError::InvalidProducerEpoch) => {
+            T::ProducerFenced
+        }
+        Some(ResponseError::InvalidTxnState) => T::InvalidTxnState,
+        Some(ResponseError::InvalidTransactionTimeout) => T::InvalidTransactionTimeout,
+        _ => T::CoordinatorNotAvailable,
+    })
+}
+
 /// What a produce partition answers when adding it to the transaction
 /// failed: retriable coordinator trouble is NOT_ENOUGH_REPLICAS, which every
 /// client retries (KIP-890), a fenced producer INVALID_PRODUCER_EPOCH.
@@ -181,4 +205,42 @@ pub fn group(e: &crate::group::error::GroupError) -> i16 {
         G::Storage(_) => ResponseError::CoordinatorNotAvailable,
     };
     r.code()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::txn::TxnError as T;
+
+    /// A coordinator's code read back on another node is the error the
+    /// local path had, so the producer is answered alike either way.
+    #[test]
+    fn coordinator_codes_read_back_as_the_local_errors() {
+        assert_eq!(txn_from_code(NONE), Ok(()));
+        for e in [
+            T::NotCoordinator,
+            T::CoordinatorNotAvailable,
+            T::CoordinatorLoadInProgress,
+            T::ConcurrentTransactions,
+            T::InvalidProducerIdMapping,
+            T::ProducerFenced,
+            T::InvalidTxnState,
+            T::InvalidTransactionTimeout,
+        ] {
+            for fenced_known in [false, true] {
+                let back = txn_from_code(txn(e, fenced_known)).unwrap_err();
+                assert_eq!(back, e, "{e:?}");
+                assert_eq!(txn_on_produce(back), txn_on_produce(e));
+            }
+        }
+        // Storage trouble travels as COORDINATOR_NOT_AVAILABLE, answered alike.
+        let back = txn_from_code(txn(T::Storage, true)).unwrap_err();
+        assert_eq!(txn_on_produce(back), txn_on_produce(T::Storage));
+        // Anything unexpected is retriable: NOT_ENOUGH_REPLICAS.
+        let other = txn_from_code(ResponseError::UnknownTopicOrPartition.code()).unwrap_err();
+        assert_eq!(
+            txn_on_produce(other),
+            ResponseError::NotEnoughReplicas.code()
+        );
+    }
 }

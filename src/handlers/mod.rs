@@ -222,7 +222,8 @@ fn dispatch_other(
             async move { txn::end_txn(&ctx, &authz, &header, &mut body).await }.boxed_local()
         }
         ApiKey::WriteTxnMarkers => {
-            async move { txn_admin::write_txn_markers(&header, &mut body) }.boxed_local()
+            async move { txn_admin::write_txn_markers(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
         }
         ApiKey::DescribeTransactions => {
             async move { txn_admin::describe_transactions(&ctx, &authz, &header, &mut body) }

@@ -57,7 +57,8 @@ use super::{errors, respond, Dispatched, Outcome};
 use crate::auth::acl::AclOperation;
 use crate::handlers::authz::Authz;
 use crate::log::{AppendInfo, PartitionLog};
-use crate::metadata::internal::{is_internal, TRANSACTION_STATE};
+use crate::metadata::internal::{coordinator_partition, is_internal, TRANSACTION_STATE};
+use crate::metadata::{LeaderAt, MetadataImage};
 use crate::metrics;
 use crate::partition::{AppendError, DataAppend};
 use crate::protocol::produce::{
@@ -67,7 +68,9 @@ use crate::protocol::produce::{
 use crate::protocol::RequestHeader;
 use crate::record::records::keyless_records;
 use crate::record::RecordsError;
+use crate::replication::client::ClientError;
 use crate::replication::leader::AcksAll;
+use crate::replication::peers::PeerError;
 use crate::shard::messages::ShardMessage;
 use crate::shard::ShardCtx;
 use crate::txn::coordinator::TxnError;
@@ -75,11 +78,19 @@ use crate::types::{Offset, TopicPartition};
 use bytes::BytesMut;
 use futures::future::{self, Either, LocalBoxFuture};
 use futures::FutureExt;
+use kafka_protocol::messages::add_partitions_to_txn_request::{
+    AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+};
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
     TopicProduceResponse,
 };
-use kafka_protocol::messages::{BrokerId, ProduceResponse, TopicName};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, ProducerId, TopicName,
+    TransactionalId,
+};
+use kafka_protocol::messages::{BrokerId, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -496,7 +507,10 @@ fn partitions_to_add(
 }
 
 /// Adds partitions to `id`'s transaction at its coordinator, local or not
-/// (`verify_only`: checks that they are already part of it).
+/// (`verify_only`: checks that they are already part of it). The
+/// coordinator is the leader of the id's `__transaction_state` partition:
+/// a shard of this node (over the router), or another node's broker, asked
+/// with AddPartitionsToTxn v4+ as Kafka's AddPartitionsToTxnManager does.
 pub(crate) async fn add_partitions_to_txn(
     ctx: &Rc<ShardCtx>,
     id: &str,
@@ -505,13 +519,28 @@ pub(crate) async fn add_partitions_to_txn(
     tps: Vec<TopicPartition>,
     verify_only: bool,
 ) -> Result<(), TxnError> {
-    let Some(coordinator) = ctx.image().coordinator(TRANSACTION_STATE, id, ctx.cores()) else {
+    let image = ctx.image();
+    let Some(topic) = image.topic(TRANSACTION_STATE) else {
         return Err(TxnError::CoordinatorNotAvailable);
+    };
+    let partition = coordinator_partition(id, topic.partition_count());
+    let shard = match image.leader_at(
+        TRANSACTION_STATE,
+        partition,
+        ctx.config.node_id,
+        ctx.cores(),
+    ) {
+        LeaderAt::Local(shard) => shard,
+        LeaderAt::Remote(broker) => {
+            return add_partitions_remotely(ctx, &image, broker, id, pid, epoch, tps, verify_only)
+                .await;
+        }
+        LeaderAt::NoLeader | LeaderAt::Unknown => return Err(TxnError::CoordinatorNotAvailable),
     };
     // Bounded (see `router`): a coordinator that does not answer in time
     // is retriable coordinator trouble, NOT_ENOUGH_REPLICAS to the producer.
     let call = ctx.router.invoke(
-        coordinator.shard,
+        shard,
         ctx.router.deadline(),
         tps,
         |tps| async move {
@@ -535,6 +564,111 @@ pub(crate) async fn add_partitions_to_txn(
             Err(TxnError::CoordinatorNotAvailable)
         }
     }
+}
+
+/// First AddPartitionsToTxn version a broker sends (batched, `verifyOnly`).
+pub const ADD_PARTITIONS_BROKER_VERSION_MIN: i16 = 4;
+/// Newest AddPartitionsToTxn version a broker sends.
+pub const ADD_PARTITIONS_BROKER_VERSION_MAX: i16 = 5;
+
+/// [`add_partitions_to_txn`] at another node's coordinator (broker
+/// `broker`): one AddPartitionsToTxn v4/v5 with this one transaction. A
+/// top-level CLUSTER_AUTHORIZATION_FAILED is INVALID_TXN_STATE (Kafka keeps
+/// it from the producer), no answer is retriable coordinator trouble, a
+/// coordinator too old for v4 skips verification (Kafka's
+/// AddPartitionsToTxnManager) but cannot add partitions.
+#[allow(clippy::too_many_arguments)]
+async fn add_partitions_remotely(
+    ctx: &Rc<ShardCtx>,
+    image: &MetadataImage,
+    broker: i32,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    tps: Vec<TopicPartition>,
+    verify_only: bool,
+) -> Result<(), TxnError> {
+    let deadline = ctx.router.deadline();
+    let asked = async {
+        let mut conn = ctx.peers.checkout(image, broker, deadline).await?;
+        let version = conn.version(
+            ApiKey::AddPartitionsToTxn,
+            ADD_PARTITIONS_BROKER_VERSION_MIN,
+            ADD_PARTITIONS_BROKER_VERSION_MAX,
+        );
+        let version = match version {
+            Ok(v) => v,
+            Err(e) => {
+                conn.release();
+                return Err(e);
+            }
+        };
+        let req = add_partitions_request(id, pid, epoch, &tps, verify_only);
+        let resp = conn.request(version, &req, deadline).await?;
+        conn.release();
+        Ok(resp)
+    };
+    match asked.await {
+        Ok(resp) => add_partitions_outcome(&resp, id),
+        Err(PeerError::Client(ClientError::Version { .. })) if verify_only => Ok(()),
+        Err(e) => {
+            tracing::warn!(transactional_id = id, broker, error = %e, "adding partitions to the transaction at another node failed");
+            Err(TxnError::CoordinatorNotAvailable)
+        }
+    }
+}
+
+/// The broker-to-broker AddPartitionsToTxn (v4+) for one transaction.
+pub fn add_partitions_request(
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    tps: &[TopicPartition],
+    verify_only: bool,
+) -> AddPartitionsToTxnRequest {
+    let mut topics: Vec<AddPartitionsToTxnTopic> = Vec::new();
+    for tp in tps {
+        match topics.iter_mut().find(|t| t.name.0.as_str() == tp.topic) {
+            Some(t) => t.partitions.push(tp.partition.0),
+            None => topics.push(
+                AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(tp.topic.clone())))
+                    .with_partitions(vec![tp.partition.0]),
+            ),
+        }
+    }
+    AddPartitionsToTxnRequest::default().with_transactions(vec![
+        AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_string(id.to_owned())))
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_verify_only(verify_only)
+            .with_topics(topics),
+    ])
+}
+
+/// A coordinator's batched answer for transaction `id` as the local path's
+/// result: the first partition that failed decides (the local path fails
+/// all partitions alike, or the first unverified one).
+pub fn add_partitions_outcome(resp: &AddPartitionsToTxnResponse, id: &str) -> Result<(), TxnError> {
+    if resp.error_code != errors::NONE {
+        if resp.error_code == ResponseError::ClusterAuthorizationFailed.code() {
+            return Err(TxnError::InvalidTxnState);
+        }
+        return errors::txn_from_code(resp.error_code);
+    }
+    let Some(result) = resp
+        .results_by_transaction
+        .iter()
+        .find(|r| r.transactional_id.0.as_str() == id)
+    else {
+        return Err(TxnError::CoordinatorNotAvailable);
+    };
+    result
+        .topic_results
+        .iter()
+        .flat_map(|t| &t.results_by_partition)
+        .try_for_each(|p| errors::txn_from_code(p.partition_error_code))
 }
 
 /// Partitions refused before their append, with the code each answers:
@@ -948,4 +1082,96 @@ fn response(
         resp = resp.with_node_endpoints(endpoints);
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::add_partitions_to_txn_response::{
+        AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
+    };
+
+    fn answer(id: &str, codes: &[(&str, i32, i16)]) -> AddPartitionsToTxnResponse {
+        let mut topics: Vec<AddPartitionsToTxnTopicResult> = Vec::new();
+        for &(t, p, code) in codes {
+            let r = AddPartitionsToTxnPartitionResult::default()
+                .with_partition_index(p)
+                .with_partition_error_code(code);
+            match topics.iter_mut().find(|x| x.name.0.as_str() == t) {
+                Some(x) => x.results_by_partition.push(r),
+                None => topics.push(
+                    AddPartitionsToTxnTopicResult::default()
+                        .with_name(TopicName(StrBytes::from_string(t.into())))
+                        .with_results_by_partition(vec![r]),
+                ),
+            }
+        }
+        AddPartitionsToTxnResponse::default().with_results_by_transaction(vec![
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_string(id.into())))
+                .with_topic_results(topics),
+        ])
+    }
+
+    /// One transaction, its partitions grouped by topic, `verifyOnly` as
+    /// asked.
+    #[test]
+    fn the_broker_request_names_one_transaction_by_topic() {
+        let tps = [
+            TopicPartition::new("a", 0),
+            TopicPartition::new("b", 3),
+            TopicPartition::new("a", 2),
+        ];
+        let req = add_partitions_request("tx", 9, 4, &tps, true);
+        assert_eq!(req.transactions.len(), 1);
+        let t = &req.transactions[0];
+        assert_eq!(t.transactional_id.0.as_str(), "tx");
+        assert_eq!(
+            (t.producer_id.0, t.producer_epoch, t.verify_only),
+            (9, 4, true)
+        );
+        let topics: Vec<(&str, Vec<i32>)> = t
+            .topics
+            .iter()
+            .map(|t| (t.name.0.as_str(), t.partitions.clone()))
+            .collect();
+        assert_eq!(topics, vec![("a", vec![0, 2]), ("b", vec![3])]);
+    }
+
+    /// The batched answer maps back as the local path's result: all good,
+    /// the first failure, a fenced producer, Kafka's top-level rule.
+    #[test]
+    fn the_batched_answer_maps_back_to_the_local_result() {
+        assert_eq!(
+            add_partitions_outcome(&answer("tx", &[("a", 0, 0), ("a", 1, 0)]), "tx"),
+            Ok(())
+        );
+        let invalid = ResponseError::InvalidTxnState.code();
+        assert_eq!(
+            add_partitions_outcome(&answer("tx", &[("a", 0, 0), ("b", 1, invalid)]), "tx"),
+            Err(TxnError::InvalidTxnState)
+        );
+        let fenced = ResponseError::ProducerFenced.code();
+        assert_eq!(
+            add_partitions_outcome(&answer("tx", &[("a", 0, fenced)]), "tx"),
+            Err(TxnError::ProducerFenced)
+        );
+        let concurrent = ResponseError::ConcurrentTransactions.code();
+        let e = add_partitions_outcome(&answer("tx", &[("a", 0, concurrent)]), "tx").unwrap_err();
+        assert_eq!(
+            errors::txn_on_produce(e),
+            ResponseError::NotEnoughReplicas.code()
+        );
+        // An answer for another id only: no answer, retriable.
+        assert_eq!(
+            add_partitions_outcome(&answer("other", &[("a", 0, 0)]), "tx"),
+            Err(TxnError::CoordinatorNotAvailable)
+        );
+        let refused = AddPartitionsToTxnResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+        assert_eq!(
+            add_partitions_outcome(&refused, "tx"),
+            Err(TxnError::InvalidTxnState)
+        );
+    }
 }

@@ -4,20 +4,22 @@
 //! Each shard is a node: ListTransactions and DescribeTransactions answer
 //! for the transactional ids this shard coordinates (admin clients ask every
 //! node), DescribeProducers for the partitions it leads. WriteTxnMarkers is
-//! how another node's coordinator would deliver markers; on one node the
-//! coordinator reaches partition owners over the router instead, and a
-//! client's WriteTxnMarkers is refused (CLUSTER_AUTHORIZATION_FAILED) until
-//! brokers can authenticate each other.
+//! how another node's coordinator delivers markers to the partitions this
+//! node leads (on one node the coordinator reaches partition owners over
+//! the router instead); Kafka authorizes it as CLUSTER_ACTION.
 
 use super::{decode, led_partition, respond, str_bytes, Outcome};
 use crate::auth::acl::{AclOperation, ResourceType};
 use crate::handlers::authz::Authz;
 use crate::metadata::internal::TRANSACTION_STATE;
+use crate::metadata::Placement;
+use crate::partition::{MarkerError, TxnMarker};
 use crate::protocol::hand_versions::{
     WriteTxnMarkersRequestV2, WriteTxnMarkersResponseV2, WRITE_TXN_MARKERS_TV_VERSION,
 };
 use crate::protocol::RequestHeader;
 use crate::shard::ShardCtx;
+use crate::types::TopicPartition;
 use bytes::BytesMut;
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
@@ -33,7 +35,7 @@ use kafka_protocol::messages::{
     TopicName, TransactionalId, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use kafka_protocol::ResponseError;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 const TXN_STATE_NAMES: &[&str] = &[
@@ -256,28 +258,91 @@ pub fn describe_producers(
     )
 }
 
-/// WriteTxnMarkers is an inter-broker API (Kafka authorizes it as
-/// CLUSTER_ACTION). A single fjord node delivers its markers over the
-/// router, never through this API, and until authentication exists no
-/// caller can be told apart from a client forging COMMIT or ABORT markers
-/// for other producers' transactions: every marker is refused with
-/// CLUSTER_AUTHORIZATION_FAILED, which is what Kafka answers a client that
-/// lacks CLUSTER_ACTION. v2 adds each marker's transaction version
-/// (KIP-890), which changes nothing about that refusal.
-pub fn write_txn_markers(header: &RequestHeader, body: &mut BytesMut) -> Outcome {
-    let req = if header.api_version >= WRITE_TXN_MARKERS_TV_VERSION {
-        decode::<WriteTxnMarkersRequestV2>(header, body).map(|r| r.request)
+/// WriteTxnMarkers: how another node's transaction coordinator writes
+/// COMMIT/ABORT markers into the partitions this node leads (Kafka's
+/// `handleWriteTxnMarkersRequest`). An inter-broker API: the caller needs
+/// CLUSTER_ACTION on the cluster (with no authorizer, everyone has it),
+/// else every partition is CLUSTER_AUTHORIZATION_FAILED. Each marker is
+/// written by the shard of this node holding its partition's replica
+/// (over the router), which checks that it leads it; per partition the
+/// answer is Kafka's: UNKNOWN_TOPIC_OR_PARTITION when this node holds no
+/// replica, NOT_LEADER_OR_FOLLOWER from a follower, INVALID_PRODUCER_EPOCH
+/// for a stale marker. v2 carries each marker's transaction version
+/// (KIP-890); v1's markers are of version 1.
+pub async fn write_txn_markers(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
+    let (req, versions) = if header.api_version >= WRITE_TXN_MARKERS_TV_VERSION {
+        match decode::<WriteTxnMarkersRequestV2>(header, body) {
+            Some(r) => (r.request, r.transaction_versions),
+            None => return Outcome::Close,
+        }
     } else {
-        decode::<WriteTxnMarkersRequest>(header, body)
+        match decode::<WriteTxnMarkersRequest>(header, body) {
+            Some(r) => (r, Vec::new()),
+            None => return Outcome::Close,
+        }
     };
-    let Some(req) = req else {
-        return Outcome::Close;
-    };
+    let authorized = authz.cluster(AclOperation::ClusterAction);
+    // (marker index, topic, partition) → error code.
+    let mut codes: HashMap<(usize, String, i32), i16> = HashMap::new();
+    if authorized {
+        let image = ctx.image();
+        let mut by_shard: BTreeMap<usize, Vec<TxnMarker>> = BTreeMap::new();
+        let mut index_of: HashMap<(i64, String, i32), Vec<usize>> = HashMap::new();
+        for (i, m) in req.markers.iter().enumerate() {
+            let tv2 = versions.get(i).is_some_and(|&v| v >= 2);
+            for t in &m.topics {
+                for &p in &t.partition_indexes {
+                    let topic = t.name.0.to_string();
+                    let placement = image.placement(&topic, p, ctx.config.node_id, ctx.cores());
+                    let Placement::Local(shard) = placement else {
+                        codes.insert((i, topic, p), ResponseError::UnknownTopicOrPartition.code());
+                        continue;
+                    };
+                    index_of
+                        .entry((m.producer_id.0, topic.clone(), p))
+                        .or_default()
+                        .push(i);
+                    by_shard.entry(shard).or_default().push(TxnMarker {
+                        tp: TopicPartition::new(topic, p),
+                        producer_id: m.producer_id.0,
+                        producer_epoch: m.producer_epoch,
+                        coordinator_epoch: m.coordinator_epoch,
+                        commit: m.transaction_result,
+                        tv2,
+                    });
+                }
+            }
+        }
+        let written = ctx
+            .write_markers_on_shards(by_shard, ctx.router.deadline())
+            .await;
+        for (m, outcome) in written {
+            let code = match outcome {
+                Ok(()) => 0,
+                Err(e) => marker_error_code(e),
+            };
+            let key = (m.producer_id, m.tp.topic, m.tp.partition.0);
+            // One answer per listed (marker, partition): a partition named
+            // twice for the same producer gets the first outcome per entry.
+            if let Some(list) = index_of.get_mut(&key) {
+                if !list.is_empty() {
+                    let i = list.remove(0);
+                    codes.insert((i, key.1, key.2), code);
+                }
+            }
+        }
+    }
     let refused = ResponseError::ClusterAuthorizationFailed.code();
     let results = req
         .markers
         .iter()
-        .map(|m| {
+        .enumerate()
+        .map(|(i, m)| {
             WritableTxnMarkerResult::default()
                 .with_producer_id(m.producer_id)
                 .with_topics(
@@ -290,9 +355,19 @@ pub fn write_txn_markers(header: &RequestHeader, body: &mut BytesMut) -> Outcome
                                     t.partition_indexes
                                         .iter()
                                         .map(|&p| {
+                                            let code = if authorized {
+                                                codes
+                                                    .get(&(i, t.name.0.to_string(), p))
+                                                    .copied()
+                                                    .unwrap_or(
+                                                        ResponseError::RequestTimedOut.code(),
+                                                    )
+                                            } else {
+                                                refused
+                                            };
                                             WritableTxnMarkerPartitionResult::default()
                                                 .with_partition_index(p)
-                                                .with_error_code(refused)
+                                                .with_error_code(code)
                                         })
                                         .collect(),
                                 )
@@ -306,5 +381,42 @@ pub fn write_txn_markers(header: &RequestHeader, body: &mut BytesMut) -> Outcome
         respond(header, &WriteTxnMarkersResponseV2(resp))
     } else {
         respond(header, &resp)
+    }
+}
+
+/// A marker write's failure as Kafka's WriteTxnMarkers answers it.
+pub fn marker_error_code(e: MarkerError) -> i16 {
+    match e {
+        MarkerError::UnknownPartition => ResponseError::UnknownTopicOrPartition,
+        MarkerError::NotLeader | MarkerError::Unreachable => ResponseError::NotLeaderOrFollower,
+        MarkerError::StaleEpoch => ResponseError::InvalidProducerEpoch,
+        MarkerError::Storage => ResponseError::KafkaStorageError,
+        MarkerError::TimedOut => ResponseError::RequestTimedOut,
+    }
+    .code()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::txn_env::marker_outcome;
+
+    /// What this node answers, the coordinator's side reads back as the
+    /// same outcome (retried or not alike).
+    #[test]
+    fn marker_errors_survive_the_network() {
+        for e in [
+            MarkerError::UnknownPartition,
+            MarkerError::NotLeader,
+            MarkerError::StaleEpoch,
+            MarkerError::Storage,
+            MarkerError::TimedOut,
+        ] {
+            assert_eq!(marker_outcome(marker_error_code(e)), Err(e));
+        }
+        assert_eq!(
+            marker_outcome(marker_error_code(MarkerError::Unreachable)),
+            Err(MarkerError::NotLeader)
+        );
     }
 }

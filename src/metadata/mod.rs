@@ -255,6 +255,17 @@ pub struct BrokerRegistration {
     /// one more than its previous registration's (every start begins a new
     /// epoch, as a single node's does), at least the image's.
     pub leader_epoch: i32,
+    /// Whether the node's previous process stopped cleanly (its logs were
+    /// closed whole), as Kafka's registration tells the controller: one
+    /// that did not may have lost what its page cache held (a machine
+    /// crash), so its replicas leave every ISR and ELR
+    /// (`docs/replication.md` §4.4). Absent in older logs: clean.
+    #[serde(default = "clean_default")]
+    pub clean_shutdown: bool,
+}
+
+fn clean_default() -> bool {
+    true
 }
 
 /// Where clients of one listener reach a node's brokers.
@@ -371,6 +382,24 @@ impl TopicMeta {
     }
 }
 
+/// Where a partition's leader is, seen from one node
+/// ([`MetadataImage::leader_at`]): where a write that only the leader may
+/// take (a transaction marker, an AddPartitionsToTxn at the coordinator)
+/// must be sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaderAt {
+    /// No such topic or partition.
+    Unknown,
+    /// The partition exists but has no reachable leader now (a replicated
+    /// partition without a leader, or a node not registered yet): try
+    /// again after the next metadata change.
+    NoLeader,
+    /// A shard of this node leads it (already `% cores`).
+    Local(usize),
+    /// Broker `node * 1000 + shard` of another node leads it.
+    Remote(i32),
+}
+
 /// Where a group or transactional id is coordinated ([`TopicMeta::coordinator`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Coordinator {
@@ -460,6 +489,41 @@ impl MetadataImage {
         let t = self.topics.get(topic)?;
         let shard = *t.shards.get(usize::try_from(partition).ok()?)?;
         Some(shard % cores)
+    }
+
+    /// Where `topic`/`partition`'s leader is, seen from node `node_id` with
+    /// `cores` shards. A replicated partition's leader is its
+    /// `PartitionState::leader` (never a follower replica of this node); a
+    /// topic of one replica is led by the shard `shards` names on its node.
+    pub fn leader_at(&self, topic: &str, partition: i32, node_id: i32, cores: usize) -> LeaderAt {
+        let Some(t) = self.topics.get(topic) else {
+            return LeaderAt::Unknown;
+        };
+        let Some(&shard) = usize::try_from(partition)
+            .ok()
+            .and_then(|i| t.shards.get(i))
+        else {
+            return LeaderAt::Unknown;
+        };
+        let leader = match t.replica_state(partition) {
+            Some(state) if state.leader < 0 => return LeaderAt::NoLeader,
+            Some(state) => state.leader,
+            None => match t.node {
+                None => return LeaderAt::Local(shard % cores.max(1)),
+                Some(n) if n == node_id => return LeaderAt::Local(shard % cores.max(1)),
+                Some(n) => match self.brokers.get(&n) {
+                    Some(b) if b.registration.shards > 0 => n
+                        .saturating_mul(1000)
+                        .saturating_add((shard % b.registration.shards) as i32),
+                    _ => return LeaderAt::NoLeader,
+                },
+            },
+        };
+        if node_of(leader) == node_id {
+            LeaderAt::Local(shard_of(leader) % cores.max(1))
+        } else {
+            LeaderAt::Remote(leader)
+        }
     }
 
     /// Where `topic`/`partition` lives, seen from node `node_id`
@@ -740,6 +804,7 @@ mod tests {
             }],
             incarnation: [incarnation; 16],
             leader_epoch: 4,
+            clean_shutdown: true,
         };
         let records = [
             MetadataRecord::RegisterBroker {
@@ -796,10 +861,65 @@ mod tests {
                     endpoints: Vec::new(),
                     incarnation: [node as u8; 16],
                     leader_epoch: 0,
+                    clean_shutdown: true,
                 },
             });
         }
         image
+    }
+
+    /// The leader of a replicated partition is its state's leader: a local
+    /// follower replica is not it; a one-replica topic is led on its node,
+    /// at the shard `shards` names (modulo that node's shards).
+    #[test]
+    fn leaders_are_found_on_this_node_or_another() {
+        let image = registered(&[(1, 2), (2, 4), (3, 1)]);
+        let mut lost = PartitionState::new(vec![3000, 1000]);
+        lost.leader = -1;
+        let image = image
+            .apply(&MetadataRecord::CreateTopic {
+                name: "r".into(),
+                id: new_topic_id(),
+                shards: vec![1, 0, 0],
+                configs: BTreeMap::new(),
+                node: None,
+                replicated: vec![
+                    PartitionState::new(vec![1001, 2001]),
+                    PartitionState::new(vec![2000, 1000]),
+                    lost,
+                ],
+            })
+            .apply(&MetadataRecord::CreateTopic {
+                name: "one".into(),
+                id: new_topic_id(),
+                shards: vec![5, 2],
+                configs: BTreeMap::new(),
+                node: Some(2),
+                replicated: Vec::new(),
+            })
+            .apply(&MetadataRecord::CreateTopic {
+                name: "away".into(),
+                id: new_topic_id(),
+                shards: vec![0],
+                configs: BTreeMap::new(),
+                node: Some(9),
+                replicated: Vec::new(),
+            })
+            .apply(&create("single", vec![3]));
+        assert_eq!(image.leader_at("r", 0, 1, 2), LeaderAt::Local(1));
+        assert_eq!(image.leader_at("r", 0, 2, 4), LeaderAt::Remote(1001));
+        // Node 1 holds a follower of partition 1 on shard 0: not the leader.
+        assert_eq!(image.leader_at("r", 1, 1, 2), LeaderAt::Remote(2000));
+        assert_eq!(image.leader_at("r", 1, 2, 4), LeaderAt::Local(0));
+        assert_eq!(image.leader_at("r", 2, 1, 2), LeaderAt::NoLeader);
+        assert_eq!(image.leader_at("r", 3, 1, 2), LeaderAt::Unknown);
+        assert_eq!(image.leader_at("r", -1, 1, 2), LeaderAt::Unknown);
+        assert_eq!(image.leader_at("one", 0, 2, 4), LeaderAt::Local(1));
+        assert_eq!(image.leader_at("one", 0, 1, 2), LeaderAt::Remote(2001));
+        assert_eq!(image.leader_at("one", 1, 3, 1), LeaderAt::Remote(2002));
+        assert_eq!(image.leader_at("away", 0, 1, 2), LeaderAt::NoLeader);
+        assert_eq!(image.leader_at("single", 0, 1, 2), LeaderAt::Local(1));
+        assert_eq!(image.leader_at("nope", 0, 1, 2), LeaderAt::Unknown);
     }
 
     /// Replicas go to distinct live nodes, leaders rotate over nodes and

@@ -444,6 +444,65 @@ impl Decodable for WriteTxnMarkersRequestV2 {
     }
 }
 
+/// The sending side (a coordinator's marker to another node's leader):
+/// v2's body, each marker with its transaction version (0 when
+/// `transaction_versions` is shorter than the markers).
+impl Encodable for WriteTxnMarkersRequestV2 {
+    fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> anyhow::Result<()> {
+        if version != WRITE_TXN_MARKERS_TV_VERSION {
+            return Err(wrong_version("WriteTxnMarkersRequestV2", version));
+        }
+        write_all(buf, |out| {
+            put_array_len(out, self.request.markers.len(), true);
+            for (i, m) in self.request.markers.iter().enumerate() {
+                out.put_i64(m.producer_id.0);
+                out.put_i16(m.producer_epoch);
+                out.put_i8(i8::from(m.transaction_result));
+                put_array_len(out, m.topics.len(), true);
+                for t in &m.topics {
+                    put_string(out, t.name.0.as_str(), true);
+                    put_array_len(out, t.partition_indexes.len(), true);
+                    for &p in &t.partition_indexes {
+                        out.put_i32(p);
+                    }
+                    put_empty_tagged_fields(out);
+                }
+                out.put_i32(m.coordinator_epoch);
+                out.put_i8(self.transaction_versions.get(i).copied().unwrap_or(0));
+                put_empty_tagged_fields(out);
+            }
+            put_empty_tagged_fields(out);
+            Ok(())
+        })
+    }
+
+    fn compute_size(&self, version: i16) -> anyhow::Result<usize> {
+        encoded_size(self, version)
+    }
+}
+
+impl kafka_protocol::protocol::Message for WriteTxnMarkersRequestV2 {
+    const VERSIONS: kafka_protocol::protocol::VersionRange =
+        kafka_protocol::protocol::VersionRange {
+            min: WRITE_TXN_MARKERS_TV_VERSION,
+            max: WRITE_TXN_MARKERS_TV_VERSION,
+        };
+    const DEPRECATED_VERSIONS: Option<kafka_protocol::protocol::VersionRange> = None;
+}
+
+impl kafka_protocol::protocol::HeaderVersion for WriteTxnMarkersRequestV2 {
+    fn header_version(_version: i16) -> i16 {
+        2
+    }
+}
+
+/// So a broker's client ([`kafka_protocol::protocol::Request`]) can send
+/// v2 and read its answer.
+impl kafka_protocol::protocol::Request for WriteTxnMarkersRequestV2 {
+    const KEY: i16 = ApiKey::WriteTxnMarkers as i16;
+    type Response = WriteTxnMarkersResponseV2;
+}
+
 /// WriteTxnMarkers v2's response, which is v1's field for field.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct WriteTxnMarkersResponseV2(pub WriteTxnMarkersResponse);
@@ -461,6 +520,34 @@ impl Encodable for WriteTxnMarkersResponseV2 {
             return Err(wrong_version("WriteTxnMarkersResponseV2", version));
         }
         self.0.compute_size(WRITE_TXN_MARKERS_CRATE_VERSION)
+    }
+}
+
+/// The receiving side of a coordinator: v2's answer read as v1's.
+impl Decodable for WriteTxnMarkersResponseV2 {
+    fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> anyhow::Result<Self> {
+        if version != WRITE_TXN_MARKERS_TV_VERSION {
+            return Err(wrong_version("WriteTxnMarkersResponseV2", version));
+        }
+        Ok(WriteTxnMarkersResponseV2(WriteTxnMarkersResponse::decode(
+            buf,
+            WRITE_TXN_MARKERS_CRATE_VERSION,
+        )?))
+    }
+}
+
+impl kafka_protocol::protocol::Message for WriteTxnMarkersResponseV2 {
+    const VERSIONS: kafka_protocol::protocol::VersionRange =
+        kafka_protocol::protocol::VersionRange {
+            min: WRITE_TXN_MARKERS_TV_VERSION,
+            max: WRITE_TXN_MARKERS_TV_VERSION,
+        };
+    const DEPRECATED_VERSIONS: Option<kafka_protocol::protocol::VersionRange> = None;
+}
+
+impl kafka_protocol::protocol::HeaderVersion for WriteTxnMarkersResponseV2 {
+    fn header_version(_version: i16) -> i16 {
+        1
     }
 }
 
@@ -680,6 +767,22 @@ mod tests {
             }],
         };
         assert_eq!(encode(&resp, 10), hex(FETCH_RESPONSE));
+    }
+
+    /// What a coordinator sends is Kafka's v2 bytes, and reads back whole.
+    #[test]
+    fn write_txn_markers_v2_encodes_as_kafka_and_round_trips() {
+        let req: WriteTxnMarkersRequestV2 = decode(&hex(MARKERS_REQUEST), 2).unwrap();
+        assert_eq!(encode(&req, 2), hex(MARKERS_REQUEST));
+        let resp = WriteTxnMarkersResponseV2(WriteTxnMarkersResponse::default().with_markers(
+            vec![kafka_protocol::messages::write_txn_markers_response::WritableTxnMarkerResult::default()
+                .with_producer_id(ProducerId(7))],
+        ));
+        let back: WriteTxnMarkersResponseV2 = decode(&encode(&resp, 2), 2).unwrap();
+        assert_eq!(back, resp);
+        assert!(WriteTxnMarkersRequestV2::default()
+            .encode(&mut BytesMut::new(), 1)
+            .is_err());
     }
 
     #[test]

@@ -565,6 +565,7 @@ mod tests {
                     .collect(),
                 incarnation: [node as u8; 16],
                 leader_epoch: 0,
+                clean_shutdown: true,
             },
         }
     }
@@ -583,6 +584,7 @@ mod tests {
                 }],
                 incarnation: [port as u8; 16],
                 leader_epoch: 0,
+                clean_shutdown: true,
             },
         }
     }
@@ -723,6 +725,7 @@ mod tests {
                 }],
                 incarnation: [4; 16],
                 leader_epoch: 0,
+                clean_shutdown: true,
             },
         });
         assert_eq!(leader_address(&v6, 4000).unwrap(), "[::1]:9092");

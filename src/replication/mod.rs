@@ -28,3 +28,4 @@ pub mod fetcher;
 pub mod leader;
 pub mod leading;
 pub mod manager;
+pub mod peers;

@@ -121,6 +121,9 @@ pub struct Controller {
     member: RefCell<Option<Member>>,
     /// This process's incarnation id (several nodes: its registration).
     incarnation: [u8; 16],
+    /// Whether this process found the clean-shutdown marker at start
+    /// (several nodes: its registration says so, `set_clean_start`).
+    clean_start: std::cell::Cell<bool>,
 }
 
 /// The controller's side of a metadata quorum of several voters.
@@ -235,6 +238,12 @@ const FENCE_CHECK: std::time::Duration = std::time::Duration::from_millis(250);
 const RAFT_TICK: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Controller {
+    /// Whether this process started after a clean shutdown (`server`'s
+    /// marker), told to the quorum in the node's registration.
+    pub fn set_clean_start(&self, clean: bool) {
+        self.clean_start.set(clean);
+    }
+
     pub fn new(config: Arc<BrokerConfig>) -> Controller {
         Controller {
             config,
@@ -246,6 +255,7 @@ impl Controller {
             log_failed: std::cell::Cell::new(false),
             member: RefCell::new(None),
             incarnation: new_topic_id(),
+            clean_start: std::cell::Cell::new(true),
         }
     }
 
@@ -894,6 +904,7 @@ impl Controller {
             .brokers
             .get(&node)
             .is_some_and(|b| b.registration.incarnation != registration.incarnation);
+        let clean = registration.clean_shutdown;
         let record = match image.brokers.get(&node) {
             Some(b) if b.registration == registration && !b.fenced => {
                 return ControllerReply::Broker(Ok(()))
@@ -903,8 +914,10 @@ impl Controller {
         };
         tracing::info!(node, change = ?record, "metadata quorum: a node registers or comes back");
         let mut records = vec![record];
-        if restarted {
+        if restarted && clean {
             records.extend(restarted_leaders(image, node));
+        } else if restarted {
+            records.extend(unclean_restart(image, node));
         }
         // An offline partition whose ISR or ELR member came back gets it
         // as leader (§4.4).
@@ -994,6 +1007,7 @@ impl Controller {
                 .collect(),
             incarnation: self.incarnation,
             leader_epoch: self.image.borrow().leader_epoch(),
+            clean_shutdown: self.clean_start.get(),
         }
     }
 
@@ -2354,6 +2368,50 @@ fn restarted_leaders(image: &MetadataImage, node: i32) -> Vec<MetadataRecord> {
     out
 }
 
+/// A node restarted after an unclean shutdown (Kafka's
+/// `handleBrokerUncleanShutdown`, KIP-966): its log may lack what its
+/// page cache held when its machine crashed, so its replicas leave every
+/// ISR and ELR and rejoin the ISR only by catching up again; a partition
+/// it led is led by another ISR (else ELR) member, elected by
+/// [`reconcile_partitions`] right after. Without this, a leader back
+/// before it was fenced would lead on with its shorter log and its
+/// followers would truncate acknowledged writes to it.
+///
+/// Except where it is the last member of both: a partition whose every
+/// other replica is out of its ISR and ELR keeps it (leading again once
+/// live), rather than going offline for good until an unclean election
+/// (Kafka 4.x's ELR does the latter): after a power loss of every node,
+/// each restart is unclean, and the last replica the partition has is
+/// the best it can have (under `--fsync-acks` it holds every acknowledged
+/// write).
+fn unclean_restart(image: &MetadataImage, node: i32) -> Vec<MetadataRecord> {
+    let mut out = Vec::new();
+    for t in image.topics.values() {
+        for (i, p) in t.replicated.iter().enumerate() {
+            let on_node = |b: &i32| node_of(*b) == node;
+            if !p.isr.iter().any(on_node) && !p.elr.iter().any(on_node) {
+                continue;
+            }
+            let others = p.isr.iter().chain(&p.elr).any(|b| !on_node(b));
+            if !others {
+                continue;
+            }
+            // The leader stays named here; `reconcile_partitions` replaces
+            // one no longer in the ISR, in a new leader epoch.
+            let mut state = p.clone();
+            state.isr.retain(|b| !on_node(b));
+            state.elr.retain(|b| !on_node(b));
+            state.partition_epoch = state.partition_epoch.saturating_add(1);
+            out.push(MetadataRecord::PartitionChange {
+                topic_id: t.id,
+                partition: i as i32,
+                state,
+            });
+        }
+    }
+    out
+}
+
 /// A manual assignment by partition index, refused (Kafka's message) when
 /// a partition count or replication factor was set too.
 fn sorted_assignments(t: &NewTopic) -> Result<Vec<(i32, Vec<i32>)>, ControllerError> {
@@ -2528,6 +2586,7 @@ mod tests {
                 endpoints: vec![endpoint; endpoints],
                 incarnation: [1; 16],
                 leader_epoch: 0,
+                clean_shutdown: true,
             },
         }
     }
@@ -2744,6 +2803,61 @@ mod tests {
         );
         assert_eq!(s.leader_epoch, 3);
         assert!(reconcile_partitions(&image, &config).is_empty());
+    }
+
+    /// A node back from an unclean shutdown leaves every ISR and ELR (its
+    /// log may have lost what its page cache held): a partition it led is
+    /// led by the next ISR member in a new epoch; an ELR it was in loses
+    /// it. A clean restart keeps it leading, in a new epoch.
+    #[test]
+    fn an_unclean_restart_takes_the_node_out_of_every_isr_and_elr() {
+        let config = crate::config::ServeArgs::default().resolve().unwrap();
+        let (image, _) = replicated(false);
+        let state =
+            |image: &MetadataImage| image.topic("r").unwrap().replica_state(0).unwrap().clone();
+        // A restart's registration unfences the node.
+        let restart = |image: &MetadataImage, node: i32, clean: bool| {
+            let image = &image.apply(&MetadataRecord::UnfenceBroker { node });
+            let changes = if clean {
+                restarted_leaders(image, node)
+            } else {
+                unclean_restart(image, node)
+            };
+            let image = apply_all(image, &changes);
+            let reconciled = reconcile_partitions(&image, &config);
+            apply_all(&image, &reconciled)
+        };
+        // The leader, node 1, restarts cleanly: it leads on, epoch 1.
+        let image = restart(&image, 1, true);
+        let s = state(&image);
+        assert_eq!((s.leader, s.leader_epoch), (1000, 1));
+        assert_eq!(s.isr, vec![1000, 2000, 3000]);
+        // Uncleanly: node 2 leads, epoch 2, node 1 out of the ISR.
+        let image = restart(&image, 1, false);
+        let s = state(&image);
+        assert_eq!((s.leader, s.leader_epoch), (2000, 2));
+        assert_eq!((s.isr.clone(), s.elr.clone()), (vec![2000, 3000], vec![]));
+        // Nodes 3 then 2 fenced: the ISR empty, both eligible
+        // (min.insync.replicas=2); node 1, live, is neither: offline.
+        let fence = |image: &MetadataImage, node: i32| {
+            let image = image.apply(&MetadataRecord::FenceBroker { node });
+            let changes = reconcile_partitions(&image, &config);
+            apply_all(&image, &changes)
+        };
+        let image = fence(&fence(&image, 3), 2);
+        let s = state(&image);
+        assert_eq!((s.leader, s.elr.clone()), (-1, vec![3000, 2000]));
+        // Node 3, eligible, restarts uncleanly: no longer eligible.
+        let image = restart(&image, 3, false);
+        assert_eq!(state(&image).elr, vec![2000]);
+        // Node 2, the last eligible replica, restarts uncleanly: kept, and
+        // it leads once live (it is: its restart registered it).
+        let image = restart(&image, 2, false);
+        let s = state(&image);
+        assert_eq!(
+            (s.leader, s.isr.clone(), s.elr.clone()),
+            (2000, vec![2000], vec![])
+        );
     }
 
     /// With `unclean.leader.election.enable=true`, a partition whose ISR

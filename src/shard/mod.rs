@@ -30,7 +30,7 @@ pub mod fetch_sessions;
 pub mod messages;
 pub mod metrics;
 pub mod router;
-mod txn_env;
+pub mod txn_env;
 
 use crate::auth::acl::AuthorizerSettings;
 use crate::config::{AuthorizerKind, BrokerConfig};
@@ -111,6 +111,9 @@ pub struct ShardCtx {
     /// The replicated partitions this shard leads: what their followers
     /// fetched, and their high watermarks (`replication::leading`).
     pub leading: crate::replication::leading::Leading,
+    /// Connections to other nodes' brokers for transaction markers and
+    /// AddPartitionsToTxn (`replication::peers`).
+    pub peers: crate::replication::peers::PeerClients,
     /// The authorizer's settings (`--super-users`,
     /// `--allow-everyone-if-no-acl-found`); None with `--authorizer none`,
     /// when nothing is checked. The ACLs themselves are in the image.
@@ -150,6 +153,7 @@ impl ShardCtx {
             })
         });
         let replicas = ReplicaManager::new(config.node_id_of(shard));
+        let config_broker_id = config.node_id_of(shard);
         Rc::new_cyclic(|me: &std::rc::Weak<ShardCtx>| ShardCtx {
             // The group coordinator writes through its shard.
             groups: GroupCoordinator::new(group_config, consumer_config, me.clone()),
@@ -171,6 +175,7 @@ impl ShardCtx {
             txn: TxnCoordinator::default(),
             fetch_sessions: RefCell::new(fetch_sessions),
             leading: Default::default(),
+            peers: crate::replication::peers::PeerClients::new(config_broker_id),
         })
     }
 
@@ -612,12 +617,29 @@ impl ShardCtx {
                 Err(e) => out.push((m, Err(e))),
             }
         }
+        // Answered as Kafka's marker append (acks=-1): once written, and on
+        // a replicated partition once the HW passed it (every ISR member
+        // holds it), within the cross-shard timeout (else TimedOut, and the
+        // coordinator sends it again).
+        let deadline = self.router.deadline();
+        let image = self.image();
         for (m, log, offset) in waits {
-            let written = log.wait_acked(offset, self.config.fsync_acks).await;
-            let outcome = written.map_err(|e| {
-                tracing::error!(tp = %m.tp, error = %e, "writing a transaction marker failed");
-                MarkerError::Storage
-            });
+            let replicated = image
+                .topic(&m.tp.topic)
+                .and_then(|t| t.replica_state(m.tp.partition.0))
+                .map(|_| m.tp.clone());
+            let wait =
+                self.wait_acks_all(&log, offset, self.config.fsync_acks, replicated.as_ref());
+            let outcome = match crate::runtime::within(deadline, wait).await {
+                None => {
+                    tracing::warn!(tp = %m.tp, "a transaction marker was not replicated in time");
+                    Err(MarkerError::TimedOut)
+                }
+                Some(written) => written.map_err(|e| {
+                    tracing::error!(tp = %m.tp, error = %e, "writing a transaction marker failed");
+                    MarkerError::Storage
+                }),
+            };
             if outcome.is_ok() && m.tp.topic == internal::CONSUMER_OFFSETS {
                 // The producer's pending transactional offset commits
                 // become visible (COMMIT) or are dropped.

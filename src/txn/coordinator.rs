@@ -56,10 +56,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 use std::time::Duration;
 
-/// Attempts to deliver a transaction's markers before giving up until the
-/// next load of the partition.
-const MARKER_ATTEMPTS_MAX: u32 = 50;
+/// Markers are retried until written or until the coordinator loses the
+/// transaction (Kafka's marker channel); every this many attempts the
+/// wait is logged.
+const MARKER_ATTEMPTS_LOGGED: u32 = 50;
+/// First pause between two attempts, doubling up to the longest.
 const MARKER_RETRY_BACKOFF_MS: u64 = 100;
+const MARKER_RETRY_BACKOFF_MS_MAX: u64 = 1_000;
 /// How long a request that finds its transactional id busy waits for it to
 /// settle before answering CONCURRENT_TRANSACTIONS: a few marker and
 /// state writes on a slow disk; past that the client's own retry takes over.
@@ -682,14 +685,33 @@ impl TxnCoordinator {
                 }
             }
             if !todo.is_empty() {
-                if attempts >= MARKER_ATTEMPTS_MAX {
-                    tracing::error!(
+                if attempts % MARKER_ATTEMPTS_LOGGED == 0 {
+                    tracing::warn!(
                         transactional_id = id,
-                        "giving up on transaction markers until the coordinator reloads"
+                        attempts,
+                        left = todo.len(),
+                        "transaction markers still not written; retrying"
+                    );
+                }
+                let backoff =
+                    (MARKER_RETRY_BACKOFF_MS << attempts.min(4)).min(MARKER_RETRY_BACKOFF_MS_MAX);
+                glommio::timer::sleep(Duration::from_millis(backoff)).await;
+                // Retried until written, as Kafka's marker channel does, or
+                // until this coordinator loses the transaction (it no longer
+                // leads or has loaded the partition, or the id moved on).
+                let still = self.locate(env, id).is_ok()
+                    && self.get(id).is_some_and(|now| {
+                        now.state == m.state
+                            && now.producer_id == m.producer_id
+                            && now.producer_epoch == m.producer_epoch
+                    });
+                if !still {
+                    tracing::info!(
+                        transactional_id = id,
+                        "transaction markers left to the transaction's new coordinator or state"
                     );
                     return;
                 }
-                glommio::timer::sleep(Duration::from_millis(MARKER_RETRY_BACKOFF_MS)).await;
             }
         }
         // Every marker is written: the transaction's duration, from its
