@@ -18,10 +18,10 @@
 //! another (a mutex): each starts three debug brokers and a handful of
 //! clients on a two-core machine. `FJORD_CHAOS_SEED` repeats a run's plan.
 //!
-//! Transactional producers are off in these runs until transaction markers
-//! reach partition leaders on other nodes (branch `txnx`); DeleteRecords is
-//! off because followers do not take the leader's log start yet (see
-//! docs/replication.md §8.1): the ignored full-workload test runs with both.
+//! Idempotent and transactional producers (markers reach leaders on other
+//! nodes since branch `txnx`) and a consumer group; DeleteRecords is off
+//! because followers do not take the leader's log start yet
+//! (docs/replication.md §8.1): the ignored full-workload test runs with it.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -230,12 +230,7 @@ fn survives(extra: &[&str], expect: Expect) {
     eprintln!("fjord chaos seed {seed} (repeat with FJORD_CHAOS_SEED={seed}), {extra:?}");
     let root = Root::new();
     let started = Instant::now();
-    let mut a = vec![
-        "--transactional-producers",
-        "0",
-        "--delete-records-share",
-        "0",
-    ];
+    let mut a = vec!["--delete-records-share", "0"];
     a.extend_from_slice(extra);
     let o = chaos(&root.path(), &args(seed, &a));
     eprintln!("fjord chaos took {:.1} s", started.elapsed().as_secs_f64());
@@ -273,6 +268,14 @@ fn survives(extra: &[&str], expect: Expect) {
     );
     assert!(
         n(&json, &["operations", "idempotent", "acked"]) > 100,
+        "{report}"
+    );
+    assert!(
+        n(&json, &["operations", "transactions", "committed"]) > 0,
+        "{report}"
+    );
+    assert!(
+        n(&json, &["operations", "transactions", "aborted_on_purpose"]) > 0,
         "{report}"
     );
     assert!(
@@ -315,12 +318,11 @@ fn acknowledged_data_survives_leader_and_follower_kills_and_cuts_with_fsync_acks
     survives(&["--fsync-acks"], Expect::NoAnomaly);
 }
 
-/// The full workload: transactional producers across nodes and
-/// DeleteRecords. Ignored until transaction markers reach other nodes'
-/// leaders and followers take the leader's log start (docs/replication.md
-/// §8); run it with `--ignored` to see where fjord stands.
+/// The full workload, DeleteRecords included. Ignored until followers take
+/// the leader's log start (docs/replication.md §8.1); run it with
+/// `--ignored` to see where fjord stands.
 #[test]
-#[ignore = "transactions across nodes (branch txnx) and DeleteRecords on followers"]
+#[ignore = "DeleteRecords does not reach followers (docs/replication.md §8.1)"]
 fn the_full_workload_survives_leader_and_follower_kills_and_cuts() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let seed = seed();
@@ -413,14 +415,7 @@ fn with_min_insync_replicas_1_only_the_documented_losses_are_allowed() {
         &root.path(),
         &args(
             seed,
-            &[
-                "--transactional-producers",
-                "0",
-                "--delete-records-share",
-                "0",
-                "--min-insync-replicas",
-                "1",
-            ],
+            &["--delete-records-share", "0", "--min-insync-replicas", "1"],
         ),
     );
     let report = format!("--- stdout ---\n{}\n--- stderr ---\n{}", o.stdout, o.stderr);
