@@ -45,6 +45,14 @@ pub struct BrokerSpec {
     pub log: PathBuf,
     pub cores: usize,
     pub fsync_acks: bool,
+    /// The address it listens on (`--listen`): loopback, or its host's
+    /// address on the bridge when it runs in a network namespace.
+    pub listen: Ipv4Addr,
+    /// The network namespace it runs in (`ip netns exec`), if any.
+    pub netns: Option<String>,
+    /// More `fjord serve` arguments (a cluster node's `--node-id`,
+    /// `--controller-quorum`, timeouts).
+    pub extra_args: Vec<String>,
 }
 
 /// A `fjord serve` process (or none, between a kill and its restart).
@@ -83,8 +91,24 @@ impl ChaosBroker {
         )))
     }
 
+    /// A broker that is not started yet, to listen on `port` (and the
+    /// next `cores - 1` ports): [`Self::restart`] starts it.
+    pub fn prepared(spec: BrokerSpec, port: u16) -> ChaosBroker {
+        ChaosBroker {
+            spec,
+            child: None,
+            stdout: None,
+            port,
+            starts: 0,
+        }
+    }
+
     pub fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.spec.listen, self.port)
+    }
+
+    pub fn spec(&self) -> &BrokerSpec {
+        &self.spec
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -110,10 +134,23 @@ impl ChaosBroker {
 
     /// SIGTERM; the broker must exit 0 and print `fjord: stopped`.
     pub fn stop(&mut self) -> Result<(), ChaosError> {
-        let Some(pid) = self.pid() else {
+        self.term();
+        self.wait_stopped()
+    }
+
+    /// Sends SIGTERM (a clean stop), if it runs; [`Self::wait_stopped`]
+    /// waits for its end. Several nodes are stopped at once this way.
+    pub fn term(&self) {
+        if let Some(pid) = self.pid() {
+            signal(pid, libc::SIGTERM);
+        }
+    }
+
+    /// After [`Self::term`]: the broker must exit 0 and print `fjord: stopped`.
+    pub fn wait_stopped(&mut self) -> Result<(), ChaosError> {
+        if self.child.is_none() {
             return Ok(());
-        };
-        signal(pid, libc::SIGTERM);
+        }
         let rx = self.stdout.take();
         let status = self.wait_exit()?;
         // The reader thread may forward the last lines after the exit is
@@ -195,21 +232,26 @@ impl ChaosBroker {
             .append(true)
             .open(&self.spec.log)
             .map_err(io("opening the broker log"))?;
-        let mut cmd = Command::new(&self.spec.bin);
+        let mut cmd = match &self.spec.netns {
+            // `ip netns exec` execs the broker: the child is the broker.
+            Some(ns) => super::netns::command_in(ns, &self.spec.bin),
+            None => Command::new(&self.spec.bin),
+        };
         cmd.arg("serve")
             .arg("--data-dir")
             .arg(&self.spec.data_dir)
             .arg("--port")
             .arg(self.port.to_string())
             .arg("--listen")
-            .arg("127.0.0.1")
+            .arg(self.spec.listen.to_string())
             .arg("--cores")
             .arg(self.spec.cores.to_string())
             .arg("--no-pin")
             .arg("--metrics-listen")
             .arg("none")
             .arg("--group-initial-rebalance-delay-ms")
-            .arg(GROUP_INITIAL_REBALANCE_DELAY_MS.to_string());
+            .arg(GROUP_INITIAL_REBALANCE_DELAY_MS.to_string())
+            .args(&self.spec.extra_args);
         if self.spec.fsync_acks {
             cmd.arg("--fsync-acks");
         }
@@ -298,7 +340,7 @@ fn signal(pid: u32, sig: libc::c_int) {
 }
 
 /// A random base port whose `count` consecutive ports bind right now.
-fn free_port_base(count: usize) -> Result<u16, ChaosError> {
+pub fn free_port_base(count: usize) -> Result<u16, ChaosError> {
     for _ in 0..PORT_PICKS_MAX {
         let base = rand::random_range(PORT_RANGE_FIRST..PORT_RANGE_END - count as u16);
         let free = (0..count as u16)

@@ -32,6 +32,12 @@ use super::value::MsgId;
 
 /// Evidence lines kept per anomaly (the count is always complete).
 pub const EVIDENCE_PER_ANOMALY_MAX: usize = 25;
+/// An acknowledgement counts as made while the ISR was the leader alone
+/// when it arrived between the first poll that saw that ISR and this long
+/// after the last one (the ISR monitor polls every
+/// [`super::cluster::ISR_POLL_MS`]; the leader decided before the client
+/// heard).
+pub const ISR_POLL_SLACK_MS: u64 = 100;
 
 /// What was read back at the end.
 #[derive(Clone, Debug, Default)]
@@ -165,6 +171,10 @@ pub struct OperationCounts {
     pub log_start_checks: u64,
     pub records_read_uncommitted: u64,
     pub records_read_committed: u64,
+    /// `--min-insync-replicas 1` runs: acknowledged writes lost that the
+    /// ISR monitor saw acknowledged by a leader alone in the ISR (Kafka's
+    /// documented loss; not an anomaly).
+    pub lost_writes_allowed_min_insync_1: u64,
 }
 
 /// The checker's result.
@@ -173,6 +183,8 @@ pub struct Analysis {
     pub counts: BTreeMap<Anomaly, u64>,
     pub evidence: BTreeMap<Anomaly, Vec<String>>,
     pub ops: OperationCounts,
+    /// Evidence of the losses `--min-insync-replicas 1` allows.
+    pub allowed_evidence: Vec<String>,
 }
 
 impl Analysis {
@@ -424,6 +436,42 @@ pub fn analyze(h: &History, producer_names: &[String], reads: &Reads) -> Analysi
             continue;
         }
         match ru.places.get(&m.id) {
+            None if h.min_insync_one => {
+                // Kafka documents this loss with min.insync.replicas=1:
+                // acks=all acknowledged by a leader alone in the ISR, then
+                // that leader's data lost. Allowed only where the ISR
+                // monitor saw the ISR at the leader alone around the
+                // acknowledgement; otherwise an anomaly as any other.
+                let alone = m
+                    .acked_at_ms
+                    .and_then(|t| h.isr_alone_at(m.tp, t, ISR_POLL_SLACK_MS));
+                match alone {
+                    Some(span) => {
+                        a.ops.lost_writes_allowed_min_insync_1 += 1;
+                        if a.allowed_evidence.len() < EVIDENCE_PER_ANOMALY_MAX {
+                            a.allowed_evidence.push(format!(
+                                "{} acknowledged at {}@{offset} at {} ms while the ISR was [{}] alone ({}..{} ms), not in the log; {}",
+                                describe_msg(&names, m),
+                                m.tp,
+                                m.acked_at_ms.unwrap_or(0),
+                                span.leader,
+                                span.first_ms,
+                                span.last_ms,
+                                describe_offset(&ru, &names, m.tp, offset)
+                            ));
+                        }
+                    }
+                    None => a.add(Anomaly::LostWrite, || {
+                        format!(
+                            "{} acknowledged at {}@{offset} (at {:?} ms, ISR not seen at the leader alone then), not in the log; {}",
+                            describe_msg(&names, m),
+                            m.tp,
+                            m.acked_at_ms,
+                            describe_offset(&ru, &names, m.tp, offset)
+                        )
+                    }),
+                }
+            }
             None => a.add(Anomaly::LostWrite, || {
                 format!(
                     "{} acknowledged at {}@{offset}, not in the log; {}",
@@ -661,6 +709,7 @@ mod tests {
             txn,
             sent_generation: 1,
             outcome,
+            acked_at_ms: None,
         }
     }
 

@@ -186,6 +186,11 @@ impl ClientLog {
         })
     }
 
+    /// Milliseconds since the run started.
+    pub fn elapsed_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
     pub fn line(&self, who: &str, what: &str) {
         let ms = self.start.elapsed().as_secs_f64() * 1e3;
         if let Some(f) = lock(&self.file).as_mut() {
@@ -284,6 +289,7 @@ impl ProducerContext for ProducerCtx {
                         ),
                     );
                 }
+                rec.acked_at_ms = Some(self.shared.log.elapsed_ms());
                 MsgOutcome::Acked { offset: m.offset() }
             }
             Err((e, m)) => {
@@ -380,6 +386,7 @@ fn push_record(
         txn,
         sent_generation: generation,
         outcome: MsgOutcome::Pending,
+        acked_at_ms: None,
     });
     seq
 }

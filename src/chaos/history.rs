@@ -89,6 +89,9 @@ pub struct MsgRecord {
     /// before the first kill).
     pub sent_generation: u32,
     pub outcome: MsgOutcome,
+    /// Milliseconds since the run started when the acknowledgement
+    /// arrived (None unless acknowledged).
+    pub acked_at_ms: Option<u64>,
 }
 
 /// What a transaction's end call returned.
@@ -215,4 +218,36 @@ pub struct History {
     pub deletes: Vec<DeleteAck>,
     pub log_start_checks: Vec<LogStartCheck>,
     pub events: Vec<ClientEvent>,
+    /// Cluster runs: what the ISR monitor saw of each partition.
+    pub isr: BTreeMap<Tp, Vec<IsrSpan>>,
+    /// The topics' `min.insync.replicas` is 1: an acknowledged write the
+    /// ISR monitor saw acknowledged by a leader alone in the ISR may be
+    /// lost as Kafka documents (see `check`).
+    pub min_insync_one: bool,
+}
+
+/// A stretch of time over which every Metadata poll of the ISR monitor saw
+/// a partition with the same leader and ISR.
+#[derive(Clone, Debug, Serialize)]
+pub struct IsrSpan {
+    /// Milliseconds since the run started of the first and last poll.
+    pub first_ms: u64,
+    pub last_ms: u64,
+    /// Broker ids (`node * 1000 + shard`).
+    pub leader: i32,
+    pub isr: Vec<i32>,
+}
+
+impl History {
+    /// The ISR span that shows `tp` led by a leader alone in its ISR over
+    /// a stretch of polls around `at_ms` (within `slack_ms` of a poll on
+    /// either side), if any.
+    pub fn isr_alone_at(&self, tp: Tp, at_ms: u64, slack_ms: u64) -> Option<&IsrSpan> {
+        self.isr.get(&tp)?.iter().find(|s| {
+            s.isr.len() == 1
+                && s.isr[0] == s.leader
+                && s.first_ms <= at_ms
+                && at_ms <= s.last_ms.saturating_add(slack_ms)
+        })
+    }
 }

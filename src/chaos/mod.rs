@@ -39,6 +39,54 @@
 //! 6. Check ([`check`]), print a table, write JSON (`--out`), and exit
 //!    non-zero if there is any anomaly.
 //!
+//! # Several nodes (`--nodes N`)
+//!
+//! With N > 1 the run is the same workload against a cluster ([`cluster`]):
+//!
+//! - N `fjord serve` nodes (`--broker-cores` shards each), all voters of
+//!   one metadata quorum, with `--broker-session-timeout-ms` (3 s) and
+//!   `--replica-lag-time-max-ms` (2 s) short, so that a dead node is fenced
+//!   and a dead follower leaves the ISR within seconds. On loopback each
+//!   node has its own client ports and controller port; with `--netns`
+//!   (root) each runs in its own network namespace on a bridge the run makes
+//!   ([`netns`], the same code the several-node tests use), and everything
+//!   is removed at the end, after an error too. Clients run in the root
+//!   namespace and bootstrap at every node; the orchestrator's checks ask
+//!   any live node.
+//! - The workload topics have replication factor N (`--replication-factor`)
+//!   and `min.insync.replicas` from `--min-insync-replicas` (2); the
+//!   internal topics have N replicas too (coordinator failover).
+//! - Each cycle applies one fault, in an order the seed shuffles and then
+//!   repeats: SIGKILL the leader of a random workload partition (found with
+//!   Metadata), SIGKILL one of its followers, or (with `--netns`) cut that
+//!   leader off the network (its link down at both ends: a zombie leader).
+//!   Odd cycles and every cut last past the session timeout (the node is
+//!   fenced and leaders move), even cycles are short restarts; every
+//!   `--long-outage-every`th cycle is a long outage. When replication
+//!   factor minus `min.insync.replicas` is 2 or more, half the cycles also
+//!   SIGKILL a second node; never more nodes than that are down at once,
+//!   and after each repair the run waits (bounded) until every ISR is whole
+//!   again, so that `acks=all` writes can always be acknowledged. After
+//!   each restart the group's offsets and the log starts are checked as
+//!   with one broker.
+//! - At the end every cut is healed, every node stopped with SIGTERM (each
+//!   must exit 0) and started again; the run waits until every partition
+//!   has a leader and a whole ISR and every LSO reaches its high watermark,
+//!   and reads everything back through the leaders. The summary and the
+//!   JSON count, per node, kills as leader and as follower, cuts and
+//!   restarts, and give each cycle's fault, target and partition.
+//! - An ISR monitor thread polls Metadata every 200 ms and keeps, per
+//!   partition, the stretches of polls with the same leader and ISR
+//!   (`isrSpans` in the JSON). With `--min-insync-replicas 1` an
+//!   acknowledged write that is missing is counted apart, as allowed by
+//!   that setting (Kafka documents the loss: an `acks=all` write
+//!   acknowledged by a leader alone in its ISR, then that leader's copy
+//!   lost), only when the monitor saw the ISR at the leader alone from a
+//!   poll before the acknowledgement to one at most 100 ms before it came;
+//!   every other missing write is a `lost-write`. That is evidence, not a
+//!   proof: the ISR can change and change back between two polls, and a
+//!   node's Metadata can lag the controller's.
+//!
 //! The seed (`--seed`, printed at the start) drives every random choice of
 //! the orchestrator and the clients: the kill schedule, pauses, partitions,
 //! value sizes, transaction shapes and planned aborts. Thread scheduling and
@@ -102,7 +150,11 @@
 //!   broker is killed every few seconds, so the config only has to survive
 //!   restarts. DeleteRecords is what moves that log start.
 //! - Kills during start-up and recovery (each kill comes after `fjord:
-//!   ready`), several nodes, network faults, clock jumps.
+//!   ready`), clock jumps, power loss of several nodes at once, slow or
+//!   lossy links (only whole cuts), partitions that split the nodes among
+//!   themselves (a cut isolates one node from everyone), and a second fault
+//!   while an ISR is still short (the run waits for whole ISRs between
+//!   cycles, at most 30 s).
 //! - Order across a producer's sessions (a recreated idempotent producer is
 //!   a new producer id; Kafka orders only within one).
 //! - Idempotent messages that time out. librdkafka's idempotent producer
@@ -119,12 +171,14 @@
 pub mod broker;
 pub mod check;
 pub mod clients;
+pub mod cluster;
 pub mod history;
+pub mod netns;
 pub mod readback;
 pub mod summary;
 pub mod value;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -135,8 +189,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rdkafka::error::KafkaError;
 
-use broker::{BrokerSpec, ChaosBroker};
 use clients::{lock, ClientLog, ClientSettings, GroupJob, ProducerJob, ProducerOutput, Shared};
+use cluster::{NodeSetup, Nodes};
 use history::{ChaosTopic, DeleteAck, History, LogStartCheck, OffsetCheck, Tp};
 use readback::{Isolation, TopicSpec};
 
@@ -196,6 +250,9 @@ pub const JOIN_TIMEOUT_MS: u64 = 180_000;
 /// Beyond the transaction timeout and the broker's abort check interval,
 /// how long the last stable offsets may take to reach the high watermarks.
 pub const LSO_WAIT_MARGIN_MS: u64 = 10_000;
+/// A cluster cycle's outage past the session timeout lasts the timeout
+/// plus this many milliseconds.
+pub const CLUSTER_OUTAGE_PAST_SESSION_MS: std::ops::RangeInclusive<u64> = 500..=2_500;
 /// Client events kept in the JSON result.
 pub const EVENTS_KEPT_MAX: usize = 500;
 
@@ -268,9 +325,72 @@ pub struct ChaosArgs {
     /// librdkafka debug contexts for every client (e.g. `eos,msg`), logged to clients.log.
     #[arg(long)]
     pub client_debug: Option<String>,
+    /// Nodes: 1 is a single broker (every cycle kills it); with more, a
+    /// cluster of voters of one metadata quorum whose cycles kill a
+    /// partition's leader or a follower, or cut a node off (`--netns`).
+    #[arg(long, default_value_t = 1)]
+    pub nodes: usize,
+    /// Run each node in its own network namespace (needs root), on a bridge
+    /// made by the run; cutting a node off the network becomes a fault.
+    #[arg(long)]
+    pub netns: bool,
+    /// Replication factor of the workload topics [default: --nodes].
+    #[arg(long)]
+    pub replication_factor: Option<i32>,
+    /// `min.insync.replicas` of the workload topics (several nodes). At most
+    /// replication factor minus this many nodes are down or cut at once.
+    #[arg(long, default_value_t = 2)]
+    pub min_insync_replicas: i32,
+    /// `--broker-session-timeout-ms` of every node (several nodes).
+    #[arg(long, default_value_t = 3_000)]
+    pub broker_session_timeout_ms: u64,
+    /// `--replica-lag-time-max-ms` of every node (several nodes): a dead
+    /// follower leaves the ISR after this long.
+    #[arg(long, default_value_t = 2_000)]
+    pub replica_lag_time_max_ms: u64,
+    /// Share of cycles with a DeleteRecords on the retained topic (0 turns
+    /// DeleteRecords and the log start checks off).
+    #[arg(long, default_value_t = DELETE_RECORDS_SHARE)]
+    pub delete_records_share: f64,
 }
 
-/// One kill and restart.
+impl ChaosArgs {
+    /// Replicas of each workload partition.
+    pub fn replication_factor(&self) -> i32 {
+        self.replication_factor.unwrap_or(self.nodes as i32)
+    }
+
+    /// Nodes that may be down or cut at once in a cluster run.
+    pub fn faults_at_once(&self) -> usize {
+        (self.replication_factor() - self.min_insync_replicas).max(0) as usize
+    }
+}
+
+/// What a cycle of a cluster run does to its node(s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Fault {
+    /// SIGKILL of the single broker.
+    Kill,
+    /// SIGKILL of the leader of the cycle's partition.
+    KillLeader,
+    /// SIGKILL of a follower of the cycle's partition.
+    KillFollower,
+    /// The leader of the cycle's partition cut off the network (`--netns`).
+    CutLeader,
+}
+
+impl Fault {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "kill -9",
+            Fault::KillLeader => "kill -9 the leader",
+            Fault::KillFollower => "kill -9 a follower",
+            Fault::CutLeader => "cut the leader off",
+        }
+    }
+}
+
+/// One kill and restart (or cut and heal).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct CycleRecord {
     pub cycle: u32,
@@ -279,8 +399,22 @@ pub struct CycleRecord {
     pub killed_at_s: f64,
     pub restart_pause_ms: u64,
     pub long_outage: bool,
+    /// The slowest restart of the cycle (0 for a cut only).
     pub restart_ready_ms: u64,
     pub deletes: usize,
+    pub fault: Fault,
+    /// The nodes taken down or cut (the first is the fault's target; a
+    /// second one is killed too when more may be down at once).
+    pub nodes: Vec<usize>,
+    /// The partition whose leader or follower was chosen, and its leader's
+    /// node as Metadata said (None: no leader known; a node was drawn).
+    pub partition: Option<String>,
+    pub leader_node: Option<usize>,
+    /// The outage outlasted `--broker-session-timeout-ms` (leaders move).
+    pub past_session_timeout: bool,
+    /// How long after the repair every ISR was whole again (None: not
+    /// within the wait).
+    pub isr_full_after_ms: Option<u64>,
 }
 
 /// What a client thread returns.
@@ -343,6 +477,9 @@ fn validate(args: &ChaosArgs) -> Result<(), ChaosError> {
     if !(0.0..=1.0).contains(&args.abort_fraction) {
         return bad("--abort-fraction must be within 0..1");
     }
+    if !(0.0..=1.0).contains(&args.delete_records_share) {
+        return bad("--delete-records-share must be within 0..1");
+    }
     if (args.value_max_bytes as usize)
         < value::VALUE_MIN_BYTES.max(clients::VALUE_SMALL_MIN_BYTES as usize)
         || args.value_max_bytes > clients::VALUE_MAX_BYTES
@@ -357,13 +494,35 @@ fn validate(args: &ChaosArgs) -> Result<(), ChaosError> {
             args.idempotent_message_timeout_ms
         );
     }
+    if args.broker_cores > 999 {
+        return bad("--broker-cores must be below 1000");
+    }
     if args.partitions < 1 || args.broker_cores < 1 || args.cycle_ms < 2 {
         return bad("--partitions, --broker-cores and --cycle-ms must be positive");
+    }
+    if args.nodes < 1 || args.nodes > netns::HOSTS_MAX {
+        return bad("--nodes must be within 1..=200");
+    }
+    if args.nodes > 1 {
+        let rf = args.replication_factor();
+        if rf < 1 || rf as usize > args.nodes {
+            return bad("--replication-factor must be within 1..=--nodes");
+        }
+        if args.min_insync_replicas < 1 || args.min_insync_replicas > rf {
+            return bad("--min-insync-replicas must be within 1..=the replication factor");
+        }
+        if args.faults_at_once() == 0 {
+            return bad("the replication factor must exceed --min-insync-replicas: no node could be taken down without stopping acks=all writes");
+        }
+        if args.broker_session_timeout_ms < 100 || args.replica_lag_time_max_ms < 100 {
+            return bad(
+                "--broker-session-timeout-ms and --replica-lag-time-max-ms must be at least 100",
+            );
+        }
     }
     Ok(())
 }
 
-/// Runs `fjord chaos`; Err(Failed) when the check found anomalies.
 pub fn run(args: ChaosArgs) -> Result<(), ChaosError> {
     validate(&args)?;
     let seed = args.seed.unwrap_or_else(|| {
@@ -383,15 +542,8 @@ pub fn run(args: ChaosArgs) -> Result<(), ChaosError> {
             source,
         })?,
     };
-    let spec = BrokerSpec {
-        bin,
-        data_dir: dir.join("data"),
-        log: dir.join("broker.log"),
-        cores: args.broker_cores,
-        fsync_acks: args.fsync_acks,
-    };
     println!(
-        "fjord chaos: run directory {} ({} cycles of ~{} ms, {})",
+        "fjord chaos: run directory {} ({} cycles of ~{} ms, {}{})",
         dir.display(),
         args.cycles,
         args.cycle_ms,
@@ -399,6 +551,21 @@ pub fn run(args: ChaosArgs) -> Result<(), ChaosError> {
             "--fsync-acks"
         } else {
             "default durability"
+        },
+        if args.nodes > 1 {
+            format!(
+                ", {} nodes{}, replication factor {}, min.insync.replicas {}",
+                args.nodes,
+                if args.netns {
+                    " in network namespaces"
+                } else {
+                    " on loopback"
+                },
+                args.replication_factor(),
+                args.min_insync_replicas
+            )
+        } else {
+            String::new()
         }
     );
     let shared = Arc::new(Shared {
@@ -408,28 +575,55 @@ pub fn run(args: ChaosArgs) -> Result<(), ChaosError> {
         group: Mutex::new(Default::default()),
         events: Mutex::new(Vec::new()),
     });
-    let broker = ChaosBroker::start(spec.clone())?;
-    shared.generation.store(broker.starts, Ordering::Relaxed);
-    broker.mark(&format!("started (seed {seed})"));
+    let nodes = Nodes::start(NodeSetup {
+        args: &args,
+        bin: &bin,
+        dir: &dir,
+    })?;
+    shared
+        .generation
+        .store(nodes.generation(), Ordering::Relaxed);
+    nodes.mark(&format!("started (seed {seed})"));
+    let mut rng = StdRng::seed_from_u64(derive_seed(seed, u64::MAX - 1));
+    let mut faults = vec![Fault::KillLeader, Fault::KillFollower];
+    if args.netns {
+        faults.push(Fault::CutLeader);
+    }
+    rand::seq::SliceRandom::shuffle(faults.as_mut_slice(), &mut rng);
     let mut r = Run {
         args,
         seed,
-        rng: StdRng::seed_from_u64(derive_seed(seed, u64::MAX - 1)),
-        broker,
+        rng,
+        nodes,
+        faults,
+        down: BTreeSet::new(),
         shared,
         started,
         history: History::default(),
         cycles: Vec::new(),
         run_errors: Vec::new(),
         threads: Vec::new(),
+        isr_monitor: None,
     };
     let outcome = r.execute();
     let failed = !matches!(&outcome, Ok((a, _)) if a.total() == 0 && r.run_errors.is_empty());
-    // Whatever happened, no broker stays behind.
-    if r.broker.is_running() {
-        let _ = r.broker.stop();
+    // Whatever happened, no node stays behind and no namespace, bridge or
+    // cut link either: heal, stop, then drop (kills what still runs, then
+    // removes the network).
+    r.shared.stop.store(true, Ordering::Relaxed);
+    let _ = r.nodes.heal_all();
+    for b in &r.nodes.nodes {
+        b.term();
     }
-    drop(r.broker);
+    for b in &mut r.nodes.nodes {
+        if b.is_running() {
+            let _ = b.wait_stopped();
+        }
+    }
+    if let Some(h) = r.isr_monitor.take() {
+        let _ = h.join();
+    }
+    drop(r.nodes);
     let (analysis, report_path) = outcome?;
     if temporary && !failed && !r.args.keep_data {
         let _ = std::fs::remove_dir_all(&dir);
@@ -451,7 +645,12 @@ struct Run {
     args: ChaosArgs,
     seed: u64,
     rng: StdRng,
-    broker: ChaosBroker,
+    nodes: Nodes,
+    /// The cluster faults, in the order the cycles take them (shuffled by
+    /// the seed, then repeated).
+    faults: Vec<Fault>,
+    /// Nodes killed and not yet restarted.
+    down: BTreeSet<usize>,
     shared: Arc<Shared>,
     started: Instant,
     history: History,
@@ -460,12 +659,17 @@ struct Run {
     /// that exited by itself, a failed clean stop): they fail the run too.
     run_errors: Vec<String>,
     threads: Vec<ClientThread>,
+    isr_monitor: Option<JoinHandle<BTreeMap<Tp, Vec<history::IsrSpan>>>>,
 }
 
 impl Run {
+    fn cluster(&self) -> bool {
+        self.nodes.len() > 1
+    }
+
     fn settings(&self) -> ClientSettings {
         ClientSettings {
-            bootstrap: self.broker.bootstrap(),
+            bootstrap: self.nodes.bootstrap(),
             idem_partitions: self.args.partitions,
             retained_partitions: RETAINED_PARTITIONS,
             txn_partitions: TXN_PARTITIONS,
@@ -486,29 +690,38 @@ impl Run {
 
     fn topic_specs(&self) -> Vec<TopicSpec> {
         let seg = ("segment.bytes", SEGMENT_BYTES.to_string());
+        let mut common = vec![seg];
+        if self.cluster() {
+            common.push((
+                "min.insync.replicas",
+                self.args.min_insync_replicas.to_string(),
+            ));
+        }
+        let with = |extra: Vec<(&'static str, String)>| {
+            let mut c = common.clone();
+            c.extend(extra);
+            c
+        };
         vec![
             TopicSpec {
                 topic: ChaosTopic::Idem,
                 partitions: self.args.partitions,
-                configs: vec![seg.clone()],
+                configs: with(vec![]),
             },
             TopicSpec {
                 topic: ChaosTopic::Retained,
                 partitions: RETAINED_PARTITIONS,
-                configs: vec![
-                    seg.clone(),
-                    ("retention.bytes", RETENTION_BYTES.to_string()),
-                ],
+                configs: with(vec![("retention.bytes", RETENTION_BYTES.to_string())]),
             },
             TopicSpec {
                 topic: ChaosTopic::TxnA,
                 partitions: TXN_PARTITIONS,
-                configs: vec![seg.clone()],
+                configs: with(vec![]),
             },
             TopicSpec {
                 topic: ChaosTopic::TxnB,
                 partitions: TXN_PARTITIONS,
-                configs: vec![seg],
+                configs: with(vec![]),
             },
         ]
     }
@@ -524,16 +737,43 @@ impl Run {
     }
 
     fn generation(&self) -> u32 {
-        self.broker.starts
+        self.nodes.generation()
     }
 
-    /// The whole run after the broker's first start; returns the analysis
+    /// The whole run after the nodes' first start; returns the analysis
     /// and where the report went.
     fn execute(&mut self) -> Result<(check::Analysis, String), ChaosError> {
-        readback::create_topics(&self.broker.bootstrap(), &self.topic_specs())?;
+        let rf = if self.cluster() {
+            self.args.replication_factor()
+        } else {
+            1
+        };
+        readback::create_topics(&self.nodes.bootstrap(), &self.topic_specs(), rf)?;
+        if self.cluster() {
+            // Every replica in the ISR before the first fault.
+            let tps = self.all_tps();
+            if self
+                .nodes
+                .wait_isr_full(&tps, Duration::from_millis(cluster::ISR_FULL_TIMEOUT_MS))
+                .is_none()
+            {
+                return Err(ChaosError::Broker(format!(
+                    "the workload partitions' ISRs were not whole within {} ms of their creation",
+                    cluster::ISR_FULL_TIMEOUT_MS
+                )));
+            }
+            self.isr_monitor = Some(cluster::spawn_isr_monitor(
+                self.nodes.bootstrap(),
+                self.shared.clone(),
+            )?);
+        }
         self.spawn_clients()?;
         for cycle in 1..=self.args.cycles {
-            self.cycle(cycle)?;
+            if self.cluster() {
+                self.cluster_cycle(cycle)?;
+            } else {
+                self.cycle(cycle)?;
+            }
         }
         if self.args.cycles == 0 {
             let load = self.args.cycle_ms;
@@ -597,8 +837,9 @@ impl Run {
     }
 
     /// Lets the load run for `ms`, doing a DeleteRecords at `delete_at_ms`;
-    /// a client thread that ends early ends the run, a broker that exits by
-    /// itself is a run error (and is restarted). Returns the deletes made.
+    /// a client thread that ends early ends the run, a node that exits by
+    /// itself (not one the run killed) is a run error (and is restarted).
+    /// Returns the deletes made.
     fn watch(&mut self, ms: u64, delete_at_ms: Option<u64>) -> Result<usize, ChaosError> {
         let start = Instant::now();
         let end = start + Duration::from_millis(ms);
@@ -617,15 +858,30 @@ impl Run {
                 };
                 return Err(ChaosError::Thread(format!("{name}: {why}")));
             }
-            if !self.broker.is_running() {
+            for i in 0..self.nodes.len() {
+                if self.down.contains(&i) || self.nodes.nodes[i].is_running() {
+                    continue;
+                }
                 let what = format!(
-                    "the broker exited by itself during the load of broker generation {}",
+                    "{} exited by itself during the load of generation {}",
+                    if self.cluster() {
+                        format!("node {i}")
+                    } else {
+                        "the broker".to_string()
+                    },
                     self.generation()
                 );
                 eprintln!("fjord chaos: {what}");
                 self.run_errors.push(what);
-                self.broker.kill9()?;
-                self.restart_and_check(0)?;
+                self.nodes.stats[i].exits_unasked += 1;
+                self.nodes.nodes[i].kill9()?;
+                if self.cluster() {
+                    self.nodes.nodes[i].restart()?;
+                    self.nodes.stats[i].restarts += 1;
+                    self.after_restart(i, Duration::ZERO);
+                } else {
+                    self.restart_and_check(0)?;
+                }
             }
             if delete_at.is_some_and(|t| Instant::now() >= t) {
                 delete_at = None;
@@ -642,7 +898,7 @@ impl Run {
             topic: ChaosTopic::Retained,
             partition: self.rng.random_range(0..RETAINED_PARTITIONS),
         };
-        let bootstrap = self.broker.bootstrap();
+        let bootstrap = self.nodes.bootstrap();
         let marks = readback::watermarks(
             &bootstrap,
             Isolation::ReadUncommitted,
@@ -665,7 +921,7 @@ impl Run {
         let target = low + self.rng.random_range(0..=(high - low) / 2);
         match readback::delete_records(&bootstrap, tp, target) {
             Ok(log_start) => {
-                self.broker.mark(&format!(
+                self.nodes.mark(&format!(
                     "DeleteRecords {tp} below {target}: log start {log_start}"
                 ));
                 self.history.deletes.push(DeleteAck {
@@ -684,12 +940,13 @@ impl Run {
         }
     }
 
+    /// A cycle of the single broker: load, SIGKILL, pause, restart, checks.
     fn cycle(&mut self, cycle: u32) -> Result<(), ChaosError> {
         let cms = self.args.cycle_ms;
         let load = self.rng.random_range(cms / 2..=cms + cms / 2);
         let delete_at = self
             .rng
-            .random_bool(DELETE_RECORDS_SHARE)
+            .random_bool(self.args.delete_records_share)
             .then(|| self.rng.random_range(0..load));
         let pause = self.rng.random_range(0..=self.args.restart_pause_ms_max);
         let every = self.args.long_outage_every;
@@ -697,11 +954,13 @@ impl Run {
         let pause = if long_outage { LONG_OUTAGE_MS } else { pause };
         let deletes = self.watch(load, delete_at)?;
         let killed_at_s = self.started.elapsed().as_secs_f64();
-        self.broker.mark(&format!(
+        self.nodes.mark(&format!(
             "SIGKILL, cycle {cycle}, after {load} ms of load, at {killed_at_s:.3} s"
         ));
-        self.broker.kill9()?;
+        self.nodes.nodes[0].kill9()?;
+        self.nodes.stats[0].kills_other += 1;
         let ready = self.restart_and_check(pause)?;
+        self.nodes.stats[0].restarts += 1;
         println!(
             "fjord chaos: cycle {cycle}/{}: {load} ms of load, SIGKILL, restart after {pause} ms{}, ready in {} ms",
             self.args.cycles,
@@ -716,23 +975,189 @@ impl Run {
             long_outage,
             restart_ready_ms: ready.as_millis() as u64,
             deletes,
+            fault: Fault::Kill,
+            nodes: vec![0],
+            partition: None,
+            leader_node: None,
+            past_session_timeout: false,
+            isr_full_after_ms: None,
         });
         Ok(())
     }
 
-    /// Restarts the broker after `pause_ms` and checks the group's offsets
-    /// and the log starts against what was acknowledged before.
-    fn restart_and_check(&mut self, pause_ms: u64) -> Result<Duration, ChaosError> {
-        std::thread::sleep(Duration::from_millis(pause_ms));
-        let ready = self.broker.restart()?;
+    /// A cycle of a cluster: load; then the cycle's fault on the leader or
+    /// a follower of a random workload partition (and, when more nodes may
+    /// be down at once, half the time a SIGKILL of a second node); an
+    /// outage short, past the session timeout (every other cycle and every
+    /// cut, so that leaders move) or long (`--long-outage-every`); restart
+    /// and heal; the
+    /// checks; and a bounded wait until every ISR is whole again.
+    fn cluster_cycle(&mut self, cycle: u32) -> Result<(), ChaosError> {
+        let cms = self.args.cycle_ms;
+        let load = self.rng.random_range(cms / 2..=cms + cms / 2);
+        let delete_at = self
+            .rng
+            .random_bool(self.args.delete_records_share)
+            .then(|| self.rng.random_range(0..load));
+        let fault = self.faults[(cycle as usize - 1) % self.faults.len()];
+        let every = self.args.long_outage_every;
+        let long_outage = every > 0 && cycle % every == 0;
+        let session = self.args.broker_session_timeout_ms;
+        let pause = if long_outage {
+            LONG_OUTAGE_MS.max(session * 2)
+        } else if cycle % 2 == 1 || fault == Fault::CutLeader {
+            session + self.rng.random_range(CLUSTER_OUTAGE_PAST_SESSION_MS)
+        } else {
+            self.rng.random_range(0..=self.args.restart_pause_ms_max)
+        };
+        let tps = self.all_tps();
+        let tp = tps[self.rng.random_range(0..tps.len())];
+        let second_draw = self.rng.random_bool(0.5);
+        let node_draw = self.rng.random_range(0..self.nodes.len());
+        let deletes = self.watch(load, delete_at)?;
+
+        // The target: from Metadata right now.
+        let state = self
+            .nodes
+            .partition_states(&[])
+            .ok()
+            .and_then(|m| m.get(&tp).cloned());
+        let leader_node = state
+            .as_ref()
+            .filter(|s| s.leader >= 0)
+            .map(|s| cluster::node_of(s.leader));
+        let n = self.nodes.len();
+        let target = match (fault, &state, leader_node) {
+            (Fault::KillFollower, Some(s), Some(l)) => {
+                let followers: Vec<usize> = s
+                    .replicas
+                    .iter()
+                    .map(|&r| cluster::node_of(r))
+                    .filter(|&f| f != l && f < n)
+                    .collect();
+                if followers.is_empty() {
+                    node_draw
+                } else {
+                    followers[node_draw % followers.len()]
+                }
+            }
+            (_, _, Some(l)) if l < n => l,
+            _ => node_draw,
+        };
+        let mut targets = vec![target];
+        if self.args.faults_at_once() >= 2 && second_draw {
+            targets.push((target + 1 + node_draw % (n - 1)) % n);
+        }
+        let killed_at_s = self.started.elapsed().as_secs_f64();
+        self.nodes.mark(&format!(
+            "cycle {cycle}: {} (node {target}, {tp} led by {leader_node:?}){}, after {load} ms of load, at {killed_at_s:.3} s, outage {pause} ms",
+            fault.name(),
+            if targets.len() > 1 {
+                format!(" and SIGKILL of node {}", targets[1])
+            } else {
+                String::new()
+            }
+        ));
+        for (k, &i) in targets.iter().enumerate() {
+            if k == 0 && fault == Fault::CutLeader {
+                self.nodes.cut(i)?;
+                continue;
+            }
+            self.nodes.nodes[i].kill9()?;
+            self.down.insert(i);
+            let st = &mut self.nodes.stats[i];
+            match (k, fault) {
+                (0, Fault::KillLeader) if leader_node == Some(i) => st.kills_as_leader += 1,
+                (0, Fault::KillFollower) if leader_node.is_some() => st.kills_as_follower += 1,
+                _ => st.kills_other += 1,
+            }
+        }
+        // The outage, with the load running on.
+        self.watch(pause, None)?;
+        let mut ready_max = Duration::ZERO;
+        for &i in &targets {
+            if self.down.remove(&i) {
+                let ready = self.nodes.nodes[i].restart()?;
+                self.nodes.stats[i].restarts += 1;
+                ready_max = ready_max.max(ready);
+                self.after_restart(i, ready);
+            } else {
+                self.nodes.heal(i)?;
+                self.nodes.mark(&format!("node {i} healed"));
+            }
+        }
+        self.check_offsets();
+        self.check_log_starts();
+        let isr_full = self
+            .nodes
+            .wait_isr_full(&tps, Duration::from_millis(cluster::ISR_FULL_TIMEOUT_MS));
+        if isr_full.is_none() {
+            self.shared.log.line(
+                "orchestrator",
+                &format!(
+                    "cycle {cycle}: the ISRs were not whole within {} ms",
+                    cluster::ISR_FULL_TIMEOUT_MS
+                ),
+            );
+        }
+        println!(
+            "fjord chaos: cycle {cycle}/{}: {load} ms of load, {} node {target}{} ({tp} led by node {}), back after {pause} ms{}, ISRs whole after {}",
+            self.args.cycles,
+            fault.name(),
+            if targets.len() > 1 {
+                format!(" and kill -9 node {}", targets[1])
+            } else {
+                String::new()
+            },
+            leader_node.map_or("?".to_string(), |l| l.to_string()),
+            if long_outage {
+                " (long outage)"
+            } else if pause > session {
+                " (past the session timeout)"
+            } else {
+                ""
+            },
+            isr_full.map_or("(not within the wait)".to_string(), |d| format!(
+                "{} ms",
+                d.as_millis()
+            ))
+        );
+        self.cycles.push(CycleRecord {
+            cycle,
+            load_ms: load,
+            killed_at_s,
+            restart_pause_ms: pause,
+            long_outage,
+            restart_ready_ms: ready_max.as_millis() as u64,
+            deletes,
+            fault,
+            nodes: targets,
+            partition: Some(tp.to_string()),
+            leader_node,
+            past_session_timeout: pause > session,
+            isr_full_after_ms: isr_full.map(|d| d.as_millis() as u64),
+        });
+        Ok(())
+    }
+
+    /// Bookkeeping after node `i` restarted.
+    fn after_restart(&mut self, i: usize, ready: Duration) {
         self.shared
             .generation
-            .store(self.broker.starts, Ordering::Relaxed);
-        self.broker.mark(&format!(
-            "ready, broker generation {}, in {} ms",
-            self.broker.starts,
+            .store(self.generation(), Ordering::Relaxed);
+        self.nodes.nodes[i].mark(&format!(
+            "ready, generation {}, in {} ms",
+            self.generation(),
             ready.as_millis()
         ));
+    }
+
+    /// Restarts the single broker after `pause_ms` and checks the group's
+    /// offsets and the log starts against what was acknowledged before.
+    fn restart_and_check(&mut self, pause_ms: u64) -> Result<Duration, ChaosError> {
+        std::thread::sleep(Duration::from_millis(pause_ms));
+        let ready = self.nodes.nodes[0].restart()?;
+        self.after_restart(0, ready);
         self.check_offsets();
         self.check_log_starts();
         Ok(ready)
@@ -747,7 +1172,7 @@ impl Run {
             return;
         }
         let fetched = readback::committed_offsets(
-            &self.broker.bootstrap(),
+            &self.nodes.bootstrap(),
             clients::GROUP_ID,
             self.args.partitions,
             Duration::from_millis(CHECK_TIMEOUT_MS),
@@ -787,7 +1212,7 @@ impl Run {
             })
             .collect();
         match readback::watermarks(
-            &self.broker.bootstrap(),
+            &self.nodes.bootstrap(),
             Isolation::ReadUncommitted,
             &tps,
             Duration::from_millis(CHECK_TIMEOUT_MS),
@@ -842,18 +1267,46 @@ impl Run {
         self.history.group = lock(&self.shared.group).clone();
         self.history.events = lock(&self.shared.events).clone();
 
+        if let Some(h) = self.isr_monitor.take() {
+            self.history.isr = h
+                .join()
+                .map_err(|_| ChaosError::Thread("the ISR monitor panicked".to_string()))?;
+        }
+        self.history.min_insync_one = self.cluster() && self.args.min_insync_replicas == 1;
+
         println!("fjord chaos: clean stop and restart");
-        self.broker.mark("clean stop (SIGTERM)");
-        if let Err(e) = self.broker.stop() {
-            self.run_errors.push(e.to_string());
-            eprintln!("fjord chaos: {e}");
-            if self.broker.is_running() {
-                self.broker.kill9()?;
+        self.nodes.heal_all()?;
+        self.nodes.mark("clean stop (SIGTERM)");
+        self.stop_all();
+        for i in 0..self.nodes.len() {
+            if self.nodes.nodes[i].is_running() {
+                self.nodes.nodes[i].kill9()?;
+            }
+            let ready = self.nodes.nodes[i].restart()?;
+            self.nodes.stats[i].restarts += 1;
+            self.down.remove(&i);
+            self.after_restart(i, ready);
+        }
+        self.check_offsets();
+        self.check_log_starts();
+        if self.cluster() {
+            let tps = self.all_tps();
+            match self
+                .nodes
+                .wait_isr_full(&tps, Duration::from_millis(cluster::ISR_FULL_TIMEOUT_MS))
+            {
+                Some(d) => println!(
+                    "fjord chaos: every partition led, its ISR whole, {} ms after the restart",
+                    d.as_millis()
+                ),
+                None => println!(
+                    "fjord chaos: not every ISR was whole {} ms after the restart (reading back anyway)",
+                    cluster::ISR_FULL_TIMEOUT_MS
+                ),
             }
         }
-        self.restart_and_check(0)?;
 
-        let bootstrap = self.broker.bootstrap();
+        let bootstrap = self.nodes.bootstrap();
         let lso_wait = Duration::from_millis(
             clients::TXN_TIMEOUT_MS
                 + crate::txn::ABORT_TIMED_OUT_CHECK_INTERVAL_MS
@@ -884,10 +1337,8 @@ impl Run {
             )?);
         }
         let analysis = check::analyze(&self.history, &self.producer_names(), &reads);
-        self.broker.mark("final stop");
-        if let Err(e) = self.broker.stop() {
-            self.run_errors.push(e.to_string());
-        }
+        self.nodes.mark("final stop");
+        self.stop_all();
         let report = summary::Report {
             args: &self.args,
             seed: self.seed,
@@ -898,6 +1349,7 @@ impl Run {
             history: &self.history,
             run_errors: &self.run_errors,
             topics: &self.topic_specs(),
+            nodes: &self.nodes.stats,
         };
         report.print();
         let json = report.json();
@@ -914,6 +1366,25 @@ impl Run {
             None => "the table above".to_string(),
         };
         Ok((analysis, path))
+    }
+
+    /// SIGTERM to every node at once, then each must exit 0 after `fjord:
+    /// stopped`; a failure is a run error.
+    fn stop_all(&mut self) {
+        for b in &self.nodes.nodes {
+            b.term();
+        }
+        for (i, b) in self.nodes.nodes.iter_mut().enumerate() {
+            if let Err(e) = b.wait_stopped() {
+                let what = if self.nodes.stats.len() > 1 {
+                    format!("node {i}: {e}")
+                } else {
+                    e.to_string()
+                };
+                eprintln!("fjord chaos: {what}");
+                self.run_errors.push(what);
+            }
+        }
     }
 }
 

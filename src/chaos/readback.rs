@@ -136,29 +136,51 @@ pub struct TopicSpec {
     pub configs: Vec<(&'static str, String)>,
 }
 
-/// Creates the topics and waits until every partition has a leader.
-pub fn create_topics(bootstrap: &str, specs: &[TopicSpec]) -> Result<(), ChaosError> {
+/// Creates the topics with `replication_factor` replicas per partition
+/// and waits until every partition has a leader.
+pub fn create_topics(
+    bootstrap: &str,
+    specs: &[TopicSpec],
+    replication_factor: i32,
+) -> Result<(), ChaosError> {
     let admin = admin(bootstrap)?;
     let new: Vec<NewTopic<'_>> = specs
         .iter()
         .map(|s| {
             s.configs.iter().fold(
-                NewTopic::new(s.topic.name(), s.partitions, TopicReplication::Fixed(1)),
+                NewTopic::new(
+                    s.topic.name(),
+                    s.partitions,
+                    TopicReplication::Fixed(replication_factor),
+                ),
                 |t, (k, v)| t.set(k, v),
             )
         })
         .collect();
-    let results = futures::executor::block_on(admin.create_topics(&new, &admin_opts()))
-        .map_err(kafka("CreateTopics"))?;
-    for r in results {
-        if let Err((t, code)) = r {
-            if code != RDKafkaErrorCode::TopicAlreadyExists {
-                return Err(ChaosError::Broker(format!("creating topic {t}: {code}")));
+    let deadline = Instant::now() + Duration::from_millis(TOPIC_READY_TIMEOUT_MS);
+    // INVALID_REPLICATION_FACTOR while a node's registration or unfencing
+    // is not yet in the controller's image: retried until the deadline.
+    loop {
+        let results = futures::executor::block_on(admin.create_topics(&new, &admin_opts()))
+            .map_err(kafka("CreateTopics"))?;
+        let mut retry = false;
+        for r in results {
+            if let Err((t, code)) = r {
+                match code {
+                    RDKafkaErrorCode::TopicAlreadyExists => {}
+                    RDKafkaErrorCode::InvalidReplicationFactor if Instant::now() < deadline => {
+                        retry = true
+                    }
+                    _ => return Err(ChaosError::Broker(format!("creating topic {t}: {code}"))),
+                }
             }
         }
+        if !retry {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(ATTEMPT_PAUSE_MS));
     }
     let c = consumer(bootstrap, "chaos-setup", Isolation::ReadUncommitted)?;
-    let deadline = Instant::now() + Duration::from_millis(TOPIC_READY_TIMEOUT_MS);
     for s in specs {
         loop {
             let md = c
@@ -411,4 +433,68 @@ pub fn read_topic(
         r.complete = done.contains(p);
     }
     Ok(reads.into_values().collect())
+}
+
+/// What Metadata says of one partition: its leader's broker id (-1 for
+/// none), its replicas and in-sync replicas (broker ids).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PartitionState {
+    pub leader: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
+/// Metadata of the workload topics through `consumer` (one request).
+pub fn partition_states_with(
+    consumer: &BaseConsumer,
+    timeout: Duration,
+) -> Result<BTreeMap<Tp, PartitionState>, ChaosError> {
+    let md = consumer
+        .fetch_metadata(None, timeout)
+        .map_err(kafka("Metadata"))?;
+    let mut out = BTreeMap::new();
+    for t in md.topics() {
+        let Some(topic) = ChaosTopic::ALL.into_iter().find(|c| c.name() == t.name()) else {
+            continue;
+        };
+        if t.error().is_some() {
+            continue;
+        }
+        for p in t.partitions() {
+            out.insert(
+                Tp {
+                    topic,
+                    partition: p.id(),
+                },
+                PartitionState {
+                    leader: p.leader(),
+                    replicas: p.replicas().to_vec(),
+                    isr: p.isr().to_vec(),
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// A client for [`partition_states_with`].
+pub fn metadata_client(bootstrap: &str) -> Result<BaseConsumer, ChaosError> {
+    consumer(bootstrap, "chaos-metadata", Isolation::ReadUncommitted)
+}
+
+/// Metadata of the workload topics, with a fresh client.
+pub fn partition_states(
+    bootstrap: &str,
+    timeout: Duration,
+) -> Result<BTreeMap<Tp, PartitionState>, ChaosError> {
+    partition_states_with(&metadata_client(bootstrap)?, timeout)
+}
+
+/// The broker ids Metadata lists (the live, unfenced shards of every node).
+pub fn broker_ids(bootstrap: &str, timeout: Duration) -> Result<Vec<i32>, ChaosError> {
+    let c = metadata_client(bootstrap)?;
+    let md = c
+        .fetch_metadata(Some(ChaosTopic::Idem.name()), timeout)
+        .map_err(kafka("Metadata"))?;
+    Ok(md.brokers().iter().map(|b| b.id()).collect())
 }

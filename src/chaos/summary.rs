@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use super::check::{Analysis, Anomaly, MessageCounts};
+use super::cluster::NodeStats;
 use super::history::History;
 use super::readback::{LsoState, TopicSpec};
 use super::{ChaosArgs, CycleRecord, EVENTS_KEPT_MAX};
@@ -22,6 +23,7 @@ pub struct Report<'a> {
     pub history: &'a History,
     pub run_errors: &'a [String],
     pub topics: &'a [TopicSpec],
+    pub nodes: &'a [NodeStats],
 }
 
 fn percentile(sorted: &[u64], q: f64) -> u64 {
@@ -53,12 +55,45 @@ impl Report<'_> {
         let o = &a.ops;
         println!();
         println!(
-            "fjord chaos: seed {}, {} kill -9 cycles, {}, {:.0} s",
+            "fjord chaos: seed {}, {} {} cycles, {}, {:.0} s",
             self.seed,
             self.cycles.len(),
+            if self.args.nodes > 1 {
+                "fault"
+            } else {
+                "kill -9"
+            },
             self.mode(),
             self.duration_s
         );
+        if self.args.nodes > 1 {
+            println!(
+                "{} nodes{}, replication factor {}, min.insync.replicas {}",
+                self.args.nodes,
+                if self.args.netns {
+                    " in network namespaces"
+                } else {
+                    " on loopback"
+                },
+                self.args.replication_factor(),
+                self.args.min_insync_replicas
+            );
+            println!(
+                "{:<6} {:>15} {:>17} {:>12} {:>5} {:>9}",
+                "node", "kills (leader)", "kills (follower)", "kills (other)", "cuts", "restarts"
+            );
+            for n in self.nodes {
+                println!(
+                    "{:<6} {:>15} {:>17} {:>12} {:>5} {:>9}",
+                    n.node,
+                    n.kills_as_leader,
+                    n.kills_as_follower,
+                    n.kills_other,
+                    n.cuts,
+                    n.restarts
+                );
+            }
+        }
         let ready = self.ready_ms();
         println!(
             "restart to ready: min {} ms, median {} ms, max {} ms",
@@ -126,6 +161,15 @@ impl Report<'_> {
             println!("{:<22} {:>7}  {}", k.name(), a.count(k), k.meaning());
         }
         println!("{:<22} {:>7}", "total", a.total());
+        if self.history.min_insync_one {
+            println!(
+                "acknowledged writes lost while the ISR was the leader alone (allowed by min.insync.replicas=1, not counted above): {}",
+                o.lost_writes_allowed_min_insync_1
+            );
+            for l in a.allowed_evidence.iter().take(EVIDENCE_PRINTED_MAX) {
+                println!("  {l}");
+            }
+        }
         for (k, lines) in &a.evidence {
             println!();
             println!("{} ({}):", k.name(), a.count(*k));
@@ -174,6 +218,13 @@ impl Report<'_> {
                 "longOutageMs": super::LONG_OUTAGE_MS,
                 "transactionTimeoutMs": super::clients::TXN_TIMEOUT_MS,
                 "idempotentMessageTimeoutMs": args.idempotent_message_timeout_ms,
+                "deleteRecordsShare": args.delete_records_share,
+                "nodes": args.nodes,
+                "netns": args.netns,
+                "replicationFactor": if args.nodes > 1 { args.replication_factor() } else { 1 },
+                "minInsyncReplicas": (args.nodes > 1).then_some(args.min_insync_replicas),
+                "brokerSessionTimeoutMs": (args.nodes > 1).then_some(args.broker_session_timeout_ms),
+                "replicaLagTimeMaxMs": (args.nodes > 1).then_some(args.replica_lag_time_max_ms),
                 "transactionalMessageTimeoutMs": super::clients::TXN_MESSAGE_TIMEOUT_MS,
                 "topics": self.topics.iter().map(|t| json!({
                     "name": t.topic.name(),
@@ -191,6 +242,10 @@ impl Report<'_> {
             "operations": a.ops,
             "anomalies": anomalies,
             "anomalyTotal": a.total(),
+            "nodes": self.nodes,
+            "lostWritesAllowedByMinInsync1": self.history.min_insync_one.then_some(a.ops.lost_writes_allowed_min_insync_1),
+            "lostWritesAllowedEvidence": a.allowed_evidence,
+            "isrSpans": self.history.isr.iter().map(|(tp, v)| (tp.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
             "evidence": evidence,
             "lso": self.lso,
             "clientEvents": events,
