@@ -11,9 +11,12 @@
 //! two-shard broker and a handful of clients, and the CI machine has two
 //! cores. `FJORD_CHAOS_SEED` repeats a run's plan; the seed is printed.
 
-use std::io::Read;
+#[path = "common/chaos_run.rs"]
+mod chaos_run;
+
+use chaos_run::{n, seed, Outcome, Root};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -29,74 +32,9 @@ const RUN_TIMEOUT_MS: u64 = 150_000;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn seed() -> u64 {
-    std::env::var("FJORD_CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::random::<u32>() as u64)
-}
-
-/// Output of one `fjord chaos` run.
-struct Outcome {
-    success: bool,
-    stdout: String,
-    stderr: String,
-    json: Option<serde_json::Value>,
-}
-
 /// Runs `fjord chaos` with `args` in `root` and waits (bounded).
 fn chaos(root: &Path, args: &[String]) -> Outcome {
-    let out = root.join("result.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fjord"))
-        .arg("chaos")
-        .arg("--data-dir")
-        .arg(root.join("run"))
-        .arg("--out")
-        .arg(&out)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start fjord chaos");
-    // Drain both pipes on threads so that the child never blocks on them.
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let so = drain(Box::new(child.stdout.take().expect("stdout")));
-    let se = drain(Box::new(child.stderr.take().expect("stderr")));
-    let deadline = Instant::now() + Duration::from_millis(RUN_TIMEOUT_MS);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait for fjord chaos") {
-            break s;
-        }
-        if Instant::now() >= deadline {
-            // SIGKILL of the chaos process also kills its broker
-            // (PR_SET_PDEATHSIG).
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "fjord chaos did not finish within {RUN_TIMEOUT_MS} ms; run directory {}",
-                root.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let stdout = so.join().unwrap_or_default();
-    let stderr = se.join().unwrap_or_default();
-    let json = std::fs::read_to_string(&out)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok());
-    Outcome {
-        success: status.success(),
-        stdout,
-        stderr,
-        json,
-    }
+    chaos_run::chaos(root, args, Duration::from_millis(RUN_TIMEOUT_MS))
 }
 
 fn args(seed: u64, extra: &[&str]) -> Vec<String> {
@@ -117,48 +55,11 @@ fn args(seed: u64, extra: &[&str]) -> Vec<String> {
     a
 }
 
-/// A run directory that is kept when the test fails.
-struct Root(Option<tempfile::TempDir>);
-
-impl Root {
-    fn new() -> Root {
-        Root(Some(
-            tempfile::Builder::new()
-                .prefix("fjord-chaos-test-")
-                .tempdir()
-                .expect("temporary directory"),
-        ))
-    }
-
-    fn path(&self) -> PathBuf {
-        self.0.as_ref().expect("root").path().to_path_buf()
-    }
-}
-
-impl Drop for Root {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            if let Some(d) = self.0.take() {
-                eprintln!("kept the chaos run directory: {}", d.keep().display());
-            }
-        }
-    }
-}
-
-fn n(v: &serde_json::Value, path: &[&str]) -> u64 {
-    let mut v = v;
-    for p in path {
-        v = &v[*p];
-    }
-    v.as_u64()
-        .unwrap_or_else(|| panic!("{path:?} is not a count in the result"))
-}
-
 fn survives(extra: &[&str]) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let seed = seed();
     eprintln!("fjord chaos seed {seed} (repeat with FJORD_CHAOS_SEED={seed}), {extra:?}");
-    let root = Root::new();
+    let root = Root::new("fjord-chaos-test-");
     let started = Instant::now();
     let o = chaos(&root.path(), &args(seed, extra));
     eprintln!("fjord chaos took {:.1} s", started.elapsed().as_secs_f64());
@@ -213,29 +114,13 @@ fn acknowledged_data_survives_kill9_cycles_with_fsync_acks() {
 /// `chaos-idem-0` (segments, indexes, snapshots), then runs the real broker,
 /// which opens the partition empty.
 fn damaging_broker(root: &Path) -> PathBuf {
-    let script = root.join("damaging-broker.sh");
-    let text = format!(
-        r#"#!/bin/sh
-# Finds --data-dir among the arguments.
-dir=""
-prev=""
-for a in "$@"; do
-    if [ "$prev" = "--data-dir" ]; then dir="$a"; fi
-    prev="$a"
-done
-if [ -e "$dir.started" ]; then
+    chaos_run::damaging_broker(
+        root,
+        r#"if [ -e "$dir.started" ]; then
     rm -rf "$dir/chaos-idem-0"
 fi
-touch "$dir.started"
-exec "{}" "$@"
-"#,
-        env!("CARGO_BIN_EXE_fjord")
-    );
-    std::fs::write(&script, text).expect("write the damaging broker");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
-        .expect("make it executable");
-    script
+touch "$dir.started""#,
+    )
 }
 
 #[test]
@@ -243,7 +128,7 @@ fn the_checker_sees_acknowledged_writes_destroyed_between_kill_and_restart() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let seed = seed();
     eprintln!("fjord chaos seed {seed} (repeat with FJORD_CHAOS_SEED={seed}), damaging broker");
-    let root = Root::new();
+    let root = Root::new("fjord-chaos-test-");
     let bin = damaging_broker(&root.path());
     let mut a = vec![
         "--seed".to_string(),

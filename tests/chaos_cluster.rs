@@ -23,9 +23,12 @@
 //! because followers do not take the leader's log start yet
 //! (docs/replication.md §8.1): the ignored full-workload test runs with it.
 
-use std::io::Read;
+#[path = "common/chaos_run.rs"]
+mod chaos_run;
+
+use chaos_run::{n, seed, Outcome, Root};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -46,75 +49,9 @@ const RUN_TIMEOUT_MS: u64 = 240_000;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn seed() -> u64 {
-    std::env::var("FJORD_CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::random::<u32>() as u64)
-}
-
-struct Outcome {
-    success: bool,
-    stdout: String,
-    stderr: String,
-    json: Option<serde_json::Value>,
-}
-
 /// Runs `fjord chaos` with `args` in `root` and waits (bounded).
 fn chaos(root: &Path, args: &[String]) -> Outcome {
-    let out = root.join("result.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fjord"))
-        .arg("chaos")
-        .arg("--data-dir")
-        .arg(root.join("run"))
-        .arg("--out")
-        .arg(&out)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start fjord chaos");
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let so = drain(Box::new(child.stdout.take().expect("stdout")));
-    let se = drain(Box::new(child.stderr.take().expect("stderr")));
-    let deadline = Instant::now() + Duration::from_millis(RUN_TIMEOUT_MS);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait for fjord chaos") {
-            break s;
-        }
-        if Instant::now() >= deadline {
-            // SIGTERM first: the chaos command then stops its nodes and
-            // removes its namespaces; SIGKILL if it does not end.
-            // SAFETY: kill(2) on our own child.
-            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-            std::thread::sleep(Duration::from_secs(5));
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "fjord chaos did not finish within {RUN_TIMEOUT_MS} ms; run directory {}",
-                root.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let stdout = so.join().unwrap_or_default();
-    let stderr = se.join().unwrap_or_default();
-    let json = std::fs::read_to_string(&out)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok());
-    Outcome {
-        success: status.success(),
-        stdout,
-        stderr,
-        json,
-    }
+    chaos_run::chaos(root, args, Duration::from_millis(RUN_TIMEOUT_MS))
 }
 
 fn args(seed: u64, extra: &[&str]) -> Vec<String> {
@@ -144,43 +81,6 @@ fn args_with(seed: u64, cycles: u32, extra: &[&str]) -> Vec<String> {
     .collect();
     a.extend(extra.iter().map(|s| s.to_string()));
     a
-}
-
-/// A run directory that is kept when the test fails.
-struct Root(Option<tempfile::TempDir>);
-
-impl Root {
-    fn new() -> Root {
-        Root(Some(
-            tempfile::Builder::new()
-                .prefix("fjord-chaos-cluster-test-")
-                .tempdir()
-                .expect("temporary directory"),
-        ))
-    }
-
-    fn path(&self) -> PathBuf {
-        self.0.as_ref().expect("root").path().to_path_buf()
-    }
-}
-
-impl Drop for Root {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            if let Some(d) = self.0.take() {
-                eprintln!("kept the chaos run directory: {}", d.keep().display());
-            }
-        }
-    }
-}
-
-fn n(v: &serde_json::Value, path: &[&str]) -> u64 {
-    let mut v = v;
-    for p in path {
-        v = &v[*p];
-    }
-    v.as_u64()
-        .unwrap_or_else(|| panic!("{path:?} is not a count in the result"))
 }
 
 /// The sum over nodes of a per-node count.
@@ -228,7 +128,7 @@ fn survives(extra: &[&str], expect: Expect) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let seed = seed();
     eprintln!("fjord chaos seed {seed} (repeat with FJORD_CHAOS_SEED={seed}), {extra:?}");
-    let root = Root::new();
+    let root = Root::new("fjord-chaos-cluster-test-");
     let started = Instant::now();
     let mut a = vec!["--delete-records-share", "0"];
     a.extend_from_slice(extra);
@@ -327,7 +227,7 @@ fn the_full_workload_survives_leader_and_follower_kills_and_cuts() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let seed = seed();
     eprintln!("fjord chaos seed {seed} (repeat with FJORD_CHAOS_SEED={seed}), full workload");
-    let root = Root::new();
+    let root = Root::new("fjord-chaos-cluster-test-");
     let o = chaos(&root.path(), &args(seed, &[]));
     let report = format!("--- stdout ---\n{}\n--- stderr ---\n{}", o.stdout, o.stderr);
     assert!(o.success, "fjord chaos failed\n{report}");
@@ -340,29 +240,13 @@ fn the_full_workload_survives_leader_and_follower_kills_and_cuts() {
 /// first start after the chaos command wrote its "clean stop" marker into
 /// the node's log (`run/node-<i>.log`, next to `run/data/node-<i>`).
 fn damaging_broker(root: &Path) -> PathBuf {
-    let script = root.join("damaging-broker.sh");
-    let text = format!(
-        r#"#!/bin/sh
-# Finds --data-dir among the arguments.
-dir=""
-prev=""
-for a in "$@"; do
-    if [ "$prev" = "--data-dir" ]; then dir="$a"; fi
-    prev="$a"
-done
-log="$dir/../../$(basename "$dir").log"
+    chaos_run::damaging_broker(
+        root,
+        r#"log="$dir/../../$(basename "$dir").log"
 if grep -q "=== chaos: clean stop" "$log" 2>/dev/null; then
     rm -rf "$dir/chaos-idem-0"
-fi
-exec "{}" "$@"
-"#,
-        env!("CARGO_BIN_EXE_fjord")
-    );
-    std::fs::write(&script, text).expect("write the damaging broker");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
-        .expect("make it executable");
-    script
+fi"#,
+    )
 }
 
 #[test]
@@ -370,7 +254,7 @@ fn the_checker_sees_every_replica_destroyed_at_the_final_restart() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let seed = seed();
     eprintln!("fjord chaos seed {seed} (repeat with FJORD_CHAOS_SEED={seed}), damaging broker");
-    let root = Root::new();
+    let root = Root::new("fjord-chaos-cluster-test-");
     let bin = damaging_broker(&root.path());
     let bin = bin.display().to_string();
     let a = args_with(
@@ -410,7 +294,7 @@ fn with_min_insync_replicas_1_only_the_documented_losses_are_allowed() {
     eprintln!(
         "fjord chaos seed {seed} (repeat with FJORD_CHAOS_SEED={seed}), min.insync.replicas=1"
     );
-    let root = Root::new();
+    let root = Root::new("fjord-chaos-cluster-test-");
     let o = chaos(
         &root.path(),
         &args(

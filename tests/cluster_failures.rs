@@ -23,13 +23,9 @@ use common::cluster::{addr, start_node, wait_brokers};
 use common::netns::Net;
 use common::raw::{only_partition, produce_request, RawClient};
 use common::Broker;
-use kafka_protocol::messages::create_topics_request::{
-    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
-};
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
 use std::time::Duration;
 
 const NODES: usize = 3;
@@ -52,16 +48,7 @@ fn create(brokers: &[Broker], name: &str, replicas: &[i32], configs: &[(&str, &s
         .with_assignments(vec![CreatableReplicaAssignment::default()
             .with_partition_index(0)
             .with_broker_ids(replicas.iter().map(|&b| BrokerId(b)).collect())])
-        .with_configs(
-            configs
-                .iter()
-                .map(|(k, v)| {
-                    CreatableTopicConfig::default()
-                        .with_name(s(k))
-                        .with_value(Some(s(v)))
-                })
-                .collect(),
-        );
+        .with_configs(common::cluster::topic_configs(configs));
     common::cluster::create_topic_as(brokers, topic);
 }
 
@@ -98,26 +85,7 @@ fn produce_all(broker: &Broker, topic: &str, value: &str) -> i16 {
 
 /// Partition 0's ListOffsets LATEST at `broker`, its leader: the HW.
 fn latest(broker: &Broker, topic: &str) -> i64 {
-    let req = ListOffsetsRequest::default()
-        .with_replica_id((-1).into())
-        .with_topics(vec![ListOffsetsTopic::default()
-            .with_name(TopicName(s(topic)))
-            .with_partitions(vec![ListOffsetsPartition::default()
-                .with_partition_index(0)
-                .with_current_leader_epoch(-1)
-                .with_timestamp(-1)])]);
-    // A node just restarted answers NOT_LEADER_OR_FOLLOWER until the
-    // quorum has its new registration (`ShardCtx::registered_in`).
-    common::wait_for(SETTLE, "ListOffsets at the leader", || {
-        let resp = RawClient::connect_to(addr(broker)).request(7, &req);
-        let answer = &resp.topics[0].partitions[0];
-        if answer.error_code == ResponseError::NotLeaderOrFollower.code() {
-            std::thread::sleep(Duration::from_millis(100));
-            return None;
-        }
-        assert_eq!(answer.error_code, 0, "ListOffsets of {topic}");
-        Some(answer.offset)
-    })
+    common::cluster::latest(broker, topic, 0, SETTLE)
 }
 
 /// Waits until `broker`, leading partition 0 of `topic`, answers

@@ -367,21 +367,24 @@ fn three_replicas_copy_the_leader_through_kills_and_restarts() {
     common::raw::produce_values(&mut raw, TOPIC, 0, 5);
     assert_eq!(latest(&brokers[lead], 0), hw, "no follower fetched them");
     brokers[lead].restart();
-    let refused = RawClient::connect_to(addr(&brokers[lead])).request(
-        7,
-        &ListOffsetsRequest::default()
-            .with_replica_id((-1).into())
-            .with_topics(vec![
-            kafka_protocol::messages::list_offsets_request::ListOffsetsTopic::default()
-                .with_name(TopicName(s(TOPIC)))
-                .with_partitions(vec![
-                    kafka_protocol::messages::list_offsets_request::ListOffsetsPartition::default()
-                        .with_partition_index(0)
-                        .with_current_leader_epoch(-1)
-                        .with_timestamp(-1),
-                ]),
-        ]),
-    );
+    let refused = {
+        use kafka_protocol::messages::list_offsets_request::{
+            ListOffsetsPartition, ListOffsetsTopic,
+        };
+        let partition = ListOffsetsPartition::default()
+            .with_partition_index(0)
+            .with_current_leader_epoch(-1)
+            .with_timestamp(-1);
+        let topic = ListOffsetsTopic::default()
+            .with_name(TopicName(s(TOPIC)))
+            .with_partitions(vec![partition]);
+        RawClient::connect_to(addr(&brokers[lead])).request(
+            7,
+            &ListOffsetsRequest::default()
+                .with_replica_id((-1).into())
+                .with_topics(vec![topic]),
+        )
+    };
     assert_eq!(
         refused.topics[0].partitions[0].error_code,
         ResponseError::NotLeaderOrFollower.code(),
@@ -402,27 +405,7 @@ fn three_replicas_copy_the_leader_through_kills_and_restarts() {
 
 /// Partition `p`'s ListOffsets LATEST at `broker`, its leader: the HW.
 fn latest(broker: &Broker, p: i32) -> i64 {
-    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-    let req = ListOffsetsRequest::default()
-        .with_replica_id((-1).into())
-        .with_topics(vec![ListOffsetsTopic::default()
-            .with_name(TopicName(s(TOPIC)))
-            .with_partitions(vec![ListOffsetsPartition::default()
-                .with_partition_index(p)
-                .with_current_leader_epoch(-1)
-                .with_timestamp(-1)])]);
-    // A node just restarted answers NOT_LEADER_OR_FOLLOWER until the
-    // quorum has its new registration (`ShardCtx::registered_in`).
-    common::wait_for(SETTLE, "ListOffsets at the leader", || {
-        let resp = RawClient::connect_to(addr(broker)).request(7, &req);
-        let answer = &resp.topics[0].partitions[0];
-        if answer.error_code == ResponseError::NotLeaderOrFollower.code() {
-            std::thread::sleep(Duration::from_millis(100));
-            return None;
-        }
-        assert_eq!(answer.error_code, 0, "ListOffsets of partition {p}");
-        Some(answer.offset)
-    })
+    common::cluster::latest(broker, TOPIC, p, SETTLE)
 }
 
 /// `--replica-lag-time-max-ms` of the ISR test, shortened from Kafka's

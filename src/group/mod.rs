@@ -348,28 +348,10 @@ impl GroupCoordinator {
             "offsets partition unloaded"
         );
         let of_partition = |group: &String| self.partition_for(group) == partition;
-        let joins: Vec<JoinWaiter> = {
-            let mut waiters = self.join_waiters.borrow_mut();
-            let keys: Vec<_> = waiters
-                .keys()
-                .filter(|(g, _)| of_partition(g))
-                .cloned()
-                .collect();
-            keys.iter().filter_map(|k| waiters.remove(k)).collect()
-        };
-        for w in joins {
+        for w in drain_where(&self.join_waiters, |(g, _)| of_partition(g)) {
             let _ = w.send(Err(GroupError::NotCoordinator));
         }
-        let syncs: Vec<SyncWaiter> = {
-            let mut waiters = self.sync_waiters.borrow_mut();
-            let keys: Vec<_> = waiters
-                .keys()
-                .filter(|(g, _)| of_partition(g))
-                .cloned()
-                .collect();
-            keys.iter().filter_map(|k| waiters.remove(k)).collect()
-        };
-        for w in syncs {
+        for w in drain_where(&self.sync_waiters, |(g, _)| of_partition(g)) {
             let _ = w.send(Err(GroupError::NotCoordinator));
         }
     }
@@ -1582,6 +1564,16 @@ fn downgrade_records(
 
 fn sync_meta(g: &Group) -> (Option<String>, Option<String>) {
     (g.protocol_type.clone(), g.protocol_name.clone())
+}
+
+/// Removes and returns the values of `map` whose keys `select` picks.
+fn drain_where<K: Clone + Eq + std::hash::Hash, V>(
+    map: &RefCell<HashMap<K, V>>,
+    select: impl Fn(&K) -> bool,
+) -> Vec<V> {
+    let mut map = map.borrow_mut();
+    let keys: Vec<K> = map.keys().filter(|k| select(k)).cloned().collect();
+    keys.iter().filter_map(|k| map.remove(k)).collect()
 }
 
 /// A coordinator write's error as the group coordinator answers it, as

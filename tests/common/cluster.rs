@@ -79,17 +79,20 @@ pub fn create_topic(
         .with_name(TopicName(s(name)))
         .with_num_partitions(partitions)
         .with_replication_factor(rf)
-        .with_configs(
-            configs
-                .iter()
-                .map(|(k, v)| {
-                    CreatableTopicConfig::default()
-                        .with_name(s(k))
-                        .with_value(Some(s(v)))
-                })
-                .collect(),
-        );
+        .with_configs(topic_configs(configs));
     create_topic_as(brokers, topic);
+}
+
+/// `configs` as CreateTopics carries them.
+pub fn topic_configs(configs: &[(&str, &str)]) -> Vec<CreatableTopicConfig> {
+    configs
+        .iter()
+        .map(|(k, v)| {
+            CreatableTopicConfig::default()
+                .with_name(s(k))
+                .with_value(Some(s(v)))
+        })
+        .collect()
 }
 
 /// CreateTopics of `topic` through the first node of `brokers` that takes
@@ -196,4 +199,31 @@ pub fn partition(broker: &Broker, topic: &str, index: i32) -> Option<PartitionVi
     partitions(broker, topic)?
         .into_iter()
         .find(|p| p.index == index)
+}
+
+/// Partition `partition` of `topic`'s ListOffsets LATEST at `broker`, its
+/// leader: the HW. A node just restarted answers NOT_LEADER_OR_FOLLOWER
+/// until the quorum has its new registration (`ShardCtx::registered_in`):
+/// asked again until `timeout`.
+pub fn latest(broker: &Broker, topic: &str, partition: i32, timeout: Duration) -> i64 {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::ListOffsetsRequest;
+    let req = ListOffsetsRequest::default()
+        .with_replica_id((-1).into())
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(s(topic)))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(partition)
+                .with_current_leader_epoch(-1)
+                .with_timestamp(-1)])]);
+    super::wait_for(timeout, "ListOffsets at the leader", || {
+        let resp = RawClient::connect_to(addr(broker)).request(7, &req);
+        let answer = &resp.topics[0].partitions[0];
+        if answer.error_code == ResponseError::NotLeaderOrFollower.code() {
+            std::thread::sleep(Duration::from_millis(100));
+            return None;
+        }
+        assert_eq!(answer.error_code, 0, "ListOffsets of {topic}-{partition}");
+        Some(answer.offset)
+    })
 }
