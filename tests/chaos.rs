@@ -76,27 +76,7 @@ fn survives(extra: &[&str]) {
         Some(CYCLES as usize)
     );
     // The run did real work that was checked.
-    assert!(
-        n(&json, &["operations", "idempotent", "acked"]) > 100,
-        "{report}"
-    );
-    assert!(
-        n(&json, &["operations", "transactions", "committed"]) > 0,
-        "{report}"
-    );
-    assert!(
-        n(&json, &["operations", "transactions", "aborted_on_purpose"]) > 0,
-        "{report}"
-    );
-    assert!(
-        n(&json, &["operations", "offset_commit_partitions_acked"]) > 0,
-        "{report}"
-    );
-    assert!(n(&json, &["operations", "offset_checks"]) > 0, "{report}");
-    assert!(
-        n(&json, &["operations", "records_read_committed"]) > 0,
-        "{report}"
-    );
+    chaos_run::assert_did_real_work(&json, &report);
 }
 
 #[test]

@@ -19,13 +19,10 @@
 
 mod common;
 
-use common::cluster::{addr, start_node, wait_brokers};
+use common::cluster::{addr, create_assigned, start_node, wait_brokers};
 use common::netns::Net;
 use common::raw::{only_partition, produce_request, RawClient};
 use common::Broker;
-use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
-use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 use std::time::Duration;
 
 const NODES: usize = 3;
@@ -33,23 +30,16 @@ const NODES: usize = 3;
 const SESSION_TIMEOUT_MS: u64 = 3000;
 const SETTLE: Duration = Duration::from_secs(60);
 
-fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_string())
-}
-
-/// CreateTopics of `name`, one partition on `replicas` (the first its
-/// preferred leader), with `configs`, through the first node that takes
-/// it.
-fn create(brokers: &[Broker], name: &str, replicas: &[i32], configs: &[(&str, &str)]) {
-    let topic = CreatableTopic::default()
-        .with_name(TopicName(s(name)))
-        .with_num_partitions(-1)
-        .with_replication_factor(-1)
-        .with_assignments(vec![CreatableReplicaAssignment::default()
-            .with_partition_index(0)
-            .with_broker_ids(replicas.iter().map(|&b| BrokerId(b)).collect())])
-        .with_configs(common::cluster::topic_configs(configs));
-    common::cluster::create_topic_as(brokers, topic);
+/// The [`NODES`] nodes of `net`, node `i` with `extra(i)` arguments, once
+/// every one is registered.
+fn start_all<'a>(net: &Net, extra: impl Fn(usize) -> &'a [String]) -> Vec<Broker> {
+    let brokers: Vec<Broker> = (0..NODES)
+        .map(|i| start_node(net, i, NODES, SESSION_TIMEOUT_MS, extra(i)))
+        .collect();
+    for b in &brokers {
+        wait_brokers(b, NODES, SETTLE);
+    }
+    brokers
 }
 
 /// Partition 0 of `topic` as `broker`'s Metadata lists it: (leader, ISR
@@ -116,17 +106,9 @@ fn a_follower_counts_for_acks_all_only_once_it_has_written() {
         "--direct-writes".to_string(),
         format!("--debug-write-delay-ms={}", 1500),
     ];
-    let brokers: Vec<Broker> = (0..NODES)
-        .map(|i| {
-            let extra: &[String] = if i == 0 { &[] } else { &slow };
-            start_node(&net, i, NODES, SESSION_TIMEOUT_MS, extra)
-        })
-        .collect();
-    for b in &brokers {
-        wait_brokers(b, NODES, SETTLE);
-    }
+    let brokers = start_all(&net, |i| if i == 0 { &[] } else { &slow });
     let topic = "written";
-    create(&brokers, topic, &[0, 1000, 2000], &[]);
+    create_assigned(&brokers, topic, &[0, 1000, 2000], &[]);
     wait_listed(&brokers[0], topic, (0, &[0, 1000, 2000]));
     for n in 1..=3 {
         assert_eq!(produce_all(&brokers[0], topic, &format!("v{n}")), 0);
@@ -144,22 +126,17 @@ fn a_follower_counts_for_acks_all_only_once_it_has_written() {
 #[test]
 fn an_unclean_election_loses_what_the_new_leader_lacks_and_a_clean_topic_waits() {
     let net = Net::new(NODES);
-    let mut brokers: Vec<Broker> = (0..NODES)
-        .map(|i| start_node(&net, i, NODES, SESSION_TIMEOUT_MS, &[]))
-        .collect();
-    for b in &brokers {
-        wait_brokers(b, NODES, SETTLE);
-    }
+    let mut brokers = start_all(&net, |_| &[]);
     // Two replicas, on nodes 0 (leading) and 1; node 2 holds none.
     let (unclean, clean) = ("unclean", "clean");
     let min1 = ("min.insync.replicas", "1");
-    create(
+    create_assigned(
         &brokers,
         unclean,
         &[0, 1000],
         &[min1, ("unclean.leader.election.enable", "true")],
     );
-    create(&brokers, clean, &[0, 1000], &[min1]);
+    create_assigned(&brokers, clean, &[0, 1000], &[min1]);
     for topic in [unclean, clean] {
         wait_listed(&brokers[0], topic, (0, &[0, 1000]));
         for v in ["a", "b", "c"] {
@@ -208,14 +185,9 @@ fn an_unclean_election_loses_what_the_new_leader_lacks_and_a_clean_topic_waits()
 #[test]
 fn a_leader_back_from_an_unclean_shutdown_leads_no_more() {
     let net = Net::new(NODES);
-    let mut brokers: Vec<Broker> = (0..NODES)
-        .map(|i| start_node(&net, i, NODES, SESSION_TIMEOUT_MS, &[]))
-        .collect();
-    for b in &brokers {
-        wait_brokers(b, NODES, SETTLE);
-    }
+    let mut brokers = start_all(&net, |_| &[]);
     let topic = "restarted";
-    create(&brokers, topic, &[0, 1000, 2000], &[]);
+    create_assigned(&brokers, topic, &[0, 1000, 2000], &[]);
     wait_listed(&brokers[0], topic, (0, &[0, 1000, 2000]));
     for v in ["a", "b", "c"] {
         assert_eq!(produce_all(&brokers[0], topic, v), 0);

@@ -39,9 +39,6 @@ use common::Broker;
 use kafka_protocol::messages::alter_partition_reassignments_request::{
     ReassignablePartition, ReassignableTopic,
 };
-use kafka_protocol::messages::create_topics_request::{
-    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
-};
 use kafka_protocol::messages::list_partition_reassignments_request::ListPartitionReassignmentsTopics;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -71,17 +68,7 @@ fn create(brokers: &[Broker], replicas: &[i32]) {
 /// CreateTopics of `name`, one partition on `replicas`, `min.insync.replicas`
 /// 1.
 fn create_named(brokers: &[Broker], name: &str, replicas: &[i32]) {
-    let topic = CreatableTopic::default()
-        .with_name(TopicName(s(name)))
-        .with_num_partitions(-1)
-        .with_replication_factor(-1)
-        .with_assignments(vec![CreatableReplicaAssignment::default()
-            .with_partition_index(0)
-            .with_broker_ids(replicas.iter().map(|&b| BrokerId(b)).collect())])
-        .with_configs(vec![CreatableTopicConfig::default()
-            .with_name(s("min.insync.replicas"))
-            .with_value(Some(s("1")))]);
-    common::cluster::create_topic_as(brokers, topic);
+    common::cluster::create_assigned(brokers, name, replicas, &[("min.insync.replicas", "1")]);
 }
 
 /// Partition 0 of a topic as a node's Metadata (v12) lists it: replicas

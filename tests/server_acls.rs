@@ -1307,23 +1307,7 @@ fn assert_heartbeat_subscription_refusal(port: u16) {
 /// A WriteTxnMarkers (v1) COMMIT for producer 7 on partition 0 of `t` as
 /// ANONYMOUS: each partition's code.
 fn write_markers(port: u16) -> Vec<i16> {
-    use kafka_protocol::messages::write_txn_markers_request::{
-        WritableTxnMarker, WritableTxnMarkerTopic,
-    };
-    let req = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
-        .with_producer_id(ProducerId(7))
-        .with_producer_epoch(0)
-        .with_transaction_result(true)
-        .with_coordinator_epoch(0)
-        .with_topics(vec![WritableTxnMarkerTopic::default()
-            .with_name(TopicName(s("t")))
-            .with_partition_indexes(vec![0])])]);
-    let resp = RawClient::connect(port).request::<WriteTxnMarkersRequest>(1, &req);
-    resp.markers[0].topics[0]
-        .partitions
-        .iter()
-        .map(|p| p.error_code)
-        .collect()
+    common::raw::commit_markers_v1(&mut RawClient::connect(port), "t", &[0])
 }
 
 /// WriteTxnMarkers is an inter-broker API: Kafka's

@@ -156,12 +156,7 @@ fn internal_topics_are_protected() {
     use kafka_protocol::messages::incremental_alter_configs_request::{
         AlterConfigsResource, AlterableConfig,
     };
-    use kafka_protocol::messages::write_txn_markers_request::{
-        WritableTxnMarker, WritableTxnMarkerTopic,
-    };
-    use kafka_protocol::messages::{
-        CreatePartitionsRequest, IncrementalAlterConfigsRequest, ProducerId, WriteTxnMarkersRequest,
-    };
+    use kafka_protocol::messages::{CreatePartitionsRequest, IncrementalAlterConfigsRequest};
     use kafka_protocol::ResponseError;
 
     let mut broker = Broker::start(BrokerOpts::default().cores(2));
@@ -235,20 +230,7 @@ fn internal_topics_are_protected() {
     // CLUSTER_ACTION, as on Kafka, so the markers are written (with ACLs
     // it takes CLUSTER_ACTION: `server_acls.rs`); a partition that does
     // not exist is UNKNOWN_TOPIC_OR_PARTITION.
-    let req = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
-        .with_producer_id(ProducerId(7))
-        .with_producer_epoch(0)
-        .with_transaction_result(true)
-        .with_coordinator_epoch(0)
-        .with_topics(vec![WritableTxnMarkerTopic::default()
-            .with_name(TopicName(StrBytes::from_static_str(topic)))
-            .with_partition_indexes(vec![0, 1, 2])])]);
-    let resp = c.request::<WriteTxnMarkersRequest>(1, &req);
-    let codes: Vec<i16> = resp.markers[0].topics[0]
-        .partitions
-        .iter()
-        .map(|p| p.error_code)
-        .collect();
+    let codes = common::raw::commit_markers_v1(&mut c, topic, &[0, 1, 2]);
     assert_eq!(
         codes,
         vec![0, 0, ResponseError::UnknownTopicOrPartition.code()],

@@ -940,14 +940,21 @@ impl Run {
         }
     }
 
-    /// A cycle of the single broker: load, SIGKILL, pause, restart, checks.
-    fn cycle(&mut self, cycle: u32) -> Result<(), ChaosError> {
+    /// A cycle's load time (around `--cycle-ms`) and, in a share of the
+    /// cycles, when in it a DeleteRecords is made.
+    fn draw_load(&mut self) -> (u64, Option<u64>) {
         let cms = self.args.cycle_ms;
         let load = self.rng.random_range(cms / 2..=cms + cms / 2);
         let delete_at = self
             .rng
             .random_bool(self.args.delete_records_share)
             .then(|| self.rng.random_range(0..load));
+        (load, delete_at)
+    }
+
+    /// A cycle of the single broker: load, SIGKILL, pause, restart, checks.
+    fn cycle(&mut self, cycle: u32) -> Result<(), ChaosError> {
+        let (load, delete_at) = self.draw_load();
         let pause = self.rng.random_range(0..=self.args.restart_pause_ms_max);
         let every = self.args.long_outage_every;
         let long_outage = every > 0 && cycle % every == 0;
@@ -993,12 +1000,7 @@ impl Run {
     /// and heal; the
     /// checks; and a bounded wait until every ISR is whole again.
     fn cluster_cycle(&mut self, cycle: u32) -> Result<(), ChaosError> {
-        let cms = self.args.cycle_ms;
-        let load = self.rng.random_range(cms / 2..=cms + cms / 2);
-        let delete_at = self
-            .rng
-            .random_bool(self.args.delete_records_share)
-            .then(|| self.rng.random_range(0..load));
+        let (load, delete_at) = self.draw_load();
         let fault = self.faults[(cycle as usize - 1) % self.faults.len()];
         let every = self.args.long_outage_every;
         let long_outage = every > 0 && cycle % every == 0;

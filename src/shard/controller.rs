@@ -2350,13 +2350,26 @@ fn elect_within(image: &MetadataImage, prev: &PartitionState, next: &mut Partiti
 /// before (KIP-101: a follower holding more of the old epoch than the
 /// restarted leader kept truncates to the leader's end of it).
 fn restarted_leaders(image: &MetadataImage, node: i32) -> Vec<MetadataRecord> {
+    partition_changes(image, |p| {
+        (p.leader >= 0 && node_of(p.leader) == node).then(|| {
+            let mut state = p.clone();
+            state.leader_epoch = state.leader_epoch.saturating_add(1);
+            state.partition_epoch = state.partition_epoch.saturating_add(1);
+            state
+        })
+    })
+}
+
+/// A PartitionChange for every replicated partition `change` gives a new
+/// state (None: unchanged).
+fn partition_changes(
+    image: &MetadataImage,
+    mut change: impl FnMut(&PartitionState) -> Option<PartitionState>,
+) -> Vec<MetadataRecord> {
     let mut out = Vec::new();
     for t in image.topics.values() {
         for (i, p) in t.replicated.iter().enumerate() {
-            if p.leader >= 0 && node_of(p.leader) == node {
-                let mut state = p.clone();
-                state.leader_epoch = state.leader_epoch.saturating_add(1);
-                state.partition_epoch = state.partition_epoch.saturating_add(1);
+            if let Some(state) = change(p) {
                 out.push(MetadataRecord::PartitionChange {
                     topic_id: t.id,
                     partition: i as i32,
@@ -2385,31 +2398,22 @@ fn restarted_leaders(image: &MetadataImage, node: i32) -> Vec<MetadataRecord> {
 /// the best it can have (under `--fsync-acks` it holds every acknowledged
 /// write).
 fn unclean_restart(image: &MetadataImage, node: i32) -> Vec<MetadataRecord> {
-    let mut out = Vec::new();
-    for t in image.topics.values() {
-        for (i, p) in t.replicated.iter().enumerate() {
-            let on_node = |b: &i32| node_of(*b) == node;
-            if !p.isr.iter().any(on_node) && !p.elr.iter().any(on_node) {
-                continue;
-            }
-            let others = p.isr.iter().chain(&p.elr).any(|b| !on_node(b));
-            if !others {
-                continue;
-            }
-            // The leader stays named here; `reconcile_partitions` replaces
-            // one no longer in the ISR, in a new leader epoch.
-            let mut state = p.clone();
-            state.isr.retain(|b| !on_node(b));
-            state.elr.retain(|b| !on_node(b));
-            state.partition_epoch = state.partition_epoch.saturating_add(1);
-            out.push(MetadataRecord::PartitionChange {
-                topic_id: t.id,
-                partition: i as i32,
-                state,
-            });
+    let on_node = |b: &i32| node_of(*b) == node;
+    partition_changes(image, |p| {
+        // In neither, or their last member: unchanged.
+        let member = p.isr.iter().chain(&p.elr).any(on_node);
+        let last = p.isr.iter().chain(&p.elr).all(on_node);
+        if !member || last {
+            return None;
         }
-    }
-    out
+        // The leader stays named here; `reconcile_partitions` replaces one
+        // no longer in the ISR, in a new leader epoch.
+        let mut state = p.clone();
+        state.isr.retain(|b| !on_node(b));
+        state.elr.retain(|b| !on_node(b));
+        state.partition_epoch = state.partition_epoch.saturating_add(1);
+        Some(state)
+    })
 }
 
 /// A manual assignment by partition index, refused (Kafka's message) when

@@ -120,6 +120,33 @@ pub fn n(v: &serde_json::Value, path: &[&str]) -> u64 {
         .unwrap_or_else(|| panic!("{path:?} is not a count in the result"))
 }
 
+/// Asserts the run's JSON result shows real, checked work: acknowledged
+/// idempotent writes, committed and aborted transactions, committed group
+/// offsets fetched back after restarts, records read back read_committed.
+pub fn assert_did_real_work(json: &serde_json::Value, report: &str) {
+    assert!(
+        n(json, &["operations", "idempotent", "acked"]) > 100,
+        "{report}"
+    );
+    assert!(
+        n(json, &["operations", "transactions", "committed"]) > 0,
+        "{report}"
+    );
+    assert!(
+        n(json, &["operations", "transactions", "aborted_on_purpose"]) > 0,
+        "{report}"
+    );
+    assert!(
+        n(json, &["operations", "offset_commit_partitions_acked"]) > 0,
+        "{report}"
+    );
+    assert!(n(json, &["operations", "offset_checks"]) > 0, "{report}");
+    assert!(
+        n(json, &["operations", "records_read_committed"]) > 0,
+        "{report}"
+    );
+}
+
 /// A broker "executable" in `root`: a shell script that finds
 /// `--data-dir` among its arguments (as `$dir`), runs `damage` (shell
 /// lines), then the real broker.

@@ -5,7 +5,9 @@
 use super::netns::Net;
 use super::raw::RawClient;
 use super::{Broker, BrokerOpts};
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::create_topics_request::{
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+};
 use kafka_protocol::messages::{BrokerId, CreateTopicsRequest, MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -79,6 +81,20 @@ pub fn create_topic(
         .with_name(TopicName(s(name)))
         .with_num_partitions(partitions)
         .with_replication_factor(rf)
+        .with_configs(topic_configs(configs));
+    create_topic_as(brokers, topic);
+}
+
+/// CreateTopics of `name`, one partition on `replicas` (the first its
+/// preferred leader), with `configs`; see [`create_topic_as`].
+pub fn create_assigned(brokers: &[Broker], name: &str, replicas: &[i32], configs: &[(&str, &str)]) {
+    let topic = CreatableTopic::default()
+        .with_name(TopicName(s(name)))
+        .with_num_partitions(-1)
+        .with_replication_factor(-1)
+        .with_assignments(vec![CreatableReplicaAssignment::default()
+            .with_partition_index(0)
+            .with_broker_ids(replicas.iter().map(|&b| BrokerId(b)).collect())])
         .with_configs(topic_configs(configs));
     create_topic_as(brokers, topic);
 }

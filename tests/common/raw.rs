@@ -446,3 +446,26 @@ pub fn call_flexible(raw: &mut RawClient, api_key: ApiKey, version: i16, body: &
     }
     resp.slice(r.position()..)
 }
+
+/// A WriteTxnMarkers (v1) COMMIT for producer 7 at epoch 0 on `partitions`
+/// of `topic` through `raw`: each partition's error code.
+pub fn commit_markers_v1(raw: &mut RawClient, topic: &str, partitions: &[i32]) -> Vec<i16> {
+    use kafka_protocol::messages::write_txn_markers_request::{
+        WritableTxnMarker, WritableTxnMarkerTopic,
+    };
+    use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest};
+    let req = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
+        .with_producer_id(ProducerId(7))
+        .with_producer_epoch(0)
+        .with_transaction_result(true)
+        .with_coordinator_epoch(0)
+        .with_topics(vec![WritableTxnMarkerTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_indexes(partitions.to_vec())])]);
+    let resp = raw.request::<WriteTxnMarkersRequest>(1, &req);
+    resp.markers[0].topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.error_code)
+        .collect()
+}
