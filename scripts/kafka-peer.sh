@@ -25,6 +25,14 @@
 #   --conf KEY=VALUE      extra server property (repeatable; overrides the
 #                         generated ones, since the last occurrence wins)
 #   --ready-timeout-s N   how long to wait for the broker to answer (default 60)
+#   --node-id N           node.id (default 1)
+#   --voters LIST         a node of a static KRaft quorum: controller.quorum.voters,
+#                         e.g. 1@127.0.0.1:39301,2@127.0.0.1:39302,3@127.0.0.1:39303
+#                         (every node is broker and controller; internal topics get
+#                         replication factor min(3, voters), as Kafka's defaults);
+#                         without it the node is a standalone quorum of one
+#   --cluster-id ID       the cluster id to format with (every node of a cluster
+#                         needs the same; default: a random one)
 #
 # `start` returns once the broker accepted a TCP connection and answered an
 # ApiVersions + Metadata round trip (kafka-broker-api-versions), printing
@@ -48,7 +56,7 @@ set -euo pipefail
 
 KAFKA_PEER_PORT_DEFAULT=19092
 KAFKA_PEER_HEAP_DEFAULT=1g
-KAFKA_PEER_NODE_ID=1
+KAFKA_PEER_NODE_ID_DEFAULT=1
 KAFKA_PEER_READY_TIMEOUT_S_DEFAULT=60
 # One kafka-broker-api-versions attempt; a JVM start alone takes ~1.5 s here.
 KAFKA_PEER_PROBE_TIMEOUT_S=20
@@ -87,6 +95,9 @@ flush=default
 heap=$KAFKA_PEER_HEAP_DEFAULT
 fresh=false
 ready_timeout_s=$KAFKA_PEER_READY_TIMEOUT_S_DEFAULT
+node_id=$KAFKA_PEER_NODE_ID_DEFAULT
+voters=
+cluster_id_arg=
 extra_conf=()
 while [ $# -gt 0 ]; do
   opt=$1
@@ -106,17 +117,32 @@ while [ $# -gt 0 ]; do
     --heap) heap=$val ;;
     --conf) [[ $val == ?*=* ]] || die "--conf wants KEY=VALUE, got '$val'"; extra_conf+=("$val") ;;
     --ready-timeout-s) ready_timeout_s=$val ;;
+    --node-id) node_id=$val ;;
+    --voters) voters=$val ;;
+    --cluster-id) cluster_id_arg=$val ;;
     *) die "unknown option '$opt'" ;;
   esac
 done
 controller_port=${controller_port:-$((port + 1))}
-for n in "$port" "$controller_port" "$ready_timeout_s"; do
+for n in "$port" "$controller_port" "$ready_timeout_s" "$node_id"; do
   [[ $n =~ ^[0-9]+$ ]] || die "not a number: '$n'"
 done
 [ "$port" != "$controller_port" ] || die "--port and --controller-port must differ"
 case $flush in default | every-message) ;; *) die "--flush is default or every-message, not '$flush'" ;; esac
 [[ $heap =~ ^[0-9]+[kKmMgG]?$ ]] || die "--heap wants a JVM size such as 1g, not '$heap'"
 data_dir=$(realpath -m "$data_dir")
+if [ -n "$voters" ]; then
+  [[ $voters =~ ^[0-9]+@[^,@]+:[0-9]+(,[0-9]+@[^,@]+:[0-9]+)*$ ]] ||
+    die "--voters wants ID@HOST:PORT[,...], got '$voters'"
+  [[ ,$voters, == *",$node_id@"* ]] || die "--voters does not list --node-id $node_id"
+fi
+# Replication factor of the internal topics: one per voter, at most 3.
+internal_rf=1
+if [ -n "$voters" ]; then
+  internal_rf=$(tr ',' '\n' <<<"$voters" | wc -l)
+  [ "$internal_rf" -le 3 ] || internal_rf=3
+fi
+internal_min_isr=$((internal_rf < 2 ? 1 : 2))
 
 pid_file=$data_dir/kafka-peer.pid
 env_file=$data_dir/peer.env
@@ -230,22 +256,26 @@ write_server_properties() {
   {
     echo "# Written by scripts/kafka-peer.sh; regenerated on every start."
     echo "process.roles=broker,controller"
-    echo "node.id=$KAFKA_PEER_NODE_ID"
-    echo "controller.quorum.bootstrap.servers=127.0.0.1:$controller_port"
+    echo "node.id=$node_id"
+    if [ -n "$voters" ]; then
+      echo "controller.quorum.voters=$voters"
+    else
+      echo "controller.quorum.bootstrap.servers=127.0.0.1:$controller_port"
+    fi
     echo "listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port"
     echo "advertised.listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port"
     echo "controller.listener.names=CONTROLLER"
     echo "inter.broker.listener.name=PLAINTEXT"
     echo "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
     echo "log.dirs=$kraft_dir"
-    echo "# One node: every internal topic has one replica."
+    echo "# Internal topics: one replica per voter, at most 3 (Kafka's defaults on 3+ nodes)."
     echo "num.partitions=1"
     echo "default.replication.factor=1"
-    echo "offsets.topic.replication.factor=1"
-    echo "transaction.state.log.replication.factor=1"
-    echo "transaction.state.log.min.isr=1"
-    echo "share.coordinator.state.topic.replication.factor=1"
-    echo "share.coordinator.state.topic.min.isr=1"
+    echo "offsets.topic.replication.factor=$internal_rf"
+    echo "transaction.state.log.replication.factor=$internal_rf"
+    echo "transaction.state.log.min.isr=$internal_min_isr"
+    echo "share.coordinator.state.topic.replication.factor=$internal_rf"
+    echo "share.coordinator.state.topic.min.isr=$internal_min_isr"
     echo "group.initial.rebalance.delay.ms=0"
     echo "auto.create.topics.enable=true"
     if [ "$flush" = every-message ]; then
@@ -308,11 +338,18 @@ prepare_node() {
   if [ -f "$kraft_dir/meta.properties" ]; then
     cluster_id=$(sed -n 's/^cluster.id=//p' "$kraft_dir/meta.properties")
   else
-    cluster_id=$(random_cluster_id)
-    echo "kafka-peer: formatting $kraft_dir (cluster id $cluster_id, standalone controller)"
+    cluster_id=${cluster_id_arg:-$(random_cluster_id)}
+    local -a quorum_flag=(--standalone)
+    local quorum_kind="standalone controller"
+    if [ -n "$voters" ]; then
+      # A static quorum (controller.quorum.voters): nothing to name at format time.
+      quorum_flag=()
+      quorum_kind="static quorum $voters"
+    fi
+    echo "kafka-peer: formatting $kraft_dir (cluster id $cluster_id, $quorum_kind)"
     timeout "$KAFKA_PEER_FORMAT_TIMEOUT_S" "$JAVA" -Xmx256m \
       "-Dlog4j2.configurationFile=$KAFKA_LOG4J_TOOLS" -cp "$classpath" \
-      kafka.tools.StorageTool format --config "$props_file" --cluster-id "$cluster_id" --standalone \
+      kafka.tools.StorageTool format --config "$props_file" --cluster-id "$cluster_id" "${quorum_flag[@]}" \
       >"$log_dir/format.log" 2>&1 || { cat "$log_dir/format.log" >&2; die "kafka-storage format failed"; }
   fi
 

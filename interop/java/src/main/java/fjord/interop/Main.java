@@ -89,6 +89,9 @@ public final class Main {
         // Needs --bootstrap naming three nodes and --leader-file PATH; the test kills the
         // node of the broker id written there (tests/interop_java.rs).
         s.put("replicated-failover", ReplicatedFailover::run);
+        // A measurement (scripts/measure-replication.sh): needs --topic, --out and
+        // --leader-file; the caller kills the node of the broker id written there.
+        s.put("failover-probe", FailoverProbe::run);
         return s;
     }
 
