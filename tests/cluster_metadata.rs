@@ -5,6 +5,8 @@
 //!   are seen through the forwarding node as soon as it answers, and
 //!   through every node after; producer ids handed out by different nodes
 //!   never collide (their blocks come from the one log);
+//! - topics of one replica spread over the nodes (as Kafka's), and a
+//!   manual assignment to another node's broker makes it the leader;
 //! - every node registers: DescribeCluster and Metadata on every node list
 //!   all three nodes' brokers with their endpoints, and a topic held by
 //!   another node names that node's broker as its leader, so librdkafka
@@ -81,40 +83,104 @@ fn create_topic_at(addr: SocketAddr, name: &str) -> i16 {
 }
 
 /// CreateTopics through the first node that accepts it, retrying until
-/// one does (any node forwards to the leader once one is elected); returns
-/// the node that leads the quorum: the one holding the topic's partition.
-/// Every other answer seen is NOT_CONTROLLER (no leader yet) or
-/// REQUEST_TIMED_OUT (a leader lost mid-way).
-fn create_anywhere(brokers: &[Option<&Broker>], name: &str) -> usize {
+/// one does (any node forwards to the leader once one is elected); the
+/// quorum's leader places the partition on any registered, unfenced node
+/// (as Kafka spreads topics of one replica; [`holder`] finds it). Every
+/// other answer seen is NOT_CONTROLLER (no leader yet),
+/// REQUEST_TIMED_OUT (a leader lost mid-way) or INVALID_REPLICATION_FACTOR
+/// (no node registered yet: Kafka's answer too).
+fn create_anywhere(brokers: &[Option<&Broker>], name: &str) {
     common::wait_for(SETTLE, "a node that accepts CreateTopics", || {
         for (i, b) in brokers.iter().enumerate() {
             let Some(b) = b else { continue };
             let code = create_topic(b, name);
             if code == 0 {
-                return Some(i);
+                return Some(());
             }
             if code == ResponseError::TopicAlreadyExists.code() {
-                return Some(i); // an earlier try was made after all
+                return Some(()); // an earlier try was made after all
             }
             assert!(
                 code == ResponseError::NotController.code()
-                    || code == ResponseError::RequestTimedOut.code(),
+                    || code == ResponseError::RequestTimedOut.code()
+                    || code == ResponseError::InvalidReplicationFactor.code(),
                 "node {i} answered {code} to CreateTopics {name}"
             );
         }
         std::thread::sleep(Duration::from_millis(200));
         None
     });
-    holder(brokers, name)
 }
 
-/// The node whose data dir holds partition 0 of `name`: the node that led
-/// the quorum when it was created.
+/// The node that holds partition 0 of `name`: its leader in the Metadata
+/// of the first live node, whose data dir then holds the partition's log
+/// (waited for: the holder creates it when it applies the creation).
 fn holder(brokers: &[Option<&Broker>], name: &str) -> usize {
-    brokers
-        .iter()
-        .position(|b| b.is_some_and(|b| b.data_dir().join(format!("{name}-0")).exists()))
-        .unwrap_or_else(|| panic!("no node holds {name}-0"))
+    let asked = brokers.iter().flatten().next().expect("a live node");
+    let node = common::wait_for(SETTLE, &format!("a leader of {name}-0"), || {
+        let (leader, error) = leader_of(asked, name);
+        (error == 0 && leader >= 0).then_some(leader as usize / 1000)
+    });
+    let b = brokers[node].unwrap_or_else(|| panic!("{name}-0 is led by a dead node {node}"));
+    common::wait_for(SETTLE, &format!("node {node}'s log of {name}-0"), || {
+        b.data_dir()
+            .join(format!("{name}-0"))
+            .exists()
+            .then_some(())
+    });
+    node
+}
+
+/// The node that leads the metadata quorum among `brokers` (the live
+/// ones): the one that logged its leadership in the highest term.
+fn quorum_leader(brokers: &[Option<&Broker>]) -> usize {
+    common::wait_for(SETTLE, "a quorum leader among the live nodes", || {
+        let mut best: Option<(u64, usize)> = None;
+        for (i, b) in brokers.iter().enumerate() {
+            let Some(b) = b else { continue };
+            for term in leadership_terms(&b.stderr_since(0)) {
+                if best.is_none_or(|(t, _)| term > t) {
+                    best = Some((term, i));
+                }
+            }
+        }
+        best.map(|(_, i)| i)
+    })
+}
+
+/// The terms of every "this node leads the metadata quorum" line of a
+/// node's log.
+fn leadership_terms(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter(|l| l.contains("this node leads the metadata quorum"))
+        .filter_map(|l| {
+            let plain: String = strip_ansi(l);
+            let at = plain.find("term=")? + "term=".len();
+            plain[at..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// `line` without its terminal colour codes (ESC [ ... m).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The topics `broker`'s Metadata lists.
@@ -359,8 +425,11 @@ fn three_nodes_forward_register_fence_and_heal() {
     let mut brokers: Vec<Broker> = (0..3).map(|i| start(&net, i)).collect();
     let all = [0, 1, 2];
 
-    // A topic with a config, through any node: the leader's node holds it.
-    let leader = create_anywhere(&brokers.iter().map(Some).collect::<Vec<_>>(), "first");
+    // A topic with a config, through any node; one node holds it.
+    let everywhere: Vec<Option<&Broker>> = brokers.iter().map(Some).collect();
+    create_anywhere(&everywhere, "first");
+    let first_holder = holder(&everywhere, "first");
+    let leader = quorum_leader(&everywhere);
     let followers: Vec<usize> = all.iter().copied().filter(|&i| i != leader).collect();
     // Through a node that does not lead: forwarded, and seen there at once.
     for &i in &followers {
@@ -397,7 +466,11 @@ fn three_nodes_forward_register_fence_and_heal() {
                 .then_some(())
         });
         let holds_log = b.data_dir().join("first-0").exists();
-        assert_eq!(holds_log, i == leader, "node {i} holds a log of first-0");
+        assert_eq!(
+            holds_log,
+            i == first_holder,
+            "node {i} holds a log of first-0"
+        );
     }
 
     // Producer-id blocks come from the one log: no two nodes hand out one
@@ -411,8 +484,35 @@ fn three_nodes_forward_register_fence_and_heal() {
     let everyone = expected_brokers(&net, &brokers, &all);
     for (i, b) in brokers.iter().enumerate() {
         wait_cluster(b, i, &everyone);
-        assert_eq!(leader_of(b, "first"), (leader as i32 * 1000, 0), "node {i}");
+        assert_eq!(
+            leader_of(b, "first"),
+            (first_holder as i32 * 1000, 0),
+            "node {i}"
+        );
     }
+    // Topics of one replica spread over the nodes, as Kafka's do (three
+    // partitions, three nodes: one leader each), and a manual assignment
+    // may name any live broker, which leads the partition and takes
+    // writes.
+    common::cluster::create_topic(&brokers, "spread", 3, 1, &[]);
+    let spread = common::wait_for(SETTLE, "spread's leaders", || {
+        let ps = common::cluster::partitions(&brokers[0], "spread")?;
+        let leaders: Vec<i32> = ps.iter().map(|p| p.leader).collect();
+        (ps.len() == 3 && leaders.iter().all(|&l| l >= 0)).then_some(leaders)
+    });
+    let nodes: std::collections::BTreeSet<i32> = spread.iter().map(|l| l / 1000).collect();
+    assert_eq!(nodes.len(), 3, "spread's leaders {spread:?}");
+    for &i in &followers {
+        let name = format!("pinned-{i}");
+        let id = i as i32 * 1000;
+        common::cluster::create_assigned(&brokers, &name, &[id], &[]);
+        common::wait_for(SETTLE, &format!("{name} led by {id}"), || {
+            (leader_of(&brokers[leader], &name) == (id, 0)).then_some(())
+        });
+        client::produce_numbered(&brokers[leader].bootstrap(), &name, 0..MESSAGES, SETTLE);
+        read_back(&brokers[leader], &name);
+    }
+
     // One cluster id, the one the quorum recorded: every node answers
     // Metadata and DescribeCluster with it and keeps it in its
     // meta.properties (each node made up its own at its first start).
@@ -426,9 +526,19 @@ fn three_nodes_forward_register_fence_and_heal() {
     }
     // librdkafka bootstrapped only at a node that does not hold the topic
     // follows Metadata to the one that does.
-    client::produce_numbered(&brokers[f].bootstrap(), "first", 0..MESSAGES, SETTLE);
-    read_back(&brokers[f], "first");
-    read_in_group(&brokers[f], "first");
+    let elsewhere = all
+        .iter()
+        .copied()
+        .find(|&i| i != first_holder)
+        .expect("a node without first-0");
+    client::produce_numbered(
+        &brokers[elsewhere].bootstrap(),
+        "first",
+        0..MESSAGES,
+        SETTLE,
+    );
+    read_back(&brokers[elsewhere], "first");
+    read_in_group(&brokers[elsewhere], "first");
 
     // The leader dies: the survivors elect one that takes changes.
     brokers[leader].kill9();
@@ -437,7 +547,8 @@ fn three_nodes_forward_register_fence_and_heal() {
         .enumerate()
         .map(|(i, b)| (i != leader).then_some(b))
         .collect();
-    let second_leader = create_anywhere(&alive, "second");
+    create_anywhere(&alive, "second");
+    let second_leader = quorum_leader(&alive);
     assert_ne!(second_leader, leader);
     for &i in &followers {
         wait_lists(&brokers[i], i, "second");
@@ -455,15 +566,21 @@ fn three_nodes_forward_register_fence_and_heal() {
     }
     read_back(&brokers[second_leader], "first");
 
-    // A node that does not lead (and holds a topic) dies: fenced after
-    // the session timeout, gone from the survivors' lists, its topic
-    // offline there; back when it restarts.
-    let lead = create_anywhere(&brokers.iter().map(Some).collect::<Vec<_>>(), "probe");
-    let (killed, held) = if lead != leader {
-        (leader, "first")
-    } else {
-        (second_leader, "second")
-    };
+    // A node that does not lead the quorum (and holds a topic) dies:
+    // fenced after the session timeout, gone from the survivors' lists,
+    // its topic offline there; back when it restarts.
+    let everywhere: Vec<Option<&Broker>> = brokers.iter().map(Some).collect();
+    let lead = quorum_leader(&everywhere);
+    let held_by: Vec<(&str, usize)> = ["first", "second", "via-0", "via-1", "via-2"]
+        .into_iter()
+        .filter(|t| topics(&brokers[lead]).iter().any(|n| n == t))
+        .map(|t| (t, holder(&everywhere, t)))
+        .collect();
+    let (held, killed) = held_by
+        .iter()
+        .copied()
+        .find(|&(_, h)| h != lead)
+        .expect("a topic held by a node that does not lead the quorum");
     brokers[killed].kill9();
     let survivors: Vec<usize> = all.iter().copied().filter(|&i| i != killed).collect();
     let without = expected_brokers(&net, &brokers, &survivors);
@@ -472,34 +589,43 @@ fn three_nodes_forward_register_fence_and_heal() {
         // As stock Kafka 4.4 lists a partition whose only replica's
         // broker is fenced: no leader, LEADER_NOT_AVAILABLE, the replica
         // offline and out of the ISR.
+        // (Waited for: the fencing and the partition's change are two
+        // records.)
         let id = killed as i32 * 1000;
-        assert_eq!(
-            partition0(&brokers[i], held),
-            (
-                -1,
-                ResponseError::LeaderNotAvailable.code(),
-                vec![id],
-                vec![],
-                vec![id]
-            ),
-            "node {i}: {held} is offline"
+        let offline = (
+            -1,
+            ResponseError::LeaderNotAvailable.code(),
+            vec![id],
+            vec![],
+            vec![id],
         );
-        assert_eq!(
-            leader_of(&brokers[i], "probe"),
-            (lead as i32 * 1000, 0),
-            "node {i}"
+        common::wait_for(
+            SETTLE,
+            &format!("node {i} to list {held}-0 as {offline:?}"),
+            || (partition0(&brokers[i], held) == offline).then_some(()),
         );
+        // The topics of the other nodes keep their leaders.
+        for &(t, h) in held_by.iter().filter(|&&(_, h)| h != killed) {
+            assert_eq!(
+                leader_of(&brokers[i], t),
+                (h as i32 * 1000, 0),
+                "node {i}: {t}"
+            );
+        }
     }
     brokers[killed].restart();
     for (i, b) in brokers.iter().enumerate() {
         wait_cluster(b, i, &everyone);
-        assert_eq!(leader_of(b, held), (killed as i32 * 1000, 0), "node {i}");
+        common::wait_for(SETTLE, &format!("node {i}: {held} led again"), || {
+            (leader_of(b, held) == (killed as i32 * 1000, 0)).then_some(())
+        });
     }
     read_back(&brokers[lead], "first");
 
     // A node that does not lead, cut off: its own CreateTopics (sent from
     // inside its namespace) fails; the others go on; healed, it catches up.
-    let lead = create_anywhere(&brokers.iter().map(Some).collect::<Vec<_>>(), "third");
+    create_anywhere(&brokers.iter().map(Some).collect::<Vec<_>>(), "third");
+    let lead = quorum_leader(&brokers.iter().map(Some).collect::<Vec<_>>());
     let cut = all
         .iter()
         .copied()

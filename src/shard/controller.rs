@@ -95,6 +95,10 @@ use std::time::Instant;
 /// that would open millions of logs.
 pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 
+/// Kafka's `default.replication.factor` default: the factor of a topic
+/// created with -1 (auto-created topics included).
+const DEFAULT_REPLICATION_FACTOR: i16 = 1;
+
 pub struct Controller {
     config: Arc<BrokerConfig>,
     /// Held for the whole of a request (and of the start-up replay), so
@@ -1714,16 +1718,15 @@ impl Controller {
         let cores = self.config.cores;
         let several = self.member.borrow().is_some();
         if several {
-            if let Some(replicated) = self.plan_replicated(image, t)? {
-                return Ok(MetadataRecord::CreateTopic {
-                    name: t.name.clone(),
-                    id: new_topic_id(),
-                    shards: replicated.iter().map(|p| shard_of(p.leader)).collect(),
-                    configs: topic_config::normalized(t.configs.clone()),
-                    node: None,
-                    replicated,
-                });
-            }
+            let replicated = self.plan_replicated(image, t)?;
+            return Ok(MetadataRecord::CreateTopic {
+                name: t.name.clone(),
+                id: new_topic_id(),
+                shards: replicated.iter().map(|p| shard_of(p.leader)).collect(),
+                configs: topic_config::normalized(t.configs.clone()),
+                node: None,
+                replicated,
+            });
         }
         let shards = if !t.assignments.is_empty() {
             let assignments = sorted_assignments(t)?;
@@ -1753,9 +1756,7 @@ impl Controller {
             id: new_topic_id(),
             shards,
             configs: topic_config::normalized(t.configs.clone()),
-            // Several nodes, one replica: the leader's own shards hold the
-            // partitions (`docs/replication.md` §3.2).
-            node: several.then_some(self.config.node_id),
+            node: None,
             replicated: Vec::new(),
         })
     }
@@ -1780,19 +1781,19 @@ impl Controller {
         Ok(count)
     }
 
-    /// Several nodes: the partitions of a topic created with a replication
-    /// factor above 1, or with a manual assignment of more than one
-    /// replica per partition (`docs/replication.md` §4.3), with Kafka's
-    /// errors; None for a topic of one replica per partition.
+    /// Several nodes: the partitions of a new topic, placed on the live
+    /// nodes or as manually assigned (`docs/replication.md` §4.3), with
+    /// Kafka's errors. Every topic is a replicated one, replication factor
+    /// 1 included (Kafka's placement: partitions spread over the nodes, a
+    /// manual assignment to any live broker). The shard-placed topic of
+    /// one node (§3.2) is made only on a single node now; topics made so
+    /// by earlier versions stay as they are.
     fn plan_replicated(
         &self,
         image: &MetadataImage,
         t: &NewTopic,
-    ) -> Result<Option<Vec<PartitionState>>, ControllerError> {
+    ) -> Result<Vec<PartitionState>, ControllerError> {
         if !t.assignments.is_empty() {
-            if t.assignments.iter().all(|(_, r)| r.len() <= 1) {
-                return Ok(None);
-            }
             let assignments = sorted_assignments(t)?;
             let factor = assignments[0].1.len();
             let mut out = Vec::with_capacity(assignments.len());
@@ -1801,10 +1802,10 @@ impl Controller {
                 check_assignment(image, &replicas, factor)?;
                 out.push(PartitionState::new(replicas));
             }
-            return Ok(Some(out));
+            return Ok(out);
         }
         let factor = match t.replication_factor {
-            -1 | 1 => return Ok(None),
+            -1 => DEFAULT_REPLICATION_FACTOR,
             n => n,
         };
         let live = image.live_node_count();
@@ -1817,7 +1818,7 @@ impl Controller {
                     "Unable to replicate the partition {factor} time(s): only {live} node(s) are live."
                 ))
             })?;
-        Ok(Some(placed.into_iter().map(PartitionState::new).collect()))
+        Ok(placed.into_iter().map(PartitionState::new).collect())
     }
 
     fn plan_partitions(
@@ -2449,6 +2450,9 @@ fn check_assignment(
     factor: usize,
 ) -> Result<(), ControllerError> {
     let invalid = |m: String| Err(ControllerError::InvalidReplicaAssignment(m));
+    if replicas.is_empty() {
+        return invalid("The manual partition assignment includes an empty replica list.".into());
+    }
     if replicas.len() != factor {
         return invalid(format!(
             "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {factor} replica(s).",
@@ -2476,7 +2480,6 @@ fn check_assignment(
     Ok(())
 }
 
-/// A deadline that does not come (waits that are deliberately unbounded).
 /// Kafka's check of a CreateTopics replication factor (`-1`: the broker's
 /// `default.replication.factor`, 1), against the brokers a client sees:
 /// one per shard. A factor up to that count is accepted and the topic gets
@@ -2499,6 +2502,7 @@ pub fn check_replication_factor(
     }
 }
 
+/// A deadline that does not come (waits that are deliberately unbounded).
 fn far_future() -> Instant {
     const YEAR: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
     crate::clock::monotonic() + YEAR
@@ -2647,6 +2651,28 @@ mod tests {
             replicated: vec![PartitionState::new(vec![1000, 2000, 3000])],
         });
         (image, id)
+    }
+
+    /// A manual assignment: Kafka's refusals (an empty replica list, a
+    /// broker that is not registered, a broker twice, lists of different
+    /// lengths); one replica on any live broker is taken.
+    #[test]
+    fn manual_assignments_are_checked_as_kafka_checks_them() {
+        let (image, _) = replicated(false);
+        let message =
+            |replicas: &[i32], factor: usize| match check_assignment(&image, replicas, factor) {
+                Err(ControllerError::InvalidReplicaAssignment(m)) => m,
+                other => panic!("{replicas:?}: {other:?}"),
+            };
+        assert_eq!(
+            message(&[], 0),
+            "The manual partition assignment includes an empty replica list."
+        );
+        assert!(message(&[4000], 1).contains("broker 4000, but no such broker is registered"));
+        assert!(message(&[1000, 1000], 2).contains("more than once"));
+        assert!(message(&[1000], 2).contains("with 1 replica(s)"));
+        assert_eq!(check_assignment(&image, &[2000], 1), Ok(()));
+        assert_eq!(check_assignment(&image, &[3000, 1000], 2), Ok(()));
     }
 
     fn alter(id: [u8; 16], broker: i32, epochs: (i32, i32), isr: &[i32]) -> AlterPartition {
