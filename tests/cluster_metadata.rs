@@ -118,8 +118,8 @@ fn create_anywhere(brokers: &[Option<&Broker>], name: &str) {
 fn holder(brokers: &[Option<&Broker>], name: &str) -> usize {
     let asked = brokers.iter().flatten().next().expect("a live node");
     let node = common::wait_for(SETTLE, &format!("a leader of {name}-0"), || {
-        let (leader, error) = leader_of(asked, name);
-        (error == 0 && leader >= 0).then_some(leader as usize / 1000)
+        let p = common::cluster::partition(asked, name, 0)?;
+        (p.error == 0 && p.leader >= 0).then_some(p.leader as usize / 1000)
     });
     let b = brokers[node].unwrap_or_else(|| panic!("{name}-0 is led by a dead node {node}"));
     common::wait_for(SETTLE, &format!("node {node}'s log of {name}-0"), || {
@@ -511,6 +511,58 @@ fn three_nodes_forward_register_fence_and_heal() {
         });
         client::produce_numbered(&brokers[leader].bootstrap(), &name, 0..MESSAGES, SETTLE);
         read_back(&brokers[leader], &name);
+    }
+
+    // CreatePartitions with a manual assignment: the new partitions are
+    // led where the lists say; a count of lists other than the partitions
+    // added is refused with Kafka's message.
+    {
+        use kafka_protocol::messages::create_partitions_request::{
+            CreatePartitionsAssignment, CreatePartitionsTopic,
+        };
+        let grow = |count: i32, lists: &[i32]| {
+            let topic = CreatePartitionsTopic::default()
+                .with_name(TopicName(s("spread")))
+                .with_count(count)
+                .with_assignments(Some(
+                    lists
+                        .iter()
+                        .map(|&b| {
+                            CreatePartitionsAssignment::default().with_broker_ids(vec![BrokerId(b)])
+                        })
+                        .collect(),
+                ));
+            let resp = RawClient::connect_to(addr(&brokers[followers[0]])).request(
+                3,
+                &CreatePartitionsRequest::default()
+                    .with_topics(vec![topic])
+                    .with_timeout_ms(10_000),
+            );
+            let r = &resp.results[0];
+            (
+                r.error_code,
+                r.error_message.as_ref().map(|m| m.to_string()),
+            )
+        };
+        let targets: Vec<i32> = followers.iter().map(|&i| i as i32 * 1000).collect();
+        assert_eq!(grow(5, &targets), (0, None));
+        for (k, &id) in targets.iter().enumerate() {
+            let index = 3 + k as i32;
+            common::wait_for(SETTLE, &format!("spread-{index} led by {id}"), || {
+                let p = common::cluster::partition(&brokers[leader], "spread", index)?;
+                (p.leader == id).then_some(())
+            });
+        }
+        assert_eq!(
+            grow(7, &targets[..1]),
+            (
+                ResponseError::InvalidReplicaAssignment.code(),
+                Some(
+                    "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified."
+                        .to_string()
+                )
+            )
+        );
     }
 
     // One cluster id, the one the quorum recorded: every node answers

@@ -448,6 +448,27 @@ fn create_partitions() {
         ))]
     );
 
+    // The new partitions may be placed by hand: one replica list per new
+    // partition (a broker of this node each); a count of lists other than
+    // the partitions added is Kafka's INVALID_REPLICA_ASSIGNMENT.
+    let placed = NewPartitions::new(topic, 7).assign(&[&[1], &[0]]);
+    let results =
+        block_on(a.create_partitions([&placed], &admin_opts())).expect("create_partitions");
+    assert_eq!(results, vec![Ok(topic.to_string())]);
+    let leaders = partition_leaders(&broker.bootstrap(), topic);
+    assert_eq!((leaders.get(&5), leaders.get(&6)), (Some(&1), Some(&0)));
+    let short = NewPartitions::new(topic, 9).assign(&[&[1]]);
+    let results =
+        block_on(a.create_partitions([&short], &admin_opts())).expect("create_partitions");
+    assert_eq!(
+        results,
+        vec![Err((
+            topic.to_string(),
+            RDKafkaErrorCode::InvalidReplicaAssignment
+        ))]
+    );
+    assert_eq!(partition_leaders(&broker.bootstrap(), topic).len(), 7);
+
     // The new partitions accept messages.
     let producer = client::producer(&broker.bootstrap(), &[("acks", "1")]);
     let rec = rdkafka::producer::BaseRecord::with_opaque_to(topic, 0usize)

@@ -325,6 +325,7 @@ pub async fn create_partitions(
     let dup = duplicates(req.topics.iter().map(|t| t.name.0.as_str()));
     let mut pre: HashMap<String, ErrorAnswer> = HashMap::new();
     let mut todo = Vec::new();
+    let mut assignments: Vec<(String, Vec<Vec<i32>>)> = Vec::new();
     for t in &req.topics {
         let name = t.name.0.to_string();
         if dup.contains(&name) {
@@ -354,15 +355,14 @@ pub async fn create_partitions(
                     "The partitions of an internal topic cannot be changed.".into(),
                 ),
             );
-        } else if t.assignments.is_some() {
-            pre.insert(
-                name,
-                (
-                    ResponseError::InvalidReplicaAssignment.code(),
-                    "Manual assignment of new partitions is not supported by fjord.".into(),
-                ),
-            );
         } else {
+            if let Some(a) = &t.assignments {
+                let lists = a
+                    .iter()
+                    .map(|p| p.broker_ids.iter().map(|b| b.0).collect())
+                    .collect();
+                assignments.push((name.clone(), lists));
+            }
             todo.push((name, t.count));
         }
     }
@@ -375,6 +375,7 @@ pub async fn create_partitions(
             ControllerRequest::CreatePartitions {
                 topics: todo,
                 validate_only: req.validate_only,
+                assignments,
             },
             &names,
         )

@@ -421,16 +421,21 @@ impl Controller {
             ControllerRequest::CreatePartitions {
                 topics,
                 validate_only,
+                assignments,
             } => {
                 for (name, count) in topics {
-                    let planned = self
-                        .plan_partitions(&next, &name, count)
-                        .and_then(|record| {
-                            if let MetadataRecord::AddPartitions { shards, .. } = &record {
-                                budget.take(shards.len() as i64)?;
-                            }
-                            Ok(record)
-                        });
+                    let manual = assignments
+                        .iter()
+                        .find(|(n, _)| *n == name)
+                        .map(|(_, a)| a.as_slice());
+                    let planned =
+                        self.plan_partitions(&next, &name, count, manual)
+                            .and_then(|record| {
+                                if let MetadataRecord::AddPartitions { shards, .. } = &record {
+                                    budget.take(shards.len() as i64)?;
+                                }
+                                Ok(record)
+                            });
                     match planned {
                         Ok(record) => {
                             if !validate_only {
@@ -1821,11 +1826,17 @@ impl Controller {
         Ok(placed.into_iter().map(PartitionState::new).collect())
     }
 
+    /// CreatePartitions of one topic to `count` partitions, the new ones
+    /// placed as a new topic's are, or on the replicas `manual` names
+    /// (Kafka's checks: one list per new partition, each as a manual
+    /// assignment of CreateTopics with as many replicas as the topic's
+    /// first partition).
     fn plan_partitions(
         &self,
         image: &MetadataImage,
         name: &str,
         count: i32,
+        manual: Option<&[Vec<i32>]>,
     ) -> Result<MetadataRecord, ControllerError> {
         let Some(topic) = image.topic(name) else {
             return Err(ControllerError::UnknownTopic(name.into()));
@@ -1847,6 +1858,52 @@ impl Controller {
             )));
         }
         let added = (count - current) as usize;
+        if let Some(manual) = manual {
+            if manual.len() != added {
+                return Err(ControllerError::InvalidReplicaAssignment(format!(
+                    "Attempted to add {added} additional partition(s), but only {} assignment(s) were specified.",
+                    manual.len()
+                )));
+            }
+            if let Some(first) = topic.replicated.first() {
+                let factor = first.replicas.len();
+                let replicated = manual
+                    .iter()
+                    .map(|replicas| {
+                        check_assignment(image, replicas, factor)?;
+                        Ok(PartitionState::new(replicas.clone()))
+                    })
+                    .collect::<Result<Vec<_>, ControllerError>>()?;
+                return Ok(MetadataRecord::AddPartitions {
+                    name: name.into(),
+                    shards: replicated.iter().map(|p| shard_of(p.leader)).collect(),
+                    replicated,
+                });
+            }
+            // A topic placed by shard (one node): one replica per
+            // partition, a broker of this node.
+            let shards = manual
+                .iter()
+                .map(|replicas| {
+                    let [broker] = replicas.as_slice() else {
+                        return Err(ControllerError::InvalidReplicaAssignment(format!(
+                            "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have 1 replica(s).",
+                            replicas.len()
+                        )));
+                    };
+                    self.config.shard_of_node(*broker).ok_or_else(|| {
+                        ControllerError::InvalidReplicaAssignment(format!(
+                            "The manual partition assignment includes broker {broker}, but no such broker is registered."
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>, ControllerError>>()?;
+            return Ok(MetadataRecord::AddPartitions {
+                name: name.into(),
+                shards,
+                replicated: Vec::new(),
+            });
+        }
         if let Some(first) = topic.replicated.first() {
             // As many replicas as the topic's first partition.
             let factor = first.replicas.len();

@@ -47,6 +47,12 @@ pub enum ControllerRequest {
         /// Topic and its new total partition count.
         topics: Vec<(String, i32)>,
         validate_only: bool,
+        /// The manual assignments of the new partitions (per new partition,
+        /// its replicas' broker ids, the first the preferred leader) of the
+        /// topics that came with one; absent in requests forwarded by
+        /// older nodes.
+        #[serde(default)]
+        assignments: Vec<(String, Vec<Vec<i32>>)>,
     },
     AlterConfigs {
         changes: Vec<(String, ConfigChange)>,
