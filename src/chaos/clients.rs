@@ -54,9 +54,26 @@ use super::ChaosError;
 /// twice. librdkafka documents this (confluentinc/librdkafka#4953: only
 /// transactions avoid it), and an earlier version of this checker, with a
 /// 12 s timeout and 17 s outages, found exactly that; see
-/// `tuning/results/chaos.md`. With the timeout above every outage, a
-/// duplicate is the broker's.
+/// `tuning/results/chaos.md`. With the timeout above every outage, and
+/// one request in flight ([`IDEM_MAX_IN_FLIGHT`]: librdkafka bumps its
+/// epoch on another error too), a duplicate is the broker's.
 pub const IDEM_MESSAGE_TIMEOUT_MS: u64 = 60_000;
+/// `max.in.flight.requests.per.connection` of idempotent producers
+/// (`--idempotent-max-in-flight`): one, for the same reason as
+/// [`IDEM_MESSAGE_TIMEOUT_MS`]. With more, a request R1 that a broker
+/// refuses without writing it (NOT_LEADER_OR_FOLLOWER from a new leader
+/// that has not applied its leadership yet, NOT_ENOUGH_REPLICAS) makes the
+/// requests behind it for that partition fail with
+/// OUT_OF_ORDER_SEQUENCE_NUMBER, as every broker must answer them; on those
+/// librdkafka ("skipped sequence numbers") bumps its epoch for the whole
+/// producer and re-sends every queued message from sequence 0, on every
+/// partition, including messages of requests whose answers were lost with
+/// a killed leader and which the new leader holds: stored twice
+/// (confluentinc/librdkafka#4953, open; Kafka's Java client retries those
+/// requests without a bump). Seed 45114587 found one such duplicate
+/// (docs/replication.md §8.1). With one request in flight per connection
+/// there is no request behind R1 to be refused.
+pub const IDEM_MAX_IN_FLIGHT: u32 = 1;
 /// `message.timeout.ms` of transactional producers (librdkafka wants it no
 /// larger than the transaction timeout).
 pub const TXN_MESSAGE_TIMEOUT_MS: u64 = 15_000;
@@ -131,6 +148,8 @@ pub struct ClientSettings {
     pub abort_fraction: f64,
     /// `message.timeout.ms` of the idempotent producers.
     pub idem_message_timeout_ms: u64,
+    /// `max.in.flight.requests.per.connection` of the idempotent producers.
+    pub idem_max_in_flight: u32,
     /// librdkafka `debug` contexts, if any.
     pub debug: Option<String>,
 }
@@ -441,6 +460,24 @@ fn new_producer(
     })
 }
 
+/// The librdkafka settings of an idempotent producer: acks=all,
+/// idempotence, a message timeout above every outage
+/// ([`IDEM_MESSAGE_TIMEOUT_MS`]) and [`IDEM_MAX_IN_FLIGHT`] requests in
+/// flight, unless the run chose otherwise.
+fn idempotent_config(s: &ClientSettings) -> ClientConfig {
+    let mut c = base_config(s);
+    c.set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .set("message.timeout.ms", s.idem_message_timeout_ms.to_string())
+        .set(
+            "max.in.flight.requests.per.connection",
+            s.idem_max_in_flight.to_string(),
+        )
+        .set("message.max.bytes", (1u32 << 20).to_string());
+    c
+}
+
 /// An idempotent producer: acks=all, enable.idempotence, messages at
 /// `idem_rate` per second to random partitions of the idempotent and the
 /// retained topic, until stop.
@@ -450,12 +487,7 @@ pub fn run_idempotent(job: ProducerJob) -> Result<ProducerOutput, ChaosError> {
     let shared = &job.shared;
     let mut rng = StdRng::seed_from_u64(job.seed);
     let records = Arc::new(Mutex::new(Vec::new()));
-    let mut c = base_config(s);
-    c.set("acks", "all")
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "5")
-        .set("message.timeout.ms", s.idem_message_timeout_ms.to_string())
-        .set("message.max.bytes", (1u32 << 20).to_string());
+    let c = idempotent_config(s);
     let interval = Duration::from_secs_f64(1.0 / s.idem_rate.max(0.001));
     let mut session = 0u32;
     let mut next_send = Instant::now();
@@ -1132,6 +1164,33 @@ pub fn run_group_consumer(job: GroupJob) -> Result<(), ChaosError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The idempotent producers' librdkafka settings carry the run's
+    /// in-flight limit and message timeout (one request, 60 s, unless the
+    /// run chose otherwise: `IDEM_MAX_IN_FLIGHT`).
+    #[test]
+    fn idempotent_producers_send_one_request_at_a_time() {
+        let mut s = ClientSettings {
+            bootstrap: "127.0.0.1:9092".into(),
+            idem_partitions: 4,
+            retained_partitions: 2,
+            txn_partitions: 2,
+            idem_rate: 40.0,
+            value_max_bytes: VALUE_MAX_BYTES,
+            abort_fraction: 0.2,
+            idem_message_timeout_ms: IDEM_MESSAGE_TIMEOUT_MS,
+            idem_max_in_flight: IDEM_MAX_IN_FLIGHT,
+            debug: None,
+        };
+        let c = idempotent_config(&s);
+        assert_eq!(c.get("enable.idempotence"), Some("true"));
+        assert_eq!(c.get("acks"), Some("all"));
+        assert_eq!(c.get("max.in.flight.requests.per.connection"), Some("1"));
+        assert_eq!(c.get("message.timeout.ms"), Some("60000"));
+        s.idem_max_in_flight = 5;
+        let c = idempotent_config(&s);
+        assert_eq!(c.get("max.in.flight.requests.per.connection"), Some("5"));
+    }
 
     #[test]
     fn value_lengths_stay_in_bounds_and_cover_all_classes() {

@@ -167,6 +167,17 @@
 //!   InitProducerId settles them. A shorter timeout reproduces the client's
 //!   duplicates (`duplicate` and `nonmonotonic-send`), which are not the
 //!   broker's.
+//! - Idempotent producers with more than one request in flight. librdkafka
+//!   also bumps its epoch when a request behind a refused one fails with
+//!   OUT_OF_ORDER_SEQUENCE_NUMBER (the refused one, e.g.
+//!   NOT_LEADER_OR_FOLLOWER from a new leader, was not written, so every
+//!   broker answers the next one so), and then re-sends from sequence 0
+//!   the messages still queued on every partition, those of requests lost
+//!   with a killed leader and stored by the new one included
+//!   (confluentinc/librdkafka#4953). The idempotent producers therefore
+//!   keep one request in flight (`--idempotent-max-in-flight`, 1); more
+//!   reproduces those duplicates (seed 45114587 found one,
+//!   docs/replication.md §8.1).
 
 pub mod broker;
 pub mod check;
@@ -322,6 +333,11 @@ pub struct ChaosArgs {
     /// module doc).
     #[arg(long, default_value_t = clients::IDEM_MESSAGE_TIMEOUT_MS)]
     pub idempotent_message_timeout_ms: u64,
+    /// `max.in.flight.requests.per.connection` of the idempotent producers
+    /// (1..=5). Above 1, librdkafka re-sends stored messages under a
+    /// bumped epoch after a refused request (see the module doc).
+    #[arg(long, default_value_t = clients::IDEM_MAX_IN_FLIGHT)]
+    pub idempotent_max_in_flight: u32,
     /// librdkafka debug contexts for every client (e.g. `eos,msg`), logged to clients.log.
     #[arg(long)]
     pub client_debug: Option<String>,
@@ -492,6 +508,16 @@ fn validate(args: &ChaosArgs) -> Result<(), ChaosError> {
         eprintln!(
             "fjord chaos: warning: --idempotent-message-timeout-ms {} is not above the long outages ({LONG_OUTAGE_MS} ms and the restart): librdkafka may then store messages twice by itself",
             args.idempotent_message_timeout_ms
+        );
+    }
+    if !(1..=5).contains(&args.idempotent_max_in_flight) {
+        // librdkafka's idempotent producer takes at most 5.
+        return bad("--idempotent-max-in-flight must be within 1..=5");
+    }
+    if args.idempotent_max_in_flight > 1 {
+        eprintln!(
+            "fjord chaos: warning: --idempotent-max-in-flight {} is above 1: librdkafka may then store messages twice by itself after a leader change",
+            args.idempotent_max_in_flight
         );
     }
     if args.broker_cores > 999 {
@@ -677,6 +703,7 @@ impl Run {
             value_max_bytes: self.args.value_max_bytes,
             abort_fraction: self.args.abort_fraction,
             idem_message_timeout_ms: self.args.idempotent_message_timeout_ms,
+            idem_max_in_flight: self.args.idempotent_max_in_flight,
             debug: self.args.client_debug.clone(),
         }
     }
@@ -1393,6 +1420,29 @@ impl Run {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `fjord chaos` with no flags: its idempotent producers keep one
+    /// request in flight and a message timeout above every outage, the two
+    /// settings without which librdkafka stores messages twice by itself
+    /// (module doc, confluentinc/librdkafka#4953); more in flight is refused
+    /// above librdkafka's idempotence limit.
+    #[test]
+    fn idempotent_producers_cannot_store_twice_by_themselves() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: ChaosArgs,
+        }
+        let args = <Cli as clap::Parser>::parse_from(["chaos"]).args;
+        assert_eq!(args.idempotent_max_in_flight, 1);
+        assert!(
+            args.idempotent_message_timeout_ms > LONG_OUTAGE_MS + broker::READY_TIMEOUT_MS / 10
+        );
+        assert!(validate(&args).is_ok());
+        let mut six = args.clone();
+        six.idempotent_max_in_flight = 6;
+        assert!(validate(&six).is_err());
+    }
 
     #[test]
     fn derived_seeds_differ_and_repeat() {

@@ -218,6 +218,7 @@ impl Report<'_> {
                 "longOutageMs": super::LONG_OUTAGE_MS,
                 "transactionTimeoutMs": super::clients::TXN_TIMEOUT_MS,
                 "idempotentMessageTimeoutMs": args.idempotent_message_timeout_ms,
+                "idempotentMaxInFlight": args.idempotent_max_in_flight,
                 "deleteRecordsShare": args.delete_records_share,
                 "nodes": args.nodes,
                 "netns": args.netns,

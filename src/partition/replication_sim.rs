@@ -27,10 +27,15 @@
 //! 3. After a crash right after that truncation the follower recovers the
 //!    truncated log and state (after a crash in it, some prefix of its old
 //!    log, which asking the leader again truncates); it replicates and
-//!    equals the leader again;
-//!    more rounds; a clean stop; the two logs' segment bytes, concatenated
-//!    in offset order, are identical (segment boundaries may differ: a
-//!    follower rolls by its own size and time checks, as Kafka's does).
+//!    equals the leader again, and its producer state finds a retry of
+//!    each of the clients' last batches (up to five per producer, of its
+//!    current epoch) a duplicate at the offset it was written at;
+//!    more rounds; then a failover: the follower becomes leader in epoch 3
+//!    and the clients send those batches again, each answered with its
+//!    original offsets and none written twice; a clean stop; the two logs'
+//!    segment bytes, concatenated in offset order, are identical (segment
+//!    boundaries may differ: a follower rolls by its own size and time
+//!    checks, as Kafka's does).
 //!
 //! `FJORD_REPL_SEED=<seed>` runs one seed, `FJORD_REPL_SEEDS=<n>` n of them
 //! (default 6); each run prints its seeds.
@@ -40,11 +45,11 @@ use super::{DataAppend, Partition, TxnMarker};
 use crate::config::ServeArgs;
 use crate::log::{LogConfig, LogManager, PartitionLog, TailCache};
 use crate::metadata::TopicConfig;
-use crate::producer::BatchMeta;
+use crate::producer::{BatchMeta, Verdict, BATCHES_PER_PRODUCER};
 use crate::record::{BatchHeader, BatchIter, RecordsChunk};
 use crate::types::{Offset, TopicPartition};
 use bytes::BytesMut;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
@@ -190,12 +195,82 @@ async fn open(dir: PathBuf, fsync: bool) -> Result<Node, String> {
     Ok(Node { mgr, p })
 }
 
-/// The client producers of one leader: (epoch, next sequence) of each, and
-/// which transactional ones have a transaction open.
+/// The client producers of one leader: (epoch, next sequence) of each,
+/// which transactional ones have a transaction open, and each one's last
+/// [`BATCHES_PER_PRODUCER`] batches (what a retry may resend).
 #[derive(Clone, Default)]
 struct Clients {
     producers: BTreeMap<i64, (i16, i32)>,
     open: BTreeSet<i64>,
+    sent: BTreeMap<i64, VecDeque<Sent>>,
+}
+
+/// A client batch the leader appended, as the client would send it again.
+#[derive(Clone, Copy, Debug)]
+struct Sent {
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+    txn: bool,
+    records: usize,
+    /// Where the leader wrote it.
+    base_offset: i64,
+}
+
+impl Sent {
+    /// The batch again, byte for byte as first sent.
+    fn resend(&self) -> BytesMut {
+        batch(self.pid, self.epoch, self.seq, self.txn, self.records)
+    }
+}
+
+/// Sends every remembered batch of `c`'s producers again to `p`, which
+/// leads (or is about to lead) with the log they were written to: each
+/// retry must be found a duplicate in `p`'s producer state, at the offset
+/// the first copy was written at. Only batches of a producer's current
+/// epoch are remembered by Kafka's rules (a newer epoch fences the older
+/// one's retries), so only those are sent. With `append`, through the
+/// produce path (`append_data`, which must write nothing); else only the
+/// producer-state check (`p` still follows). Returns how many were sent.
+fn retries_are_duplicates(
+    p: &Partition,
+    c: &Clients,
+    append: bool,
+    when: &str,
+) -> Result<usize, String> {
+    let mut sent = 0;
+    for (pid, batches) in &c.sent {
+        let current = c.producers.get(pid).map(|&(epoch, _)| epoch);
+        for s in batches.iter().filter(|s| Some(s.epoch) == current) {
+            let b = s.resend();
+            let h = BatchHeader::parse(&b).map_err(|e| e.to_string())?;
+            let end = p.log.log_end_offset();
+            let original = if append {
+                let cap = b.capacity();
+                match p.append_data(&h, b, cap, None, 1 << 20) {
+                    Ok(DataAppend::Duplicate(info)) => info.base_offset.0,
+                    other => {
+                        return Err(format!("{when}: a retry of {s:?} came to {other:?}"));
+                    }
+                }
+            } else {
+                match p.producers().check(&h) {
+                    Ok(Verdict::Duplicate(meta)) => meta.first_offset,
+                    other => {
+                        return Err(format!("{when}: a retry of {s:?} checked {other:?}"));
+                    }
+                }
+            };
+            if original != s.base_offset || p.log.log_end_offset() != end {
+                return Err(format!(
+                    "{when}: a retry of {s:?} answered offset {original}, log end {:?} (was {end:?})",
+                    p.log.log_end_offset()
+                ));
+            }
+            sent += 1;
+        }
+    }
+    Ok(sent)
 }
 
 /// One client operation on the leader `p`, drawn from `rng`, by producers
@@ -229,6 +304,18 @@ async fn client_op(
             if txn {
                 c.open.insert(pid);
             }
+            let sent = c.sent.entry(pid).or_default();
+            if sent.len() == BATCHES_PER_PRODUCER {
+                sent.pop_front();
+            }
+            sent.push_back(Sent {
+                pid,
+                epoch,
+                seq,
+                txn,
+                records,
+                base_offset: info.base_offset.0,
+            });
             info.last_offset
         }
         7..=8 => {
@@ -328,6 +415,8 @@ struct Carried {
     crashed_truncating: bool,
     /// Some life did (for the seed's summary).
     crashed_in_truncation: bool,
+    /// Retries the new leader of the last life answered as duplicates.
+    retried: usize,
     /// The follower's log before that truncation, and its target.
     before_truncation: Option<(Vec<Vec<u8>>, i64)>,
     fsync: bool,
@@ -404,6 +493,7 @@ fn run_seed(seed: u64) -> Result<String, String> {
         cut_batches: 0,
         crashed_truncating: false,
         crashed_in_truncation: false,
+        retried: 0,
         before_truncation: None,
         clients: Clients::default(),
         leader: None,
@@ -519,6 +609,10 @@ fn run_seed(seed: u64) -> Result<String, String> {
                 .map_err(|e| format!("truncate again: {e}"))?;
             replicate(&l.p, &f.p, c.fsync).await?;
             same(&l.p, &f.p, "after the truncation").await?;
+            // Its producer state, rebuilt by the truncation (a snapshot and
+            // the log after it) and added to by the catch-up, finds every
+            // retry of a batch it holds.
+            retries_are_duplicates(&f.p, &c.clients, false, "the follower after its truncation")?;
             for _ in 0..30 {
                 client_op(
                     &l.p,
@@ -536,6 +630,13 @@ fn run_seed(seed: u64) -> Result<String, String> {
             }
             replicate(&l.p, &f.p, c.fsync).await?;
             same(&l.p, &f.p, "end").await?;
+            // A failover: the follower becomes leader in a new epoch and
+            // the clients send their last batches again (their answers were
+            // lost with the old leader). Each is answered with the offsets
+            // it was first written at, and nothing is written twice.
+            retries_are_duplicates(&l.p, &c.clients, true, "the old leader")?;
+            f.p.log.become_leader(3).map_err(|e| e.to_string())?;
+            c.retried = retries_are_duplicates(&f.p, &c.clients, true, "the new leader")?;
             Ok(true)
         })
     });
@@ -561,11 +662,12 @@ fn run_seed(seed: u64) -> Result<String, String> {
         return Err("the segment files differ".into());
     }
     Ok(format!(
-        "fsync_acks {}, {} batches, {} producers, {} aborted transactions, {}",
+        "fsync_acks {}, {} batches, {} producers, {} aborted transactions, {} retries answered as duplicates by the new leader, {}",
         c.fsync,
         leader.batches.len(),
         leader.producers.len(),
         leader.aborted.len(),
+        c.retried,
         if c.crashed_in_truncation {
             "a crash in the follower's truncation".to_string()
         } else {
