@@ -451,8 +451,7 @@ fn a_follower_partition_takes_the_leaders_log_start() {
         );
         assert_eq!(resp.topics[0].partitions[0].error_code, 0);
         let deadline = std::time::Instant::now() + CATCH_UP;
-        while f.p.log.log_start_offset().0 != offset
-            || f.p.log.segment_base_offsets() != bases[2..]
+        while f.p.log.log_start_offset().0 != offset || f.p.log.segment_base_offsets() != bases[2..]
         {
             assert!(
                 std::time::Instant::now() < deadline,
@@ -479,4 +478,3 @@ fn a_follower_partition_takes_the_leaders_log_start() {
         assert_eq!(f.errors(), 0);
     });
 }
-

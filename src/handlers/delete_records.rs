@@ -185,9 +185,10 @@ fn low_watermark(
         return Ok(None);
     };
     let me = ctx.config.node_id_of(ctx.shard);
-    Ok(Some(ctx.leading.low_watermark(&p, ps, me, |r| {
-        image.is_live_broker(r)
-    })))
+    Ok(Some(
+        ctx.leading
+            .low_watermark(&p, ps, me, |r| image.is_live_broker(r)),
+    ))
 }
 
 /// Kafka's DelayedDeleteRecords: waits until every partition of `waiting`

@@ -129,7 +129,10 @@ impl MarkerError {
     /// stale one (the transaction was ended already), nor for a partition
     /// whose topic is gone (the caller checks its own image for that).
     pub fn retriable(self) -> bool {
-        !matches!(self, MarkerError::StaleEpoch | MarkerError::CoordinatorFenced)
+        !matches!(
+            self,
+            MarkerError::StaleEpoch | MarkerError::CoordinatorFenced
+        )
     }
 }
 

@@ -1080,9 +1080,11 @@ fn markers_of_an_older_coordinator_epoch_are_refused() {
         let h = BatchHeader::parse(&b).expect("batch");
         let cap = b.capacity();
         match p.append_data(&h, b, cap, None, 1 << 20) {
-            Ok(DataAppend::Appended { info, .. }) => {
-                p.log.wait_acked(info.last_offset, false).await.expect("written")
-            }
+            Ok(DataAppend::Appended { info, .. }) => p
+                .log
+                .wait_acked(info.last_offset, false)
+                .await
+                .expect("written"),
             other => panic!("transactional batch: {other:?}"),
         }
     }

@@ -460,10 +460,16 @@ mod tests {
         let (pid, entry) = &e[0];
         assert_eq!(*pid, 4);
         assert_eq!(entry.epoch, 1);
-        assert_eq!(entry.coordinator_epoch, crate::producer::NO_COORDINATOR_EPOCH);
+        assert_eq!(
+            entry.coordinator_epoch,
+            crate::producer::NO_COORDINATOR_EPOCH
+        );
         assert_eq!(entry.current_txn_first_offset, Some(3));
         assert_eq!(entry.batches.len(), 1);
         let other = aligned(&framed(9, &payload));
-        assert!(matches!(view(&other), Err(SnapshotError::UnsupportedVersion(9))));
+        assert!(matches!(
+            view(&other),
+            Err(SnapshotError::UnsupportedVersion(9))
+        ));
     }
 }

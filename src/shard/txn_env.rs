@@ -338,7 +338,10 @@ mod tests {
             (E::NotEnoughReplicas, MarkerError::NotEnoughReplicas),
             (E::UnknownTopicOrPartition, MarkerError::UnknownPartition),
             (E::InvalidProducerEpoch, MarkerError::StaleEpoch),
-            (E::TransactionCoordinatorFenced, MarkerError::CoordinatorFenced),
+            (
+                E::TransactionCoordinatorFenced,
+                MarkerError::CoordinatorFenced,
+            ),
             (E::RequestTimedOut, MarkerError::TimedOut),
             (E::KafkaStorageError, MarkerError::Storage),
             (E::ClusterAuthorizationFailed, MarkerError::Storage),
