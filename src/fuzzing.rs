@@ -71,6 +71,8 @@ const CODECS: [Compression; 5] = [
 ];
 /// Flag bit: recompute checksums before parsing.
 const FLAG_FIX_CHECKSUMS: u8 = 0x01;
+/// [`producer_snapshot`]: the header names the older format (version 2).
+const FLAG_OLDER_FORMAT: u8 = 0x02;
 
 /// The scratch directory of this process, created on first use.
 fn scratch_dir() -> &'static Path {
@@ -810,8 +812,10 @@ pub fn checkpoint_round_trip(entries: &[(TopicPartition, i64)]) {
 
 /// A producer snapshot file. `data[0]` holds the flags: bit 0 wraps
 /// `data[1..]` as the payload of a header with the right magic, version,
-/// CRC and length, so the rkyv archive validation is reached. What views
-/// re-encodes to a snapshot whose entries are the same.
+/// CRC and length, so the rkyv archive validation is reached; bit 1 makes
+/// that header's version 2 (the older format still read) instead of the
+/// current one. What views re-encodes to a snapshot whose entries are the
+/// same.
 pub fn producer_snapshot(data: &[u8]) {
     let Some((&flags, rest)) = data.split_first() else {
         return;
@@ -819,7 +823,12 @@ pub fn producer_snapshot(data: &[u8]) {
     let bytes = if flags & FLAG_FIX_CHECKSUMS != 0 {
         let mut b = Vec::with_capacity(16 + rest.len());
         b.extend_from_slice(b"FJPS");
-        b.extend_from_slice(&2u16.to_le_bytes());
+        let version = if flags & FLAG_OLDER_FORMAT != 0 {
+            snapshot::FORMAT_VERSION_2
+        } else {
+            snapshot::FORMAT_VERSION
+        };
+        b.extend_from_slice(&version.to_le_bytes());
         b.extend_from_slice(&[0, 0]);
         b.extend_from_slice(&crc32c::crc32c(rest).to_le_bytes());
         b.extend_from_slice(&(rest.len() as u32).to_le_bytes());
@@ -833,7 +842,7 @@ pub fn producer_snapshot(data: &[u8]) {
     let Ok(view) = snapshot::view(&aligned) else {
         return;
     };
-    let offset = view.offset.to_native();
+    let offset = view.offset();
     let entries = snapshot::entries(view);
     snapshot_round_trip(offset, &entries);
     let mut table = ProducerStateTable::new(PRODUCERS_MAX.max(entries.len()));
@@ -851,7 +860,7 @@ pub fn snapshot_round_trip(offset: i64, entries: &[(i64, ProducerEntry)]) {
     let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(bytes.len());
     aligned.extend_from_slice(&bytes);
     let view = snapshot::view(&aligned).expect("our snapshot views");
-    assert_eq!(view.offset.to_native(), offset);
+    assert_eq!(view.offset(), offset);
     let back = snapshot::entries(view);
     let expected: Vec<(i64, ProducerEntry)> = entries
         .iter()

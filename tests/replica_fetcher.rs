@@ -130,8 +130,14 @@ impl FollowerLog for MemoryLog {
         Ok(())
     }
 
-    fn leader_offsets(&self, _: &TopicPartition, high_watermark: i64, _log_start: i64) {
+    async fn leader_offsets(
+        &self,
+        _: &TopicPartition,
+        high_watermark: i64,
+        _log_start: i64,
+    ) -> Result<(), FollowerLogError> {
         *self.high_watermark.borrow_mut() = high_watermark.min(self.log_end());
+        Ok(())
     }
 
     fn fetch_error(&self, _: &TopicPartition, error: ResponseError) {

@@ -376,3 +376,105 @@ fn a_follower_partition_below_the_leaders_log_start_starts_again_there() {
         task.await;
     });
 }
+
+/// The leader deleted records the follower partition holds: the next
+/// fetch answer moves the follower's log start up to the leader's
+/// (`PartitionLog::follow_leader_log_start`), the follower's segments
+/// wholly below it are deleted, and its shard's
+/// `log-start-offset-checkpoint` names it once the fetcher is done with
+/// that answer (before it fetches again).
+#[test]
+fn a_follower_partition_takes_the_leaders_log_start() {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::DeleteRecordsRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    on_executor(data.clone(), move || async move {
+        let broker = Broker::start(BrokerOpts::default().cores(1));
+        let topic = "replica-partition-follows-log-start";
+        let tp = TopicPartition::new(topic, 0);
+        // 1 MiB segments (the smallest), four 250 kB batches to each.
+        let segment = ("segment.bytes", "1048576");
+        create_topic(&broker.bootstrap(), topic, 1, &[segment]);
+        let mut raw = RawClient::connect(broker.port_of(0));
+        for i in 0..12u8 {
+            let value = vec![b'a' + i; 250_000];
+            let batch = BatchBuilder::new(Compression::None)
+                .record(None, Some(&value), &[], 1_700_000_000_000)
+                .build()
+                .freeze();
+            let resp = raw.request(9, &common::raw::produce_request(topic, 0, 1, batch));
+            assert_eq!(common::raw::only_partition(&resp).error_code, 0);
+        }
+
+        let mgr = LogManager::new_for_shard(data.clone(), TailCache::new(1 << 20), 0);
+        let config = LogConfig {
+            segment_bytes: 1 << 20,
+            ..LogConfig::default()
+        };
+        let log = mgr.open(&tp, config).await.unwrap();
+        let topic_config = TopicConfig::resolve(
+            &BTreeMap::new(),
+            &fjord::config::ServeArgs::default().resolve().unwrap(),
+        );
+        let p = Partition::open(tp.clone(), [0; 16], log, topic_config, 1_000)
+            .await
+            .unwrap();
+        p.log.set_high_watermark(Offset(0));
+        let f = Rc::new(PartitionFollower {
+            p,
+            _mgr: mgr,
+            followers: Rc::default(),
+            tp: tp.clone(),
+        });
+        let fetcher = fetcher(&broker, topic, &f);
+        let task = glommio::spawn_local(fetcher.clone().run());
+        let deadline = std::time::Instant::now() + CATCH_UP;
+        while f.p.log.high_watermark().0 != 12 {
+            assert!(std::time::Instant::now() < deadline, "the follower's HW");
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        let bases = f.p.log.segment_base_offsets();
+        assert!(bases.len() >= 3, "several segments: {bases:?}");
+        let offset = bases[2] + 1;
+        let resp = raw.request(
+            2,
+            &DeleteRecordsRequest::default()
+                .with_topics(vec![DeleteRecordsTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                    .with_partitions(vec![DeleteRecordsPartition::default()
+                        .with_partition_index(0)
+                        .with_offset(offset)])])
+                .with_timeout_ms(10_000),
+        );
+        assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+        let deadline = std::time::Instant::now() + CATCH_UP;
+        while f.p.log.log_start_offset().0 != offset || f.p.log.segment_base_offsets() != bases[2..]
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the follower's log start {} (segments {:?}) never reached the leader's {offset}",
+                f.p.log.log_start_offset().0,
+                f.p.log.segment_base_offsets()
+            );
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        // Stopped: the answer being handled is done with.
+        fetcher.stop();
+        task.await;
+        let file = fjord::log::checkpoint::shard_file(
+            &data,
+            fjord::log::checkpoint::LOG_START_CHECKPOINT,
+            0,
+        );
+        let checkpointed = fjord::log::checkpoint::decode(&std::fs::read_to_string(file).unwrap())
+            .unwrap()
+            .into_iter()
+            .find(|(t, _)| *t == tp)
+            .map(|(_, o)| o);
+        assert_eq!(checkpointed, Some(offset), "the log start checkpointed");
+        assert_eq!(f.errors(), 0);
+    });
+}

@@ -23,6 +23,7 @@ struct Producer {
     batches: Vec<Batch>,
     last_update_ms: i64,
     current_txn_first_offset: Option<i64>,
+    coordinator_epoch: i32,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -56,6 +57,7 @@ fuzz_target!(|data: &[u8]| {
                             .collect(),
                         last_update_ms: p.last_update_ms,
                         current_txn_first_offset: p.current_txn_first_offset,
+                        coordinator_epoch: p.coordinator_epoch,
                     },
                 )
             })

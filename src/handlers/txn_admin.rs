@@ -390,6 +390,9 @@ pub fn marker_error_code(e: MarkerError) -> i16 {
         MarkerError::UnknownPartition => ResponseError::UnknownTopicOrPartition,
         MarkerError::NotLeader | MarkerError::Unreachable => ResponseError::NotLeaderOrFollower,
         MarkerError::StaleEpoch => ResponseError::InvalidProducerEpoch,
+        MarkerError::CoordinatorFenced => ResponseError::TransactionCoordinatorFenced,
+        MarkerError::NotEnoughReplicas => ResponseError::NotEnoughReplicas,
+        MarkerError::NotEnoughReplicasAfterAppend => ResponseError::NotEnoughReplicasAfterAppend,
         MarkerError::Storage => ResponseError::KafkaStorageError,
         MarkerError::TimedOut => ResponseError::RequestTimedOut,
     }
@@ -409,6 +412,9 @@ mod tests {
             MarkerError::UnknownPartition,
             MarkerError::NotLeader,
             MarkerError::StaleEpoch,
+            MarkerError::CoordinatorFenced,
+            MarkerError::NotEnoughReplicas,
+            MarkerError::NotEnoughReplicasAfterAppend,
             MarkerError::Storage,
             MarkerError::TimedOut,
         ] {

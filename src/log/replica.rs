@@ -47,6 +47,12 @@
 //!   `high_watermark`), retention and DeleteRecords all read the HW through
 //!   `high_watermark` and so use it unchanged. A log never switched (the
 //!   single-node broker) derives its HW exactly as before.
+//! - **Log start from the leader** ([`PartitionLog::follow_leader_log_start`]):
+//!   every fetch answer carries the leader's log start; the follower moves
+//!   its own up to it (never past its own HW), deletes the sealed segments
+//!   wholly below it, and checkpoints it before it fetches again, so the
+//!   log start its next fetch reports (what the leader's DeleteRecords
+//!   waits for, Kafka's low watermark) is on its disk.
 //! - **High watermark after a restart** ([`PartitionLog::start_replicated_at`]):
 //!   a reopened log's HW is everything it has written, batches the ISR
 //!   never had included. A replicated log reopened is switched with the HW
@@ -58,7 +64,7 @@ use super::partition::PartitionLog;
 use super::watch::OffsetWatch;
 use super::{AppendInfo, LogError};
 use crate::record::batch;
-use crate::types::{HighWatermark, Offset};
+use crate::types::{HighWatermark, LogStartOffset, Offset};
 use bytes::Bytes;
 use std::rc::Rc;
 
@@ -177,6 +183,33 @@ impl PartitionLog {
             }
         }
         self.high_watermark()
+    }
+
+    /// A follower's log start follows its leader's (Kafka's
+    /// `maybeIncrementLogStartOffset` with reason `LeaderOffsetIncremented`,
+    /// which a follower runs on every fetch answer; see the module doc):
+    /// the log start moves up to `leader_log_start`, bounded by this log's
+    /// HW (the rest follows with a later answer, once the HW is there), and
+    /// the sealed segments wholly below it are deleted, as DeleteRecords
+    /// does on the leader. The shard's checkpoints (the log start's among
+    /// them) are rewritten before this returns, so the log start the
+    /// follower reports in its next fetch, which the leader's DeleteRecords
+    /// waits for, survives a kill -9 of this node. Never moves the log start
+    /// back; returns it after the call.
+    pub async fn follow_leader_log_start(
+        &self,
+        leader_log_start: Offset,
+    ) -> Result<LogStartOffset, LogError> {
+        let to = leader_log_start.0.min(self.high_watermark().0);
+        if to <= self.log_start.get() {
+            return Ok(self.log_start_offset());
+        }
+        if self.truncating.get() {
+            return Err(LogError::Truncating);
+        }
+        let start = self.move_log_start(Offset(to), "the leader's log start")?;
+        self.write_shard_checkpoints().await?;
+        Ok(start)
     }
 
     /// The HW is set from outside (`set_high_watermark` or

@@ -137,6 +137,18 @@ impl PartitionLog {
     /// `PartitionLog::delete_records_before`: moves the log start up to
     /// `offset` (in `[0, HW]`) and deletes the sealed segments below it.
     pub(super) fn delete_records(&self, offset: Offset) -> Result<LogStartOffset, LogError> {
+        self.move_log_start(offset, "DeleteRecords")
+    }
+
+    /// Moves the log start up to `offset` (in `[0, HW]`), for `why` (the
+    /// log line's), and deletes the sealed segments wholly below it:
+    /// DeleteRecords on a leader, the leader's log start on a follower
+    /// (`replica`).
+    pub(super) fn move_log_start(
+        &self,
+        offset: Offset,
+        why: &'static str,
+    ) -> Result<LogStartOffset, LogError> {
         self.health.check_usable()?;
         if offset.0 < 0 || offset.0 > self.high_watermark().0 {
             return Err(LogError::OffsetOutOfRange {
@@ -146,7 +158,7 @@ impl PartitionLog {
         }
         if offset.0 > self.log_start.get() {
             tracing::info!(partition = %self.tp, from = self.log_start.get(), to = offset.0,
-                "DeleteRecords moved the log start");
+                why, "the log start moved");
             self.log_start.set(offset.0);
             self.changes.notify();
             self.epochs.borrow_mut().truncate_from_start(offset.0);

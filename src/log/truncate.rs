@@ -189,6 +189,14 @@ impl PartitionLog {
         r: Result<LogEndOffset, LogError>,
     ) -> Result<LogEndOffset, LogError> {
         let end = r?;
+        self.write_shard_checkpoints().await?;
+        Ok(end)
+    }
+
+    /// Rewrites the checkpoints of the shard whose manager opened this log
+    /// (recovery points, log starts, HWs); nothing for a log opened
+    /// without one.
+    pub(super) async fn write_shard_checkpoints(&self) -> Result<(), LogError> {
         let manager = self
             .checkpointer
             .borrow()
@@ -197,7 +205,7 @@ impl PartitionLog {
         if let Some(m) = manager {
             m.checkpoint().await?;
         }
-        Ok(end)
+        Ok(())
     }
 
     /// Kafka's `truncateFullyAndStartAt`: every segment is deleted and the

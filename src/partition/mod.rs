@@ -94,8 +94,8 @@ pub enum AppendError {
     Log(#[from] LogError),
 }
 
-/// Why a marker was not written. The first four come from the partition's
-/// leader, the last two from the way to it.
+/// Why a marker was not written. All but the last two come from the
+/// partition's leader, those from the way to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum MarkerError {
     #[error("the partition is not in the metadata")]
@@ -104,6 +104,18 @@ pub enum MarkerError {
     NotLeader,
     #[error("the marker's producer epoch is stale")]
     StaleEpoch,
+    /// Kafka's TRANSACTION_COORDINATOR_FENCED: the partition took a marker
+    /// of a newer coordinator epoch for the producer (a zombie coordinator).
+    #[error("the marker's coordinator epoch is older than the partition's")]
+    CoordinatorFenced,
+    /// Kafka's NOT_ENOUGH_REPLICAS: the ISR is below `min.insync.replicas`,
+    /// so the marker (an acks=-1 write) was not appended.
+    #[error("the partition's ISR is below min.insync.replicas")]
+    NotEnoughReplicas,
+    /// Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND: appended and below the HW,
+    /// but the ISR shrank below `min.insync.replicas` meanwhile.
+    #[error("the ISR shrank below min.insync.replicas after the marker was appended")]
+    NotEnoughReplicasAfterAppend,
     #[error("the marker could not be written")]
     Storage,
     #[error("the partition's shard did not answer in time")]
@@ -117,7 +129,10 @@ impl MarkerError {
     /// stale one (the transaction was ended already), nor for a partition
     /// whose topic is gone (the caller checks its own image for that).
     pub fn retriable(self) -> bool {
-        !matches!(self, MarkerError::StaleEpoch)
+        !matches!(
+            self,
+            MarkerError::StaleEpoch | MarkerError::CoordinatorFenced
+        )
     }
 }
 
@@ -299,6 +314,16 @@ impl Partition {
         if stale {
             return Err(MarkerError::StaleEpoch);
         }
+        // Then the coordinator epoch (Kafka's `checkCoordinatorEpoch`): a
+        // marker of a coordinator older than one whose marker this
+        // partition already took for the producer is a zombie's.
+        if self
+            .producers
+            .borrow()
+            .coordinator_fenced(m.producer_id, m.coordinator_epoch)
+        {
+            return Err(MarkerError::CoordinatorFenced);
+        }
         let kind = if m.commit {
             ControlType::Commit
         } else {
@@ -320,6 +345,9 @@ impl Partition {
                 tracing::error!(tp = %m.tp, error = %e, "appending a transaction marker failed");
                 MarkerError::Storage
             })?;
+        self.producers
+            .borrow_mut()
+            .set_coordinator_epoch(m.producer_id, m.coordinator_epoch);
         // Ending the transaction moves the last stable offset now, before
         // the marker is written: read_committed fetch sessions must see it.
         self.log.notify_changed();
@@ -363,14 +391,17 @@ impl Partition {
         allocation_bytes: usize,
     ) -> Result<AppendInfo, AppendError> {
         let header = BatchHeader::parse(&batch).map_err(LogError::InvalidBatch)?;
-        let abort = header.is_control() && recovery::is_abort_marker(&batch);
+        let marker = header
+            .is_control()
+            .then(|| recovery::marker_of(&batch))
+            .flatten();
         let segments_before = self.log.segment_count();
         let info = self.log.append_replica(batch, allocation_bytes)?;
         if self.log.segment_count() > segments_before {
             self.snapshot_at_roll(info.base_offset.0);
         }
         let aborted =
-            recovery::record_replayed(&mut self.producers.borrow_mut(), &header, abort, now_ms());
+            recovery::record_replayed(&mut self.producers.borrow_mut(), &header, marker, now_ms());
         if header.is_control() {
             // The marker ended a transaction: the LSO may move.
             self.log.notify_changed();

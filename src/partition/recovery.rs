@@ -26,7 +26,7 @@ use crate::log::{LogError, PartitionLog};
 use crate::metadata::TopicConfig;
 use crate::producer::txn_index::{self, AbortedTxn, AbortedTxns};
 use crate::producer::{snapshot, ProducerStateTable};
-use crate::record::records::{parse_control_key, ControlType};
+use crate::record::records::{parse_control_key, parse_marker_value, ControlType};
 use crate::types::{Offset, TopicPartition};
 use std::rc::Rc;
 
@@ -61,19 +61,24 @@ impl Partition {
 }
 
 /// Records one batch of the log in `table` as the replay does (and a
-/// follower's `append_replica`): an ABORT marker (`abort`, see
-/// [`is_abort_marker`]) first takes its producer's open transaction, which
-/// it returns as the aborted transaction to index.
+/// follower's `append_replica`): a transaction marker (`marker`, see
+/// [`marker_of`]) sets its producer's coordinator epoch, and an ABORT
+/// marker first takes its producer's open transaction, which it returns
+/// as the aborted transaction to index.
 pub(super) fn record_replayed(
     table: &mut ProducerStateTable,
     h: &crate::record::BatchHeader,
-    abort: bool,
+    marker: Option<Marker>,
     now: i64,
 ) -> Option<AbortedTxn> {
+    let abort = marker.is_some_and(|m| m.abort);
     let aborted_first = (h.is_control() && abort)
         .then(|| table.open_transaction(h.producer_id))
         .flatten();
     table.record(h, h.base_offset, now);
+    if let Some(m) = marker.filter(|_| h.is_control() && h.producer_id >= 0) {
+        table.set_coordinator_epoch(h.producer_id, m.coordinator_epoch);
+    }
     aborted_first.map(|first| AbortedTxn {
         producer_id: h.producer_id,
         first_offset: first,
@@ -82,14 +87,33 @@ pub(super) fn record_replayed(
     })
 }
 
-/// Whether a control batch's (single) record is an ABORT marker.
-pub(super) fn is_abort_marker(batch: &[u8]) -> bool {
-    crate::record::decode_batch(batch)
+/// A transaction marker, as a control batch's record holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Marker {
+    pub abort: bool,
+    /// The coordinator epoch it was written in (-1 when its value does not
+    /// parse).
+    pub coordinator_epoch: i32,
+}
+
+/// The transaction marker a control batch's (single) record is: whether
+/// it is an ABORT, and its coordinator epoch; `None` if the batch is not
+/// a control batch with a readable key.
+pub(super) fn marker_of(batch: &[u8]) -> Option<Marker> {
+    let record = crate::record::decode_batch(batch)
         .ok()
-        .and_then(|(_, records)| records.into_iter().next())
-        .and_then(|r| r.key)
-        .and_then(|k| parse_control_key(&k).ok())
-        .is_some_and(|(_, kind)| kind == ControlType::Abort)
+        .filter(|(h, _)| h.is_control())
+        .and_then(|(_, records)| records.into_iter().next())?;
+    let (_, kind) = parse_control_key(record.key.as_deref()?).ok()?;
+    let coordinator_epoch = record
+        .value
+        .as_deref()
+        .and_then(|v| parse_marker_value(v).ok())
+        .map_or(crate::producer::NO_COORDINATOR_EPOCH, |(_, e)| e);
+    Some(Marker {
+        abort: kind == ControlType::Abort,
+        coordinator_epoch,
+    })
 }
 
 pub(super) async fn recover(
@@ -155,8 +179,8 @@ async fn replay(
     let mut replayed = 0u64;
     let scan = log
         .scan(Offset(from), &mut |h, bytes| {
-            let abort = h.is_control() && is_abort_marker(bytes);
-            derived.extend(record_replayed(table, h, abort, now));
+            let marker = h.is_control().then(|| marker_of(bytes)).flatten();
+            derived.extend(record_replayed(table, h, marker, now));
             replayed += 1;
         })
         .await;

@@ -42,7 +42,7 @@ use crate::config::ServeArgs;
 use crate::log::storage::sim::{self, Faults, SimDisk, SimStats};
 use crate::log::{LogConfig, LogManager, TailCache};
 use crate::metadata::TopicConfig;
-use crate::partition::{AppendError, DataAppend, Partition, TxnMarker};
+use crate::partition::{AppendError, DataAppend, MarkerError, Partition, TxnMarker};
 use crate::producer::ProducerError;
 use crate::record::{BatchBuilder, BatchHeader, Compression};
 use crate::types::{Offset, TopicPartition};
@@ -1048,5 +1048,90 @@ fn a_txnindex_entry_whose_marker_was_lost_is_dropped_at_recovery() {
             "committed, not aborted"
         );
         assert_eq!(p.last_stable_offset(), 3);
+    });
+}
+
+/// Kafka's coordinator-epoch fence on markers (`checkCoordinatorEpoch`):
+/// once a partition took a marker written by a coordinator in epoch 5 for
+/// a producer, a marker of epoch 4 for it (a zombie coordinator's) is
+/// refused with nothing appended, while epoch 5 and newer ones are taken;
+/// another producer is not fenced. After a crash the epoch comes back from
+/// the markers the replay reads, after a clean stop from the producer
+/// snapshot.
+#[test]
+fn markers_of_an_older_coordinator_epoch_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().to_path_buf();
+    let setup = Setup {
+        fsync: false,
+        direct_writes: false,
+        faults: Faults::default(),
+    };
+    let marker = |pid: i64, coordinator_epoch: i32, commit: bool| TxnMarker {
+        tp: tp(),
+        producer_id: pid,
+        producer_epoch: 0,
+        coordinator_epoch,
+        commit,
+        tv2: false,
+    };
+    async fn transaction(p: &Partition, pid: i64, seq: i32) {
+        let b = batch(pid, 0, seq, true, 1);
+        let h = BatchHeader::parse(&b).expect("batch");
+        let cap = b.capacity();
+        match p.append_data(&h, b, cap, None, 1 << 20) {
+            Ok(DataAppend::Appended { info, .. }) => p
+                .log
+                .wait_acked(info.last_offset, false)
+                .await
+                .expect("written"),
+            other => panic!("transactional batch: {other:?}"),
+        }
+    }
+    let d = data.clone();
+    run(d.clone(), move || async move {
+        let (_mgr, p) = open_partition(d, setup).await;
+        transaction(&p, 20, 0).await;
+        p.append_control(&marker(20, 5, true)).expect("epoch 5");
+        transaction(&p, 20, 1).await;
+        let end = p.log.log_end_offset();
+        assert_eq!(
+            p.append_control(&marker(20, 4, false)),
+            Err(MarkerError::CoordinatorFenced)
+        );
+        assert_eq!(p.log.log_end_offset(), end, "nothing appended");
+        assert_eq!(p.producers().get(20).map(|e| e.coordinator_epoch), Some(5));
+        // Another producer has no coordinator epoch yet.
+        transaction(&p, 21, 0).await;
+        let at = p.append_control(&marker(21, 4, true)).expect("producer 21");
+        p.log.wait_acked(at, false).await.expect("written");
+        // A crash, the open transaction of producer 20 still open.
+    });
+    let d = data.clone();
+    run(d.clone(), move || async move {
+        let (mgr, p) = open_partition(d, setup).await;
+        assert_eq!(p.producers().get(20).map(|e| e.coordinator_epoch), Some(5));
+        assert_eq!(p.producers().get(21).map(|e| e.coordinator_epoch), Some(4));
+        assert_eq!(
+            p.append_control(&marker(20, 4, false)),
+            Err(MarkerError::CoordinatorFenced),
+            "replayed"
+        );
+        let at = p.append_control(&marker(20, 6, true)).expect("epoch 6");
+        p.log.wait_acked(at, false).await.expect("written");
+        assert_eq!(p.producers().get(20).map(|e| e.coordinator_epoch), Some(6));
+        assert_eq!(p.last_stable_offset(), p.log.log_end_offset().0);
+        // A clean stop: the producer snapshot holds the epochs.
+        p.maintain_producer_state(i64::MAX).await;
+        mgr.shutdown().await.expect("clean stop");
+    });
+    run(data.clone(), move || async move {
+        let (_mgr, p) = open_partition(data, setup).await;
+        assert_eq!(p.producers().get(20).map(|e| e.coordinator_epoch), Some(6));
+        assert_eq!(
+            p.append_control(&marker(20, 5, true)),
+            Err(MarkerError::CoordinatorFenced),
+            "from the snapshot"
+        );
     });
 }

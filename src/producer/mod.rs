@@ -38,6 +38,10 @@ pub mod txn_index;
 use crate::record::BatchHeader;
 use std::collections::{HashMap, VecDeque};
 
+/// A producer's coordinator epoch before any marker (Kafka's
+/// `RecordBatch.NO_PARTITION_LEADER_EPOCH`, which it starts entries with).
+pub const NO_COORDINATOR_EPOCH: i32 = -1;
+
 /// Batches remembered per producer (Kafka's `NUM_BATCHES_TO_RETAIN`).
 pub const BATCHES_PER_PRODUCER: usize = 5;
 pub use crate::config::{PRODUCERS_PER_PARTITION_MAX_DEFAULT, PRODUCER_ID_EXPIRATION_MS_DEFAULT};
@@ -63,6 +67,12 @@ pub struct ProducerEntry {
     /// First offset of this producer's open transaction on this partition
     /// (a transactional batch was written and no marker yet), if any.
     pub current_txn_first_offset: Option<i64>,
+    /// The coordinator epoch of the last transaction marker written for
+    /// this producer here (Kafka's `coordinatorEpoch`), -1 before any: a
+    /// leader refuses a marker of an older one
+    /// ([`ProducerStateTable::coordinator_fenced`]). In producer snapshots
+    /// from format version 3 (`snapshot`).
+    pub coordinator_epoch: i32,
 }
 
 impl ProducerEntry {
@@ -225,6 +235,7 @@ impl ProducerStateTable {
                 batches: VecDeque::with_capacity(BATCHES_PER_PRODUCER),
                 last_update_ms: now_ms,
                 current_txn_first_offset: None,
+                coordinator_epoch: NO_COORDINATOR_EPOCH,
             });
         if h.producer_epoch != entry.epoch {
             entry.epoch = h.producer_epoch;
@@ -245,6 +256,27 @@ impl ProducerStateTable {
         }
         entry.batches.push_back(meta);
         entry.last_update_ms = now_ms;
+    }
+
+    /// After [`Self::record`] of a transaction marker written by a
+    /// coordinator in `coordinator_epoch`: the producer's coordinator epoch
+    /// is the marker's, as Kafka's `ProducerAppendInfo.appendEndTxnMarker`
+    /// sets it (also when a replica or a replay records an older one,
+    /// which Kafka only logs).
+    pub fn set_coordinator_epoch(&mut self, producer_id: i64, coordinator_epoch: i32) {
+        if let Some(e) = self.producers.get_mut(&producer_id) {
+            e.coordinator_epoch = coordinator_epoch;
+        }
+    }
+
+    /// Whether a marker for `producer_id` from a coordinator in
+    /// `coordinator_epoch` is a zombie's: this partition already took a
+    /// marker of a newer coordinator epoch for the producer (Kafka's
+    /// `checkCoordinatorEpoch`: TRANSACTION_COORDINATOR_FENCED).
+    pub fn coordinator_fenced(&self, producer_id: i64, coordinator_epoch: i32) -> bool {
+        self.producers
+            .get(&producer_id)
+            .is_some_and(|e| e.coordinator_epoch > coordinator_epoch)
     }
 
     /// The first offset of `producer_id`'s open transaction, if it has one.
@@ -425,6 +457,34 @@ mod tests {
         // Open transactions are neither expired nor evicted.
         assert_eq!(t.expire(i64::MAX, 1), 1);
         assert_eq!(t.open_transaction(6), Some(15));
+    }
+
+    /// A marker's coordinator epoch is remembered for its producer; one of
+    /// an older epoch is fenced, the same or a newer one is not; a producer
+    /// without a marker yet fences nothing.
+    #[test]
+    fn markers_of_an_older_coordinator_epoch_are_fenced() {
+        let mut t = ProducerStateTable::new(10);
+        assert!(!t.coordinator_fenced(5, 0), "unknown producer");
+        let mut txn = batch(5, 0, 0, 1);
+        txn.attributes |= 0x10;
+        t.record(&txn, 0, 0);
+        assert_eq!(t.get(5).unwrap().coordinator_epoch, NO_COORDINATOR_EPOCH);
+        assert!(!t.coordinator_fenced(5, 0), "no marker yet");
+        let mut marker = batch(5, 0, -1, 1);
+        marker.attributes |= 0x30;
+        t.record(&marker, 1, 0);
+        t.set_coordinator_epoch(5, 3);
+        assert_eq!(t.get(5).unwrap().coordinator_epoch, 3);
+        assert!(t.coordinator_fenced(5, 2));
+        assert!(!t.coordinator_fenced(5, 3));
+        assert!(!t.coordinator_fenced(5, 4));
+        assert!(!t.coordinator_fenced(6, 0), "another producer");
+        // A later data batch, even of a new producer epoch, keeps it.
+        let mut next = batch(5, 1, 0, 1);
+        next.attributes |= 0x10;
+        t.record(&next, 2, 0);
+        assert!(t.coordinator_fenced(5, 2));
     }
 
     #[test]

@@ -7,6 +7,9 @@
 //! payload, an rkyv archive of [`SnapshotData`]. The file is read into a
 //! 16-byte-aligned buffer and the archive is accessed in place (validated by
 //! rkyv's bytecheck, never trusted blindly): loading is a view, not a parse.
+//! Version 3 added each producer's coordinator epoch; version 2 files
+//! ([`SnapshotDataV2`]) are still read, their producers' coordinator epochs
+//! unknown (-1) until their next marker.
 //!
 //! The files are small and written rarely (at every segment roll, as Kafka
 //! does, at the new segment's base offset once the batches below it are
@@ -21,8 +24,11 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 4] = b"FJPS";
-/// Version 2 added the open transaction's first offset.
-const FORMAT_VERSION: u16 = 2;
+/// Version 2 added the open transaction's first offset, version 3 the
+/// coordinator epoch. Written: the latest.
+pub const FORMAT_VERSION: u16 = 3;
+/// The older format still read.
+pub const FORMAT_VERSION_2: u16 = 2;
 const HEADER_BYTES: usize = 16;
 /// Snapshots kept per partition; older ones are deleted after a new one is written.
 pub const SNAPSHOTS_KEPT: usize = 2;
@@ -45,12 +51,61 @@ pub struct SnapshotProducer {
     pub batches: Vec<SnapshotBatch>,
     /// -1 = no open transaction.
     pub current_txn_first_offset: i64,
+    /// The coordinator epoch of the producer's last marker, -1 = none.
+    pub coordinator_epoch: i32,
 }
 
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
 pub struct SnapshotData {
     pub offset: i64,
     pub producers: Vec<SnapshotProducer>,
+}
+
+/// A producer in a version-2 snapshot: no coordinator epoch.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
+pub struct SnapshotProducerV2 {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub last_update_ms: i64,
+    pub batches: Vec<SnapshotBatch>,
+    pub current_txn_first_offset: i64,
+}
+
+/// A version-2 snapshot, as written before version 3.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize, Debug, Clone, PartialEq)]
+pub struct SnapshotDataV2 {
+    pub offset: i64,
+    pub producers: Vec<SnapshotProducerV2>,
+}
+
+/// A validated view of a snapshot's archive, in the format its header
+/// names.
+#[derive(Clone, Copy)]
+pub enum SnapshotView<'a> {
+    V2(&'a ArchivedSnapshotDataV2),
+    V3(&'a ArchivedSnapshotData),
+}
+
+impl SnapshotView<'_> {
+    /// The offset the snapshot was taken at.
+    pub fn offset(&self) -> i64 {
+        match self {
+            SnapshotView::V2(v) => v.offset.to_native(),
+            SnapshotView::V3(v) => v.offset.to_native(),
+        }
+    }
+
+    /// How many producers it holds.
+    pub fn len(&self) -> usize {
+        match self {
+            SnapshotView::V2(v) => v.producers.len(),
+            SnapshotView::V3(v) => v.producers.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Why a snapshot file was not usable.
@@ -88,6 +143,7 @@ pub fn encode<'a>(
                 epoch: e.epoch,
                 last_update_ms: e.last_update_ms,
                 current_txn_first_offset: e.current_txn_first_offset.unwrap_or(-1),
+                coordinator_epoch: e.coordinator_epoch,
                 batches: e
                     .batches
                     .iter()
@@ -104,18 +160,24 @@ pub fn encode<'a>(
     };
     let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&data)
         .map_err(|e| SnapshotError::Archive(e.to_string()))?;
-    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    out.extend_from_slice(&[0, 0]);
-    out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&payload);
-    Ok(out)
+    Ok(framed(FORMAT_VERSION, &payload))
 }
 
-/// Checks the header and gives a validated view of the archive.
-pub fn view(aligned: &rkyv::util::AlignedVec<16>) -> Result<&ArchivedSnapshotData, SnapshotError> {
+/// `payload` behind the header of format `version`.
+fn framed(version: u16, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Checks the header and gives a validated view of the archive (version 2
+/// or 3).
+pub fn view(aligned: &rkyv::util::AlignedVec<16>) -> Result<SnapshotView<'_>, SnapshotError> {
     let bytes: &[u8] = aligned;
     if bytes.len() < HEADER_BYTES {
         return Err(SnapshotError::Truncated(bytes.len()));
@@ -124,7 +186,7 @@ pub fn view(aligned: &rkyv::util::AlignedVec<16>) -> Result<&ArchivedSnapshotDat
         return Err(SnapshotError::BadMagic);
     }
     let version = u16::from_le_bytes([bytes[4], bytes[5]]);
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != FORMAT_VERSION_2 {
         return Err(SnapshotError::UnsupportedVersion(version));
     }
     let crc = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
@@ -135,8 +197,16 @@ pub fn view(aligned: &rkyv::util::AlignedVec<16>) -> Result<&ArchivedSnapshotDat
     if crc32c::crc32c(payload) != crc {
         return Err(SnapshotError::Checksum);
     }
-    rkyv::access::<ArchivedSnapshotData, rkyv::rancor::Error>(payload)
-        .map_err(|e| SnapshotError::Archive(e.to_string()))
+    let invalid = |e: rkyv::rancor::Error| SnapshotError::Archive(e.to_string());
+    if version == FORMAT_VERSION_2 {
+        rkyv::access::<ArchivedSnapshotDataV2, rkyv::rancor::Error>(payload)
+            .map(SnapshotView::V2)
+            .map_err(invalid)
+    } else {
+        rkyv::access::<ArchivedSnapshotData, rkyv::rancor::Error>(payload)
+            .map(SnapshotView::V3)
+            .map_err(invalid)
+    }
 }
 
 /// Reads a file into an aligned buffer for [`view`].
@@ -147,34 +217,62 @@ pub fn read_aligned(path: &Path) -> Result<rkyv::util::AlignedVec<16>, SnapshotE
     Ok(aligned)
 }
 
-/// The producer entries of a snapshot view.
-pub fn entries(view: &ArchivedSnapshotData) -> Vec<(i64, ProducerEntry)> {
-    view.producers
+/// The batches of an archived producer.
+fn batches(archived: &[ArchivedSnapshotBatch]) -> VecDeque<BatchMeta> {
+    archived
         .iter()
-        .map(|p| {
-            let batches: VecDeque<BatchMeta> = p
-                .batches
-                .iter()
-                .map(|b| BatchMeta {
-                    first_seq: b.first_seq.to_native(),
-                    last_seq: b.last_seq.to_native(),
-                    first_offset: b.first_offset.to_native(),
-                    last_offset: b.last_offset.to_native(),
-                    max_timestamp: b.max_timestamp.to_native(),
-                })
-                .collect();
-            (
-                p.producer_id.to_native(),
-                ProducerEntry {
-                    epoch: p.epoch.to_native(),
-                    batches,
-                    last_update_ms: p.last_update_ms.to_native(),
-                    current_txn_first_offset: Some(p.current_txn_first_offset.to_native())
-                        .filter(|o| *o >= 0),
-                },
-            )
+        .map(|b| BatchMeta {
+            first_seq: b.first_seq.to_native(),
+            last_seq: b.last_seq.to_native(),
+            first_offset: b.first_offset.to_native(),
+            last_offset: b.last_offset.to_native(),
+            max_timestamp: b.max_timestamp.to_native(),
         })
         .collect()
+}
+
+/// The producer entries of a snapshot view (a version-2 snapshot's with
+/// coordinator epoch -1: not known).
+pub fn entries(view: SnapshotView<'_>) -> Vec<(i64, ProducerEntry)> {
+    let first_offset = |o: i64| Some(o).filter(|o| *o >= 0);
+    match view {
+        SnapshotView::V2(v) => v
+            .producers
+            .iter()
+            .map(|p| {
+                (
+                    p.producer_id.to_native(),
+                    ProducerEntry {
+                        epoch: p.epoch.to_native(),
+                        batches: batches(&p.batches),
+                        last_update_ms: p.last_update_ms.to_native(),
+                        current_txn_first_offset: first_offset(
+                            p.current_txn_first_offset.to_native(),
+                        ),
+                        coordinator_epoch: super::NO_COORDINATOR_EPOCH,
+                    },
+                )
+            })
+            .collect(),
+        SnapshotView::V3(v) => v
+            .producers
+            .iter()
+            .map(|p| {
+                (
+                    p.producer_id.to_native(),
+                    ProducerEntry {
+                        epoch: p.epoch.to_native(),
+                        batches: batches(&p.batches),
+                        last_update_ms: p.last_update_ms.to_native(),
+                        current_txn_first_offset: first_offset(
+                            p.current_txn_first_offset.to_native(),
+                        ),
+                        coordinator_epoch: p.coordinator_epoch.to_native(),
+                    },
+                )
+            })
+            .collect(),
+    }
 }
 
 /// Snapshot files of a partition directory, oldest first.
@@ -222,7 +320,7 @@ pub fn load_newest(dir: &Path, max_offset: i64) -> Option<(i64, Vec<(i64, Produc
         }
         let loaded = read_aligned(&path).and_then(|buf| {
             let v = view(&buf)?;
-            Ok((v.offset.to_native(), entries(v)))
+            Ok((v.offset(), entries(v)))
         });
         match loaded {
             Ok((o, e)) if o == offset => return Some((o, e)),
@@ -244,8 +342,8 @@ pub fn describe(path: &Path) -> Result<Vec<String>, SnapshotError> {
     let v = view(&buf)?;
     let mut lines = vec![format!(
         "Producer snapshot at offset {} with {} producers",
-        v.offset.to_native(),
-        v.producers.len()
+        v.offset(),
+        v.len()
     )];
     let mut producers = entries(v);
     producers.sort_by_key(|(pid, _)| *pid);
@@ -255,8 +353,9 @@ pub fn describe(path: &Path) -> Result<Vec<String>, SnapshotError> {
             _ => (-1, -1, -1, -1),
         };
         lines.push(format!(
-            "producerId: {pid} producerEpoch: {} coordinatorEpoch: -1 currentTxnFirstOffset: {} firstSequence: {first_seq} lastSequence: {last_seq} lastOffset: {last_offset} lastTimestamp: {ts} lastUpdateMs: {} batches: {}",
+            "producerId: {pid} producerEpoch: {} coordinatorEpoch: {} currentTxnFirstOffset: {} firstSequence: {first_seq} lastSequence: {last_seq} lastOffset: {last_offset} lastTimestamp: {ts} lastUpdateMs: {} batches: {}",
             e.epoch,
+            e.coordinator_epoch,
             e.current_txn_first_offset
                 .map_or("None".to_string(), |o| format!("Some({o})")),
             e.last_update_ms,
@@ -297,6 +396,7 @@ mod tests {
         t.record(&header(4, 0), 0, 1000);
         t.record(&header(4, 3), 3, 1001);
         t.record(&header(9, 0), 6, 1002);
+        t.set_coordinator_epoch(4, 7);
         for offset in [9, 12, 15] {
             write(dir.path(), offset, &encode(offset, t.entries()).unwrap()).unwrap();
         }
@@ -311,6 +411,7 @@ mod tests {
             back.insert(pid, e);
         }
         assert_eq!(back.get(4), t.get(4));
+        assert_eq!(back.get(4).map(|e| e.coordinator_epoch), Some(7));
         assert_eq!(back.get(9), t.get(9));
         assert!(describe(&dir.path().join(file_name(15))).unwrap()[1].contains("producerId: 4"));
 
@@ -322,5 +423,53 @@ mod tests {
         bytes[last] ^= 0xff;
         std::fs::write(&p12, bytes).unwrap();
         assert!(load_newest(dir.path(), 100).is_none());
+    }
+
+    /// A version-2 snapshot (written before the coordinator epoch was
+    /// stored) still loads, its producers' coordinator epochs unknown (-1);
+    /// a version neither 2 nor 3 is refused.
+    #[test]
+    fn a_version_2_snapshot_loads_without_coordinator_epochs() {
+        let data = SnapshotDataV2 {
+            offset: 7,
+            producers: vec![SnapshotProducerV2 {
+                producer_id: 4,
+                epoch: 1,
+                last_update_ms: 1000,
+                batches: vec![SnapshotBatch {
+                    first_seq: 0,
+                    last_seq: 2,
+                    first_offset: 0,
+                    last_offset: 2,
+                    max_timestamp: 7,
+                }],
+                current_txn_first_offset: 3,
+            }],
+        };
+        let payload = rkyv::to_bytes::<rkyv::rancor::Error>(&data).unwrap();
+        let aligned = |bytes: &[u8]| {
+            let mut a = rkyv::util::AlignedVec::<16>::with_capacity(bytes.len());
+            a.extend_from_slice(bytes);
+            a
+        };
+        let v2 = aligned(&framed(FORMAT_VERSION_2, &payload));
+        let v = view(&v2).unwrap();
+        assert_eq!((v.offset(), v.len()), (7, 1));
+        let e = entries(v);
+        assert_eq!(e.len(), 1);
+        let (pid, entry) = &e[0];
+        assert_eq!(*pid, 4);
+        assert_eq!(entry.epoch, 1);
+        assert_eq!(
+            entry.coordinator_epoch,
+            crate::producer::NO_COORDINATOR_EPOCH
+        );
+        assert_eq!(entry.current_txn_first_offset, Some(3));
+        assert_eq!(entry.batches.len(), 1);
+        let other = aligned(&framed(9, &payload));
+        assert!(matches!(
+            view(&other),
+            Err(SnapshotError::UnsupportedVersion(9))
+        ));
     }
 }

@@ -15,7 +15,10 @@
 //!   at the end of the answer (a leader may cut one at the size limit) is
 //!   left for the next fetch; a corrupt one, or a gap, stops that
 //!   partition's answer there and backs the partition off. The leader's
-//!   high watermark and log start go to the log with every answer.
+//!   high watermark and log start go to the log with every answer: the
+//!   follower's log start follows the leader's (DeleteRecords reaches every
+//!   replica this way), and the next fetch's `log_start_offset` tells the
+//!   leader where it stands (its low watermark).
 //! - **`diverging_epoch`** (KIP-320; the leader checked the follower's
 //!   `last_fetched_epoch`): the log is truncated to where the two logs
 //!   agree, by Kafka's rule: to the smaller of the leader's end for that
@@ -127,8 +130,17 @@ pub trait FollowerLog {
     /// Empties the log and starts it again at `offset` (the leader's log
     /// start is above the follower's end).
     async fn restart_at(&self, tp: &TopicPartition, offset: i64) -> Result<(), FollowerLogError>;
-    /// The leader's high watermark and log start, from its latest answer.
-    fn leader_offsets(&self, tp: &TopicPartition, high_watermark: i64, log_start: i64);
+    /// The leader's high watermark and log start, from its latest answer
+    /// (after its records are appended): the follower's HW follows the
+    /// leader's, and its log start moves up to the leader's (Kafka's
+    /// follower `maybeIncrementLogStartOffset`), persisted before this
+    /// returns, since the next fetch reports it to the leader.
+    async fn leader_offsets(
+        &self,
+        tp: &TopicPartition,
+        high_watermark: i64,
+        log_start: i64,
+    ) -> Result<(), FollowerLogError>;
     /// The leader refused to serve `tp`.
     fn fetch_error(&self, tp: &TopicPartition, error: ResponseError);
 }
@@ -419,8 +431,14 @@ impl<L: FollowerLog> ReplicaFetcher<L> {
         if let Some(records) = p.records.filter(|r| !r.is_empty()) {
             self.append(tp, records).await;
         }
-        self.log
-            .leader_offsets(tp, p.high_watermark, p.log_start_offset);
+        if let Err(e) = self
+            .log
+            .leader_offsets(tp, p.high_watermark, p.log_start_offset)
+            .await
+        {
+            tracing::warn!(partition = %tp, error = %e, "replica fetcher: the log could not follow the leader's offsets");
+            self.delay(tp);
+        }
         Ok(())
     }
 

@@ -30,6 +30,10 @@
 //!   `min.insync.replicas` (NOT_ENOUGH_REPLICAS); answered once the HW
 //!   passes the batch, with NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR
 //!   shrank below the minimum meanwhile.
+//! - **Low watermark** (Kafka's `lowWatermarkIfLeader`): the smallest log
+//!   start of the leader and every follower of a live broker, as their
+//!   fetches report it; DeleteRecords is answered once it passes the
+//!   requested offset (every live replica deleted the records).
 //! - **ISR changes** are only proposed here ([`LeaderState::shrink_candidates`],
 //!   [`LeaderState::expand_candidates`]); the controller commits them
 //!   (AlterPartition) and the new ISR comes back through the metadata
@@ -234,6 +238,21 @@ impl LeaderState {
             self.high_watermark = hw;
         }
         self.high_watermark
+    }
+
+    /// Kafka's `lowWatermarkIfLeader`: the smallest log start among the
+    /// leader's (`leader_log_start`) and every follower's whose broker is
+    /// `live` (registered and unfenced), each as its last fetch reported
+    /// it. A live follower that has not fetched since this state was made
+    /// counts as -1 (not known), as Kafka resets its replicas' states on a
+    /// leader change. DeleteRecords is answered once this passes its
+    /// offset.
+    pub fn low_watermark(&self, leader_log_start: i64, live: impl Fn(i32) -> bool) -> i64 {
+        self.followers
+            .iter()
+            .filter(|(id, _)| live(**id))
+            .map(|(_, s)| s.log_start)
+            .fold(leader_log_start, i64::min)
     }
 
     /// Whether a follower holds the whole of the previous epochs, which
@@ -494,6 +513,25 @@ mod tests {
         assert_eq!(s.expand_candidates(), None);
         s.record_fetch(2, 20, 0, 25, 1, -1).unwrap();
         assert_eq!(s.expand_candidates(), Some(vec![1, 2]));
+    }
+
+    /// The low watermark is the least log start of the leader and every
+    /// follower of a live broker, one not yet fetched counting as unknown
+    /// (-1); a dead follower's does not hold it back.
+    #[test]
+    fn the_low_watermark_is_the_least_log_start_of_the_live_replicas() {
+        let mut s = three();
+        let all = |_: i32| true;
+        assert_eq!(s.low_watermark(5, all), -1, "no follower fetched yet");
+        s.record_fetch(2, 10, 5, 10, 1, -1).unwrap();
+        assert_eq!(s.low_watermark(5, all), -1, "3 has not fetched");
+        s.record_fetch(3, 10, 3, 10, 1, -1).unwrap();
+        assert_eq!(s.low_watermark(5, all), 3);
+        assert_eq!(s.low_watermark(2, all), 2, "the leader's counts too");
+        s.record_fetch(3, 10, 7, 10, 2, -1).unwrap();
+        assert_eq!(s.low_watermark(8, all), 5, "2 still at 5");
+        assert_eq!(s.low_watermark(8, |r| r != 2), 7, "2 is not live");
+        assert_eq!(s.low_watermark(8, |r| r == 1), 8, "the leader alone");
     }
 
     #[test]

@@ -13,11 +13,17 @@
 //! What the shard no longer leads is dropped ([`Leading::retain`]), so the
 //! map is bounded by the partitions the shard leads.
 //!
+//! The low watermark (Kafka's `lowWatermarkIfLeader`, the least log start
+//! of the live replicas as their fetches report it) is what DeleteRecords
+//! waits for; [`Leading::low_watermark_moved`] wakes it when a follower
+//! reports another log start or an image is applied.
+//!
 //! `min.insync.replicas` counts at most the partition's replicas (Kafka's
 //! effective minimum: a topic of 2 replicas with `min.insync.replicas=3`
 //! takes acks=all with both in sync).
 
 use super::leader::{AcksAll, FetchRecordError, LeaderState};
+use crate::log::watch::OffsetWatch;
 use crate::log::PartitionLog;
 use crate::metadata::PartitionState;
 use crate::partition::Partition;
@@ -62,6 +68,10 @@ pub struct IsrProposal {
 pub struct Leading {
     led: RefCell<HashMap<TopicPartition, Led>>,
     lag_max_ms: Cell<i64>,
+    /// A count that moves whenever a low watermark may have moved: a
+    /// follower reported another log start, or an image changed who leads,
+    /// the ISRs or which brokers are live. DeleteRecords waits on it.
+    low_watermark_moves: OffsetWatch,
 }
 
 impl Default for Leading {
@@ -69,6 +79,7 @@ impl Default for Leading {
         Leading {
             led: RefCell::default(),
             lag_max_ms: Cell::new(super::leader::REPLICA_LAG_TIME_MAX_MS),
+            low_watermark_moves: OffsetWatch::new(0),
         }
     }
 }
@@ -161,7 +172,8 @@ impl Leading {
         let (tp, log) = (&p.tp, &p.log);
         let leader_end = log.written_offset().0;
         let now = crate::clock::now_ms();
-        let (hw, expand) = self.with(p, ps, me, |s| {
+        let (hw, expand, log_start_moved) = self.with(p, ps, me, |s| {
+            let before = s.follower(fetch.replica).map(|f| f.log_start);
             s.record_fetch(
                 fetch.replica,
                 fetch.fetch_offset,
@@ -175,8 +187,12 @@ impl Leading {
             if let Some(isr) = &expand {
                 s.propose(isr.clone());
             }
-            Ok::<_, FetchRecordError>((hw, expand))
+            let moved = before != Some(fetch.log_start);
+            Ok::<_, FetchRecordError>((hw, expand, moved))
         })?;
+        if log_start_moved {
+            self.low_watermark_may_have_moved();
+        }
         let now_hw = log.set_high_watermark(Offset(hw));
         tracing::trace!(partition = %tp, replica = fetch.replica, fetch_offset = fetch.fetch_offset, leader_end, state_hw = hw, log_hw = now_hw.0, "follower fetch recorded");
         Ok(expand.map(|isr| IsrProposal {
@@ -209,6 +225,7 @@ impl Leading {
         let now = crate::clock::now_ms();
         let hw = self.with(p, ps, me, |s| s.advance_high_watermark(leader_end, now));
         p.log.set_high_watermark(Offset(hw));
+        self.low_watermark_may_have_moved();
     }
 
     /// The ISR shrinks to propose (Kafka's `maybeShrinkIsr`, run every
@@ -270,8 +287,44 @@ impl Leading {
     }
 
     /// Drops the state of every partition `keep` refuses (no longer led).
+    /// Called with every image applied, before it is stored: DeleteRecords
+    /// waiting on a low watermark look again (under the new image) once
+    /// it is, since leaders, ISRs and live brokers may have changed.
     pub fn retain(&self, mut keep: impl FnMut(&TopicPartition) -> bool) {
         self.led.borrow_mut().retain(|tp, _| keep(tp));
+        self.low_watermark_may_have_moved();
+    }
+
+    /// Kafka's `lowWatermarkIfLeader` for `p` (led by this shard under the
+    /// image's `ps`): the smallest log start of the leader and of every
+    /// follower whose broker is `live` (`LeaderState::low_watermark`).
+    pub fn low_watermark(
+        &self,
+        p: &Partition,
+        ps: &PartitionState,
+        me: i32,
+        live: impl Fn(i32) -> bool,
+    ) -> i64 {
+        let start = p.log.log_start_offset().0;
+        self.with(p, ps, me, |s| s.low_watermark(start, live))
+    }
+
+    /// Where the count of possible low watermark moves stands, for
+    /// [`Self::low_watermark_moved`].
+    pub fn low_watermark_moves(&self) -> i64 {
+        self.low_watermark_moves.get()
+    }
+
+    /// Resolves once a low watermark may have moved since the count was
+    /// `seen` (DeleteRecords then looks again; Kafka's
+    /// DelayedDeleteRecords is checked on the same events).
+    pub async fn low_watermark_moved(&self, seen: i64) {
+        self.low_watermark_moves.wait_above(seen, || false).await;
+    }
+
+    fn low_watermark_may_have_moved(&self) {
+        self.low_watermark_moves
+            .advance(self.low_watermark_moves.get() + 1);
     }
 
     /// Partitions with a state.

@@ -30,7 +30,10 @@
 //!   `restart_at` are `Partition::truncate_to` and
 //!   `truncate_fully_and_start_at`, `leader_offsets` sets the follower's
 //!   high watermark (`PartitionLog::set_high_watermark`, which bounds it by
-//!   what the follower holds: `min(leader's HW, written)`), and `position`
+//!   what the follower holds: `min(leader's HW, written)`) and moves its
+//!   log start up to the leader's (`PartitionLog::follow_leader_log_start`:
+//!   bounded by that HW, the segments below deleted, checkpointed before
+//!   the next fetch reports it as `log_start_offset`), and `position`
 //!   sends the leader epoch of the image as `current_leader_epoch`, so a
 //!   new epoch is sent with the next fetch (the partition is also re-added,
 //!   which ends a back-off). A view answers only for the partitions whose
@@ -48,8 +51,8 @@
 //!
 //! Not built: replication over TLS or SASL listeners, broker epochs in
 //! `ReplicaState`, fetch sessions (KIP-227: every fetch names every
-//! followed partition), moving a follower's log start up to the leader's
-//! (the follower keeps its own retention meanwhile), and throttling.
+//! followed partition), and throttling. A follower applies its own
+//! retention too, as Kafka's does.
 
 use super::fetcher::{
     FetcherConfig, FetcherStats, FollowerLog, FollowerLogError, FollowerPosition, ReplicaFetcher,
@@ -251,14 +254,31 @@ impl FollowerLog for FollowerView {
         Ok(())
     }
 
-    fn leader_offsets(&self, tp: &TopicPartition, high_watermark: i64, _log_start: i64) {
+    async fn leader_offsets(
+        &self,
+        tp: &TopicPartition,
+        high_watermark: i64,
+        log_start: i64,
+    ) -> Result<(), FollowerLogError> {
+        let Some(f) = self.follower(tp) else {
+            return Ok(());
+        };
         // The follower's HW: the leader's, bounded by what this log holds
         // (`set_high_watermark` takes the minimum with what is written).
-        if let Some(f) = self.follower(tp) {
-            if high_watermark >= 0 {
-                f.partition.log.set_high_watermark(Offset(high_watermark));
-            }
+        if high_watermark >= 0 {
+            f.partition.log.set_high_watermark(Offset(high_watermark));
         }
+        // Its log start: the leader's, bounded by that HW, the segments
+        // below deleted and the checkpoint written before the next fetch
+        // reports it (the leader's DeleteRecords waits for that).
+        if log_start > f.partition.log.log_start_offset().0 {
+            f.partition
+                .log
+                .follow_leader_log_start(Offset(log_start))
+                .await
+                .map_err(log_err)?;
+        }
+        Ok(())
     }
 
     fn fetch_error(&self, tp: &TopicPartition, error: ResponseError) {

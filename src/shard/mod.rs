@@ -41,6 +41,7 @@ use crate::log::{LogConfig, LogManager};
 use crate::metadata::{internal, MetadataImage, Placement, TopicConfig};
 use crate::partition::{MarkerError, Partition, TxnMarker};
 use crate::producer::ids::ProducerIdBlocks;
+use crate::replication::leader::AcksAll;
 use crate::replication::manager::{Follow, ReplicaManager};
 use crate::txn::coordinator::TxnCoordinator;
 use crate::types::{PartitionId, TopicPartition, TopicPartitionKey};
@@ -606,16 +607,33 @@ impl ShardCtx {
     /// Appends COMMIT/ABORT markers to partitions this shard leads and
     /// waits until they are written (durable under `--fsync-acks`), as the
     /// coordinator's acks=-1 write. Returns the outcome of each marker.
+    /// As Kafka's `Partition.appendRecordsToLeader` with `requiredAcks=-1`,
+    /// a replicated partition whose ISR is below `min.insync.replicas`
+    /// takes no marker (NOT_ENOUGH_REPLICAS, which the coordinator retries),
+    /// and one whose ISR shrank below it by the time the HW passed the
+    /// marker answers NOT_ENOUGH_REPLICAS_AFTER_APPEND.
     pub async fn write_txn_markers(
         self: &Rc<Self>,
         markers: Vec<TxnMarker>,
     ) -> Vec<(TxnMarker, Result<(), MarkerError>)> {
         let mut waits = Vec::with_capacity(markers.len());
         let mut out = Vec::with_capacity(markers.len());
+        let me = self.config.node_id_of(self.shard);
         for m in markers {
             // Appended now, synchronously, so it orders with produce appends.
             let appended = match self.led_partition(&m.tp) {
-                Some(p) => p.append_control(&m).map(|offset| (p.log.clone(), offset)),
+                Some(p) => {
+                    let image = self.image();
+                    let state = image
+                        .topic(&m.tp.topic)
+                        .and_then(|t| t.replica_state(m.tp.partition.0));
+                    match state {
+                        Some(ps) if !self.leading.enough_replicas(&p, ps, me) => {
+                            Err(MarkerError::NotEnoughReplicas)
+                        }
+                        _ => p.append_control(&m).map(|offset| (p.log.clone(), offset)),
+                    }
+                }
                 None => Err(self.missing_partition(&m.tp)),
             };
             match appended {
@@ -641,10 +659,24 @@ impl ShardCtx {
                     tracing::warn!(tp = %m.tp, "a transaction marker was not replicated in time");
                     Err(MarkerError::TimedOut)
                 }
-                Some(written) => written.map_err(|e| {
-                    tracing::error!(tp = %m.tp, error = %e, "writing a transaction marker failed");
-                    MarkerError::Storage
-                }),
+                Some(written) => written
+                    .map_err(|e| {
+                        tracing::error!(tp = %m.tp, error = %e, "writing a transaction marker failed");
+                        MarkerError::Storage
+                    })
+                    .and_then(|()| match &replicated {
+                        // As an acks=all produce: leadership lost meanwhile,
+                        // or the ISR shrank under the minimum.
+                        Some(tp) => match self.leading.acks_all(tp, offset.0) {
+                            None => Err(MarkerError::NotLeader),
+                            Some(AcksAll::DoneUnderMinIsr) => {
+                                Err(MarkerError::NotEnoughReplicasAfterAppend)
+                            }
+                            Some(AcksAll::Waiting) => Err(MarkerError::Storage),
+                            Some(AcksAll::Done) => Ok(()),
+                        },
+                        None => Ok(()),
+                    }),
             };
             if outcome.is_ok() && m.tp.topic == internal::CONSUMER_OFFSETS {
                 // The producer's pending transactional offset commits

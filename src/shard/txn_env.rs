@@ -278,13 +278,11 @@ pub fn marker_outcome(code: i16) -> Result<(), MarkerError> {
     }
     Err(match E::try_from_code(code) {
         Some(E::UnknownTopicOrPartition) => MarkerError::UnknownPartition,
-        Some(
-            E::NotLeaderOrFollower
-            | E::LeaderNotAvailable
-            | E::NotEnoughReplicas
-            | E::NotEnoughReplicasAfterAppend,
-        ) => MarkerError::NotLeader,
-        Some(E::InvalidProducerEpoch | E::TransactionCoordinatorFenced) => MarkerError::StaleEpoch,
+        Some(E::NotLeaderOrFollower | E::LeaderNotAvailable) => MarkerError::NotLeader,
+        Some(E::NotEnoughReplicas) => MarkerError::NotEnoughReplicas,
+        Some(E::NotEnoughReplicasAfterAppend) => MarkerError::NotEnoughReplicasAfterAppend,
+        Some(E::InvalidProducerEpoch) => MarkerError::StaleEpoch,
+        Some(E::TransactionCoordinatorFenced) => MarkerError::CoordinatorFenced,
         Some(E::RequestTimedOut) => MarkerError::TimedOut,
         _ => MarkerError::Storage,
     })
@@ -337,10 +335,13 @@ mod tests {
         assert_eq!(marker_outcome(0), Ok(()));
         let cases = [
             (E::NotLeaderOrFollower, MarkerError::NotLeader),
-            (E::NotEnoughReplicas, MarkerError::NotLeader),
+            (E::NotEnoughReplicas, MarkerError::NotEnoughReplicas),
             (E::UnknownTopicOrPartition, MarkerError::UnknownPartition),
             (E::InvalidProducerEpoch, MarkerError::StaleEpoch),
-            (E::TransactionCoordinatorFenced, MarkerError::StaleEpoch),
+            (
+                E::TransactionCoordinatorFenced,
+                MarkerError::CoordinatorFenced,
+            ),
             (E::RequestTimedOut, MarkerError::TimedOut),
             (E::KafkaStorageError, MarkerError::Storage),
             (E::ClusterAuthorizationFailed, MarkerError::Storage),
@@ -349,6 +350,9 @@ mod tests {
             assert_eq!(marker_outcome(code.code()), Err(want), "{code:?}");
         }
         assert!(!MarkerError::StaleEpoch.retriable());
+        assert!(!MarkerError::CoordinatorFenced.retriable());
         assert!(MarkerError::NotLeader.retriable());
+        assert!(MarkerError::NotEnoughReplicas.retriable());
+        assert!(MarkerError::NotEnoughReplicasAfterAppend.retriable());
     }
 }
