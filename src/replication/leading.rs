@@ -26,7 +26,7 @@ use super::leader::{AcksAll, FetchRecordError, LeaderState};
 use crate::log::watch::OffsetWatch;
 use crate::log::PartitionLog;
 use crate::metadata::PartitionState;
-use crate::partition::Partition;
+use crate::partition::{MarkerError, Partition};
 use crate::types::{Offset, TopicPartition};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -286,6 +286,105 @@ impl Leading {
             .map(|l| l.state.acks_all(last_offset))
     }
 
+    /// [`Self::acks_all`] for a batch appended to `log` while this shard
+    /// led `tp` in `leader_epoch`: None unless it still leads `tp` in that
+    /// epoch, on that log. A leader deposed in between may have been
+    /// truncated (and have led again since): the offset may hold another
+    /// leader's batch now.
+    pub fn acks_all_in(
+        &self,
+        tp: &TopicPartition,
+        log: &Rc<PartitionLog>,
+        leader_epoch: i32,
+        last_offset: i64,
+    ) -> Option<AcksAll> {
+        self.led
+            .borrow()
+            .get(tp)
+            .filter(|l| l.leader_epoch == leader_epoch && Rc::ptr_eq(&l.log, log))
+            .map(|l| l.state.acks_all(last_offset))
+    }
+
+    /// Waits until the batch of `tp` ending at `last`, appended to `log`
+    /// while this shard led `tp` in `leader_epoch`, is acknowledged as an
+    /// acks=all produce is: written (durable when `durable`), below the
+    /// HW, and this shard still its leader in that epoch. The HW alone
+    /// does not say it: a leader deposed before its followers fetched the
+    /// batch truncates it away as the new leader's follower, whose HW then
+    /// passes the offset, which holds another batch now (Kafka ends such
+    /// a wait with NOT_LEADER_OR_FOLLOWER when the leadership moves).
+    /// `Err` when the log failed.
+    pub async fn wait_acks_all_in(
+        &self,
+        tp: &TopicPartition,
+        log: &Rc<PartitionLog>,
+        leader_epoch: i32,
+        last: Offset,
+        durable: bool,
+    ) -> Result<Option<AcksAll>, crate::log::LogError> {
+        log.wait_acked(last, durable).await?;
+        // A leader alone in the ISR moves the HW itself.
+        self.advance(tp);
+        log.wait_for_hw_above(last).await;
+        Ok(self.acks_all_in(tp, log, leader_epoch, last.0))
+    }
+
+    /// Waits until a COMMIT/ABORT marker, appended at `offset` to `log`
+    /// while this shard led `tp` (in `leader_epoch`, for a replicated
+    /// partition; None for one of a single replica), counts as written
+    /// for the coordinator that sent it: as Kafka's acks=-1 marker
+    /// append, written (durable when `durable`) and, replicated, below
+    /// the HW with this shard still the leader of that epoch
+    /// ([`Self::wait_acks_all_in`]); a marker on the ISR while it is
+    /// below `min.insync.replicas` counts (every ISR member holds it, and
+    /// fjord does not refuse markers under the minimum, so asking again
+    /// would only append it again). Until `deadline`, else
+    /// [`MarkerError::TimedOut`]; a lost leadership is
+    /// [`MarkerError::NotLeader`] and the coordinator asks the new
+    /// leader.
+    pub async fn wait_marker(
+        &self,
+        tp: &TopicPartition,
+        log: &Rc<PartitionLog>,
+        leader_epoch: Option<i32>,
+        offset: Offset,
+        durable: bool,
+        deadline: std::time::Instant,
+    ) -> Result<(), MarkerError> {
+        let wait = async {
+            match leader_epoch {
+                None => log.wait_acked(offset, durable).await.map(|()| None),
+                Some(epoch) => self
+                    .wait_acks_all_in(tp, log, epoch, offset, durable)
+                    .await
+                    .map(Some),
+            }
+        };
+        match crate::runtime::within(deadline, wait).await {
+            None => {
+                tracing::warn!(%tp, "a transaction marker was not replicated in time");
+                Err(MarkerError::TimedOut)
+            }
+            Some(Err(e)) => {
+                tracing::error!(%tp, error = %e, "writing a transaction marker failed");
+                Err(MarkerError::Storage)
+            }
+            Some(Ok(None | Some(Some(AcksAll::Done)))) => Ok(()),
+            // As an acks=all produce: the ISR shrank under the minimum
+            // after the append (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND;
+            // the coordinator sends the marker again).
+            Some(Ok(Some(Some(AcksAll::DoneUnderMinIsr)))) => {
+                Err(MarkerError::NotEnoughReplicasAfterAppend)
+            }
+            Some(Ok(Some(None))) => {
+                tracing::info!(%tp, offset = offset.0, "lost the leadership before a transaction marker was replicated; the coordinator asks the new leader");
+                Err(MarkerError::NotLeader)
+            }
+            // The HW wait ends early only when the log failed.
+            Some(Ok(Some(Some(AcksAll::Waiting)))) => Err(MarkerError::Storage),
+        }
+    }
+
     /// Drops the state of every partition `keep` refuses (no longer led).
     /// Called with every image applied, before it is stored: DeleteRecords
     /// waiting on a low watermark look again (under the new image) once
@@ -334,5 +433,236 @@ impl Leading {
 
     pub fn is_empty(&self) -> bool {
         self.led.borrow().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::partition::TxnMarker;
+    use crate::record::{BatchBuilder, BatchHeader, Compression};
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    const ME: i32 = 0;
+    const FOLLOWER: i32 = 1000;
+    const PRODUCER: i64 = 10;
+
+    async fn partition(dir: &std::path::Path, tp: &TopicPartition) -> Rc<Partition> {
+        let mgr = crate::log::LogManager::new_for_shard(
+            dir.to_path_buf(),
+            crate::log::TailCache::new(1 << 20),
+            0,
+        );
+        let log = mgr
+            .open(tp, crate::log::LogConfig::default())
+            .await
+            .expect("a log");
+        let config = crate::metadata::TopicConfig::resolve(
+            &BTreeMap::new(),
+            &crate::config::ServeArgs::default()
+                .resolve()
+                .expect("default settings"),
+        );
+        Partition::open(tp.clone(), [7; 16], log, config, 1_000)
+            .await
+            .expect("a partition")
+    }
+
+    /// This shard leading in `leader_epoch`, every replica in sync.
+    fn state(leader_epoch: i32, replicas: &[i32]) -> PartitionState {
+        PartitionState {
+            leader: ME,
+            leader_epoch,
+            ..PartitionState::new(replicas.to_vec())
+        }
+    }
+
+    /// Leads `p` in `epoch` with `replicas`, as the shard does on the
+    /// image that makes it leader.
+    fn lead(leading: &Leading, p: &Partition, epoch: i32, replicas: &[i32]) {
+        if p.log.latest_epoch().is_none_or(|l| l < epoch) {
+            p.log.become_leader(epoch).expect("leader");
+        }
+        leading.refresh(p, &state(epoch, replicas), ME);
+    }
+
+    /// A transactional batch of [`PRODUCER`] (version 1: epoch 0), then
+    /// its COMMIT marker from the coordinator; returns the marker's offset.
+    async fn transaction_then_marker(p: &Partition) -> Offset {
+        let data = BatchBuilder::new(Compression::None)
+            .producer(PRODUCER, 0, 0)
+            .transactional(true)
+            .record(Some(b"k"), Some(b"v"), &[], 1)
+            .build();
+        let h = BatchHeader::parse(&data).expect("a batch");
+        let cap = data.capacity();
+        p.append_data(&h, data, cap, None, 1 << 20)
+            .expect("data appended");
+        let marker = TxnMarker {
+            tp: p.tp.clone(),
+            producer_id: PRODUCER,
+            producer_epoch: 0,
+            coordinator_epoch: 0,
+            commit: true,
+            tv2: false,
+        };
+        let at = p.append_control(&marker).expect("marker appended");
+        p.log.wait_acked(at, false).await.expect("written");
+        at
+    }
+
+    /// The new leader's batches from `from`, in `epoch`, as this replica
+    /// appends them once it follows: a plain batch of `records` records.
+    fn follow_new_leader(p: &Partition, from: i64, epoch: i32, records: usize) -> i64 {
+        let mut b = BatchBuilder::new(Compression::None)
+            .base_offset(from)
+            .partition_leader_epoch(epoch);
+        for i in 0..records {
+            b = b.record(Some(b"other"), Some(format!("{i}").as_bytes()), &[], 2);
+        }
+        let bytes = b.build();
+        let cap = bytes.capacity();
+        let info = p
+            .append_replica(bytes.freeze(), cap)
+            .expect("replica append");
+        info.last_offset.0 + 1
+    }
+
+    fn run(
+        f: impl FnOnce(std::path::PathBuf) -> futures::future::LocalBoxFuture<'static, ()>
+            + Send
+            + 'static,
+    ) {
+        let dir = tempfile::tempdir().expect("a temporary dir");
+        let path = dir.path().to_path_buf();
+        crate::runtime::run_test_executor(move || async move {
+            crate::runtime::probe_dma(&path).await.expect("dma probe");
+            f(path).await
+        });
+    }
+
+    fn deadline() -> std::time::Instant {
+        crate::clock::monotonic() + Duration::from_secs(10)
+    }
+
+    /// A marker the follower fetched past while this shard still leads in
+    /// the epoch it was appended in is written.
+    #[test]
+    fn a_marker_below_the_hw_of_its_leader_epoch_is_written() {
+        use futures::FutureExt;
+        run(|path| {
+            async move {
+                let tp = TopicPartition::new("t", 0);
+                let p = partition(&path, &tp).await;
+                let leading = Rc::new(Leading::default());
+                lead(&leading, &p, 3, &[ME, FOLLOWER]);
+                let at = transaction_then_marker(&p).await;
+                let wait = {
+                    let (leading, tp, log) = (leading.clone(), tp.clone(), p.log.clone());
+                    glommio::spawn_local(async move {
+                        leading
+                            .wait_marker(&tp, &log, Some(3), at, false, deadline())
+                            .await
+                    })
+                };
+                let ps = state(3, &[ME, FOLLOWER]);
+                let fetch = FollowerFetch {
+                    replica: FOLLOWER,
+                    broker_epoch: 0,
+                    fetch_offset: p.log.log_end_offset().0,
+                    log_start: 0,
+                };
+                leading
+                    .record_fetch(&p, &ps, ME, fetch)
+                    .expect("the follower's fetch");
+                assert!(p.log.high_watermark().0 > at.0);
+                assert_eq!(wait.await, Ok(()));
+            }
+            .boxed_local()
+        });
+    }
+
+    /// Found by the cluster chaos run (seed 45114587: `stuck-lso`,
+    /// `non-atomic-txn`, `G1a`): a leader appends a marker and is deposed
+    /// before its followers fetch it; as the new leader's follower it
+    /// truncates the marker away and takes the new leader's batches, and
+    /// its HW (the new leader's) passes the marker's offset. The marker
+    /// must not count as written: the coordinator would complete the
+    /// transaction with this partition's part of it open (its LSO stuck;
+    /// under transaction version 1 the producer's next COMMIT here then
+    /// commits it too, aborted or not).
+    #[test]
+    fn a_marker_truncated_away_after_a_leader_change_is_not_written() {
+        use futures::FutureExt;
+        run(|path| {
+            async move {
+                let tp = TopicPartition::new("t", 0);
+                let p = partition(&path, &tp).await;
+                let leading = Rc::new(Leading::default());
+                lead(&leading, &p, 3, &[ME, FOLLOWER]);
+                let at = transaction_then_marker(&p).await;
+                let wait = {
+                    let (leading, tp, log) = (leading.clone(), tp.clone(), p.log.clone());
+                    glommio::spawn_local(async move {
+                        leading
+                            .wait_marker(&tp, &log, Some(3), at, false, deadline())
+                            .await
+                    })
+                };
+                // Deposed (the image names the follower, in epoch 4): the
+                // shard drops its leader state and truncates to where the
+                // new leader's epoch 4 starts, the marker's offset.
+                leading.retain(|_| false);
+                p.truncate_to(at).await.expect("truncated");
+                assert_eq!(p.producers().open_transaction(PRODUCER), Some(at.0 - 1));
+                let end = follow_new_leader(&p, at.0, 4, 3);
+                p.log
+                    .wait_acked(Offset(end - 1), false)
+                    .await
+                    .expect("written");
+                p.log.set_high_watermark(Offset(end));
+                assert!(p.log.high_watermark().0 > at.0);
+                assert_eq!(wait.await, Err(MarkerError::NotLeader));
+            }
+            .boxed_local()
+        });
+    }
+
+    /// The same, with this shard elected again (epoch 5, the only
+    /// replica after a reassignment, so its HW passes the offset at once): it leads, but not in the
+    /// epoch the marker was appended in, and the offset holds the other
+    /// leader's batch.
+    #[test]
+    fn a_marker_truncated_away_is_not_written_when_its_leader_leads_again() {
+        use futures::FutureExt;
+        run(|path| {
+            async move {
+                let tp = TopicPartition::new("t", 0);
+                let p = partition(&path, &tp).await;
+                let leading = Rc::new(Leading::default());
+                lead(&leading, &p, 3, &[ME, FOLLOWER]);
+                let at = transaction_then_marker(&p).await;
+                let wait = {
+                    let (leading, tp, log) = (leading.clone(), tp.clone(), p.log.clone());
+                    glommio::spawn_local(async move {
+                        leading
+                            .wait_marker(&tp, &log, Some(3), at, false, deadline())
+                            .await
+                    })
+                };
+                leading.retain(|_| false);
+                p.truncate_to(at).await.expect("truncated");
+                let end = follow_new_leader(&p, at.0, 4, 3);
+                p.log
+                    .wait_acked(Offset(end - 1), false)
+                    .await
+                    .expect("written");
+                lead(&leading, &p, 5, &[ME]);
+                assert!(p.log.high_watermark().0 > at.0);
+                assert_eq!(wait.await, Err(MarkerError::NotLeader));
+            }
+            .boxed_local()
+        });
     }
 }

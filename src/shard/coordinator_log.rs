@@ -1,7 +1,11 @@
 //! The shard's side of the coordinators' writes
 //! ([`crate::partition::coordinator_log`]): only the leader appends, and a
 //! write is answered once it is acknowledged as an `acks=all` produce is
-//! (the same wait as `handlers::produce`'s, [`ShardCtx::wait_acks_all`]).
+//! (the wait of `handlers::produce`'s, [`ShardCtx::wait_acks_all`]), and
+//! only if this shard still leads the partition in the leader epoch it
+//! appended in (`Leading::wait_acks_all_in`): a leader deposed and
+//! truncated meanwhile sees its HW pass an offset that holds another
+//! leader's batch.
 
 use super::ShardCtx;
 use crate::log::{LogError, PartitionLog};
@@ -35,12 +39,13 @@ impl ShardCtx {
         Ok(())
     }
 
-    /// Whether `tp` is a replicated partition in the current image.
-    fn is_replicated(&self, tp: &TopicPartition) -> bool {
+    /// `tp`'s leader epoch in the current image, if it is a replicated
+    /// partition.
+    fn leader_epoch(&self, tp: &TopicPartition) -> Option<i32> {
         self.image()
             .topic(&tp.topic)
             .and_then(|t| t.replica_state(tp.partition.0))
-            .is_some()
+            .map(|s| s.leader_epoch)
     }
 }
 
@@ -67,37 +72,48 @@ impl CoordinatorLog for ShardCtx {
         log: &'a Rc<PartitionLog>,
         last: Offset,
     ) -> LocalBoxFuture<'a, Result<(), CoordinatorWriteError>> {
+        // The leader epoch the batch was appended in (no await since the
+        // append): it counts only if replicated in that epoch.
+        let epoch = self.leader_epoch(tp);
         async move {
-            let replicated = self.is_replicated(tp).then_some(tp);
-            let wait = Box::pin(self.wait_acks_all(log, last, self.config.fsync_acks, replicated));
+            let durable = self.config.fsync_acks;
+            let wait = async {
+                match epoch {
+                    None => log.wait_acked(last, durable).await.map(|()| None),
+                    Some(epoch) => self
+                        .leading
+                        .wait_acks_all_in(tp, log, epoch, last, durable)
+                        .await
+                        .map(Some),
+                }
+            };
             let timer = Box::pin(glommio::timer::sleep(Duration::from_millis(
                 COORDINATOR_WRITE_TIMEOUT_MS,
             )));
-            match crate::metrics::remote_wait(future::select(wait, timer)).await {
-                Either::Left((Ok(()), _)) => {}
-                Either::Left((Err(e), _)) => {
-                    return Err(CoordinatorWriteError::Storage(e.to_string()))
-                }
-                Either::Right(_) => return Err(CoordinatorWriteError::TimedOut),
-            }
-            if replicated.is_some() {
-                // Leadership lost meanwhile (the state went), or the ISR
-                // shrank under the minimum: as an acks=all produce.
-                match self.leading.acks_all(tp, last.0) {
-                    None => return Err(CoordinatorWriteError::NotLeader),
-                    Some(AcksAll::DoneUnderMinIsr) => {
-                        return Err(CoordinatorWriteError::NotEnoughReplicas)
+            let fate =
+                match crate::metrics::remote_wait(future::select(Box::pin(wait), timer)).await {
+                    Either::Left((Ok(fate), _)) => fate,
+                    Either::Left((Err(e), _)) => {
+                        return Err(CoordinatorWriteError::Storage(e.to_string()))
                     }
-                    // The wait ends early only when the log failed.
-                    Some(AcksAll::Waiting) => {
-                        return Err(CoordinatorWriteError::Storage(
-                            "the log failed before the write was replicated".into(),
-                        ))
-                    }
-                    Some(AcksAll::Done) => {}
+                    Either::Right(_) => return Err(CoordinatorWriteError::TimedOut),
+                };
+            match fate {
+                None => Ok(()),
+                // Leadership lost meanwhile (the state went; and if this
+                // shard leads again, in a later epoch, its log may have
+                // been truncated under the batch), or the ISR shrank under
+                // the minimum: as an acks=all produce.
+                Some(None) => Err(CoordinatorWriteError::NotLeader),
+                Some(Some(AcksAll::DoneUnderMinIsr)) => {
+                    Err(CoordinatorWriteError::NotEnoughReplicas)
                 }
+                // The wait ends early only when the log failed.
+                Some(Some(AcksAll::Waiting)) => Err(CoordinatorWriteError::Storage(
+                    "the log failed before the write was replicated".into(),
+                )),
+                Some(Some(AcksAll::Done)) => Ok(()),
             }
-            Ok(())
         }
         .boxed_local()
     }

@@ -41,7 +41,6 @@ use crate::log::{LogConfig, LogManager};
 use crate::metadata::{internal, MetadataImage, Placement, TopicConfig};
 use crate::partition::{MarkerError, Partition, TxnMarker};
 use crate::producer::ids::ProducerIdBlocks;
-use crate::replication::leader::AcksAll;
 use crate::replication::manager::{Follow, ReplicaManager};
 use crate::txn::coordinator::TxnCoordinator;
 use crate::types::{PartitionId, TopicPartition, TopicPartitionKey};
@@ -619,65 +618,39 @@ impl ShardCtx {
         let mut waits = Vec::with_capacity(markers.len());
         let mut out = Vec::with_capacity(markers.len());
         let me = self.config.node_id_of(self.shard);
+        // The image the appends are made under: a replicated partition's
+        // leader epoch is the one its marker must be replicated in.
+        let image = self.image();
         for m in markers {
+            let state = image
+                .topic(&m.tp.topic)
+                .and_then(|t| t.replica_state(m.tp.partition.0));
             // Appended now, synchronously, so it orders with produce appends.
             let appended = match self.led_partition(&m.tp) {
-                Some(p) => {
-                    let image = self.image();
-                    let state = image
-                        .topic(&m.tp.topic)
-                        .and_then(|t| t.replica_state(m.tp.partition.0));
-                    match state {
-                        Some(ps) if !self.leading.enough_replicas(&p, ps, me) => {
-                            Err(MarkerError::NotEnoughReplicas)
-                        }
-                        _ => p.append_control(&m).map(|offset| (p.log.clone(), offset)),
+                Some(p) => match state {
+                    Some(ps) if !self.leading.enough_replicas(&p, ps, me) => {
+                        Err(MarkerError::NotEnoughReplicas)
                     }
-                }
+                    _ => p.append_control(&m).map(|offset| (p.log.clone(), offset)),
+                },
                 None => Err(self.missing_partition(&m.tp)),
             };
             match appended {
-                Ok((log, offset)) => waits.push((m, log, offset)),
+                Ok((log, offset)) => waits.push((m, log, offset, state.map(|s| s.leader_epoch))),
                 Err(e) => out.push((m, Err(e))),
             }
         }
         // Answered as Kafka's marker append (acks=-1): once written, and on
-        // a replicated partition once the HW passed it (every ISR member
-        // holds it), within the cross-shard timeout (else TimedOut, and the
-        // coordinator sends it again).
+        // a replicated partition once the HW passed it while this shard
+        // still leads it in the epoch it appended in (every ISR member
+        // holds it; `Leading::wait_marker`), within the cross-shard
+        // timeout (else TimedOut, and the coordinator sends it again).
         let deadline = self.router.deadline();
-        let image = self.image();
-        for (m, log, offset) in waits {
-            let replicated = image
-                .topic(&m.tp.topic)
-                .and_then(|t| t.replica_state(m.tp.partition.0))
-                .map(|_| m.tp.clone());
-            let wait =
-                self.wait_acks_all(&log, offset, self.config.fsync_acks, replicated.as_ref());
-            let outcome = match crate::runtime::within(deadline, wait).await {
-                None => {
-                    tracing::warn!(tp = %m.tp, "a transaction marker was not replicated in time");
-                    Err(MarkerError::TimedOut)
-                }
-                Some(written) => written
-                    .map_err(|e| {
-                        tracing::error!(tp = %m.tp, error = %e, "writing a transaction marker failed");
-                        MarkerError::Storage
-                    })
-                    .and_then(|()| match &replicated {
-                        // As an acks=all produce: leadership lost meanwhile,
-                        // or the ISR shrank under the minimum.
-                        Some(tp) => match self.leading.acks_all(tp, offset.0) {
-                            None => Err(MarkerError::NotLeader),
-                            Some(AcksAll::DoneUnderMinIsr) => {
-                                Err(MarkerError::NotEnoughReplicasAfterAppend)
-                            }
-                            Some(AcksAll::Waiting) => Err(MarkerError::Storage),
-                            Some(AcksAll::Done) => Ok(()),
-                        },
-                        None => Ok(()),
-                    }),
-            };
+        for (m, log, offset, epoch) in waits {
+            let outcome = self
+                .leading
+                .wait_marker(&m.tp, &log, epoch, offset, self.config.fsync_acks, deadline)
+                .await;
             if outcome.is_ok() && m.tp.topic == internal::CONSUMER_OFFSETS {
                 // The producer's pending transactional offset commits
                 // become visible (COMMIT) or are dropped.
