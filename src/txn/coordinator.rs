@@ -668,6 +668,20 @@ impl TxnCoordinator {
         while !todo.is_empty() {
             attempts += 1;
             let results = env.send_markers(std::mem::take(&mut todo)).await;
+            if let Some((marker, _)) = results
+                .iter()
+                .find(|(_, outcome)| *outcome == Err(MarkerError::CoordinatorFenced))
+            {
+                // A partition saw a marker of a newer coordinator of this
+                // producer: that one finishes the transaction (Kafka's
+                // marker channel cancels the rest of its markers too).
+                tracing::warn!(
+                    transactional_id = id,
+                    tp = %marker.tp,
+                    "a newer transaction coordinator wrote markers; this one stops"
+                );
+                return;
+            }
             for (marker, outcome) in results {
                 let Err(e) = outcome else { continue };
                 // A partition is skipped only when this shard's own image no
@@ -711,6 +725,13 @@ impl TxnCoordinator {
                         "transaction markers left to the transaction's new coordinator or state"
                     );
                     return;
+                }
+                // This shard may have given the partition up and taken it
+                // over again meanwhile: its markers carry the epoch it
+                // holds it in now.
+                let epoch = self.coordinator_epoch(partition.tp.partition.0);
+                for marker in &mut todo {
+                    marker.coordinator_epoch = epoch;
                 }
             }
         }
