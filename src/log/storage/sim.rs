@@ -290,16 +290,46 @@ impl SimDisk {
         self.files.clear();
     }
 
+    /// [`Self::settle`] for the files under `root` only (one node of
+    /// several sharing this thread's disk, `shard::cluster_sim`, killed).
+    pub fn settle_under(&mut self, root: &Path) -> std::io::Result<()> {
+        let mut paths = HashMap::new();
+        inodes_under(root, &mut paths)?;
+        self.files.retain(|ino, _| !paths.contains_key(ino));
+        Ok(())
+    }
+
     /// A power loss: every file under `root` written since it was last
     /// durable is rewritten to what the device would hold: its durable
     /// bytes, and of each write since (in completion order) all of it,
     /// none of it, or a prefix torn at a random byte. Run with no log open
     /// (between two lives).
     pub fn power_loss(&mut self, root: &Path) -> std::io::Result<()> {
+        let files: Vec<(u64, Shadow)> = self.files.drain().collect();
+        self.lose_power(root, files)
+    }
+
+    /// A power loss of the files under `root` only (one node of several
+    /// sharing this thread's disk, `shard::cluster_sim`), as
+    /// [`Self::power_loss`] leaves them; every other file keeps what was
+    /// written to it, and what a later power loss of its own would leave.
+    /// Run with no log under `root` open.
+    pub fn power_loss_under(&mut self, root: &Path) -> std::io::Result<()> {
+        let mut paths = HashMap::new();
+        inodes_under(root, &mut paths)?;
+        let (under, elsewhere): (Vec<(u64, Shadow)>, Vec<(u64, Shadow)>) = self
+            .files
+            .drain()
+            .partition(|(ino, _)| paths.contains_key(ino));
+        self.files.extend(elsewhere);
+        self.lose_power(root, under)
+    }
+
+    /// Rewrites each of `files` under `root` to what a power loss leaves.
+    fn lose_power(&mut self, root: &Path, mut files: Vec<(u64, Shadow)>) -> std::io::Result<()> {
         self.stats.power_losses += 1;
         let mut paths = HashMap::new();
         inodes_under(root, &mut paths)?;
-        let mut files: Vec<(u64, Shadow)> = self.files.drain().collect();
         // HashMap order is not the seed's: go by inode.
         files.sort_by_key(|(ino, _)| *ino);
         for (ino, s) in files {
