@@ -96,7 +96,9 @@
 //! the final comparison (acknowledged writes stay checked everywhere);
 //! `FJORD_CLUSTER_STRICT=1` fails the seed instead.
 //!
-//! Open finding, not yet explained: seed 1796392186473 makes a node
+//! Open finding, not yet explained: seed 1796392071996 (no power loss)
+//! makes node 3 leader in epoch 3 without an acknowledged batch at step
+//! 725 in every run tried; seed 1796392186473 makes a node
 //! leader without an acknowledged batch in two of three runs, and some
 //! runs find zeros inside a live replica's written log after power
 //! losses; whether fjord or this module's power-loss model (follower
