@@ -410,6 +410,9 @@ struct Sim {
     hw_seen: BTreeMap<(usize, u64, i32), i64>,
     pending: Vec<Pending>,
     acked: Vec<BatchId>,
+    /// Who acknowledged each batch (by base offset): node, the epoch it
+    /// led in then, the steps of the append and of the answer.
+    acked_by: BTreeMap<i64, (usize, Option<i32>, u64, u64)>,
     /// The producer: its id and next sequence.
     producer: Option<(i64, i32)>,
     next_producer: i64,
@@ -473,6 +476,7 @@ impl Sim {
             hw_seen: BTreeMap::new(),
             pending: Vec::new(),
             acked: Vec::new(),
+            acked_by: BTreeMap::new(),
             producer: None,
             next_producer: 1,
             next_fetch: 1,
@@ -848,8 +852,9 @@ impl Sim {
         for a in &self.acked {
             if !log.contains(a) {
                 return Err(format!(
-                    "node {} became leader in epoch {epoch} without the acknowledged batch {a:?} (log end {}, its batch there: {:?})",
+                    "node {} became leader in epoch {epoch} without the acknowledged batch {a:?} (acknowledged by node, in epoch, appended and answered at steps: {:?}; log end {}, its batch there: {:?})",
                     i + 1,
+                    self.acked_by.get(&a.base),
                     p.log.log_end_offset().0,
                     log.iter().find(|b| b.base <= a.base && a.base <= b.last)
                 ));
@@ -1332,9 +1337,13 @@ impl Sim {
         let step = self.step;
         let mut acked = Vec::new();
         let mut not = 0;
+        let nodes = &self.nodes;
+        let acked_by = &mut self.acked_by;
         self.pending.retain(|p| match p.outcome.get() {
             Some(true) => {
                 acked.push(p.batch);
+                let leads = nodes[p.node].live.as_ref().and_then(|l| l.leads);
+                acked_by.insert(p.batch.base, (p.node + 1, leads, p.sent, step));
                 false
             }
             Some(false) => {
