@@ -691,26 +691,10 @@ fn position(p: &FetchPartition) -> FetchPosition {
     }
 }
 
-/// KIP-320's check of a fetcher that says which epoch its last batch
-/// was in (Kafka's `Partition.fetchRecords` with `lastFetchedEpoch`):
-/// `Ok(Some((epoch, end)))` when its log diverges from this one at or
-/// before its fetch offset (this log's last epoch at or below it ends at
-/// `end`, which is below the fetch offset, or is an older epoch), so it
-/// must truncate to `end` before fetching again; OFFSET_OUT_OF_RANGE when
-/// this log knows no end for that epoch or the fetch offset is below the
-/// log start; `Ok(None)` otherwise, including when no epoch was sent.
+/// KIP-320's check of a fetcher's `last_fetched_epoch`
+/// (`replication::leading::diverging`).
 fn diverging(pos: &FetchPosition, log: &PartitionLog) -> Result<Option<(i32, i64)>, ResponseError> {
-    if pos.last_fetched_epoch < 0 {
-        return Ok(None);
-    }
-    let (epoch, end) = log.end_offset_for_epoch(pos.last_fetched_epoch);
-    if epoch < 0 || end < 0 || pos.fetch_offset < log.log_start_offset().0 {
-        return Err(ResponseError::OffsetOutOfRange);
-    }
-    if epoch < pos.last_fetched_epoch || end < pos.fetch_offset {
-        return Ok(Some((epoch, end)));
-    }
-    Ok(None)
+    crate::replication::leading::diverging(pos.last_fetched_epoch, pos.fetch_offset, log)
 }
 
 /// FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH for a client whose

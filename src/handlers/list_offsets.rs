@@ -43,13 +43,7 @@ pub const READ_COMMITTED: i8 = 1;
 /// given"; an older one is FENCED_LEADER_EPOCH (the client's metadata is
 /// stale: it refreshes it), a newer one UNKNOWN_LEADER_EPOCH (the broker's
 /// is: the client retries).
-pub fn check_leader_epoch(current_leader_epoch: i32, leader_epoch: i32) -> Option<ResponseError> {
-    match current_leader_epoch {
-        e if e < 0 || e == leader_epoch => None,
-        e if e < leader_epoch => Some(ResponseError::FencedLeaderEpoch),
-        _ => Some(ResponseError::UnknownLeaderEpoch),
-    }
-}
+pub use crate::replication::leading::check_leader_epoch;
 
 pub async fn handle(
     ctx: &Rc<ShardCtx>,

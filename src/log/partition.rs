@@ -707,6 +707,19 @@ impl PartitionLog {
         }
     }
 
+    /// A kill -9 of the node that holds this log, for the cluster
+    /// simulation (`shard::cluster_sim`), which runs several nodes on one
+    /// thread: the log fails (its writer issues nothing more; the writes
+    /// already issued land, as the kernel completes what it accepted) and
+    /// closes; resolves once none of its I/O runs, so that none lands
+    /// after the node's restart reopens its files.
+    #[cfg(test)]
+    pub(crate) async fn simulate_kill(&self) {
+        self.fail(&"simulated kill -9 of the node");
+        self.mark_closed();
+        self.wait_idle().await;
+    }
+
     /// Drops the cache entries of this log (used by delete).
     pub(crate) fn mark_closed(&self) {
         self.health.closed.set(true);

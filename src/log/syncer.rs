@@ -399,11 +399,15 @@ impl PartitionLog {
         glommio::spawn_local(async move {
             if let Err(e) = storage::fdatasync(&file).await {
                 me.fail(&e);
+                // Over: no longer running (`io_running`, which `wait_idle`
+                // and a deletion wait on), and nothing moves `durable`.
+                me.seals.finish(seq);
                 return;
             }
             // Another fdatasync (the syncer's, on a description of its own)
             // may have found a failure first: nothing moves `durable` then.
             if me.health.failed() {
+                me.seals.finish(seq);
                 return;
             }
             if let Some((seq, end)) = me.seals.finish(seq) {

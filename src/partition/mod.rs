@@ -48,7 +48,7 @@ pub mod recovery;
 #[cfg(test)]
 mod replication_sim;
 #[cfg(test)]
-mod simulation;
+pub(crate) mod simulation;
 pub mod snapshots;
 
 use crate::clock::now_ms;

@@ -53,7 +53,7 @@ use std::sync::{Arc, Mutex};
 
 /// Runs `f` on a fresh unpinned test executor, after the DMA probe of `dir`
 /// (one life of the broker's shard).
-pub(super) fn run<F, Fut>(dir: PathBuf, f: F)
+pub(crate) fn run<F, Fut>(dir: PathBuf, f: F)
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
@@ -66,10 +66,10 @@ where
 
 /// xorshift64*: small, and the same sequence on every platform and version.
 #[derive(Clone)]
-pub(super) struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub(super) fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
     fn next(&mut self) -> u64 {
@@ -78,10 +78,10 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    pub(super) fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-    pub(super) fn chance(&mut self, percent: u64) -> bool {
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
     }
 }
@@ -264,7 +264,7 @@ const IDEMPOTENT: [i64; 3] = [1, 2, 3];
 const TRANSACTIONAL: [i64; 2] = [10, 11];
 const COORDINATED: [i64; 1] = [20];
 
-pub(super) fn batch(pid: i64, epoch: i16, seq: i32, txn: bool, records: usize) -> bytes::BytesMut {
+pub(crate) fn batch(pid: i64, epoch: i16, seq: i32, txn: bool, records: usize) -> bytes::BytesMut {
     let mut b = BatchBuilder::new(Compression::None)
         .producer(pid, epoch, seq)
         .transactional(txn);

@@ -470,14 +470,8 @@ impl<L: FollowerLog> ReplicaFetcher<L> {
         let Some(pos) = self.log.position(tp) else {
             return;
         };
-        let to = match self.log.end_offset_for_epoch(tp, leader_epoch) {
-            // The follower has nothing at or below that epoch.
-            None => leader_end.min(pos.log_end),
-            // It has an older epoch only: truncate to that epoch's end; the
-            // next fetch names it, and the leader answers again.
-            Some((epoch, end)) if epoch != leader_epoch => end.min(pos.log_end),
-            Some((_, end)) => leader_end.min(end).min(pos.log_end),
-        };
+        let own = self.log.end_offset_for_epoch(tp, leader_epoch);
+        let to = truncation_offset(own, leader_epoch, leader_end, pos.log_end);
         tracing::info!(partition = %tp, leader_epoch, leader_end, truncate_to = to, "replica fetcher: the log diverged from the leader's; truncating");
         match self.log.truncate_to(tp, to).await {
             Ok(()) => self.count(|s| s.truncations += 1),
@@ -558,12 +552,32 @@ impl<L: FollowerLog> ReplicaFetcher<L> {
     }
 }
 
+/// Where a follower whose log ends at `log_end` truncates when the leader
+/// answers that it diverged, with `diverging_epoch` (`leader_epoch`,
+/// `leader_end`); `own` is the follower's own end offset for that epoch
+/// (its largest epoch at or below it, and where that ends), if any.
+pub fn truncation_offset(
+    own: Option<(i32, i64)>,
+    leader_epoch: i32,
+    leader_end: i64,
+    log_end: i64,
+) -> i64 {
+    match own {
+        // The follower has nothing at or below that epoch.
+        None => leader_end.min(log_end),
+        // It has an older epoch only: truncate to that epoch's end; the
+        // next fetch names it, and the leader answers again.
+        Some((epoch, end)) if epoch != leader_epoch => end.min(log_end),
+        Some((_, end)) => leader_end.min(end).min(log_end),
+    }
+}
+
 /// The prefix of `records` the follower may append: whole batches, each
 /// valid (`batch::validate`) and starting where the previous ended, the
 /// first at `log_end`. Returns its length, its last offset, its batch
 /// count, and why it stops short of the end, if it does because of a bad
 /// batch (a partial last batch is not a problem: it comes whole next time).
-fn whole_batches(records: &[u8], log_end: i64) -> (usize, i64, u64, Option<String>) {
+pub fn whole_batches(records: &[u8], log_end: i64) -> (usize, i64, u64, Option<String>) {
     let mut at = 0usize;
     let mut next = log_end;
     let mut count = 0u64;

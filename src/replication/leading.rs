@@ -28,9 +28,47 @@ use crate::log::PartitionLog;
 use crate::metadata::PartitionState;
 use crate::partition::{MarkerError, Partition};
 use crate::types::{Offset, TopicPartition};
+use kafka_protocol::ResponseError;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
+
+/// FENCED_LEADER_EPOCH when a client's `current_leader_epoch` is older
+/// than the log's, UNKNOWN_LEADER_EPOCH when newer (KIP-320); none when
+/// they agree or the client sent none (-1).
+pub fn check_leader_epoch(current_leader_epoch: i32, leader_epoch: i32) -> Option<ResponseError> {
+    match current_leader_epoch {
+        e if e < 0 || e == leader_epoch => None,
+        e if e < leader_epoch => Some(ResponseError::FencedLeaderEpoch),
+        _ => Some(ResponseError::UnknownLeaderEpoch),
+    }
+}
+
+/// KIP-320's check of a fetcher that says which epoch its last batch
+/// was in (Kafka's `Partition.fetchRecords` with `lastFetchedEpoch`):
+/// `Ok(Some((epoch, end)))` when its log diverges from `log` at or
+/// before its fetch offset (this log's last epoch at or below it ends at
+/// `end`, which is below the fetch offset, or is an older epoch), so it
+/// must truncate to `end` before fetching again; OFFSET_OUT_OF_RANGE when
+/// this log knows no end for that epoch or the fetch offset is below the
+/// log start; `Ok(None)` otherwise, including when no epoch was sent.
+pub fn diverging(
+    last_fetched_epoch: i32,
+    fetch_offset: i64,
+    log: &PartitionLog,
+) -> Result<Option<(i32, i64)>, ResponseError> {
+    if last_fetched_epoch < 0 {
+        return Ok(None);
+    }
+    let (epoch, end) = log.end_offset_for_epoch(last_fetched_epoch);
+    if epoch < 0 || end < 0 || fetch_offset < log.log_start_offset().0 {
+        return Err(ResponseError::OffsetOutOfRange);
+    }
+    if epoch < last_fetched_epoch || end < fetch_offset {
+        return Ok(Some((epoch, end)));
+    }
+    Ok(None)
+}
 
 /// One led partition's state, and the image epochs it was made under.
 struct Led {

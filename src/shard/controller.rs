@@ -909,31 +909,10 @@ impl Controller {
             };
             m.heartbeats.insert(node, crate::clock::monotonic());
         }
-        let restarted = image
-            .brokers
-            .get(&node)
-            .is_some_and(|b| b.registration.incarnation != registration.incarnation);
-        let clean = registration.clean_shutdown;
-        let record = match image.brokers.get(&node) {
-            Some(b) if b.registration == registration && !b.fenced => {
-                return ControllerReply::Broker(Ok(()))
-            }
-            Some(b) if b.registration == registration => MetadataRecord::UnfenceBroker { node },
-            _ => MetadataRecord::RegisterBroker { registration },
+        let Some(records) = heartbeat_records(image, registration, &self.config) else {
+            return ControllerReply::Broker(Ok(()));
         };
-        tracing::info!(node, change = ?record, "metadata quorum: a node registers or comes back");
-        let mut records = vec![record];
-        if restarted && clean {
-            records.extend(restarted_leaders(image, node));
-        } else if restarted {
-            records.extend(unclean_restart(image, node));
-        }
-        // An offline partition whose ISR or ELR member came back gets it
-        // as leader (§4.4).
-        records.extend(reconcile_partitions(
-            &apply_all(image, &records),
-            &self.config,
-        ));
+        tracing::info!(node, change = ?records[0], "metadata quorum: a node registers or comes back");
         ControllerReply::Broker(match self.persist(records, deadline).await {
             Ok(_) => Ok(()),
             Err(e) => Err(persist_error(&e)),
@@ -950,20 +929,11 @@ impl Controller {
         deadline: Instant,
     ) -> ControllerReply {
         let silent = self.silent_nodes(image);
-        let mut records: Vec<MetadataRecord> = nodes
-            .into_iter()
-            .filter(|n| silent.contains(n))
-            .map(|node| MetadataRecord::FenceBroker { node })
-            .collect();
+        let nodes: Vec<i32> = nodes.into_iter().filter(|n| silent.contains(n)).collect();
+        let records = fence_records(image, &nodes, &self.config);
         if records.is_empty() {
             return ControllerReply::Broker(Ok(()));
         }
-        // The fenced nodes' replicas leave the ISRs, and their partitions
-        // get new leaders (`docs/replication.md` §4.4).
-        records.extend(reconcile_partitions(
-            &apply_all(image, &records),
-            &self.config,
-        ));
         tracing::warn!(
             fenced = ?records,
             session_timeout_ms = self.config.broker_session_timeout_ms,
@@ -1942,6 +1912,60 @@ fn persist_error(e: &std::io::Error) -> ControllerError {
     }
 }
 
+/// The records a heartbeat of `registration` makes on the leader
+/// (`docs/replication.md` §3.2, §4.4), None when it changes nothing: a
+/// node not registered with this incarnation, endpoints and shards is
+/// registered, a fenced one unfenced; a restarted node's partitions get
+/// a new leader epoch (clean restart) or lose it from every ISR and ELR
+/// (unclean); an offline partition whose ISR or ELR member came back gets
+/// it as leader.
+pub(super) fn heartbeat_records(
+    image: &MetadataImage,
+    registration: crate::metadata::BrokerRegistration,
+    config: &BrokerConfig,
+) -> Option<Vec<MetadataRecord>> {
+    let node = registration.node;
+    let restarted = image
+        .brokers
+        .get(&node)
+        .is_some_and(|b| b.registration.incarnation != registration.incarnation);
+    let clean = registration.clean_shutdown;
+    let record = match image.brokers.get(&node) {
+        Some(b) if b.registration == registration && !b.fenced => return None,
+        Some(b) if b.registration == registration => MetadataRecord::UnfenceBroker { node },
+        _ => MetadataRecord::RegisterBroker { registration },
+    };
+    let mut records = vec![record];
+    if restarted && clean {
+        records.extend(restarted_leaders(image, node));
+    } else if restarted {
+        records.extend(unclean_restart(image, node));
+    }
+    // An offline partition whose ISR or ELR member came back gets it
+    // as leader (§4.4).
+    records.extend(reconcile_partitions(&apply_all(image, &records), config));
+    Some(records)
+}
+
+/// The records that fence `nodes` (silent for the session timeout, as the
+/// leader found): their replicas leave the ISRs, and their partitions get
+/// new leaders (`docs/replication.md` §4.4). Empty for no node.
+pub(super) fn fence_records(
+    image: &MetadataImage,
+    nodes: &[i32],
+    config: &BrokerConfig,
+) -> Vec<MetadataRecord> {
+    let mut records: Vec<MetadataRecord> = nodes
+        .iter()
+        .map(|&node| MetadataRecord::FenceBroker { node })
+        .collect();
+    if records.is_empty() {
+        return records;
+    }
+    records.extend(reconcile_partitions(&apply_all(image, &records), config));
+    records
+}
+
 fn apply_all(image: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage {
     let mut next = image.clone();
     for r in records {
@@ -2019,13 +2043,13 @@ fn plan_election(
 }
 
 /// An AlterPartition, as the controller checks it.
-struct AlterPartition {
-    broker: i32,
-    topic_id: [u8; 16],
-    partition: i32,
-    leader_epoch: i32,
-    partition_epoch: i32,
-    isr: Vec<i32>,
+pub(super) struct AlterPartition {
+    pub(super) broker: i32,
+    pub(super) topic_id: [u8; 16],
+    pub(super) partition: i32,
+    pub(super) leader_epoch: i32,
+    pub(super) partition_epoch: i32,
+    pub(super) isr: Vec<i32>,
 }
 
 /// Kafka's checks of an AlterPartition (`ReplicationControlManager`), in
@@ -2034,7 +2058,7 @@ struct AlterPartition {
 /// `min.insync.replicas` the members it loses join the eligible leader
 /// replicas, and once it is back at the minimum the ELR empties. None when
 /// the ISR asked for is the ISR already (nothing to log).
-fn plan_alter_partition(
+pub(super) fn plan_alter_partition(
     image: &MetadataImage,
     config: &crate::config::BrokerConfig,
     change: &AlterPartition,

@@ -24,6 +24,8 @@
 //! Every wait for another shard is bounded; [`router`] lists them and what
 //! each answers on a timeout.
 
+#[cfg(test)]
+mod cluster_sim;
 pub mod controller;
 mod coordinator_log;
 pub mod fetch_sessions;

@@ -290,16 +290,49 @@ impl SimDisk {
         self.files.clear();
     }
 
+    /// [`Self::settle`] for the files under `root` only (one node of
+    /// several sharing this thread's disk, `shard::cluster_sim`, killed).
+    pub fn settle_under(&mut self, root: &Path) -> std::io::Result<()> {
+        let mut paths = HashMap::new();
+        inodes_under(root, &mut paths)?;
+        self.files.retain(|ino, _| !paths.contains_key(ino));
+        Ok(())
+    }
+
     /// A power loss: every file under `root` written since it was last
     /// durable is rewritten to what the device would hold: its durable
     /// bytes, and of each write since (in completion order) all of it,
     /// none of it, or a prefix torn at a random byte. Run with no log open
     /// (between two lives).
     pub fn power_loss(&mut self, root: &Path) -> std::io::Result<()> {
+        let files: Vec<(u64, Shadow)> = self.files.drain().collect();
+        self.lose_power(root, files)
+    }
+
+    /// A power loss of the files under `root` only (one node of several
+    /// sharing this thread's disk, `shard::cluster_sim`), as
+    /// [`Self::power_loss`] leaves them; every other file keeps what was
+    /// written to it, and what a later power loss of its own would leave.
+    /// Run with no log under `root` open.
+    pub fn power_loss_under(&mut self, root: &Path) -> std::io::Result<()> {
+        let mut paths = HashMap::new();
+        inodes_under(root, &mut paths)?;
+        let mut under = Vec::new();
+        for (ino, shadow) in std::mem::take(&mut self.files) {
+            if paths.contains_key(&ino) {
+                under.push((ino, shadow));
+            } else {
+                self.files.insert(ino, shadow);
+            }
+        }
+        self.lose_power(root, under)
+    }
+
+    /// Rewrites each of `files` under `root` to what a power loss leaves.
+    fn lose_power(&mut self, root: &Path, mut files: Vec<(u64, Shadow)>) -> std::io::Result<()> {
         self.stats.power_losses += 1;
         let mut paths = HashMap::new();
         inodes_under(root, &mut paths)?;
-        let mut files: Vec<(u64, Shadow)> = self.files.drain().collect();
         // HashMap order is not the seed's: go by inode.
         files.sort_by_key(|(ino, _)| *ino);
         for (ino, s) in files {
@@ -404,6 +437,67 @@ mod tests {
         assert!(after[4..].iter().all(|&b| b == b'b'), "{after:?}");
         let s = d.stats();
         assert_eq!(s.writes_kept + s.writes_dropped + s.writes_torn, 1);
+    }
+
+    /// A log that fails while a sealed segment's background fdatasync is
+    /// in flight is idle once that fdatasync ends: the seal no longer
+    /// counts as running, else `wait_idle` (which deleting a partition and
+    /// the cluster simulation's kill await) never resolves.
+    #[test]
+    fn a_log_that_fails_during_a_background_seal_becomes_idle() {
+        use futures::future::Either;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        crate::runtime::run_test_executor(move || async move {
+            crate::runtime::probe_dma(&data).await.unwrap();
+            // Every fdatasync completes after up to 100,000 yields: the
+            // seal is still in flight when the log fails.
+            let faults = Faults {
+                completion_yields_max: 100_000,
+                ..Faults::default()
+            };
+            simulate(SimDisk::new(3, faults));
+            let mgr = crate::log::LogManager::new_for_shard(
+                data.clone(),
+                crate::log::TailCache::new(1 << 20),
+                0,
+            );
+            let tp = crate::types::TopicPartition::new("seal", 0);
+            let config = crate::log::LogConfig {
+                segment_bytes: 4096,
+                preallocate_bytes: 64 * 1024,
+                ..crate::log::LogConfig::default()
+            };
+            let log = mgr.open(&tp, config).await.unwrap();
+            let batch = |v: &str| {
+                crate::record::BatchBuilder::new(crate::record::Compression::None)
+                    .record(None, Some(v.as_bytes()), &[], 1_700_000_000_000)
+                    .build()
+            };
+            let first = log.append(batch("a")).unwrap();
+            log.wait_acked(first.last_offset, false).await.unwrap();
+            log.roll();
+            let _ = log.append(batch("b")).unwrap();
+            let mut sealing = false;
+            for _ in 0..1_000_000 {
+                if log.seals.running() {
+                    sealing = true;
+                    break;
+                }
+                futures_lite::future::yield_now().await;
+            }
+            assert!(sealing, "the first segment's seal is in flight");
+            let idle = futures::future::select(
+                Box::pin(log.simulate_kill()),
+                Box::pin(glommio::timer::sleep(std::time::Duration::from_secs(20))),
+            )
+            .await;
+            let _ = take_simulated();
+            assert!(
+                matches!(idle, Either::Left(_)),
+                "the failed log stays busy with its seal"
+            );
+        });
     }
 
     #[test]
