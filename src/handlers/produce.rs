@@ -110,9 +110,11 @@ struct PartitionResult {
     log_append_time_ms: i64,
     /// The log to wait on for acks.
     log: Option<Rc<PartitionLog>>,
-    /// A replicated partition's acks=all append: answered once the HW
-    /// passes it (`docs/replication.md` §4.1).
-    replicated: Option<TopicPartition>,
+    /// A replicated partition's acks=all append, with the leader epoch it
+    /// was appended in: answered once the HW passes it while this shard
+    /// still leads the partition in that epoch (`docs/replication.md`
+    /// §4.1; `Leading::acks_all_in`).
+    replicated: Option<(TopicPartition, i32)>,
     /// Kafka's per-record errors (Produce v8+): (index in the batch, message).
     record_errors: Vec<(i32, String)>,
     /// The log start offset a refused append still reports (Kafka's
@@ -886,7 +888,7 @@ fn append_and_answer(
                 appended: Some(info),
                 log_append_time_ms,
                 log: Some(state.log.clone()),
-                replicated: replicated.map(|_| tp.clone()),
+                replicated: replicated.map(|ps| (tp.clone(), ps.leader_epoch)),
                 record_errors: Vec::new(),
                 refused_log_start: -1,
             });
@@ -938,8 +940,12 @@ fn append_and_answer(
                 let last: Offset = info.last_offset;
                 // A replicated one: the HW passes it once enough followers
                 // hold it.
-                let mut wait =
-                    Box::pin(ctx.wait_acks_all(log, last, durable, r.replicated.as_ref()));
+                let mut wait = Box::pin(ctx.wait_acks_all(
+                    log,
+                    last,
+                    durable,
+                    r.replicated.as_ref().map(|(tp, _)| tp),
+                ));
                 // Often written already (page-cache writes): then no timer
                 // is armed, which costs the reactor a timeout and a cancel.
                 let outcome = match ((&mut wait).now_or_never(), deadline) {
@@ -960,7 +966,11 @@ fn append_and_answer(
                     .replicated
                     .as_ref()
                     .filter(|_| matches!(outcome, Some(Ok(()))))
-                    .map(|tp| ctx.leading.acks_all(tp, last.0));
+                    // In the epoch it was appended in: a leader deposed
+                    // before its followers fetched the batch truncates it
+                    // away as the new leader's follower, whose HW then
+                    // passes the offset (and it may lead again since).
+                    .map(|(tp, epoch)| ctx.leading.acks_all_in(tp, log, *epoch, last.0));
                 if r.replicated.is_some() {
                     tracing::trace!(
                         offset = last.0,

@@ -373,10 +373,10 @@ impl Leading {
     /// for the coordinator that sent it: as Kafka's acks=-1 marker
     /// append, written (durable when `durable`) and, replicated, below
     /// the HW with this shard still the leader of that epoch
-    /// ([`Self::wait_acks_all_in`]); a marker on the ISR while it is
-    /// below `min.insync.replicas` counts (every ISR member holds it, and
-    /// fjord does not refuse markers under the minimum, so asking again
-    /// would only append it again). Until `deadline`, else
+    /// ([`Self::wait_acks_all_in`]); an ISR that shrank below
+    /// `min.insync.replicas` after the append is
+    /// [`MarkerError::NotEnoughReplicasAfterAppend`], as for a produce
+    /// (the coordinator sends the marker again). Until `deadline`, else
     /// [`MarkerError::TimedOut`]; a lost leadership is
     /// [`MarkerError::NotLeader`] and the coordinator asks the new
     /// leader.
