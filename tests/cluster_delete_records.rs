@@ -18,7 +18,7 @@
 
 mod common;
 
-use common::cluster::{addr, create_assigned, start_node, wait_brokers};
+use common::cluster::{addr, create_assigned};
 use common::netns::Net;
 use common::raw::{only_partition, produce_request, RawClient};
 use common::Broker;
@@ -146,12 +146,7 @@ fn signal(broker: &Broker, sig: &str) {
 #[test]
 fn delete_records_waits_for_every_replica_and_survives_a_failover() {
     let net = Net::new(NODES);
-    let mut brokers: Vec<Broker> = (0..NODES)
-        .map(|i| start_node(&net, i, NODES, SESSION_TIMEOUT_MS, &[]))
-        .collect();
-    for b in &brokers {
-        wait_brokers(b, NODES, SETTLE);
-    }
+    let mut brokers = common::cluster::start_all(&net, NODES, SESSION_TIMEOUT_MS, SETTLE, |_| &[]);
     create_assigned(
         &brokers,
         TOPIC,

@@ -19,7 +19,7 @@
 
 mod common;
 
-use common::cluster::{addr, create_assigned, start_node, wait_brokers};
+use common::cluster::{addr, create_assigned};
 use common::netns::Net;
 use common::raw::{only_partition, produce_request, RawClient};
 use common::Broker;
@@ -33,13 +33,7 @@ const SETTLE: Duration = Duration::from_secs(60);
 /// The [`NODES`] nodes of `net`, node `i` with `extra(i)` arguments, once
 /// every one is registered.
 fn start_all<'a>(net: &Net, extra: impl Fn(usize) -> &'a [String]) -> Vec<Broker> {
-    let brokers: Vec<Broker> = (0..NODES)
-        .map(|i| start_node(net, i, NODES, SESSION_TIMEOUT_MS, extra(i)))
-        .collect();
-    for b in &brokers {
-        wait_brokers(b, NODES, SETTLE);
-    }
-    brokers
+    common::cluster::start_all(net, NODES, SESSION_TIMEOUT_MS, SETTLE, extra)
 }
 
 /// Partition 0 of `topic` as `broker`'s Metadata lists it: (leader, ISR

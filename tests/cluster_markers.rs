@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::cluster::{addr, create_assigned, start_node, wait_brokers};
+use common::cluster::{addr, create_assigned};
 use common::netns::Net;
 use common::raw::RawClient;
 use common::Broker;
@@ -65,12 +65,7 @@ fn wait_listed(broker: &Broker, want: (i32, &[i32])) {
 #[test]
 fn markers_are_fenced_by_coordinator_epoch_and_need_the_minimum_isr() {
     let net = Net::new(NODES);
-    let mut brokers: Vec<Broker> = (0..NODES)
-        .map(|i| start_node(&net, i, NODES, SESSION_TIMEOUT_MS, &[]))
-        .collect();
-    for b in &brokers {
-        wait_brokers(b, NODES, SETTLE);
-    }
+    let mut brokers = common::cluster::start_all(&net, NODES, SESSION_TIMEOUT_MS, SETTLE, |_| &[]);
     create_assigned(
         &brokers,
         TOPIC,

@@ -479,33 +479,13 @@ mod tests {
     use super::*;
     use crate::partition::TxnMarker;
     use crate::record::{BatchBuilder, BatchHeader, Compression};
-    use std::collections::BTreeMap;
     use std::time::Duration;
 
     const ME: i32 = 0;
     const FOLLOWER: i32 = 1000;
     const PRODUCER: i64 = 10;
 
-    async fn partition(dir: &std::path::Path, tp: &TopicPartition) -> Rc<Partition> {
-        let mgr = crate::log::LogManager::new_for_shard(
-            dir.to_path_buf(),
-            crate::log::TailCache::new(1 << 20),
-            0,
-        );
-        let log = mgr
-            .open(tp, crate::log::LogConfig::default())
-            .await
-            .expect("a log");
-        let config = crate::metadata::TopicConfig::resolve(
-            &BTreeMap::new(),
-            &crate::config::ServeArgs::default()
-                .resolve()
-                .expect("default settings"),
-        );
-        Partition::open(tp.clone(), [7; 16], log, config, 1_000)
-            .await
-            .expect("a partition")
-    }
+    use super::super::test_partition as partition;
 
     /// This shard leading in `leader_epoch`, every replica in sync.
     fn state(leader_epoch: i32, replicas: &[i32]) -> PartitionState {
@@ -632,8 +612,26 @@ mod tests {
     /// commits it too, aborted or not).
     #[test]
     fn a_marker_truncated_away_after_a_leader_change_is_not_written() {
+        marker_truncated_away(false);
+    }
+
+    /// The same, with this shard elected again (epoch 5, the only
+    /// replica after a reassignment, so its HW passes the offset at once): it leads, but not in the
+    /// epoch the marker was appended in, and the offset holds the other
+    /// leader's batch.
+    #[test]
+    fn a_marker_truncated_away_is_not_written_when_its_leader_leads_again() {
+        marker_truncated_away(true);
+    }
+
+    /// A marker appended in epoch 3, the shard deposed (epoch 4 for the
+    /// follower) and truncated to the marker's offset, then the new
+    /// leader's batches replicated past it; the HW set past the marker
+    /// from the new leader's (or, `leads_again`, this shard the only
+    /// replica in epoch 5): the wait answers NOT_LEADER either way.
+    fn marker_truncated_away(leads_again: bool) {
         use futures::FutureExt;
-        run(|path| {
+        run(move |path| {
             async move {
                 let tp = TopicPartition::new("t", 0);
                 let p = partition(&path, &tp).await;
@@ -659,44 +657,11 @@ mod tests {
                     .wait_acked(Offset(end - 1), false)
                     .await
                     .expect("written");
-                p.log.set_high_watermark(Offset(end));
-                assert!(p.log.high_watermark().0 > at.0);
-                assert_eq!(wait.await, Err(MarkerError::NotLeader));
-            }
-            .boxed_local()
-        });
-    }
-
-    /// The same, with this shard elected again (epoch 5, the only
-    /// replica after a reassignment, so its HW passes the offset at once): it leads, but not in the
-    /// epoch the marker was appended in, and the offset holds the other
-    /// leader's batch.
-    #[test]
-    fn a_marker_truncated_away_is_not_written_when_its_leader_leads_again() {
-        use futures::FutureExt;
-        run(|path| {
-            async move {
-                let tp = TopicPartition::new("t", 0);
-                let p = partition(&path, &tp).await;
-                let leading = Rc::new(Leading::default());
-                lead(&leading, &p, 3, &[ME, FOLLOWER]);
-                let at = transaction_then_marker(&p).await;
-                let wait = {
-                    let (leading, tp, log) = (leading.clone(), tp.clone(), p.log.clone());
-                    glommio::spawn_local(async move {
-                        leading
-                            .wait_marker(&tp, &log, Some(3), at, false, deadline())
-                            .await
-                    })
-                };
-                leading.retain(|_| false);
-                p.truncate_to(at).await.expect("truncated");
-                let end = follow_new_leader(&p, at.0, 4, 3);
-                p.log
-                    .wait_acked(Offset(end - 1), false)
-                    .await
-                    .expect("written");
-                lead(&leading, &p, 5, &[ME]);
+                if leads_again {
+                    lead(&leading, &p, 5, &[ME]);
+                } else {
+                    p.log.set_high_watermark(Offset(end));
+                }
                 assert!(p.log.high_watermark().0 > at.0);
                 assert_eq!(wait.await, Err(MarkerError::NotLeader));
             }

@@ -609,26 +609,7 @@ mod tests {
         }
     }
 
-    async fn partition(dir: &std::path::Path, tp: &TopicPartition) -> Rc<Partition> {
-        let mgr = crate::log::LogManager::new_for_shard(
-            dir.to_path_buf(),
-            crate::log::TailCache::new(1 << 20),
-            0,
-        );
-        let log = mgr
-            .open(tp, crate::log::LogConfig::default())
-            .await
-            .expect("a log");
-        let config = crate::metadata::TopicConfig::resolve(
-            &BTreeMap::new(),
-            &crate::config::ServeArgs::default()
-                .resolve()
-                .expect("default settings"),
-        );
-        Partition::open(tp.clone(), [7; 16], log, config, 1_000)
-            .await
-            .expect("a partition")
-    }
+    use super::super::test_partition as partition;
 
     /// One fetcher per leader broker, holding exactly the partitions that
     /// broker leads; a partition moves with its leader and leaves every

@@ -29,3 +29,30 @@ pub mod leader;
 pub mod leading;
 pub mod manager;
 pub mod peers;
+
+/// A partition of `tp` over a fresh log in `dir`, with the default
+/// settings (the unit tests' leader or follower replica).
+#[cfg(test)]
+async fn test_partition(
+    dir: &std::path::Path,
+    tp: &crate::types::TopicPartition,
+) -> std::rc::Rc<crate::partition::Partition> {
+    let mgr = crate::log::LogManager::new_for_shard(
+        dir.to_path_buf(),
+        crate::log::TailCache::new(1 << 20),
+        0,
+    );
+    let log = mgr
+        .open(tp, crate::log::LogConfig::default())
+        .await
+        .expect("a log");
+    let config = crate::metadata::TopicConfig::resolve(
+        &std::collections::BTreeMap::new(),
+        &crate::config::ServeArgs::default()
+            .resolve()
+            .expect("default settings"),
+    );
+    crate::partition::Partition::open(tp.clone(), [7; 16], log, config, 1_000)
+        .await
+        .expect("a partition")
+}

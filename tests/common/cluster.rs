@@ -43,6 +43,24 @@ pub fn start_node(
     Broker::start(opts)
 }
 
+/// Every node of `net` (one shard each, node `i` with `extra(i)`), once
+/// each lists all of them (registered and unfenced), within `settle`.
+pub fn start_all<'a>(
+    net: &Net,
+    nodes: usize,
+    session_timeout_ms: u64,
+    settle: Duration,
+    extra: impl Fn(usize) -> &'a [String],
+) -> Vec<Broker> {
+    let brokers: Vec<Broker> = (0..nodes)
+        .map(|i| start_node(net, i, nodes, session_timeout_ms, extra(i)))
+        .collect();
+    for b in &brokers {
+        wait_brokers(b, nodes, settle);
+    }
+    brokers
+}
+
 /// The address of `broker`'s (first) shard.
 pub fn addr(broker: &Broker) -> std::net::SocketAddr {
     broker.bootstrap().parse().expect("an address")
