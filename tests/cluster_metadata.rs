@@ -131,58 +131,6 @@ fn holder(brokers: &[Option<&Broker>], name: &str) -> usize {
     node
 }
 
-/// The node that leads the metadata quorum among `brokers` (the live
-/// ones): the one that logged its leadership in the highest term.
-fn quorum_leader(brokers: &[Option<&Broker>]) -> usize {
-    common::wait_for(SETTLE, "a quorum leader among the live nodes", || {
-        let mut best: Option<(u64, usize)> = None;
-        for (i, b) in brokers.iter().enumerate() {
-            let Some(b) = b else { continue };
-            for term in leadership_terms(&b.stderr_since(0)) {
-                if best.is_none_or(|(t, _)| term > t) {
-                    best = Some((term, i));
-                }
-            }
-        }
-        best.map(|(_, i)| i)
-    })
-}
-
-/// The terms of every "this node leads the metadata quorum" line of a
-/// node's log.
-fn leadership_terms(log: &str) -> Vec<u64> {
-    log.lines()
-        .filter(|l| l.contains("this node leads the metadata quorum"))
-        .filter_map(|l| {
-            let plain: String = strip_ansi(l);
-            let at = plain.find("term=")? + "term=".len();
-            plain[at..]
-                .split(|c: char| !c.is_ascii_digit())
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect()
-}
-
-/// `line` without its terminal colour codes (ESC [ ... m).
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for d in chars.by_ref() {
-                if d == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The topics `broker`'s Metadata lists.
 fn topics(broker: &Broker) -> Vec<String> {
     let resp = RawClient::connect_to(addr(broker)).request(
@@ -429,7 +377,7 @@ fn three_nodes_forward_register_fence_and_heal() {
     let everywhere: Vec<Option<&Broker>> = brokers.iter().map(Some).collect();
     create_anywhere(&everywhere, "first");
     let first_holder = holder(&everywhere, "first");
-    let leader = quorum_leader(&everywhere);
+    let leader = common::cluster::quorum_leader(&everywhere, SETTLE);
     let followers: Vec<usize> = all.iter().copied().filter(|&i| i != leader).collect();
     // Through a node that does not lead: forwarded, and seen there at once.
     for &i in &followers {
@@ -600,7 +548,7 @@ fn three_nodes_forward_register_fence_and_heal() {
         .map(|(i, b)| (i != leader).then_some(b))
         .collect();
     create_anywhere(&alive, "second");
-    let second_leader = quorum_leader(&alive);
+    let second_leader = common::cluster::quorum_leader(&alive, SETTLE);
     assert_ne!(second_leader, leader);
     for &i in &followers {
         wait_lists(&brokers[i], i, "second");
@@ -622,7 +570,7 @@ fn three_nodes_forward_register_fence_and_heal() {
     // fenced after the session timeout, gone from the survivors' lists,
     // its topic offline there; back when it restarts.
     let everywhere: Vec<Option<&Broker>> = brokers.iter().map(Some).collect();
-    let lead = quorum_leader(&everywhere);
+    let lead = common::cluster::quorum_leader(&everywhere, SETTLE);
     let held_by: Vec<(&str, usize)> = ["first", "second", "via-0", "via-1", "via-2"]
         .into_iter()
         .filter(|t| topics(&brokers[lead]).iter().any(|n| n == t))
@@ -677,7 +625,8 @@ fn three_nodes_forward_register_fence_and_heal() {
     // A node that does not lead, cut off: its own CreateTopics (sent from
     // inside its namespace) fails; the others go on; healed, it catches up.
     create_anywhere(&brokers.iter().map(Some).collect::<Vec<_>>(), "third");
-    let lead = quorum_leader(&brokers.iter().map(Some).collect::<Vec<_>>());
+    let lead =
+        common::cluster::quorum_leader(&brokers.iter().map(Some).collect::<Vec<_>>(), SETTLE);
     let cut = all
         .iter()
         .copied()

@@ -416,20 +416,37 @@ fn kafka_reassign_partitions_moves_a_partition() {
         .map(|i| common::cluster::start_node(&net, i, NODES, 120_000, &[]))
         .collect();
     common::cluster::wait_brokers(&brokers[0], NODES, SETTLE);
-    create_named(&brokers, CLI, &[0, 1000]);
-    common::wait_for(SETTLE, "the topic on nodes 0 and 1", || {
+    // The partition moves from nodes a and b to b and f; f is frozen
+    // below, so it must not lead the metadata quorum (the tools' changes
+    // go through that leader).
+    let quorum =
+        common::cluster::quorum_leader(&brokers.iter().map(Some).collect::<Vec<_>>(), SETTLE);
+    let (a, b, f) = if quorum == 2 { (2, 0, 1) } else { (0, 1, 2) };
+    let id = |n: usize| n as i32 * 1000;
+    // An ISR as listed (sorted).
+    let isr = |x: usize, y: usize| {
+        let mut v = vec![id(x), id(y)];
+        v.sort();
+        v
+    };
+    create_named(&brokers, CLI, &[id(a), id(b)]);
+    common::wait_for(SETTLE, "the topic on nodes a and b", || {
         listed_topic(&brokers[0], CLI)
-            .filter(|l| l.leader == 0 && l.isr == [0, 1000])
+            .filter(|l| l.leader == id(a) && l.isr == isr(a, b))
             .map(|_| ())
     });
     let dir = tempfile::tempdir().expect("a temporary directory");
     let plan = dir.path().join("reassignment.json");
     std::fs::write(
         &plan,
-        format!(r#"{{"version":1,"partitions":[{{"topic":"{CLI}","partition":0,"replicas":[1000,2000],"log_dirs":["any","any"]}}]}}"#),
+        format!(
+            r#"{{"version":1,"partitions":[{{"topic":"{CLI}","partition":0,"replicas":[{},{}],"log_dirs":["any","any"]}}]}}"#,
+            id(b),
+            id(f)
+        ),
     )
     .expect("the plan written");
-    let bootstrap = brokers[1].bootstrap();
+    let bootstrap = brokers[a].bootstrap();
     let plan = plan.to_str().expect("a UTF-8 path");
     let args = |action: &'static str| {
         vec![
@@ -440,12 +457,12 @@ fn kafka_reassign_partitions_moves_a_partition() {
             action,
         ]
     };
-    // Node 2 frozen (SIGSTOP; still registered and unfenced, as the
+    // Node f frozen (SIGSTOP; still registered and unfenced, as the
     // tool checks the target brokers against DescribeCluster): the
     // reassignment starts and cannot finish, `--verify` says it is in
     // progress, `--cancel` reverts it.
     let signal = |sig: &str| {
-        let pid = brokers[2].pid().expect("node 2 runs").to_string();
+        let pid = brokers[f].pid().expect("node f runs").to_string();
         let status = std::process::Command::new("kill")
             .args([sig, pid.as_str()])
             .status()
@@ -479,7 +496,7 @@ fn kafka_reassign_partitions_moves_a_partition() {
     );
     common::wait_for(SETTLE, "the original replicas back", || {
         listed_topic(&brokers[0], CLI)
-            .filter(|l| l.replicas.len() == 2 && l.leader == 0)
+            .filter(|l| l.replicas.len() == 2 && l.leader == id(a))
             .map(|_| ())
     });
     signal("-CONT");
@@ -500,10 +517,10 @@ fn kafka_reassign_partitions_moves_a_partition() {
             .contains(&format!("Reassignment of partition {CLI}-0 is completed."))
             .then_some(())
     });
-    for b in &brokers {
+    for node in &brokers {
         common::wait_for(SETTLE, "every node to list the new replicas", || {
-            listed_topic(b, CLI)
-                .filter(|l| l.replicas == [1000, 2000] && l.isr == [1000, 2000] && l.leader == 1000)
+            listed_topic(node, CLI)
+                .filter(|l| l.replicas == [id(b), id(f)] && l.isr == isr(b, f) && l.leader == id(b))
                 .map(|_| ())
         });
     }

@@ -61,6 +61,58 @@ pub fn start_all<'a>(
     brokers
 }
 
+/// The node that leads the metadata quorum among `brokers` (the live
+/// ones): the one that logged its leadership in the highest term.
+pub fn quorum_leader(brokers: &[Option<&Broker>], settle: Duration) -> usize {
+    super::wait_for(settle, "a quorum leader among the live nodes", || {
+        let mut best: Option<(u64, usize)> = None;
+        for (i, b) in brokers.iter().enumerate() {
+            let Some(b) = b else { continue };
+            for term in leadership_terms(&b.stderr_since(0)) {
+                if best.is_none_or(|(t, _)| term > t) {
+                    best = Some((term, i));
+                }
+            }
+        }
+        best.map(|(_, i)| i)
+    })
+}
+
+/// The terms of every "this node leads the metadata quorum" line of a
+/// node's log.
+fn leadership_terms(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter(|l| l.contains("this node leads the metadata quorum"))
+        .filter_map(|l| {
+            let plain: String = strip_ansi(l);
+            let at = plain.find("term=")? + "term=".len();
+            plain[at..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// `line` without its terminal colour codes (ESC [ ... m).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The address of `broker`'s (first) shard.
 pub fn addr(broker: &Broker) -> std::net::SocketAddr {
     broker.bootstrap().parse().expect("an address")
