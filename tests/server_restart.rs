@@ -163,7 +163,7 @@ fn recovery_of(stderr: &str) -> (Vec<(u64, bool)>, Vec<u64>) {
     };
     let mut shards = Vec::new();
     let mut replays = Vec::new();
-    for line in strip_ansi(stderr).lines() {
+    for line in common::strip_ansi(stderr).lines() {
         if line.contains("logs recovered") {
             let scanned = field(line, "segments_scanned").and_then(|v| v.parse().ok());
             let clean = field(line, "clean_shutdown").and_then(|v| v.parse().ok());
@@ -181,24 +181,6 @@ fn recovery_of(stderr: &str) -> (Vec<(u64, bool)>, Vec<u64>) {
         }
     }
     (shards, replays)
-}
-
-/// `text` without its terminal colour sequences (`ESC [ ... m`).
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// A start after a clean stop trusts every segment (Kafka's clean-shutdown

@@ -84,7 +84,7 @@ fn leadership_terms(log: &str) -> Vec<u64> {
     log.lines()
         .filter(|l| l.contains("this node leads the metadata quorum"))
         .filter_map(|l| {
-            let plain: String = strip_ansi(l);
+            let plain: String = super::strip_ansi(l);
             let at = plain.find("term=")? + "term=".len();
             plain[at..]
                 .split(|c: char| !c.is_ascii_digit())
@@ -93,24 +93,6 @@ fn leadership_terms(log: &str) -> Vec<u64> {
                 .ok()
         })
         .collect()
-}
-
-/// `line` without its terminal colour codes (ESC [ ... m).
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for d in chars.by_ref() {
-                if d == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// The address of `broker`'s (first) shard.

@@ -594,3 +594,21 @@ pub fn rss_bytes(pid: u32) -> u64 {
         .expect("VmRSS in /proc status");
     kb * 1024
 }
+
+/// `text` without its terminal colour sequences (`ESC [ ... m`).
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
