@@ -564,6 +564,33 @@ mod tests {
         crate::clock::monotonic() + Duration::from_secs(10)
     }
 
+    /// Partition `t-0` led by this shard in epoch 3 with one follower in
+    /// sync, a transaction and its marker appended (at the returned
+    /// offset), and the coordinator's wait for that marker running.
+    async fn marker_waiting(
+        path: &std::path::Path,
+    ) -> (
+        Rc<Partition>,
+        Rc<Leading>,
+        Offset,
+        glommio::Task<Result<(), MarkerError>>,
+    ) {
+        let tp = TopicPartition::new("t", 0);
+        let p = partition(path, &tp).await;
+        let leading = Rc::new(Leading::default());
+        lead(&leading, &p, 3, &[ME, FOLLOWER]);
+        let at = transaction_then_marker(&p).await;
+        let wait = {
+            let (leading, tp, log) = (leading.clone(), tp.clone(), p.log.clone());
+            glommio::spawn_local(async move {
+                leading
+                    .wait_marker(&tp, &log, Some(3), at, false, deadline())
+                    .await
+            })
+        };
+        (p, leading, at, wait)
+    }
+
     /// A marker the follower fetched past while this shard still leads in
     /// the epoch it was appended in is written.
     #[test]
@@ -571,19 +598,7 @@ mod tests {
         use futures::FutureExt;
         run(|path| {
             async move {
-                let tp = TopicPartition::new("t", 0);
-                let p = partition(&path, &tp).await;
-                let leading = Rc::new(Leading::default());
-                lead(&leading, &p, 3, &[ME, FOLLOWER]);
-                let at = transaction_then_marker(&p).await;
-                let wait = {
-                    let (leading, tp, log) = (leading.clone(), tp.clone(), p.log.clone());
-                    glommio::spawn_local(async move {
-                        leading
-                            .wait_marker(&tp, &log, Some(3), at, false, deadline())
-                            .await
-                    })
-                };
+                let (p, leading, at, wait) = marker_waiting(&path).await;
                 let ps = state(3, &[ME, FOLLOWER]);
                 let fetch = FollowerFetch {
                     replica: FOLLOWER,
@@ -633,19 +648,7 @@ mod tests {
         use futures::FutureExt;
         run(move |path| {
             async move {
-                let tp = TopicPartition::new("t", 0);
-                let p = partition(&path, &tp).await;
-                let leading = Rc::new(Leading::default());
-                lead(&leading, &p, 3, &[ME, FOLLOWER]);
-                let at = transaction_then_marker(&p).await;
-                let wait = {
-                    let (leading, tp, log) = (leading.clone(), tp.clone(), p.log.clone());
-                    glommio::spawn_local(async move {
-                        leading
-                            .wait_marker(&tp, &log, Some(3), at, false, deadline())
-                            .await
-                    })
-                };
+                let (p, leading, at, wait) = marker_waiting(&path).await;
                 // Deposed (the image names the follower, in epoch 4): the
                 // shard drops its leader state and truncates to where the
                 // new leader's epoch 4 starts, the marker's offset.
