@@ -360,6 +360,42 @@ fn truncation_case(cfg: LogConfig) {
     });
 }
 
+/// A truncation at the log end cuts no batch but drops an epoch the node
+/// began as leader and appended nothing in (Kafka's `truncateTo`), in the
+/// cache and in its checkpoint, so a follower can take its new leader's
+/// batches of the older epoch there; an epoch with batches stays.
+#[test]
+fn truncation_at_the_log_end_drops_an_empty_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    run(data.clone(), move || async move {
+        let m = LogManager::new_for_shard(data.clone(), TailCache::new(1 << 20), 0);
+        let log = m.open(&tp(), small_segments(true, true)).await.unwrap();
+        fill(&log, 1, 5, 0).await;
+        let end = log.log_end_offset();
+        log.become_leader(2).unwrap();
+        assert_eq!(log.epoch_entries(), vec![(1, 0), (2, end.0)]);
+        assert_eq!(log.latest_epoch(), Some(2));
+        assert_eq!(log.truncate_to(Offset(end.0)).await.unwrap(), end);
+        assert_eq!(log.epoch_entries(), vec![(1, 0)]);
+        assert_eq!(log.latest_epoch(), Some(1));
+        let on_disk = std::fs::read_to_string(data.join("r-0/leader-epoch-checkpoint")).unwrap();
+        assert_eq!(on_disk, "0\n1\n1 0\n");
+        // Past the end: the same; the epoch with batches stays.
+        assert_eq!(log.truncate_to(Offset(end.0 + 10)).await.unwrap(), end);
+        assert_eq!(log.epoch_entries(), vec![(1, 0)]);
+        // The new leader's batches of epoch 1 continue the log.
+        let mut b = sized_batch(2, 70, 20_000);
+        set_base_offset(&mut b, end.0);
+        set_partition_leader_epoch(&mut b, 1);
+        let cap = b.len();
+        log.append_replica(b.freeze(), cap).unwrap();
+        log.wait_written(Offset(end.0 + 1)).await.unwrap();
+        assert_eq!(log.log_end_offset().0, end.0 + 2);
+        m.shutdown().await.unwrap();
+    });
+}
+
 /// A waiter for an offset a truncation cut away is never told it is
 /// written, even once new batches fill that offset again.
 #[test]

@@ -9,7 +9,9 @@
 //! position of the batch holding the offset too. Truncation offsets a
 //! follower uses (the end offset of an epoch, the leader's HW) are batch
 //! boundaries, so the log then ends exactly at `offset`. An `offset` at or
-//! past the log end changes nothing; one below the log start is refused
+//! past the log end cuts no batch, but drops the leader epochs that start
+//! at the log end (an epoch a node began as leader and appended nothing
+//! in, as Kafka's `truncateTo` does); one below the log start is refused
 //! (`OffsetOutOfRange`).
 //!
 //! Steps, in this order:
@@ -163,6 +165,10 @@ impl PartitionLog {
             return Err(LogError::Truncating);
         }
         if offset.0 >= self.log_end.get() {
+            self.truncating.set(true);
+            let r = self.cut_empty_epochs().await;
+            self.truncating.set(false);
+            r?;
             return Ok(self.log_end_offset());
         }
         if offset.0 < self.log_start.get() {
@@ -175,6 +181,31 @@ impl PartitionLog {
         let r = self.truncate_tail(offset.0).await;
         let r = self.checkpoint_after(r).await;
         self.truncating.set(false);
+        r
+    }
+
+    /// A truncation at or past the log end cuts no batch but drops the
+    /// epochs that start at the log end, as Kafka's `truncateTo` does: a
+    /// node that became leader and appended nothing before another node
+    /// led holds such an empty epoch, which the new leader's log does not
+    /// have. A follower names its newest epoch in its fetches
+    /// (`replication::manager::follower_position`), so the leader answers
+    /// it with a diverging epoch and the follower truncates here; with the
+    /// empty epoch kept, the leader's batches of older epochs past it could
+    /// never be appended.
+    async fn cut_empty_epochs(&self) -> Result<(), LogError> {
+        let end = self.log_end.get();
+        let mut epochs = self.epochs.borrow().clone();
+        if !epochs.truncate_from_end(end) {
+            return Ok(());
+        }
+        *self.epochs.borrow_mut() = epochs.clone();
+        tracing::info!(partition = %self.tp, log_end = end,
+            "dropped leader epochs starting at the log end");
+        let r = self.write_epochs(epochs).await;
+        if let Err(e) = &r {
+            self.fail(e);
+        }
         r
     }
 

@@ -423,7 +423,8 @@ impl Partition {
         let r = async {
             let before = self.log.log_end_offset();
             if offset.0 >= before.0 {
-                return Ok(before); // nothing to cut
+                // No batch to cut; an empty epoch at the log end may go.
+                return self.log.truncate_to(offset).await;
             }
             self.settle_state_files().await;
             let end = self.log.truncate_to(offset).await?;

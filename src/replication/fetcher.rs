@@ -95,7 +95,9 @@ const LATEST_TIMESTAMP: i64 = -1;
 pub struct FollowerPosition {
     /// The next offset it needs: its log end.
     pub log_end: i64,
-    /// The epoch of its last batch, -1 for an empty log.
+    /// The newest epoch of its epoch cache (the epoch of its last batch,
+    /// or a newer one it began as leader and appended nothing in), -1 for
+    /// none.
     pub last_epoch: i32,
     pub log_start: i64,
     /// The leader epoch it believes the leader leads in (from the

@@ -170,18 +170,18 @@ fn log_err(e: impl std::fmt::Display) -> FollowerLogError {
     FollowerLogError(e.to_string())
 }
 
-/// Where `p`'s log stands, for a fetch in `current_leader_epoch`.
+/// Where `p`'s log stands, for a fetch in `current_leader_epoch`. Its last
+/// fetched epoch is the newest of its epoch cache, as Kafka's follower
+/// sends (`log.latestEpoch`): that is the epoch of its last batch, or an
+/// epoch it began as leader and appended nothing in, which the leader
+/// then answers with a diverging epoch (`PartitionLog::truncate_to` drops
+/// it).
 pub fn follower_position(p: &Partition, current_leader_epoch: i32) -> FollowerPosition {
     let log = &p.log;
     let (start, end) = (log.log_start_offset().0, log.log_end_offset().0);
-    let last_epoch = if end > start {
-        log.epoch_for_offset(Offset(end - 1))
-    } else {
-        -1
-    };
     FollowerPosition {
         log_end: end,
-        last_epoch,
+        last_epoch: log.latest_epoch().unwrap_or(-1),
         log_start: start,
         current_leader_epoch,
     }
@@ -695,6 +695,37 @@ mod tests {
             m.stop_all(crate::clock::monotonic() + Duration::from_secs(10))
                 .await;
             assert_eq!(m.tasks.get(), 0, "every fetcher task ended");
+        });
+    }
+
+    /// A follower's fetch names the newest epoch of its cache, as Kafka's
+    /// does: an epoch it began as leader and appended nothing in too, which
+    /// a truncation at the log end then drops (`STALE_EMPTY_EPOCH` of
+    /// `shard::cluster_sim`: named by its last batch instead, the leader
+    /// found no divergence and the follower never caught up).
+    #[test]
+    fn a_follower_names_its_newest_epoch() {
+        let dir = tempfile::tempdir().expect("a temporary dir");
+        let path = dir.path().to_path_buf();
+        crate::runtime::run_test_executor(move || async move {
+            crate::runtime::probe_dma(&path).await.expect("dma probe");
+            let p = partition(&path, &TopicPartition::new("t", 0)).await;
+            // A log opened with the default settings starts epoch 0.
+            assert_eq!(follower_position(&p, 4).last_epoch, 0);
+            p.log.become_leader(1).expect("epoch 1");
+            let b = crate::record::BatchBuilder::new(crate::record::Compression::None)
+                .record(None, Some(b"v".as_slice()), &[], 1_700_000_000_000)
+                .build();
+            let info = p.log.append(b).expect("appended");
+            p.log.wait_written(info.last_offset).await.expect("written");
+            p.log.become_leader(3).expect("epoch 3, empty");
+            let pos = follower_position(&p, 4);
+            assert_eq!((pos.log_end, pos.last_epoch), (1, 3));
+            p.truncate_to(Offset(1))
+                .await
+                .expect("truncated at the end");
+            let pos = follower_position(&p, 4);
+            assert_eq!((pos.log_end, pos.last_epoch), (1, 1));
         });
     }
 

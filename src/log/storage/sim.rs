@@ -161,6 +161,9 @@ pub struct SimStats {
     pub writes_kept: u64,
     pub writes_dropped: u64,
     pub writes_torn: u64,
+    /// Shadowed files found changed outside the seam (module doc of
+    /// [`Shadow`]): taken as durable as they were found.
+    pub foreign_changes: u64,
 }
 
 /// A simulated disk over real files (module doc). `Send`: a test carries it
@@ -175,6 +178,19 @@ pub struct SimDisk {
 }
 
 /// One file as a power loss would leave it.
+///
+/// The log changes some files without this seam: a truncation cuts a
+/// segment (`set_len`) and fsyncs it on the blocking thread, segments are
+/// deleted and created, checkpoints replaced by renames; and a deleted
+/// file's inode is soon reused by a new file. Each of these fsyncs what it
+/// did before it returns. So a shadow also holds what the file should
+/// hold after the seam's writes (`expected`); a file found different from
+/// it (before a write, at an fdatasync, at a power loss) was changed
+/// outside the seam, durably, after the seam last saw it: the shadow
+/// starts again from what the file holds (and a power loss leaves such a
+/// file as it is). Without this, a power loss replayed a truncated
+/// segment's old bytes, or wrote a deleted segment's bytes over the file
+/// that reused its inode.
 struct Shadow {
     /// The file's bytes as of its last successful fdatasync (or when the
     /// simulation first saw it: everything on disk then is durable).
@@ -183,6 +199,20 @@ struct Shadow {
     pending: Vec<(u64, Vec<u8>)>,
     /// Writes a failed fdatasync should have covered: never durable.
     lost: Vec<(u64, usize)>,
+    /// The file's bytes as the seam's writes left them.
+    expected: Vec<u8>,
+}
+
+impl Shadow {
+    /// A file whose bytes now are all durable.
+    fn durable(bytes: Vec<u8>) -> Shadow {
+        Shadow {
+            expected: bytes.clone(),
+            durable: bytes,
+            pending: Vec::new(),
+            lost: Vec::new(),
+        }
+    }
 }
 
 impl SimDisk {
@@ -228,16 +258,22 @@ impl SimDisk {
         (fail, yields)
     }
 
-    /// Starts shadowing the file of `fd` before its first write: its bytes
-    /// now are durable.
+    /// Before a write to the file of `fd`: starts shadowing it (its bytes
+    /// now are durable), or starts again if it was changed outside the
+    /// seam ([`Shadow`]).
     fn touch(&mut self, fd: i32) -> std::io::Result<()> {
         let ino = inode(fd)?;
-        if let std::collections::hash_map::Entry::Vacant(e) = self.files.entry(ino) {
-            e.insert(Shadow {
-                durable: read_fd(fd)?,
-                pending: Vec::new(),
-                lost: Vec::new(),
-            });
+        let now = read_fd(fd)?;
+        match self.files.entry(ino) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(Shadow::durable(now));
+            }
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                if !unchanged(&e.get().expected, &now) {
+                    self.stats.foreign_changes += 1;
+                    e.insert(Shadow::durable(now));
+                }
+            }
         }
         Ok(())
     }
@@ -247,6 +283,7 @@ impl SimDisk {
         self.stats.writes += 1;
         if let Ok(ino) = inode(fd) {
             if let Some(s) = self.files.get_mut(&ino) {
+                overlay(&mut s.expected, pos as usize, &bytes);
                 s.pending.push((pos, bytes));
             }
         }
@@ -264,12 +301,19 @@ impl SimDisk {
             // Nothing written through the seam since it was last durable.
             return Ok(());
         };
+        let mut now = read_fd(fd).map_err(LogError::Io)?;
+        if !unchanged(&s.expected, &now) {
+            // Changed (and made durable) outside the seam since its last
+            // write here.
+            self.stats.foreign_changes += 1;
+            *s = Shadow::durable(now);
+            return Ok(());
+        }
         if fail {
             let lost: Vec<(u64, usize)> = s.pending.drain(..).map(|(p, b)| (p, b.len())).collect();
             s.lost.extend(lost);
             return Ok(());
         }
-        let mut now = read_fd(fd).map_err(LogError::Io)?;
         // Pages whose write-back failed stay as they were on the device...
         for &(pos, len) in &s.lost {
             overlay_from(&mut now, &s.durable, pos as usize, len);
@@ -340,6 +384,11 @@ impl SimDisk {
             let Some(path) = paths.get(&ino) else {
                 continue;
             };
+            if !unchanged(&s.expected, &std::fs::read(path)?) {
+                // Changed outside the seam, durably, since ([`Shadow`]).
+                self.stats.foreign_changes += 1;
+                continue;
+            }
             let mut image = s.durable;
             for (pos, bytes) in &s.pending {
                 let keep = match self.below(3) {
@@ -362,6 +411,16 @@ impl SimDisk {
         }
         Ok(())
     }
+}
+
+/// Whether a file holding `now` is as the seam's writes left it
+/// (`expected`), but for zeros past their end: the writer fallocates ahead
+/// of its writes, and a power loss that loses the new size leaves what
+/// the image's rebuild pads with zeros anyway.
+fn unchanged(expected: &[u8], now: &[u8]) -> bool {
+    now.len() >= expected.len()
+        && now[..expected.len()] == *expected
+        && now[expected.len()..].iter().all(|&b| b == 0)
 }
 
 /// Copies `bytes` into `image` at `pos`, growing it as needed.
@@ -437,6 +496,50 @@ mod tests {
         assert!(after[4..].iter().all(|&b| b == b'b'), "{after:?}");
         let s = d.stats();
         assert_eq!(s.writes_kept + s.writes_dropped + s.writes_torn, 1);
+    }
+
+    /// A truncation cuts and fsyncs a segment outside the seam: a power
+    /// loss keeps the cut, and replays neither the cut bytes nor the
+    /// writes before it; a write after it is shadowed from the cut file.
+    #[test]
+    fn a_file_changed_outside_the_seam_keeps_that_change_at_a_power_loss() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.log");
+        std::fs::write(&path, b"").unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let fd = f.as_raw_fd();
+        let mut d = SimDisk::new(7, Faults::default());
+        use std::os::unix::fs::FileExt;
+        d.touch(fd).unwrap();
+        f.write_all_at(b"aaaa", 0).unwrap();
+        d.written(fd, 0, b"aaaa".to_vec());
+        d.sync(fd, false).unwrap();
+        d.touch(fd).unwrap();
+        f.write_all_at(b"bbbb", 4).unwrap();
+        d.written(fd, 4, b"bbbb".to_vec());
+        // The truncation, outside the seam.
+        f.set_len(2).unwrap();
+        f.sync_all().unwrap();
+        d.power_loss(dir.path()).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"aa");
+        assert_eq!(d.stats().foreign_changes, 1);
+        // Cut, then written through the seam, then the power lost: the
+        // cut stays, the new write may be lost, the old bytes never come
+        // back.
+        d.touch(fd).unwrap();
+        f.set_len(1).unwrap();
+        f.sync_all().unwrap();
+        d.touch(fd).unwrap();
+        f.write_all_at(b"cc", 1).unwrap();
+        d.written(fd, 1, b"cc".to_vec());
+        d.power_loss(dir.path()).unwrap();
+        let after = std::fs::read(&path).unwrap();
+        assert_eq!(after[0], b'a');
+        assert!(
+            after.len() <= 3 && after[1..].iter().all(|&b| b == b'c'),
+            "{after:?}"
+        );
+        assert_eq!(d.stats().foreign_changes, 2);
     }
 
     /// A log that fails while a sealed segment's background fdatasync is
