@@ -1356,15 +1356,7 @@ impl Controller {
         // This start leads this node's partitions in a new epoch: one more
         // than its last registration's (the image's epoch is this node's
         // own from here on; TermStart records leave it alone).
-        // An unregistered node's last epoch is kept for it (`retired_epochs`).
-        let last = match image.brokers.get(&q.node_id) {
-            Some(b) => Some(b.registration.leader_epoch),
-            None => image.retired_epochs.get(&q.node_id).copied(),
-        };
-        let epoch = match last {
-            Some(last) => last.saturating_add(1).max(image.leader_epoch()),
-            None => image.leader_epoch(),
-        };
+        let epoch = member_start_epoch(&image, q.node_id);
         image.leader_epoch = Some(epoch);
         tracing::info!(
             records = records.len(),
@@ -2006,6 +1998,22 @@ pub(super) fn fence_records(
     }
     records.extend(reconcile_partitions(&apply_all(image, &records), config));
     records
+}
+
+/// The leader epoch node `node` leads its partitions in from this start
+/// (several nodes, `docs/replication.md` §3.2): one more than its last
+/// registration's, or, unregistered since, than the epoch its
+/// registration had then ([`MetadataImage::retired_epochs`]), so that an
+/// epoch is never led twice; at least the image's.
+fn member_start_epoch(image: &MetadataImage, node: i32) -> i32 {
+    let last = match image.brokers.get(&node) {
+        Some(b) => Some(b.registration.leader_epoch),
+        None => image.retired_epochs.get(&node).copied(),
+    };
+    match last {
+        Some(last) => last.saturating_add(1).max(image.leader_epoch()),
+        None => image.leader_epoch(),
+    }
 }
 
 /// The records that unregister the node of broker `broker` (Kafka's
@@ -3078,6 +3086,12 @@ mod tests {
         assert!(back.live_broker(3).is_some());
         // Its replica is out of the ISR and ELR: no clean leader for it.
         assert_eq!(state(&back).leader, -1);
+        // Node 2 restarting after its unregistration leads in an epoch
+        // after its last registration's, as a registered node does.
+        let epoch_of = |node: i32| image.brokers[&node].registration.leader_epoch;
+        assert_eq!(member_start_epoch(&image, 2), epoch_of(2) + 1);
+        assert_eq!(member_start_epoch(&gone, 2), epoch_of(2) + 1);
+        assert_eq!(member_start_epoch(&gone, 7), 0);
         // A client's UnregisterBroker is forwarded from any node, and
         // survives the forwarding encoding.
         let request = ControllerRequest::UnregisterBroker { broker: 2000 };
