@@ -68,9 +68,19 @@ fn metadata_brokers(broker: &Broker) -> Vec<i32> {
     ids
 }
 
+/// A partition as DescribeTopicPartitions lists it.
+struct Described {
+    leader: i32,
+    replicas: Vec<i32>,
+    /// Sorted.
+    isr: Vec<i32>,
+    /// Sorted.
+    elr: Vec<i32>,
+}
+
 /// Partition 0 of [`TOPIC`] as `broker`'s DescribeTopicPartitions lists
-/// it: (leader, replicas, ISR sorted, ELR sorted).
-fn described_partition(broker: &Broker) -> Option<(i32, Vec<i32>, Vec<i32>, Vec<i32>)> {
+/// it.
+fn described_partition(broker: &Broker) -> Option<Described> {
     let resp = RawClient::connect_to(addr(broker)).request(
         0,
         &DescribeTopicPartitionsRequest::default()
@@ -87,12 +97,12 @@ fn described_partition(broker: &Broker) -> Option<(i32, Vec<i32>, Vec<i32>, Vec<
         v.sort();
         v
     };
-    Some((
-        p.leader_id.0,
-        p.replica_nodes.iter().map(|b| b.0).collect(),
-        ids(&p.isr_nodes),
-        ids(p.eligible_leader_replicas.as_deref().unwrap_or(&[])),
-    ))
+    Some(Described {
+        leader: p.leader_id.0,
+        replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
+        isr: ids(&p.isr_nodes),
+        elr: ids(p.eligible_leader_replicas.as_deref().unwrap_or(&[])),
+    })
 }
 
 /// UnregisterBroker v0 of `id` at `broker`: (error code, message), asked
@@ -180,7 +190,7 @@ fn kafka_cluster_unregister_removes_a_stopped_node() {
     for b in &brokers {
         common::wait_for(SETTLE, "the topic in sync on three nodes", || {
             described_partition(b)
-                .filter(|p| p.2 == [0, 1000, 2000])
+                .filter(|p| p.isr == [0, 1000, 2000])
                 .map(|_| ())
         });
     }
@@ -196,7 +206,7 @@ fn kafka_cluster_unregister_removes_a_stopped_node() {
         assert_eq!(metadata_brokers(b), [0, 1000]);
         common::wait_for(SETTLE, "2000 in the ELR", || {
             described_partition(b)
-                .filter(|p| p.2 == [0, 1000] && p.3 == [2000])
+                .filter(|p| p.isr == [0, 1000] && p.elr == [2000])
                 .map(|_| ())
         });
     }
@@ -234,10 +244,10 @@ fn kafka_cluster_unregister_removes_a_stopped_node() {
         });
         assert_eq!(metadata_brokers(b), [0, 1000]);
         // Still a replica until reassigned, but no longer eligible.
-        let (leader, replicas, isr, elr) = described_partition(b).expect("the topic");
-        assert_eq!(leader, 0);
-        assert_eq!(replicas, [0, 1000, 2000]);
-        assert_eq!((isr, elr), (vec![0, 1000], vec![]));
+        let p = described_partition(b).expect("the topic");
+        assert_eq!(p.leader, 0);
+        assert_eq!(p.replicas, [0, 1000, 2000]);
+        assert_eq!((p.isr, p.elr), (vec![0, 1000], vec![]));
     }
     let run = kafka_tool("kafka-cluster", &list);
     assert!(run.success(), "kafka-cluster list-endpoints failed");
@@ -281,7 +291,7 @@ fn kafka_cluster_unregister_removes_a_stopped_node() {
         });
         common::wait_for(SETTLE, "2000 back in the ISR", || {
             described_partition(b)
-                .filter(|p| p.2 == [0, 1000, 2000] && p.3.is_empty())
+                .filter(|p| p.isr == [0, 1000, 2000] && p.elr.is_empty())
                 .map(|_| ())
         });
     }
