@@ -14,7 +14,8 @@
 //! - unregistering it again, or an id no node has, is
 //!   BROKER_ID_NOT_REGISTERED with Kafka's message (the tool fails);
 //! - node 2 restarted registers again: every node lists three nodes, and
-//!   its replica rejoins the ISR.
+//!   its replica rejoins the ISR; node 1 unregistered while running does
+//!   the same with its next heartbeat.
 //!
 //! And on a single node: UnregisterBroker is advertised, its own broker
 //! id is answered done, another id BROKER_ID_NOT_REGISTERED; with ACLs on
@@ -295,6 +296,24 @@ fn kafka_cluster_unregister_removes_a_stopped_node() {
                 .map(|_| ())
         });
     }
+    // A live node unregistered (Kafka allows it) registers again with its
+    // next heartbeat, and its replica rejoins the ISR.
+    assert_eq!(unregister(&brokers[2], 1000), (0, None));
+    for b in &brokers {
+        common::wait_for(SETTLE, "node 1 registered again", || {
+            (described(b, true) == [(0, false), (1000, false), (2000, false)]).then_some(())
+        });
+        common::wait_for(SETTLE, "1000 back in the ISR", || {
+            described_partition(b)
+                .filter(|p| p.isr == [0, 1000, 2000])
+                .map(|_| ())
+        });
+    }
+    let leader_logs: String = brokers.iter().map(|b| b.stderr_since(0)).collect();
+    assert!(
+        leader_logs.contains("unregistering a node"),
+        "the quorum's leader logged the unregistrations"
+    );
     for b in &mut brokers {
         b.assert_alive();
         b.stop();
