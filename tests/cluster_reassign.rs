@@ -363,49 +363,6 @@ fn a_partition_moves_to_another_node_and_back_on_cancel() {
     }
 }
 
-/// Runs Kafka's tool `tool` with `args` through `scripts/kafka-cli`
-/// (resolving Kafka's jars first), bounded, and prints what it said.
-fn kafka_tool(tool: &str, args: &[&str]) -> common::child::ChildRun {
-    use common::child::{run_bounded, Streams};
-    use std::process::Command;
-    static RESOLVED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    RESOLVED.get_or_init(|| {
-        let mut cmd = Command::new("bash");
-        cmd.arg(root.join("scripts/kafka-peer.sh")).arg("resolve");
-        let run = run_bounded(
-            &mut cmd,
-            "scripts/kafka-peer.sh resolve".into(),
-            None,
-            Streams::Separate,
-            Duration::from_secs(900),
-        );
-        assert!(
-            run.success(),
-            "resolving Kafka's jars: {}{}",
-            run.stdout,
-            run.stderr
-        );
-    });
-    let mut cmd = Command::new("bash");
-    cmd.arg(root.join("scripts/kafka-cli")).arg(tool).args(args);
-    if std::env::var_os("KAFKA_CLI_OPTS").is_none() {
-        cmd.env("KAFKA_CLI_OPTS", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1");
-    }
-    let run = run_bounded(
-        &mut cmd,
-        format!("scripts/kafka-cli {tool} {}", args.join(" ")),
-        None,
-        Streams::Separate,
-        Duration::from_secs(120),
-    );
-    println!(
-        "$ {}\n--- stdout ---\n{}--- stderr ---\n{}",
-        run.command, run.stdout, run.stderr
-    );
-    run
-}
-
 #[test]
 fn kafka_reassign_partitions_moves_a_partition() {
     const CLI: &str = "cli";
@@ -470,9 +427,9 @@ fn kafka_reassign_partitions_moves_a_partition() {
         assert!(status.success());
     };
     signal("-STOP");
-    let run = kafka_tool("kafka-reassign-partitions", &args("--execute"));
+    let run = common::cluster::kafka_tool("kafka-reassign-partitions", &args("--execute"));
     assert!(run.success(), "--execute failed");
-    let run = kafka_tool("kafka-reassign-partitions", &args("--verify"));
+    let run = common::cluster::kafka_tool("kafka-reassign-partitions", &args("--verify"));
     assert!(run.success(), "--verify failed");
     assert!(
         run.stdout.contains(&format!(
@@ -485,7 +442,7 @@ fn kafka_reassign_partitions_moves_a_partition() {
     // frozen one too.)
     let mut cancel = args("--cancel");
     cancel.push("--preserve-throttles");
-    let run = kafka_tool("kafka-reassign-partitions", &cancel);
+    let run = common::cluster::kafka_tool("kafka-reassign-partitions", &cancel);
     assert!(run.success(), "--cancel failed");
     assert!(
         run.stdout.contains(&format!(
@@ -501,7 +458,7 @@ fn kafka_reassign_partitions_moves_a_partition() {
     });
     signal("-CONT");
 
-    let run = kafka_tool("kafka-reassign-partitions", &args("--execute"));
+    let run = common::cluster::kafka_tool("kafka-reassign-partitions", &args("--execute"));
     assert!(run.success(), "--execute failed");
     assert!(
         run.stdout.contains(&format!(
@@ -511,7 +468,7 @@ fn kafka_reassign_partitions_moves_a_partition() {
         run.stdout
     );
     common::wait_for(SETTLE, "--verify to report it complete", || {
-        let run = kafka_tool("kafka-reassign-partitions", &args("--verify"));
+        let run = common::cluster::kafka_tool("kafka-reassign-partitions", &args("--verify"));
         assert!(run.success(), "--verify failed");
         run.stdout
             .contains(&format!("Reassignment of partition {CLI}-0 is completed."))
@@ -648,7 +605,7 @@ fn kafka_leader_election_moves_leadership_to_the_preferred_replica() {
         "--partition",
         "0",
     ];
-    let run = kafka_tool("kafka-leader-election", &args);
+    let run = common::cluster::kafka_tool("kafka-leader-election", &args);
     assert!(run.success(), "kafka-leader-election failed");
     assert!(
         run.stdout.contains(&format!(
@@ -662,7 +619,7 @@ fn kafka_leader_election_moves_leadership_to_the_preferred_replica() {
     }
     // Nothing left to elect: Kafka's tool reports ELECTION_NOT_NEEDED as
     // a success with nothing done.
-    let run = kafka_tool("kafka-leader-election", &args);
+    let run = common::cluster::kafka_tool("kafka-leader-election", &args);
     assert!(
         run.success(),
         "kafka-leader-election failed the second time"

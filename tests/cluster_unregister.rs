@@ -123,50 +123,6 @@ fn unregister(broker: &Broker, id: i32) -> (i16, Option<String>) {
     })
 }
 
-/// Runs Kafka's tool `tool` with `args` through `scripts/kafka-cli`
-/// (resolving Kafka's jars first), bounded, and prints what it said (as
-/// `cluster_reassign`'s).
-fn kafka_tool(tool: &str, args: &[&str]) -> common::child::ChildRun {
-    use common::child::{run_bounded, Streams};
-    use std::process::Command;
-    static RESOLVED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    RESOLVED.get_or_init(|| {
-        let mut cmd = Command::new("bash");
-        cmd.arg(root.join("scripts/kafka-peer.sh")).arg("resolve");
-        let run = run_bounded(
-            &mut cmd,
-            "scripts/kafka-peer.sh resolve".into(),
-            None,
-            Streams::Separate,
-            Duration::from_secs(900),
-        );
-        assert!(
-            run.success(),
-            "resolving Kafka's jars: {}{}",
-            run.stdout,
-            run.stderr
-        );
-    });
-    let mut cmd = Command::new("bash");
-    cmd.arg(root.join("scripts/kafka-cli")).arg(tool).args(args);
-    if std::env::var_os("KAFKA_CLI_OPTS").is_none() {
-        cmd.env("KAFKA_CLI_OPTS", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1");
-    }
-    let run = run_bounded(
-        &mut cmd,
-        format!("scripts/kafka-cli {tool} {}", args.join(" ")),
-        None,
-        Streams::Separate,
-        Duration::from_secs(120),
-    );
-    println!(
-        "$ {}\n--- stdout ---\n{}--- stderr ---\n{}",
-        run.command, run.stdout, run.stderr
-    );
-    run
-}
-
 /// The broker ids in the first column of `kafka-cluster list-endpoints`
 /// output (a header line, then one line per broker).
 fn listed_endpoints(stdout: &str) -> Vec<i32> {
@@ -218,12 +174,12 @@ fn kafka_cluster_unregister_removes_a_stopped_node() {
         bootstrap.as_str(),
         "--include-fenced-brokers",
     ];
-    let run = kafka_tool("kafka-cluster", &list);
+    let run = common::cluster::kafka_tool("kafka-cluster", &list);
     assert!(run.success(), "kafka-cluster list-endpoints failed");
     assert_eq!(listed_endpoints(&run.stdout), [0, 1000, 2000]);
 
     // Kafka's tool unregisters it.
-    let run = kafka_tool(
+    let run = common::cluster::kafka_tool(
         "kafka-cluster",
         &[
             "unregister",
@@ -250,7 +206,7 @@ fn kafka_cluster_unregister_removes_a_stopped_node() {
         assert_eq!(p.replicas, [0, 1000, 2000]);
         assert_eq!((p.isr, p.elr), (vec![0, 1000], vec![]));
     }
-    let run = kafka_tool("kafka-cluster", &list);
+    let run = common::cluster::kafka_tool("kafka-cluster", &list);
     assert!(run.success(), "kafka-cluster list-endpoints failed");
     assert_eq!(listed_endpoints(&run.stdout), [0, 1000]);
 
@@ -267,7 +223,7 @@ fn kafka_cluster_unregister_removes_a_stopped_node() {
             "node {b}, broker {id}"
         );
     }
-    let run = kafka_tool(
+    let run = common::cluster::kafka_tool(
         "kafka-cluster",
         &[
             "unregister",
