@@ -3,6 +3,9 @@
 //! shard, run a topic of three replicas with records in it; node 3 starts
 //! with the three voters listed and `--controller-listen` its own address
 //! (a learner, Kafka's observer):
+//! - joins the quorum must refuse are refused (a voter's id, a voter's or
+//!   another learner's address, a second address for a learner), and an
+//!   undecodable one closes its connection, with every node alive;
 //! - it joins the metadata quorum (the leader adds it) and never leads it;
 //!   it registers, so DescribeCluster and Metadata on every node list four
 //!   brokers;
@@ -166,6 +169,43 @@ fn elect_preferred(broker: &Broker) -> i16 {
     resp.replica_election_results[0].partition_result[0].error_code
 }
 
+/// A join request (`FJJ0` handshake from Raft id `from`, then a JSON frame
+/// naming `address`) to the controller of host `to`, written from the
+/// test: the answer frame as text, or None when the connection closed
+/// without one.
+fn join_as(net: &Net, to: usize, from: u64, address: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let target = std::net::SocketAddr::from((net.host(to).addr, CONTROLLER_PORT));
+    let mut stream = std::net::TcpStream::connect_timeout(&target, Duration::from_secs(5))
+        .expect("the controller listener");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("a timeout");
+    let frame = |b: &[u8]| [(b.len() as u32).to_be_bytes().to_vec(), b.to_vec()].concat();
+    let mut hello = b"FJJ0".to_vec();
+    hello.extend_from_slice(&from.to_be_bytes());
+    hello.extend_from_slice(&(to as u64 + 1).to_be_bytes());
+    let body = format!(r#"{{"address":"{address}"}}"#);
+    stream
+        .write_all(&[frame(&hello), frame(body.as_bytes())].concat())
+        .expect("the join written");
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).ok()?;
+    let mut answer = vec![0u8; u32::from_be_bytes(len) as usize];
+    stream.read_exact(&mut answer).ok()?;
+    Some(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// Asks every voter in turn (a voter that does not lead names the leader)
+/// until one answers other than with the leader's id: that answer.
+fn join_answer(net: &Net, from: u64, address: &str) -> String {
+    common::wait_for(SETTLE, "a join answer from the leader", || {
+        (0..VOTERS)
+            .filter_map(|to| join_as(net, to, from, address))
+            .find(|a| !a.contains("Leader"))
+    })
+}
+
 fn count_lines(broker: &Broker, needle: &str) -> usize {
     broker
         .stderr_since(0)
@@ -191,6 +231,16 @@ fn a_node_joins_a_running_cluster_as_a_learner_and_takes_a_replica() {
     });
     let mut written = produce(&brokers[0], "a", 20);
 
+    // Joins the quorum refuses, never crashing: a voter's id, a voter's
+    // address, an address that is not HOST:PORT; an undecodable request
+    // closes its connection unanswered.
+    let node3 = format!("{}:{CONTROLLER_PORT}", net.host(VOTERS).addr);
+    let voter0 = format!("{}:{CONTROLLER_PORT}", net.host(0).addr);
+    assert!(join_answer(&net, 2, &node3).contains("Refused"));
+    assert!(join_answer(&net, 4, &voter0).contains("Refused"));
+    assert!(join_answer(&net, 4, "no port").contains("Refused"));
+    assert_eq!(join_as(&net, 0, 4, "\"}"), None);
+
     // Node 3 joins.
     brokers.push(start_learner(&net));
     for b in &brokers {
@@ -202,6 +252,10 @@ fn a_node_joins_a_running_cluster_as_a_learner_and_takes_a_replica() {
     });
     // The learner knows the topic from the replicated log.
     wait_listed(&brokers[3], "node 3 to know the topic", |l| l.leader == 0);
+    // Its address is its own: another node may not take it, nor it another.
+    assert!(join_answer(&net, 6, &node3).contains("Refused"));
+    assert!(join_answer(&net, 4, "10.77.99.1:9093").contains("Refused"));
+    assert_eq!(join_answer(&net, 4, &node3), r#""Joined""#, "idempotent");
 
     // A replica on node 3, node 0 out: it copies the log, joins the ISR.
     assert_eq!(reassign(&brokers[1], &[3000, 1000, 2000]), 0);

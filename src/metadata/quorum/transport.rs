@@ -819,6 +819,75 @@ mod tests {
         });
     }
 
+    /// A node outside the membership may open a join connection only: its
+    /// join is answered, its Raft connection refused until the controller
+    /// adds it to the shared membership, then taken; join requests in
+    /// flight are bounded and an oversized one closes its connection.
+    #[test]
+    fn a_non_member_may_only_join_until_it_is_a_member() {
+        run(|| async {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let members: Members = Rc::new(RefCell::new([1, 2, 3].into_iter().collect()));
+            let got = Rc::new(RefCell::new(Vec::new()));
+            let sink = got.clone();
+            let handler: ForwardHandler = Rc::new(|from, bytes: Vec<u8>| {
+                Box::pin(async move {
+                    if bytes == b"slow" {
+                        glommio::timer::sleep(Duration::from_secs(3)).await;
+                    }
+                    Some([format!("join {from}: ").as_bytes(), &bytes].concat())
+                })
+            });
+            glommio::spawn_local(Inbound::serve(
+                listener,
+                2,
+                members.clone(),
+                Handlers::new(Rc::new(move |m: Message| sink.borrow_mut().push(m)), None)
+                    .with_join(handler),
+            ))
+            .detach();
+            let deadline = || crate::clock::monotonic() + Duration::from_secs(5);
+            let answer = join(7, 2, &addr, b"10.0.0.7:9093", deadline()).await;
+            assert_eq!(answer, Ok(b"join 7: 10.0.0.7:9093".to_vec()));
+            // Not a member: its Raft connection is closed, nothing delivered.
+            let peers = Peers::start(7, &[(2, addr.clone())]);
+            assert!(peers.send(message(7, 2, 0)));
+            glommio::timer::sleep(Duration::from_millis(300)).await;
+            assert!(got.borrow().is_empty());
+            drop(peers);
+            // Added: taken from its next connection on.
+            members.borrow_mut().insert(7);
+            let peers = Peers::start(7, &[(2, addr.clone())]);
+            assert!(peers.send(message(7, 2, 1)));
+            wait_until(|| got.borrow().len() == 1).await;
+            assert_eq!(got.borrow()[0], message(7, 2, 1));
+            // Over the size limit: not sent.
+            let big = vec![b'x'; JOIN_BYTES_MAX + 1];
+            let over = join(8, 2, &addr, &big, deadline()).await;
+            assert!(matches!(over, Err(ForwardError::NotSent(_))), "{over:?}");
+            // JOINS_IN_FLIGHT_MAX slow joins: one more is closed unanswered.
+            let mut slow = Vec::new();
+            for i in 0..JOINS_IN_FLIGHT_MAX as u64 {
+                let a = addr.clone();
+                slow.push(glommio::spawn_local(async move {
+                    join(20 + i, 2, &a, b"slow", deadline()).await
+                }));
+            }
+            glommio::timer::sleep(Duration::from_millis(300)).await;
+            let refused = join(30, 2, &addr, b"one more", deadline()).await;
+            assert!(
+                matches!(refused, Err(ForwardError::NoAnswer(_))),
+                "{refused:?}"
+            );
+            for t in slow {
+                assert!(t.await.is_ok());
+            }
+            let again = join(31, 2, &addr, b"later", deadline()).await;
+            assert_eq!(again, Ok(b"join 31: later".to_vec()));
+        });
+    }
+
     /// A peer that never answers: its queue fills and further messages are
     /// dropped, not buffered.
     #[test]
