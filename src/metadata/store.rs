@@ -53,7 +53,8 @@
 //!
 //! Several voters (`docs/replication.md` §9 step 2), the log's half:
 //! [`MetadataLog::open_member`] opens the log as one member of a fixed set
-//! of voters, and [`MetadataLog::propose`], [`MetadataLog::step`] and
+//! of voters (or as a learner outside them, added by the leader while the
+//! quorum runs: [`MetadataLog::propose_add_learner`]), and [`MetadataLog::propose`], [`MetadataLog::step`] and
 //! [`MetadataLog::advance_member`] drive it without waiting: messages go to
 //! the peers (`quorum::transport`), committed records come back with their
 //! index, wherever they were proposed. The controller does not run it yet
@@ -339,7 +340,7 @@ impl MetadataLog {
     /// campaign nor wait for a commit: that takes the peers, reached through
     /// [`Self::step`], [`Self::advance_member`] and
     /// `quorum::transport`. Refused: a data dir of a single node (its log's
-    /// voters differ; membership changes are not built) or with the old
+    /// voters differ; voter changes are not built) or with the old
     /// `metadata.log` (migration is for a single node). Blocking.
     ///
     /// A `learner` (a node outside the voters) creates its log with itself

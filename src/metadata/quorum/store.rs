@@ -200,8 +200,8 @@ pub fn load(bytes: &[u8]) -> Result<(Core, usize), LoadError> {
 /// raft-rs would abort (its `fatal!`) or go wrong: a commit index past the
 /// last entry (a cut log is never behind its hard state, which is written
 /// after the entries it commits), entry terms that go down, a membership
-/// that lists a node twice, names node 0 or is mid change (membership
-/// changes are not built). Only a bug or an edit that fixed up the CRCs
+/// that lists a node twice, names node 0 or is mid change (a joint
+/// consensus: only learners are added, which takes none). Only a bug or an edit that fixed up the CRCs
 /// gets here. (Entries of a term above the hard state's are possible: a
 /// crash can keep a `Ready`'s entries and lose its hard state written after
 /// them; nothing was sent that depended on either.)
