@@ -38,11 +38,12 @@
 //! a voter, an address of at most [`ADDRESS_BYTES_MAX`], at most
 //! [`LEARNERS_MAX`] learners, an address not already another learner's),
 //! applies it (`RawNode::apply_conf_change`), writes the new membership
-//! to the log's file and notes the address ([`QuorumNode::learners`]). A
-//! change that fails the check is skipped on every member alike (they all
-//! apply the same entries in the same order). The log is never compacted,
-//! so a restart replays every membership change from index 1: the
-//! addresses come back from the log, the membership from its file. A
+//! and the learners' addresses to the log's file ([`QuorumNode::learners`]).
+//! A change that fails the check is skipped on every member alike (they
+//! all apply the same entries in the same order). A restart reads the
+//! membership and the addresses back from the file, then replays every
+//! committed entry from index 1 (the log is never compacted), a change
+//! already applied being a no-op. A
 //! learner never votes nor campaigns (raft-rs counts only voters), and
 //! promotion to voter or removal are not built.
 
@@ -139,8 +140,8 @@ pub struct QuorumNode<D: RaftDisk> {
     raw: RawNode<RaftStore>,
     store: RaftStore,
     disk: D,
-    /// Learners' controller addresses, from the committed membership
-    /// changes applied since the node opened (the log is replayed whole).
+    /// Learners' controller addresses, from the log's file at open and the
+    /// committed membership changes applied since.
     learners: std::collections::BTreeMap<u64, String>,
     /// The index of the last committed entry handed out (records,
     /// membership changes and empty entries alike).
@@ -183,11 +184,12 @@ impl<D: RaftDisk> QuorumNode<D> {
             ..Default::default()
         };
         let raw = RawNode::new(&raft_config, store.clone(), &logger())?;
+        let learners = store.addresses();
         Ok(Self {
             raw,
             store,
             disk,
-            learners: Default::default(),
+            learners,
             applied: 0,
         })
     }
@@ -448,6 +450,11 @@ impl<D: RaftDisk> QuorumNode<D> {
         };
         if cs != self.store.conf_state() {
             self.store.set_conf_state(&cs, &mut self.disk)?;
+        }
+        let mut addresses = self.learners.clone();
+        addresses.insert(id, address.clone());
+        if addresses != self.store.addresses() {
+            self.store.set_addresses(&addresses, &mut self.disk)?;
         }
         tracing::info!(
             learner = id,

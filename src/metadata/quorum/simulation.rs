@@ -616,6 +616,21 @@ fn a_learner_added_while_the_quorum_runs_gets_every_committed_entry() {
     let bytes = sim.down[3].as_ref().unwrap().0.synced.clone();
     let reopened = QuorumNode::open(&sim.config[3], MemDisk::default(), &bytes).unwrap();
     assert_eq!(reopened.conf_state().learners, vec![4]);
+    assert_eq!(
+        reopened.learners().get(&4).map(String::as_str),
+        Some("10.0.0.4:9093"),
+        "the address from the file, before any replay"
+    );
+    drop(reopened);
+    // So does a voter's.
+    let voter = (leader + 1) % 3;
+    let bytes = sim.nodes[voter].as_ref().unwrap().disk().after_crash(0);
+    let reopened = QuorumNode::open(&sim.config[voter], MemDisk::default(), &bytes).unwrap();
+    assert_eq!(reopened.conf_state().learners, vec![4]);
+    assert_eq!(
+        reopened.learners().get(&4).map(String::as_str),
+        Some("10.0.0.4:9093")
+    );
     drop(reopened);
     sim.down[3].as_mut().unwrap().1 = u64::MAX;
     settle(&mut sim, 200); // the others go on committing
