@@ -9,6 +9,7 @@
 //! - it joins the metadata quorum (the leader adds it) and never leads it;
 //!   it registers, so DescribeCluster and Metadata on every node list four
 //!   brokers;
+//! - a new topic may have a replica on it, led by it;
 //! - the partition is reassigned to include it (AlterPartitionReassignments,
 //!   node 0 out): it copies the log and joins the ISR, and after a
 //!   preferred election it leads the partition and every record is read
@@ -256,6 +257,16 @@ fn a_node_joins_a_running_cluster_as_a_learner_and_takes_a_replica() {
     assert!(join_answer(&net, 6, &node3).contains("Refused"));
     assert!(join_answer(&net, 4, "10.77.99.1:9093").contains("Refused"));
     assert_eq!(join_answer(&net, 4, &node3), r#""Joined""#, "idempotent");
+
+    // A new topic may place a replica on it (and have it lead).
+    common::cluster::create_assigned(&brokers, "placed", &[3000, 0], &[]);
+    for b in &brokers {
+        common::wait_for(SETTLE, "the placed topic led by node 3, in sync", || {
+            listed(b, "placed")
+                .filter(|l| l.leader == 3000 && l.isr == [0, 3000])
+                .map(|_| ())
+        });
+    }
 
     // A replica on node 3, node 0 out: it copies the log, joins the ISR.
     assert_eq!(reassign(&brokers[1], &[3000, 1000, 2000]), 0);
