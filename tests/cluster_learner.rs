@@ -9,7 +9,9 @@
 //! - it joins the metadata quorum (the leader adds it) and never leads it;
 //!   it registers, so DescribeCluster and Metadata on every node list four
 //!   brokers;
-//! - a new topic may have a replica on it, led by it;
+//! - a new topic may have a replica on it, led by it, and Kafka 4.4's
+//!   `kafka-reassign-partitions` (`scripts/kafka-cli`) moves that topic's
+//!   other replica, the tool run against node 3;
 //! - the partition is reassigned to include it (AlterPartitionReassignments,
 //!   node 0 out): it copies the log and joins the ISR, and after a
 //!   preferred election it leads the partition and every record is read
@@ -19,7 +21,7 @@
 
 mod common;
 
-use common::cluster::{addr, CONTROLLER_PORT};
+use common::cluster::{addr, kafka_tool, CONTROLLER_PORT};
 use common::netns::Net;
 use common::raw::RawClient;
 use common::{Broker, BrokerOpts};
@@ -266,6 +268,45 @@ fn a_node_joins_a_running_cluster_as_a_learner_and_takes_a_replica() {
                 .filter(|l| l.leader == 3000 && l.isr == [0, 3000])
                 .map(|_| ())
         });
+    }
+
+    // Kafka's `kafka-reassign-partitions` moves the placed topic's
+    // replica on node 0 to node 1: --execute, then --verify until complete.
+    {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let plan = dir.path().join("reassignment.json");
+        std::fs::write(
+            &plan,
+            r#"{"version":1,"partitions":[{"topic":"placed","partition":0,"replicas":[3000,1000],"log_dirs":["any","any"]}]}"#,
+        )
+        .expect("the plan written");
+        let bootstrap = brokers[3].bootstrap();
+        let plan = plan.to_str().expect("a UTF-8 path");
+        let args = |action: &'static str| {
+            vec![
+                "--bootstrap-server",
+                bootstrap.as_str(),
+                "--reassignment-json-file",
+                plan,
+                action,
+            ]
+        };
+        let run = kafka_tool("kafka-reassign-partitions", &args("--execute"));
+        assert!(run.success(), "--execute failed");
+        common::wait_for(SETTLE, "--verify to report it complete", || {
+            let run = kafka_tool("kafka-reassign-partitions", &args("--verify"));
+            assert!(run.success(), "--verify failed");
+            run.stdout
+                .contains("Reassignment of partition placed-0 is completed.")
+                .then_some(())
+        });
+        for b in &brokers {
+            common::wait_for(SETTLE, "every node to list the placed topic moved", || {
+                listed(b, "placed")
+                    .filter(|l| l.replicas == [3000, 1000] && l.isr == [1000, 3000])
+                    .map(|_| ())
+            });
+        }
     }
 
     // A replica on node 3, node 0 out: it copies the log, joins the ISR.

@@ -32,7 +32,7 @@
 
 mod common;
 
-use common::cluster::{addr, PartitionView};
+use common::cluster::{addr, kafka_tool, PartitionView};
 use common::netns::Net;
 use common::raw::RawClient;
 use common::Broker;
@@ -361,49 +361,6 @@ fn a_partition_moves_to_another_node_and_back_on_cancel() {
         b.assert_alive();
         b.stop();
     }
-}
-
-/// Runs Kafka's tool `tool` with `args` through `scripts/kafka-cli`
-/// (resolving Kafka's jars first), bounded, and prints what it said.
-fn kafka_tool(tool: &str, args: &[&str]) -> common::child::ChildRun {
-    use common::child::{run_bounded, Streams};
-    use std::process::Command;
-    static RESOLVED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    RESOLVED.get_or_init(|| {
-        let mut cmd = Command::new("bash");
-        cmd.arg(root.join("scripts/kafka-peer.sh")).arg("resolve");
-        let run = run_bounded(
-            &mut cmd,
-            "scripts/kafka-peer.sh resolve".into(),
-            None,
-            Streams::Separate,
-            Duration::from_secs(900),
-        );
-        assert!(
-            run.success(),
-            "resolving Kafka's jars: {}{}",
-            run.stdout,
-            run.stderr
-        );
-    });
-    let mut cmd = Command::new("bash");
-    cmd.arg(root.join("scripts/kafka-cli")).arg(tool).args(args);
-    if std::env::var_os("KAFKA_CLI_OPTS").is_none() {
-        cmd.env("KAFKA_CLI_OPTS", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1");
-    }
-    let run = run_bounded(
-        &mut cmd,
-        format!("scripts/kafka-cli {tool} {}", args.join(" ")),
-        None,
-        Streams::Separate,
-        Duration::from_secs(120),
-    );
-    println!(
-        "$ {}\n--- stdout ---\n{}--- stderr ---\n{}",
-        run.command, run.stdout, run.stderr
-    );
-    run
 }
 
 #[test]
