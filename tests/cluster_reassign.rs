@@ -427,9 +427,9 @@ fn kafka_reassign_partitions_moves_a_partition() {
         assert!(status.success());
     };
     signal("-STOP");
-    let run = kafka_tool("kafka-reassign-partitions", &args("--execute"));
+    let run = common::cluster::kafka_tool("kafka-reassign-partitions", &args("--execute"));
     assert!(run.success(), "--execute failed");
-    let run = kafka_tool("kafka-reassign-partitions", &args("--verify"));
+    let run = common::cluster::kafka_tool("kafka-reassign-partitions", &args("--verify"));
     assert!(run.success(), "--verify failed");
     assert!(
         run.stdout.contains(&format!(
@@ -442,7 +442,7 @@ fn kafka_reassign_partitions_moves_a_partition() {
     // frozen one too.)
     let mut cancel = args("--cancel");
     cancel.push("--preserve-throttles");
-    let run = kafka_tool("kafka-reassign-partitions", &cancel);
+    let run = common::cluster::kafka_tool("kafka-reassign-partitions", &cancel);
     assert!(run.success(), "--cancel failed");
     assert!(
         run.stdout.contains(&format!(
@@ -458,7 +458,7 @@ fn kafka_reassign_partitions_moves_a_partition() {
     });
     signal("-CONT");
 
-    let run = kafka_tool("kafka-reassign-partitions", &args("--execute"));
+    let run = common::cluster::kafka_tool("kafka-reassign-partitions", &args("--execute"));
     assert!(run.success(), "--execute failed");
     assert!(
         run.stdout.contains(&format!(
@@ -468,7 +468,7 @@ fn kafka_reassign_partitions_moves_a_partition() {
         run.stdout
     );
     common::wait_for(SETTLE, "--verify to report it complete", || {
-        let run = kafka_tool("kafka-reassign-partitions", &args("--verify"));
+        let run = common::cluster::kafka_tool("kafka-reassign-partitions", &args("--verify"));
         assert!(run.success(), "--verify failed");
         run.stdout
             .contains(&format!("Reassignment of partition {CLI}-0 is completed."))
@@ -605,7 +605,7 @@ fn kafka_leader_election_moves_leadership_to_the_preferred_replica() {
         "--partition",
         "0",
     ];
-    let run = kafka_tool("kafka-leader-election", &args);
+    let run = common::cluster::kafka_tool("kafka-leader-election", &args);
     assert!(run.success(), "kafka-leader-election failed");
     assert!(
         run.stdout.contains(&format!(
@@ -619,7 +619,7 @@ fn kafka_leader_election_moves_leadership_to_the_preferred_replica() {
     }
     // Nothing left to elect: Kafka's tool reports ELECTION_NOT_NEEDED as
     // a success with nothing done.
-    let run = kafka_tool("kafka-leader-election", &args);
+    let run = common::cluster::kafka_tool("kafka-leader-election", &args);
     assert!(
         run.success(),
         "kafka-leader-election failed the second time"

@@ -1,14 +1,24 @@
-//! DescribeCluster and DescribeLogDirs.
+//! DescribeCluster, DescribeLogDirs and UnregisterBroker.
 //!
 //! Each shard is a broker: DescribeCluster lists all of them (several
-//! nodes: those of every live registered node, as Metadata does); DescribeLogDirs,
+//! nodes: those of every live registered node, as Metadata does; v2 with
+//! `IncludeFencedBrokers` also those of fenced registered nodes, marked
+//! fenced, KIP-1073); DescribeLogDirs,
 //! sent by a client to each broker in turn, reports the partitions of the
 //! shard that answers.
 //!
 //! As in Kafka, DescribeCluster checks nothing, except that the cluster's
 //! authorized operations, when asked for, are 0 to a principal that may not
 //! DESCRIBE the cluster; DescribeLogDirs needs DESCRIBE on the cluster.
+//!
+//! UnregisterBroker (`kafka-cluster unregister --id`, KIP-500;
+//! `docs/replication.md` §3.2) needs ALTER on the cluster, else
+//! CLUSTER_AUTHORIZATION_FAILED; the controller (the quorum's leader,
+//! forwarded to as every metadata write) unregisters the node of the
+//! broker id, or answers BROKER_ID_NOT_REGISTERED with Kafka's message.
 
+use super::errors::CLUSTER_AUTHORIZATION_FAILED_MESSAGE;
+use super::forward::forward;
 use super::{decode, respond, str_bytes, Outcome};
 use crate::auth::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use crate::handlers::authz::Authz;
@@ -16,6 +26,7 @@ use crate::protocol::hand_versions::{
     DescribeLogDirsRequestV5, DescribeLogDirsResponseV5, DESCRIBE_LOG_DIRS_CORDONED_VERSION,
 };
 use crate::protocol::RequestHeader;
+use crate::shard::messages::{ControllerReply, ControllerRequest};
 use crate::shard::ShardCtx;
 use bytes::BytesMut;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
@@ -24,7 +35,7 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 };
 use kafka_protocol::messages::{
     BrokerId, DescribeClusterRequest, DescribeClusterResponse, DescribeLogDirsRequest,
-    DescribeLogDirsResponse, TopicName,
+    DescribeLogDirsResponse, TopicName, UnregisterBrokerRequest, UnregisterBrokerResponse,
 };
 use kafka_protocol::ResponseError;
 use std::collections::BTreeMap;
@@ -52,15 +63,22 @@ pub fn describe_cluster(
         0
     };
     let image = ctx.image();
-    let brokers = super::metadata::brokers(ctx, &image, listener)
+    let broker = |(id, host, port): (i32, String, i32), fenced: bool| {
+        DescribeClusterBroker::default()
+            .with_broker_id(BrokerId(id))
+            .with_host(str_bytes(host))
+            .with_port(port)
+            .with_is_fenced(fenced)
+    };
+    let mut brokers: Vec<DescribeClusterBroker> = super::metadata::brokers(ctx, &image, listener)
         .into_iter()
-        .map(|(id, host, port)| {
-            DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(id))
-                .with_host(str_bytes(host))
-                .with_port(port)
-        })
+        .map(|b| broker(b, false))
         .collect();
+    if header.api_version >= 2 && req.include_fenced_brokers {
+        let fenced = super::metadata::other_brokers(ctx, &image, listener, true);
+        brokers.extend(fenced.into_iter().map(|b| broker(b, true)));
+        brokers.sort_by_key(|b| b.broker_id.0);
+    }
     let mut resp = DescribeClusterResponse::default()
         .with_cluster_authorized_operations(cluster_authorized_operations)
         .with_cluster_id(str_bytes(image.cluster_id_or(&ctx.config.cluster_id)))
@@ -70,6 +88,48 @@ pub fn describe_cluster(
         resp = resp.with_endpoint_type(ENDPOINT_TYPE_BROKERS);
     }
     respond(header, &resp)
+}
+
+/// UnregisterBroker (see the module doc): the answer comes once the
+/// quorum committed the change and this node applied it.
+pub async fn unregister_broker(
+    ctx: &Rc<ShardCtx>,
+    authz: &Authz,
+    header: &RequestHeader,
+    body: &mut BytesMut,
+) -> Outcome {
+    let Some(req) = decode::<UnregisterBrokerRequest>(header, body) else {
+        return Outcome::Close;
+    };
+    let answer = |code: i16, message: Option<String>| {
+        respond(
+            header,
+            &UnregisterBrokerResponse::default()
+                .with_error_code(code)
+                .with_error_message(message.map(str_bytes)),
+        )
+    };
+    if !authz.cluster(AclOperation::Alter) {
+        return answer(
+            ResponseError::ClusterAuthorizationFailed.code(),
+            Some(CLUSTER_AUTHORIZATION_FAILED_MESSAGE.to_string()),
+        );
+    }
+    let request = ControllerRequest::UnregisterBroker {
+        broker: req.broker_id.0,
+    };
+    let reply = forward(ctx, request, |reply| match reply {
+        ControllerReply::Broker(result) => Some(result),
+        _ => None,
+    });
+    match reply.await {
+        Ok(Ok(())) => answer(super::errors::NONE, None),
+        Ok(Err(e)) => answer(super::errors::controller(&e), Some(e.to_string())),
+        Err(e) => {
+            let (code, message) = e.code_and_message();
+            answer(code, message)
+        }
+    }
 }
 
 /// Total and available bytes of the file system holding `path`.

@@ -49,6 +49,7 @@ top_level!(
     SaslHandshakeResponse,
     SaslAuthenticateResponse,
     DescribeClientQuotasResponse,
+    kafka_protocol::messages::UnregisterBrokerResponse,
 );
 
 impl ResponseErrors for DescribeUserScramCredentialsResponse {

@@ -52,6 +52,7 @@ pub fn controller(e: &ControllerError) -> i16 {
             ResponseError::EligibleLeadersNotAvailable.code()
         }
         ControllerError::NoReassignmentInProgress => ResponseError::NoReassignmentInProgress.code(),
+        ControllerError::BrokerIdNotRegistered(_) => ResponseError::BrokerIdNotRegistered.code(),
     }
 }
 

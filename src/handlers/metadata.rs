@@ -44,9 +44,25 @@ pub fn brokers(ctx: &ShardCtx, image: &MetadataImage, listener: usize) -> Vec<(i
             (ctx.config.node_id_of(shard), host, port)
         })
         .collect();
+    out.extend(other_brokers(ctx, image, listener, false));
+    out.sort_by_key(|(id, _, _)| *id);
+    out
+}
+
+/// The brokers of the other registered nodes that are fenced (`fenced`)
+/// or not, with a listener of `listener`'s security protocol, by node.
+/// DescribeCluster v2 lists the fenced ones when asked (KIP-1073); an
+/// unregistered node is in neither list.
+pub fn other_brokers(
+    ctx: &ShardCtx,
+    image: &MetadataImage,
+    listener: usize,
+    fenced: bool,
+) -> Vec<(i32, String, i32)> {
+    let mut out = Vec::new();
     let protocol = ctx.config.listener(listener).protocol.name();
     for (&node, b) in &image.brokers {
-        if node == ctx.config.node_id || b.fenced {
+        if node == ctx.config.node_id || b.fenced != fenced {
             continue;
         }
         let Some(e) = b.registration.endpoint(protocol) else {

@@ -245,6 +245,10 @@ fn dispatch_other(
             async move { cluster::describe_cluster(&ctx, listener, &authz, &header, &mut body) }
                 .boxed_local()
         }
+        ApiKey::UnregisterBroker => {
+            async move { cluster::unregister_broker(&ctx, &authz, &header, &mut body).await }
+                .boxed_local()
+        }
         ApiKey::DescribeLogDirs => {
             async move { cluster::describe_log_dirs(&ctx, &authz, &header, &mut body) }
                 .boxed_local()

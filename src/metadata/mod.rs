@@ -134,6 +134,15 @@ pub enum MetadataRecord {
     UnfenceBroker {
         node: i32,
     },
+    /// Kafka's `UnregisterBrokerRecord` (UnregisterBroker, `kafka-cluster
+    /// unregister`; `docs/replication.md` §3.2): the node's registration
+    /// is gone, so no node lists its brokers; its leader epoch is kept
+    /// ([`MetadataImage::retired_epochs`]) so that its next start leads
+    /// in a later one. A node still running registers again with its next
+    /// heartbeat, as Kafka's broker does.
+    UnregisterBroker {
+        node: i32,
+    },
     /// Several nodes: a new Raft leader's first entry, which commits every
     /// entry before it (Raft's no-op). Changes nothing else: the leader
     /// epoch of a node's partitions moves when that node restarts
@@ -435,6 +444,12 @@ pub struct MetadataImage {
     /// The cluster's id once the metadata quorum recorded it (several
     /// nodes; [`MetadataRecord::ClusterId`]): the first one recorded stays.
     pub cluster_id: Option<String>,
+    /// The leader epoch of each unregistered node's last registration
+    /// ([`MetadataRecord::UnregisterBroker`]), until it registers again:
+    /// its next start leads its partitions in a later epoch. At most one
+    /// entry per node that ever registered (only the quorum's members
+    /// register, `shard::controller`).
+    pub retired_epochs: BTreeMap<i32, i32>,
 }
 
 impl MetadataImage {
@@ -693,6 +708,7 @@ impl MetadataImage {
                 next.acls = next.acls.with_changes(&[], acls);
             }
             MetadataRecord::RegisterBroker { registration } => {
+                next.retired_epochs.remove(&registration.node);
                 next.brokers.insert(
                     registration.node,
                     Arc::new(RegisteredBroker {
@@ -700,6 +716,12 @@ impl MetadataImage {
                         fenced: false,
                     }),
                 );
+            }
+            MetadataRecord::UnregisterBroker { node } => {
+                if let Some(b) = next.brokers.remove(node) {
+                    next.retired_epochs
+                        .insert(*node, b.registration.leader_epoch);
+                }
             }
             MetadataRecord::TermStart { .. } => {}
             MetadataRecord::ClusterId { id } => {
@@ -857,6 +879,62 @@ mod tests {
             9092
         );
         assert!(image.live_broker(2).unwrap().endpoint("SSL").is_none());
+    }
+
+    /// UnregisterBroker: the registration goes (a fenced or a live one),
+    /// its leader epoch is kept until the node registers again, an
+    /// unknown node changes nothing; the record survives its JSON and a
+    /// log of the older records still loads beside it.
+    #[test]
+    fn unregister_broker_removes_the_registration_and_keeps_its_epoch() {
+        let reg = |node: i32, leader_epoch: i32| BrokerRegistration {
+            node,
+            shards: 2,
+            endpoints: Vec::new(),
+            incarnation: [node as u8; 16],
+            leader_epoch,
+            clean_shutdown: true,
+        };
+        let image = MetadataImage::default()
+            .apply(&MetadataRecord::RegisterBroker {
+                registration: reg(1, 3),
+            })
+            .apply(&MetadataRecord::RegisterBroker {
+                registration: reg(2, 5),
+            })
+            .apply(&MetadataRecord::FenceBroker { node: 2 });
+        let record = MetadataRecord::UnregisterBroker { node: 2 };
+        let json = serde_json::to_string(&record).unwrap();
+        assert_eq!(json, r#"{"type":"UnregisterBroker","node":2}"#);
+        assert_eq!(
+            serde_json::from_str::<MetadataRecord>(&json).unwrap(),
+            record
+        );
+        let gone = image.apply(&record);
+        assert!(!gone.brokers.contains_key(&2));
+        assert_eq!(gone.live_broker(1), Some(&reg(1, 3)));
+        assert_eq!(gone.retired_epochs.get(&2), Some(&5));
+        assert!(!gone.is_live_broker(2000));
+        // Unknown now: nothing changes but the version.
+        let again = gone.apply(&record);
+        assert_eq!(again.brokers.len(), 1);
+        assert_eq!(again.retired_epochs.get(&2), Some(&5));
+        // A live node goes as well; registered again, its retired epoch
+        // is dropped.
+        let live = gone.apply(&MetadataRecord::UnregisterBroker { node: 1 });
+        assert!(live.brokers.is_empty());
+        let back = live.apply(&MetadataRecord::RegisterBroker {
+            registration: reg(2, 6),
+        });
+        assert_eq!(back.live_broker(2), Some(&reg(2, 6)));
+        assert!(!back.retired_epochs.contains_key(&2));
+        assert_eq!(back.retired_epochs.get(&1), Some(&3));
+        // Records written before UnregisterBroker existed load unchanged.
+        let old = r#"{"type":"FenceBroker","node":2}"#;
+        assert_eq!(
+            serde_json::from_str::<MetadataRecord>(old).unwrap(),
+            MetadataRecord::FenceBroker { node: 2 }
+        );
     }
 
     fn registered(nodes: &[(i32, usize)]) -> MetadataImage {

@@ -81,6 +81,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // KIP-455; v1 adds allowReplicationFactorChange (KIP-860).
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    // KIP-500's `kafka-cluster unregister`; advertised on every node, as
+    // Kafka's brokers do (a single node has no registrations to remove).
+    (ApiKey::UnregisterBroker, 0, 0),
     // SASL (Kafka 4.4's ranges); on a PLAINTEXT listener they are answered
     // ILLEGAL_SASL_STATE, as Kafka does.
     (ApiKey::SaslHandshake, 0, 1),
@@ -287,7 +290,9 @@ mod tests {
         assert!(!supported(ApiKey::AlterPartitionReassignments as i16, 2));
         assert!(supported(ApiKey::ListPartitionReassignments as i16, 0));
         assert!(!supported(ApiKey::ListPartitionReassignments as i16, 1));
-        assert_eq!(SUPPORTED.len(), 49);
+        assert!(supported(ApiKey::UnregisterBroker as i16, 0));
+        assert!(!supported(ApiKey::UnregisterBroker as i16, 1));
+        assert_eq!(SUPPORTED.len(), 50);
         for (key, version) in super::super::hand_versions::HAND_CODED {
             assert!(supported(*key as i16, *version), "{key:?} v{version}");
             assert!(

@@ -172,6 +172,11 @@ impl LeaderState {
         &self.isr
     }
 
+    /// The ISR an AlterPartition in flight proposes, if any.
+    pub fn proposed(&self) -> Option<&[i32]> {
+        self.proposed.as_deref()
+    }
+
     pub fn follower(&self, id: i32) -> Option<&FollowerState> {
         self.followers.get(&id)
     }

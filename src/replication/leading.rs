@@ -304,6 +304,17 @@ impl Leading {
         }
     }
 
+    /// Whether `p` is still the AlterPartition in flight of the partition
+    /// this shard leads (same leader and partition epochs): an answer that
+    /// did not settle it may still be followed by its commit.
+    pub fn still_proposed(&self, p: &IsrProposal) -> bool {
+        self.led.borrow().get(&p.tp).is_some_and(|l| {
+            l.leader_epoch == p.leader_epoch
+                && l.partition_epoch == p.partition_epoch
+                && l.state.proposed() == Some(p.isr.as_slice())
+        })
+    }
+
     /// `replica.lag.time.max.ms` for the states made from now on.
     pub fn set_lag_max_ms(&self, ms: i64) {
         self.lag_max_ms.set(ms);

@@ -46,10 +46,12 @@
 //! a timeout; an OFFSET_OUT_OF_RANGE answer carries the leader's log
 //! start and end, which the real fetcher asks ListOffsets for; a
 //! controller that is busy with a proposal not yet applied, or does not
-//! lead, drops a heartbeat and refuses an AlterPartition (the real one
-//! queues or forwards it; the node heartbeats again, the leader proposes
-//! again); a leader's AlterPartition unanswered for a while failed, as
-//! the real request times out. One topic, one partition, three replicas,
+//! lead, drops a heartbeat and answers an AlterPartition with no clear
+//! outcome (the real one queues or forwards it; the node heartbeats
+//! again); a leader's AlterPartition without a clear answer (that one, a
+//! proposal that lost its controller's lead, none in time) stays in
+//! flight and is sent again, as `ShardCtx::alter_isr` does, since its
+//! entry may still commit. One topic, one partition, three replicas,
 //! `min.insync.replicas=2`, one shard per node.
 //!
 //! Faults, from the seed: a node killed (kill -9: its log fails with the
@@ -109,6 +111,7 @@
 //! run prints its seeds.
 
 use super::controller::{fence_records, heartbeat_records, plan_alter_partition, AlterPartition};
+use super::{alter_partition_fate, AlterFate};
 use crate::config::{BrokerConfig, ServeArgs};
 use crate::log::storage::sim::{self as simdisk, Faults, SimDisk};
 use crate::log::{LogConfig, LogManager, TailCache};
@@ -189,9 +192,10 @@ enum Msg {
     Heartbeat(BrokerRegistration),
     /// A leader's AlterPartition.
     Alter(IsrProposal),
-    /// Whether the change was committed (else the leader drops its
-    /// proposal, `Leading::proposal_failed`).
-    AlterAnswer(IsrProposal, bool),
+    /// What became of the change (`ShardCtx::alter_isr`'s fates: refused
+    /// drops the proposal, `Leading::proposal_failed`; no clear answer
+    /// keeps it in flight and asks again).
+    AlterAnswer(IsrProposal, AlterFate),
     Fetch(FetchReq),
     FetchAnswer(FetchAnswer),
 }
@@ -241,7 +245,8 @@ struct Live {
     /// The leader epoch it leads in, once it became leader in it.
     leads: Option<i32>,
     /// Its AlterPartition out, and when it was sent: unanswered for
-    /// [`ALTER_TIMEOUT_STEPS`] it failed (the real request times out).
+    /// [`ALTER_TIMEOUT_STEPS`], it is sent again while it is still the
+    /// proposal in flight (the real request times out and is retried).
     alter_out: Option<(IsrProposal, u64)>,
 }
 
@@ -652,12 +657,14 @@ impl Sim {
             }
             Msg::Heartbeat(reg) => self.on_heartbeat(to, reg)?,
             Msg::Alter(p) => self.on_alter(to, from, p)?,
-            Msg::AlterAnswer(p, changed) => {
+            Msg::AlterAnswer(p, fate) => {
                 if let Some(live) = self.nodes[to].live.as_mut() {
-                    if live.alter_out.as_ref().is_some_and(|(out, _)| *out == p) {
+                    if fate != AlterFate::Unknown
+                        && live.alter_out.as_ref().is_some_and(|(out, _)| *out == p)
+                    {
                         live.alter_out = None;
                     }
-                    if !changed {
+                    if fate == AlterFate::Refused {
                         live.leading.proposal_failed(&p);
                     }
                 }
@@ -715,14 +722,16 @@ impl Sim {
         // The controller's proposal: applied, or lost with its lead.
         let node = &mut self.nodes[i];
         let done = match &node.ctl.busy {
-            Some(b) if !leading || b.term != term => Some((b.answer.clone(), false)),
-            Some(b) if node.applied >= b.index => Some((b.answer.clone(), true)),
+            // Lost with its lead: the entry may still commit under the
+            // next leader (the real controller answers NOT_CONTROLLER).
+            Some(b) if !leading || b.term != term => Some((b.answer.clone(), AlterFate::Unknown)),
+            Some(b) if node.applied >= b.index => Some((b.answer.clone(), AlterFate::Changed)),
             _ => None,
         };
-        if let Some((answer, ok)) = done {
+        if let Some((answer, fate)) = done {
             node.ctl.busy = None;
             if let Some((to, p)) = answer {
-                self.send(i, to, Msg::AlterAnswer(p, ok));
+                self.send(i, to, Msg::AlterAnswer(p, fate));
             }
         }
         if changed {
@@ -941,7 +950,7 @@ impl Sim {
             let data = encode_record(rec).map_err(|e| e.to_string())?;
             if r.propose(data).is_err() {
                 if let Some((to, p)) = answer {
-                    self.send(i, to, Msg::AlterAnswer(p, false));
+                    self.send(i, to, Msg::AlterAnswer(p, AlterFate::Unknown));
                 }
                 return Ok(());
             }
@@ -986,14 +995,15 @@ impl Sim {
             };
             plan_alter_partition(&node.image, &self.config, &change)
         });
-        match planned {
-            Some(Ok(Some((record, _)))) => self.propose(i, vec![record], Some((from, p))),
-            // Refused, nothing to change, or not the ready leader.
-            _ => {
-                self.send(i, from, Msg::AlterAnswer(p, false));
-                Ok(())
-            }
-        }
+        let fate = match planned {
+            Some(Ok(Some((record, _)))) => return self.propose(i, vec![record], Some((from, p))),
+            Some(Ok(None)) => AlterFate::Refused,
+            Some(Err(e)) => alter_partition_fate(&Err(e), p.partition_epoch),
+            // Not the ready leader: NOT_CONTROLLER, or the real one queues.
+            None => AlterFate::Unknown,
+        };
+        self.send(i, from, Msg::AlterAnswer(p, fate));
+        Ok(())
     }
 
     /// A leader's answer to a follower's fetch (the Fetch handler's
@@ -1160,16 +1170,14 @@ impl Sim {
     /// Node `i` sends an AlterPartition to the quorum's leader it knows.
     fn send_alter(&mut self, i: usize, p: IsrProposal) {
         let leader = self.nodes[i].raft.as_ref().map_or(0, |r| r.leader_id());
-        if leader == 0 {
-            if let Some(live) = &self.nodes[i].live {
-                live.leading.proposal_failed(&p);
-            }
-            return;
-        }
         if let Some(live) = self.nodes[i].live.as_mut() {
             live.alter_out = Some((p.clone(), self.step));
         }
-        self.send(i, (leader - 1) as usize, Msg::Alter(p));
+        // No leader known: asked again after the timeout, as the real
+        // request is retried while it stays in flight.
+        if leader != 0 {
+            self.send(i, (leader - 1) as usize, Msg::Alter(p));
+        }
     }
 
     /// Node `i`'s periodic work: heartbeats, its fetch, the ISR check.
@@ -1191,12 +1199,25 @@ impl Sim {
         let Some(live) = node.live.as_mut() else {
             return;
         };
+        let mut again = None;
         if let Some((p, sent)) = &live.alter_out {
             if step >= sent + ALTER_TIMEOUT_STEPS {
-                live.leading.proposal_failed(p);
+                // Unanswered: it may still commit, so it stays in flight
+                // and is asked again while it is the proposal
+                // (`ShardCtx::alter_isr`).
+                if live.leading.still_proposed(p) {
+                    again = Some(p.clone());
+                }
                 live.alter_out = None;
             }
         }
+        if let Some(p) = again {
+            self.send_alter(i, p);
+        }
+        let node = &mut self.nodes[i];
+        let Some(live) = node.live.as_mut() else {
+            return;
+        };
         let timed_out = node
             .fetch_out
             .is_none_or(|(_, sent)| step >= sent + FETCH_TIMEOUT_STEPS);

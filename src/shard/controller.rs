@@ -556,6 +556,9 @@ impl Controller {
             ControllerRequest::FenceBrokers { nodes } => {
                 return Ok(self.fence(&next, nodes, deadline).await);
             }
+            ControllerRequest::UnregisterBroker { broker } => {
+                return Ok(self.unregister(&next, broker, deadline).await);
+            }
             ControllerRequest::ElectLeaders { unclean, topics } => {
                 let wanted: Vec<(String, Vec<i32>)> = match topics {
                     Some(topics) => topics,
@@ -990,6 +993,44 @@ impl Controller {
         })
     }
 
+    /// Kafka's UnregisterBroker on the leader (`docs/replication.md`
+    /// §3.2): the node of broker `broker` is unregistered and its
+    /// partitions reconciled as a fenced node's are
+    /// ([`unregister_records`]), answered once committed and applied. A
+    /// single node keeps no registrations: its own broker ids are
+    /// answered done with nothing to change (Kafka's combined node would
+    /// register again with its next heartbeat), any other
+    /// BROKER_ID_NOT_REGISTERED.
+    async fn unregister(
+        &self,
+        image: &MetadataImage,
+        broker: i32,
+        deadline: Instant,
+    ) -> ControllerReply {
+        if self.member.borrow().is_none() {
+            let own = (0..self.config.cores).any(|s| self.config.node_id_of(s) == broker);
+            return ControllerReply::Broker(if own {
+                Ok(())
+            } else {
+                Err(not_registered(broker))
+            });
+        }
+        let records = match unregister_records(image, broker, &self.config) {
+            Ok(records) => records,
+            Err(e) => return ControllerReply::Broker(Err(e)),
+        };
+        tracing::warn!(
+            broker,
+            node = node_of(broker),
+            partition_changes = records.len() - 1,
+            "metadata quorum: unregistering a node (UnregisterBroker)"
+        );
+        ControllerReply::Broker(match self.persist(records, deadline).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(persist_error(&e)),
+        })
+    }
+
     /// The registered, unfenced nodes the leader has not heard from for
     /// the session timeout (every node's clock starts at this leader's
     /// election, or at its first heartbeat after it).
@@ -1362,14 +1403,7 @@ impl Controller {
         // This start leads this node's partitions in a new epoch: one more
         // than its last registration's (the image's epoch is this node's
         // own from here on; TermStart records leave it alone).
-        let epoch = match image.brokers.get(&q.node_id) {
-            Some(b) => b
-                .registration
-                .leader_epoch
-                .saturating_add(1)
-                .max(image.leader_epoch()),
-            None => image.leader_epoch(),
-        };
+        let epoch = member_start_epoch(&image, q.node_id);
         image.leader_epoch = Some(epoch);
         tracing::info!(
             records = records.len(),
@@ -2256,6 +2290,57 @@ pub(super) fn fence_records(
     records
 }
 
+/// The leader epoch node `node` leads its partitions in from this start
+/// (several nodes, `docs/replication.md` §3.2): one more than its last
+/// registration's, or, unregistered since, than the epoch its
+/// registration had then ([`MetadataImage::retired_epochs`]), so that an
+/// epoch is never led twice; at least the image's.
+fn member_start_epoch(image: &MetadataImage, node: i32) -> i32 {
+    let last = match image.brokers.get(&node) {
+        Some(b) => Some(b.registration.leader_epoch),
+        None => image.retired_epochs.get(&node).copied(),
+    };
+    match last {
+        Some(last) => last.saturating_add(1).max(image.leader_epoch()),
+        None => image.leader_epoch(),
+    }
+}
+
+/// The records that unregister the node of broker `broker` (Kafka's
+/// `handleBrokerUnregistered`, `docs/replication.md` §3.2): its
+/// registration goes, and every replicated partition is reconciled as on
+/// fencing ([`reconcile_partitions`]: its replicas leave the ISRs, and the
+/// ELRs too as it is no longer registered; partitions it led get new
+/// leaders); its replicas stay assigned until reassigned.
+/// BROKER_ID_NOT_REGISTERED unless `broker` is a shard of a registered
+/// node (fenced or not): broker ids are `node * 1000 + shard`, and a
+/// node's registration covers all its shards, so any of them names it.
+pub(super) fn unregister_records(
+    image: &MetadataImage,
+    broker: i32,
+    config: &BrokerConfig,
+) -> Result<Vec<MetadataRecord>, ControllerError> {
+    let node = node_of(broker);
+    let registered = broker >= 0
+        && image
+            .brokers
+            .get(&node)
+            .is_some_and(|b| shard_of(broker) < b.registration.shards);
+    if !registered {
+        return Err(not_registered(broker));
+    }
+    let mut records = vec![MetadataRecord::UnregisterBroker { node }];
+    records.extend(reconcile_partitions(&apply_all(image, &records), config));
+    Ok(records)
+}
+
+/// Kafka's BROKER_ID_NOT_REGISTERED, with its message.
+fn not_registered(broker: i32) -> ControllerError {
+    ControllerError::BrokerIdNotRegistered(format!(
+        "Broker ID {broker} is not currently registered"
+    ))
+}
+
 fn apply_all(image: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage {
     let mut next = image.clone();
     for r in records {
@@ -2423,7 +2508,9 @@ pub(super) fn plan_alter_partition(
 /// - replicas of fenced or unregistered nodes leave the ISR; while the ISR
 ///   is below `min.insync.replicas` the members it loses join the ELR
 ///   (which held everything committed), and once it is back at the
-///   minimum the ELR empties;
+///   minimum the ELR empties; replicas of unregistered nodes leave the ELR
+///   too (Kafka's `handleBrokerUnregistered`: a fenced node may come back
+///   with its log, an unregistered one is gone);
 /// - a leader that is no longer live in the ISR is replaced by the first
 ///   replica, in assignment order, that is live and in the ISR; with none,
 ///   by the first live ELR member, which becomes the ISR alone (KIP-966);
@@ -2486,6 +2573,8 @@ fn reconciled(
     let mut next = p.clone();
     next.isr = p.isr.iter().copied().filter(|&b| live(b)).collect();
     next.elr = elr_after(p, &next.isr, min_isr);
+    next.elr
+        .retain(|&b| image.brokers.contains_key(&node_of(b)));
     complete_reassignment(&mut next);
     let leads = p.leader >= 0 && next.isr.contains(&p.leader);
     if !leads {
@@ -3220,6 +3309,104 @@ mod tests {
         );
         assert_eq!(s.leader_epoch, 3);
         assert!(reconcile_partitions(&image, &config).is_empty());
+    }
+
+    /// UnregisterBroker (§3.2, Kafka's `handleBrokerUnregistered`): any
+    /// shard's broker id names its registered node, anything else is
+    /// BROKER_ID_NOT_REGISTERED; the registration goes and the partitions
+    /// are reconciled as on fencing, but the node's replicas also leave
+    /// the ELR (a fenced node's stay), leadership moves within the ISR or
+    /// the partition is offline, and the replicas stay assigned; a node
+    /// still running registers again with its next heartbeat.
+    #[test]
+    fn unregistering_a_node_reconciles_its_partitions_as_fencing_does() {
+        let config = crate::config::ServeArgs::default().resolve().unwrap();
+        let (image, _) = replicated(false);
+        let state =
+            |image: &MetadataImage| image.topic("r").unwrap().replica_state(0).unwrap().clone();
+        let not_registered = |broker: i32| {
+            let e = unregister_records(&image, broker, &config).unwrap_err();
+            assert_eq!(
+                e,
+                ControllerError::BrokerIdNotRegistered(format!(
+                    "Broker ID {broker} is not currently registered"
+                ))
+            );
+        };
+        // Node 4 is not registered; node 1 has one shard (1001 is none of
+        // its brokers); node ids are not broker ids.
+        for broker in [4000, 1001, -1, 3, i32::MIN] {
+            not_registered(broker);
+        }
+        // Nodes 1 (the leader) and 2 fenced: node 3 alone in the ISR, the
+        // ELR holding 2000 (min.insync.replicas 2); node 1 had left the
+        // ISR at the minimum, so it is in neither.
+        let fenced = apply_all(&image, &fence_records(&image, &[1], &config));
+        let fenced = apply_all(&fenced, &fence_records(&fenced, &[2], &config));
+        let s = state(&fenced);
+        assert_eq!(
+            (s.leader, s.isr.clone(), s.elr.clone()),
+            (3000, vec![3000], vec![2000])
+        );
+        // Unregistering fenced node 2 takes 2000 out of the ELR in the
+        // same proposal; its replica stays assigned.
+        let records = unregister_records(&fenced, 2000, &config).unwrap();
+        assert_eq!(records[0], MetadataRecord::UnregisterBroker { node: 2 });
+        assert_eq!(records.len(), 2, "{records:?}");
+        let gone = apply_all(&fenced, &records);
+        assert!(!gone.brokers.contains_key(&2));
+        let s = state(&gone);
+        assert_eq!(
+            (s.leader, s.isr.clone(), s.elr.clone()),
+            (3000, vec![3000], vec![])
+        );
+        assert_eq!(s.replicas, vec![1000, 2000, 3000]);
+        assert_eq!(s.partition_epoch, state(&fenced).partition_epoch + 1);
+        assert_eq!(s.leader_epoch, state(&fenced).leader_epoch);
+        // Fencing node 2 alone would have kept it eligible.
+        assert!(reconcile_partitions(&fenced, &config).is_empty());
+        // Unknown now.
+        assert!(matches!(
+            unregister_records(&gone, 2000, &config),
+            Err(ControllerError::BrokerIdNotRegistered(_))
+        ));
+        // Unregistering the live leader, node 3: it leaves the ISR and is
+        // not eligible; node 1 is fenced, so the partition is offline in
+        // a new leader epoch.
+        let records = unregister_records(&gone, 3000, &config).unwrap();
+        let offline = apply_all(&gone, &records);
+        let s = state(&offline);
+        assert_eq!(
+            (s.leader, s.isr.clone(), s.elr.clone()),
+            (-1, vec![], vec![])
+        );
+        assert_eq!(s.leader_epoch, state(&gone).leader_epoch + 1);
+        assert!(offline.brokers.keys().eq([1].iter()));
+        // Node 3, still running, heartbeats: registered again.
+        let ControllerRequest::BrokerHeartbeat { registration } = heartbeat(3, 1, 1) else {
+            unreachable!()
+        };
+        let records = heartbeat_records(&offline, registration.clone(), &config).unwrap();
+        assert_eq!(records[0], MetadataRecord::RegisterBroker { registration });
+        let back = apply_all(&offline, &records);
+        assert!(back.live_broker(3).is_some());
+        // Its replica is out of the ISR and ELR: no clean leader for it.
+        assert_eq!(state(&back).leader, -1);
+        // Node 2 restarting after its unregistration leads in an epoch
+        // after its last registration's, as a registered node does.
+        let epoch_of = |node: i32| image.brokers[&node].registration.leader_epoch;
+        assert_eq!(member_start_epoch(&image, 2), epoch_of(2) + 1);
+        assert_eq!(member_start_epoch(&gone, 2), epoch_of(2) + 1);
+        assert_eq!(member_start_epoch(&gone, 7), 0);
+        // A client's UnregisterBroker is forwarded from any node, and
+        // survives the forwarding encoding.
+        let request = ControllerRequest::UnregisterBroker { broker: 2000 };
+        assert_eq!(forwardable(&request, 1), Ok(()));
+        let json = serde_json::to_vec(&request).unwrap();
+        assert!(matches!(
+            serde_json::from_slice::<ControllerRequest>(&json).unwrap(),
+            ControllerRequest::UnregisterBroker { broker: 2000 }
+        ));
     }
 
     /// A node back from an unclean shutdown leaves every ISR and ELR (its

@@ -85,6 +85,13 @@ pub enum ControllerRequest {
     FenceBrokers {
         nodes: Vec<i32>,
     },
+    /// Kafka's UnregisterBroker (`kafka-cluster unregister --id`): the
+    /// node of broker `broker` (any of its shards' ids) is unregistered
+    /// (`docs/replication.md` §3.2); BROKER_ID_NOT_REGISTERED for a
+    /// broker of no registered node.
+    UnregisterBroker {
+        broker: i32,
+    },
     /// Kafka's AlterPartition: the leader `broker` of a replicated
     /// partition asks for a new ISR, fenced by the epochs it leads in
     /// (`docs/replication.md` §4.3).
@@ -195,6 +202,10 @@ pub enum ControllerError {
     /// not being reassigned (Kafka's message).
     #[error("No partition reassignment is in progress.")]
     NoReassignmentInProgress,
+    /// UnregisterBroker of a broker id no registered node has (Kafka's
+    /// BROKER_ID_NOT_REGISTERED).
+    #[error("{0}")]
+    BrokerIdNotRegistered(String),
 }
 
 /// Per-item outcomes, in the order of the request's items.
@@ -207,8 +218,8 @@ pub enum ControllerReply {
     /// Per CreateAcls binding or DeleteAcls filter, in request order: the
     /// bindings deleted (empty for a creation), or why not.
     Acls(Vec<Result<Vec<AclBinding>, ControllerError>>),
-    /// BrokerHeartbeat and FenceBrokers: done (and any change committed),
-    /// or why not.
+    /// BrokerHeartbeat, FenceBrokers and UnregisterBroker: done (and any
+    /// change committed), or why not.
     Broker(Result<(), ControllerError>),
     /// AlterPartition: the partition's state now, or why not.
     Partition(Result<crate::metadata::PartitionState, ControllerError>),

@@ -61,6 +61,52 @@ pub const INTERNAL_PREALLOCATE_BYTES: u64 = 1024 * 1024;
 /// truncation in flight before `become_leader` (which a truncation refuses).
 const BECOME_LEADER_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How long a leader waits before asking again for an ISR change whose
+/// AlterPartition got no clear answer (`ShardCtx::alter_isr`).
+const ALTER_PARTITION_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// What an AlterPartition's outcome says about its proposal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum AlterFate {
+    /// Committed: the image brings the new ISR and settles the proposal.
+    Changed,
+    /// Refused because the partition's leader or epochs moved on: its new
+    /// state, already committed, reaches the image and replaces the
+    /// proposal there (dropping it here first would let the HW pass a
+    /// follower the committed state may hold).
+    Moved,
+    /// Refused with the partition as it was, or nothing to change: the
+    /// proposal is dropped.
+    Refused,
+    /// No clear answer: the change may still commit.
+    Unknown,
+}
+
+/// The fate of an AlterPartition proposed at `partition_epoch`.
+pub(super) fn alter_partition_fate(
+    outcome: &Result<ControllerReply, ControllerError>,
+    partition_epoch: i32,
+) -> AlterFate {
+    use ControllerError as E;
+    let open = |e: &ControllerError| match e {
+        E::NotController(_) | E::TimedOut(_) | E::Unavailable | E::Storage(_) => {
+            Some(AlterFate::Unknown)
+        }
+        E::NotLeader(_) | E::FencedLeaderEpoch(_) | E::InvalidUpdateVersion(_) => {
+            Some(AlterFate::Moved)
+        }
+        _ => None,
+    };
+    match outcome {
+        Ok(ControllerReply::Partition(Ok(state))) if state.partition_epoch != partition_epoch => {
+            AlterFate::Changed
+        }
+        Ok(ControllerReply::Partition(Ok(_))) => AlterFate::Refused,
+        Ok(ControllerReply::Partition(Err(e))) | Err(e) => open(e).unwrap_or(AlterFate::Refused),
+        Ok(_) => AlterFate::Refused,
+    }
+}
+
 /// The leader epoch a replicated partition's log is opened with: the
 /// partition's when `broker` (this shard's broker id) leads it, so that
 /// recovery starts that epoch at the log end as a leader's start does;
@@ -706,11 +752,20 @@ impl ShardCtx {
 
     /// Asks the controller for an ISR change of a partition this shard
     /// leads (AlterPartition, in the background). The committed change
-    /// comes back in the image; a refusal or failure drops the proposal.
+    /// comes back in the image; a refusal drops the proposal. An answer
+    /// that leaves its fate open (no answer in time, the controller
+    /// unreachable or no longer leading the quorum: the change may still
+    /// commit, as a Raft entry a deposed leader appended can) keeps it in
+    /// flight, so the followers it adds keep holding the HW, and asks
+    /// again until an answer or the image settles it, as Kafka's
+    /// AlterPartitionManager retries. Dropped there, the HW could pass a
+    /// follower the change then put in the ISR without the data below
+    /// the HW: elected, it lost acknowledged writes (chaos seed
+    /// 2707876069, docs/replication.md §8.1).
     pub fn alter_isr(self: &Rc<Self>, p: crate::replication::leading::IsrProposal) {
         let ctx = self.clone();
         glommio::spawn_local(async move {
-            let request = ControllerRequest::AlterPartition {
+            let request = || ControllerRequest::AlterPartition {
                 broker: ctx.config.node_id_of(ctx.shard),
                 topic_id: p.topic_id,
                 partition: p.tp.partition.0,
@@ -718,17 +773,32 @@ impl ShardCtx {
                 partition_epoch: p.partition_epoch,
                 isr: p.isr.clone(),
             };
-            match ctx.invoke_controller(request).await {
-                // Changed: the image settles the proposal (`Leading`).
-                Ok(ControllerReply::Partition(Ok(state)))
-                    if state.partition_epoch != p.partition_epoch =>
-                {
-                    tracing::info!(tp = %p.tp, isr = ?state.isr, "the ISR changed");
+            loop {
+                let outcome = ctx.invoke_controller(request()).await;
+                match alter_partition_fate(&outcome, p.partition_epoch) {
+                    AlterFate::Changed => {
+                        if let Ok(ControllerReply::Partition(Ok(state))) = &outcome {
+                            tracing::info!(tp = %p.tp, isr = ?state.isr, "the ISR changed");
+                        }
+                    }
+                    AlterFate::Moved => {
+                        tracing::info!(tp = %p.tp, isr = ?p.isr, ?outcome,
+                            "AlterPartition not made: the partition changed meanwhile");
+                    }
+                    AlterFate::Refused => {
+                        tracing::warn!(tp = %p.tp, isr = ?p.isr, ?outcome, "AlterPartition was not made");
+                        ctx.leading.proposal_failed(&p);
+                    }
+                    AlterFate::Unknown => {
+                        tracing::warn!(tp = %p.tp, isr = ?p.isr, ?outcome,
+                            "AlterPartition unanswered; it stays in flight and is asked again");
+                        glommio::timer::sleep(ALTER_PARTITION_RETRY).await;
+                        if ctx.leading.still_proposed(&p) {
+                            continue;
+                        }
+                    }
                 }
-                other => {
-                    tracing::warn!(tp = %p.tp, isr = ?p.isr, outcome = ?other, "AlterPartition was not made");
-                    ctx.leading.proposal_failed(&p);
-                }
+                break;
             }
         })
         .detach();
@@ -953,6 +1023,68 @@ impl ShardCtx {
                 })
                 .detach();
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An AlterPartition is dropped only when the controller refused it
+    /// with the partition as it was; an answer that leaves its fate open
+    /// keeps it in flight (its entry may still commit), and one refused
+    /// because the partition moved on waits for the image.
+    #[test]
+    fn an_alter_partition_without_a_clear_answer_stays_in_flight() {
+        use ControllerError as E;
+        let mut state = crate::metadata::PartitionState::new(vec![1, 2, 3]);
+        state.partition_epoch = 5;
+        let fate = |r: Result<ControllerReply, ControllerError>| alter_partition_fate(&r, 4);
+        assert_eq!(
+            fate(Ok(ControllerReply::Partition(Ok(state.clone())))),
+            AlterFate::Changed
+        );
+        state.partition_epoch = 4;
+        assert_eq!(
+            fate(Ok(ControllerReply::Partition(Ok(state)))),
+            AlterFate::Refused,
+            "nothing to change"
+        );
+        for e in [
+            E::NotController("n".into()),
+            E::TimedOut("t".into()),
+            E::Unavailable,
+            E::Storage("s".into()),
+        ] {
+            assert_eq!(fate(Err(e.clone())), AlterFate::Unknown, "{e:?}");
+            assert_eq!(
+                fate(Ok(ControllerReply::Partition(Err(e.clone())))),
+                AlterFate::Unknown,
+                "{e:?}"
+            );
+        }
+        for e in [
+            E::NotLeader("l".into()),
+            E::FencedLeaderEpoch("f".into()),
+            E::InvalidUpdateVersion("v".into()),
+        ] {
+            assert_eq!(
+                fate(Ok(ControllerReply::Partition(Err(e.clone())))),
+                AlterFate::Moved,
+                "{e:?}"
+            );
+        }
+        for e in [
+            E::IneligibleReplica("i".into()),
+            E::InvalidRequest("r".into()),
+            E::UnknownTopicId("u".into()),
+        ] {
+            assert_eq!(
+                fate(Ok(ControllerReply::Partition(Err(e.clone())))),
+                AlterFate::Refused,
+                "{e:?}"
+            );
         }
     }
 }

@@ -297,7 +297,8 @@ pub fn latest(broker: &Broker, topic: &str, partition: i32, timeout: Duration) -
 }
 
 /// Runs Kafka's tool `tool` with `args` through `scripts/kafka-cli`
-/// (resolving Kafka's jars first), bounded, and prints what it said.
+/// (resolving Kafka's jars first, once per test binary), bounded, and
+/// prints what it said.
 pub fn kafka_tool(tool: &str, args: &[&str]) -> super::child::ChildRun {
     use super::child::{run_bounded, Streams};
     use std::process::Command;
