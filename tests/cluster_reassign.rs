@@ -32,7 +32,7 @@
 
 mod common;
 
-use common::cluster::{addr, kafka_tool, PartitionView};
+use common::cluster::{addr, PartitionView};
 use common::netns::Net;
 use common::raw::RawClient;
 use common::Broker;
