@@ -16,7 +16,7 @@
 //!   node 0 out): it copies the log and joins the ISR, and after a
 //!   preferred election it leads the partition and every record is read
 //!   back from it;
-//! - restarted, it comes back with its log: a topic created while it was
+//! - killed and restarted, it comes back with its log: a topic created while it was
 //!   down is known to it, and it is back in the partition's ISR.
 
 mod common;
@@ -334,8 +334,9 @@ fn a_node_joins_a_running_cluster_as_a_learner_and_takes_a_replica() {
     written.sort();
     assert_eq!(values(&brokers[3], written.len()), written);
 
-    // Node 3 restarts; a topic is created while it is down.
-    brokers[3].stop();
+    // Node 3 is killed (SIGKILL) and restarts; a topic is created while
+    // it is down.
+    brokers[3].kill9();
     common::cluster::create_assigned(&brokers[..VOTERS], "later", &[1000, 2000], &[]);
     brokers[3].restart();
     common::wait_for(SETTLE, "node 3 to know the later topic", || {
