@@ -486,7 +486,7 @@ impl QuorumSettings {
         self.voters.iter().any(|v| v.node_id == self.node_id)
     }
 
-    /// Whether the quorum is this node alone (the only case built so far).
+    /// Whether the quorum is this node alone.
     pub fn is_single_node(&self) -> bool {
         self.voters.len() == 1 && self.is_voter()
     }

@@ -100,15 +100,6 @@ pub fn abort_on_panic() {
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     abort_on_panic();
     let mut config = args.resolve()?;
-    if let Some(q) = &config.quorum {
-        // docs/replication.md §3.2: voters run the metadata quorum; a
-        // learner needs a membership change, not built yet.
-        anyhow::ensure!(
-            q.is_voter(),
-            "node {} is not in --controller-quorum: learners (nodes outside the voters) are not built yet (docs/replication.md §3.2); list it as a voter",
-            q.node_id
-        );
-    }
     init_tracing(config.log_format);
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         anyhow::anyhow!("cannot create data dir {}: {e}", config.data_dir.display())

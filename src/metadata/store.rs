@@ -53,7 +53,8 @@
 //!
 //! Several voters (`docs/replication.md` §9 step 2), the log's half:
 //! [`MetadataLog::open_member`] opens the log as one member of a fixed set
-//! of voters, and [`MetadataLog::propose`], [`MetadataLog::step`] and
+//! of voters (or as a learner outside them, added by the leader while the
+//! quorum runs: [`MetadataLog::propose_add_learner`]), and [`MetadataLog::propose`], [`MetadataLog::step`] and
 //! [`MetadataLog::advance_member`] drive it without waiting: messages go to
 //! the peers (`quorum::transport`), committed records come back with their
 //! index, wherever they were proposed. The controller does not run it yet
@@ -339,12 +340,17 @@ impl MetadataLog {
     /// campaign nor wait for a commit: that takes the peers, reached through
     /// [`Self::step`], [`Self::advance_member`] and
     /// `quorum::transport`. Refused: a data dir of a single node (its log's
-    /// voters differ; membership changes are not built) or with the old
+    /// voters differ; voter changes are not built) or with the old
     /// `metadata.log` (migration is for a single node). Blocking.
+    ///
+    /// A `learner` (a node outside the voters) creates its log with itself
+    /// as a learner: it receives the log once the leader has added it
+    /// ([`Self::propose_add_learner`], asked by the learner's join).
     pub fn open_member(
         data_dir: &Path,
         me: u64,
         voters: Vec<u64>,
+        learner: bool,
     ) -> io::Result<(Self, Vec<(u64, MetadataRecord)>)> {
         if legacy_path(data_dir).exists() {
             return Err(io::Error::new(
@@ -361,7 +367,8 @@ impl MetadataLog {
         fs::create_dir_all(dir)?;
         let created = !path.exists();
         let (disk, bytes) = FileDisk::open(&path)?;
-        let config = QuorumConfig::new(me, voters.clone(), Vec::new());
+        let learners = if learner { vec![me] } else { Vec::new() };
+        let config = QuorumConfig::new(me, voters.clone(), learners);
         let node = QuorumNode::open(&config, disk, &bytes)
             .map_err(|e| io::Error::other(format!("metadata log {}: {e}", path.display())))?;
         if created {
@@ -428,6 +435,34 @@ impl MetadataLog {
             }
         }
         Ok(target)
+    }
+
+    /// Proposes adding Raft id `id` as a learner at controller address
+    /// `address` (`quorum`'s module doc). Err `NotConnected`: this node
+    /// does not lead. Whether it was made shows in [`Self::learners`]
+    /// once committed (raft-rs drops a change while another is pending).
+    pub fn propose_add_learner(&mut self, id: u64, address: &str) -> io::Result<()> {
+        self.node
+            .propose_add_learner(id, address)
+            .map_err(|e| io::Error::new(io::ErrorKind::NotConnected, e.to_string()))
+    }
+
+    /// The learners the committed log has added, with their controller
+    /// addresses (Raft ids).
+    pub fn learners(&self) -> &std::collections::BTreeMap<u64, String> {
+        self.node.learners()
+    }
+
+    /// The Raft ids of the voters (the log's membership).
+    pub fn voters(&self) -> Vec<u64> {
+        self.node.conf_state().voters
+    }
+
+    /// The index of the last committed entry handed out, records,
+    /// membership changes and a leader's empty entries alike (so a node
+    /// whose newest committed entry is not a record knows it caught up).
+    pub fn applied_index(&self) -> u64 {
+        self.node.applied()
     }
 
     /// Hands a peer's message to the Raft node (dropped when implausible,
@@ -689,7 +724,8 @@ mod tests {
 
         fn start(&mut self, i: usize) {
             let (log, replayed) =
-                MetadataLog::open_member(self.dirs[i].path(), i as u64 + 1, vec![1, 2, 3]).unwrap();
+                MetadataLog::open_member(self.dirs[i].path(), i as u64 + 1, vec![1, 2, 3], false)
+                    .unwrap();
             self.applied[i] = replayed;
             self.logs[i] = Some(log);
         }
@@ -811,9 +847,10 @@ mod tests {
 
         // The voters are the log's: another list is refused.
         drop(c.logs[leader].take());
-        let e = MetadataLog::open_member(c.dirs[leader].path(), leader as u64 + 1, vec![1, 2])
-            .err()
-            .unwrap();
+        let e =
+            MetadataLog::open_member(c.dirs[leader].path(), leader as u64 + 1, vec![1, 2], false)
+                .err()
+                .unwrap();
         assert!(e.to_string().contains("changing the voters"), "{e}");
     }
 
@@ -840,9 +877,13 @@ mod tests {
                     .collect();
                 let logs: Vec<Rc<RefCell<MetadataLog>>> = (0..3)
                     .map(|i| {
-                        let (log, _) =
-                            MetadataLog::open_member(dirs[i].path(), i as u64 + 1, vec![1, 2, 3])
-                                .unwrap();
+                        let (log, _) = MetadataLog::open_member(
+                            dirs[i].path(),
+                            i as u64 + 1,
+                            vec![1, 2, 3],
+                            false,
+                        )
+                        .unwrap();
                         Rc::new(RefCell::new(log))
                     })
                     .collect();
@@ -855,7 +896,7 @@ mod tests {
                     glommio::spawn_local(Inbound::serve(
                         listener,
                         me,
-                        vec![1, 2, 3],
+                        std::rc::Rc::new(std::cell::RefCell::new([1, 2, 3].into_iter().collect())),
                         crate::metadata::quorum::transport::Handlers::new(
                             Rc::new(move |m| sink.borrow_mut().push(m)),
                             None,

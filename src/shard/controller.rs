@@ -71,9 +71,10 @@ use crate::auth::acl::{AclBinding, AclBindingFilter, ACLS_MAX};
 use crate::config::BrokerConfig;
 use crate::log::partition_meta;
 use crate::metadata::quorum::transport::{
-    self, ForwardError, ForwardHandler, Handlers, Inbound, Peers, FORWARDS_IN_FLIGHT_MAX,
+    self, ForwardError, ForwardHandler, Handlers, Inbound, Members, Peers, FORWARDS_IN_FLIGHT_MAX,
     FORWARD_BYTES_MAX,
 };
+use crate::metadata::quorum::{ADDRESS_BYTES_MAX, LEARNERS_MAX};
 use crate::metadata::store::MetadataLog;
 use crate::metadata::{
     new_topic_id, next_leader_epoch, node_of, shard_of, topic_config, validate_topic_name,
@@ -143,9 +144,12 @@ struct Member {
     /// This node's last proposal as leader: (term, index of its last
     /// entry). The first of a term is the leader's `LeaderEpoch`.
     proposed: (u64, u64),
-    /// The controller address of every other voter, by Raft id (where
-    /// requests are forwarded).
+    /// The controller address of every other voter and of every learner
+    /// the log added, by Raft id (where requests are forwarded).
     addresses: HashMap<u64, String>,
+    /// The Raft ids the controller listener takes handshakes from: the
+    /// voters, and the learners once their addition is applied.
+    members: Members,
     /// Requests being forwarded to the leader, at most
     /// [`FORWARDS_IN_FLIGHT_MAX`].
     forward_permits: Rc<Semaphore>,
@@ -167,6 +171,47 @@ enum Inbox {
 /// Messages from peers (and wakes) queued for the loop, at most; more are
 /// dropped (Raft retransmits).
 const INBOX_MAX: usize = 1024;
+
+/// A learner's request to be added to the quorum (`docs/replication.md`
+/// §3.2), sent on a join connection (`transport::join`) by its Raft id.
+#[derive(Serialize, Deserialize)]
+struct JoinRequest {
+    /// Its controller listener, `host:port`.
+    address: String,
+}
+
+/// The answer to a [`JoinRequest`].
+#[derive(Serialize, Deserialize, Debug, PartialEq, Eq)]
+enum JoinAnswer {
+    /// The learner is in the committed membership at that address.
+    Joined,
+    /// This node does not lead: ask Raft id `id` (0: no leader known).
+    Leader { id: u64 },
+    /// Never made (a voter's id, a conflicting address, too many
+    /// learners): the learner logs it and asks again only slowly.
+    Refused { why: String },
+    /// Not made yet (proposed but not committed within [`JOIN_WAIT`], a
+    /// step running): ask again.
+    Retry { why: String },
+}
+
+/// How long the leader waits for a learner's addition to commit before it
+/// answers Retry.
+const JOIN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// A learner asks again this long after an answer that was not Joined
+/// (and after no answer), doubling up to [`JOIN_RETRY_MAX`].
+const JOIN_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+const JOIN_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether `address` looks like `host:port` (a port other than 0).
+fn valid_address(address: &str) -> bool {
+    address.len() <= ADDRESS_BYTES_MAX
+        && address.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty()
+                && !host.chars().any(|c| c.is_whitespace() || c.is_control())
+                && port.parse::<u16>().is_ok_and(|p| p != 0)
+        })
+}
 
 /// How long a request waits for a leader to be known before it is
 /// answered NOT_CONTROLLER (an election takes about a second).
@@ -1343,14 +1388,16 @@ impl Controller {
         let q = self.config.quorum.clone().expect("several nodes");
         let me = q.node_id as u64 + 1;
         let voters: Vec<u64> = q.voters.iter().map(|v| v.node_id as u64 + 1).collect();
+        let learner = !q.is_voter();
         let dir = self.config.data_dir.clone();
         let members = voters.clone();
         let (log, records) = glommio::executor()
-            .spawn_blocking(move || MetadataLog::open_member(&dir, me, members))
+            .spawn_blocking(move || MetadataLog::open_member(&dir, me, members, learner))
             .await?;
-        tracing::info!(path = %log.path().display(), node = q.node_id, voters = ?voters, "metadata log opened as a member of the quorum");
+        tracing::info!(path = %log.path().display(), node = q.node_id, voters = ?voters, learner, "metadata log opened as a member of the quorum");
+        let learners = log.learners().clone();
+        let applied = log.applied_index();
         *self.log.borrow_mut() = Some(log);
-        let applied = records.last().map_or(0, |(i, _)| *i);
         let records: Vec<MetadataRecord> = records.into_iter().map(|(_, r)| r).collect();
         let mut image = apply_all(&MetadataImage::default(), &records);
         // This start leads this node's partitions in a new epoch: one more
@@ -1364,11 +1411,12 @@ impl Controller {
             leader_epoch = epoch,
             "metadata log replayed"
         );
-        let addresses: Vec<(u64, String)> = q
+        let mut addresses: Vec<(u64, String)> = q
             .voters
             .iter()
             .map(|v| (v.node_id as u64 + 1, format!("{}:{}", v.host, v.port)))
             .collect();
+        addresses.extend(learners.iter().map(|(id, a)| (*id, a.clone())));
         let listener = glommio::net::TcpListener::bind(format!("{}:{}", q.listen.0, q.listen.1))
             .map_err(|e| {
                 std::io::Error::other(format!(
@@ -1382,12 +1430,17 @@ impl Controller {
         let deliver: Rc<dyn Fn(Message)> = Rc::new(move |m| {
             let _ = deliver_tx.try_send(Inbox::Message(m));
         });
-        let handlers = Handlers::new(deliver, Some(Self::forward_handler(ctx)));
-        glommio::spawn_local(Inbound::serve(listener, me, voters, handlers)).detach();
+        let handlers = Handlers::new(deliver, Some(Self::forward_handler(ctx)))
+            .with_join(Self::join_handler(ctx));
+        let members: Members = Rc::new(RefCell::new(
+            voters.iter().chain(learners.keys()).copied().collect(),
+        ));
+        glommio::spawn_local(Inbound::serve(listener, me, members.clone(), handlers)).detach();
         *self.member.borrow_mut() = Some(Member {
             me,
             peers: Peers::start(me, &addresses),
             addresses: addresses.iter().cloned().collect(),
+            members,
             forward_permits: Rc::new(Semaphore::new(FORWARDS_IN_FLIGHT_MAX as u64)),
             heartbeats: HashMap::new(),
             wake: tx,
@@ -1401,7 +1454,206 @@ impl Controller {
         self.start_member_loop(ctx, rx);
         self.start_heartbeats(ctx);
         self.start_fencing(ctx);
+        if learner {
+            self.start_join(ctx, format!("{}:{}", q.listen.0, q.listen.1));
+        }
         Ok(())
+    }
+
+    /// A learner: asks the quorum's leader to add it
+    /// (`docs/replication.md` §3.2) until the answer is Joined, the leader
+    /// it knows of first, else each voter in turn (a voter that does not
+    /// lead names the leader). Also on every restart: the answer is then
+    /// Joined at once.
+    fn start_join(&self, ctx: &Rc<ShardCtx>, address: String) {
+        let ctx = Rc::downgrade(ctx);
+        let voters: Vec<(u64, String)> = self
+            .config
+            .quorum
+            .as_ref()
+            .map(|q| {
+                q.voters
+                    .iter()
+                    .map(|v| (v.node_id as u64 + 1, format!("{}:{}", v.host, v.port)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let Ok(payload) = serde_json::to_vec(&JoinRequest {
+            address: address.clone(),
+        }) else {
+            return;
+        };
+        glommio::spawn_local(async move {
+            let mut next = 0usize;
+            let mut hint: Option<u64> = None;
+            let mut wait = JOIN_RETRY;
+            loop {
+                let (me, known_leader) = {
+                    let Some(ctx) = ctx.upgrade() else { return };
+                    let Some(controller) = ctx.controller.as_ref() else {
+                        return;
+                    };
+                    if controller.log_failed.get() {
+                        return;
+                    }
+                    let me = controller.member.borrow().as_ref().map_or(0, |m| m.me);
+                    let leader = controller.log.borrow().as_ref().map(|l| l.leader_id());
+                    (me, leader.filter(|&l| l != 0))
+                };
+                let target = hint
+                    .take()
+                    .or(known_leader)
+                    .and_then(|id| voters.iter().find(|(v, _)| *v == id).cloned())
+                    .or_else(|| {
+                        next += 1;
+                        voters.get(next % voters.len().max(1)).cloned()
+                    });
+                let Some((to, to_addr)) = target else { return };
+                let deadline = crate::clock::monotonic() + JOIN_WAIT + std::time::Duration::from_secs(1);
+                let answer = transport::join(me, to, &to_addr, &payload, deadline).await;
+                let answer = answer
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| serde_json::from_slice::<JoinAnswer>(&b).map_err(|e| e.to_string()));
+                match answer {
+                    Ok(JoinAnswer::Joined) => {
+                        tracing::info!(node = me - 1, %address, leader = to - 1, "joined the metadata quorum as a learner");
+                        return;
+                    }
+                    Ok(JoinAnswer::Leader { id }) if id != 0 && id != to => {
+                        hint = Some(id);
+                        glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                    Ok(JoinAnswer::Refused { why }) => {
+                        tracing::error!(node = me - 1, %address, why, "the metadata quorum refused this learner; asking again later");
+                        wait = JOIN_RETRY_MAX;
+                    }
+                    Ok(other) => {
+                        tracing::debug!(answer = ?other, "metadata quorum: joining, not yet");
+                    }
+                    Err(e) => {
+                        tracing::debug!(node = to - 1, error = %e, "metadata quorum: a join request got no answer");
+                    }
+                }
+                glommio::timer::sleep(wait).await;
+                wait = (wait * 2).min(JOIN_RETRY_MAX);
+            }
+        })
+        .detach();
+    }
+
+    /// The join handler the controller listener gives each join request
+    /// (`quorum::transport`): an undecodable one closes its connection.
+    fn join_handler(ctx: &Rc<ShardCtx>) -> ForwardHandler {
+        let ctx = Rc::downgrade(ctx);
+        Rc::new(move |from, bytes| {
+            let ctx = ctx.clone();
+            Box::pin(async move {
+                let request: JoinRequest = match serde_json::from_slice(&bytes) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(node = from.saturating_sub(1), error = %e, "metadata quorum: an undecodable join request; its connection is closed");
+                        return None;
+                    }
+                };
+                let ctx = ctx.upgrade()?;
+                let controller = ctx.controller.as_ref()?;
+                let answer = controller.join(from, request.address).await;
+                serde_json::to_vec(&answer).ok()
+            })
+        })
+    }
+
+    /// The leader's side of a join: checks the learner (not a voter, an
+    /// address of its own), proposes its addition and answers Joined once
+    /// it is applied here, within [`JOIN_WAIT`]. Idempotent: a learner
+    /// already added at that address is answered Joined at once.
+    async fn join(&self, from: u64, address: String) -> JoinAnswer {
+        let node = from as i64 - 1;
+        let refuse = |why: String| {
+            tracing::warn!(node, %address, why, "metadata quorum: a join request refused");
+            JoinAnswer::Refused { why }
+        };
+        let Some(q) = self.config.quorum.as_ref() else {
+            return refuse("this node runs no quorum".into());
+        };
+        if !valid_address(&address) {
+            return refuse(format!(
+                "the address is not HOST:PORT of at most {ADDRESS_BYTES_MAX} bytes"
+            ));
+        }
+        for v in &q.voters {
+            if v.node_id as u64 + 1 == from {
+                return refuse(format!("node {node} is a voter of the quorum"));
+            }
+            if format!("{}:{}", v.host, v.port) == address {
+                return refuse(format!("{address} is voter {}'s address", v.node_id));
+            }
+        }
+        let state = self.log.borrow().as_ref().map(|log| {
+            (
+                log.is_leader(),
+                log.leader_id(),
+                log.learners().get(&from).cloned(),
+                log.learners()
+                    .iter()
+                    .find(|(id, a)| **id != from && **a == address)
+                    .map(|(id, _)| *id),
+                log.learners().len(),
+            )
+        });
+        let Some((leading, leader, known, taken, count)) = state else {
+            return JoinAnswer::Retry {
+                why: "a step of the log is running".into(),
+            };
+        };
+        match known {
+            Some(a) if a == address => return JoinAnswer::Joined,
+            Some(a) => {
+                return refuse(format!(
+                    "node {node} is a learner at {a} already; a learner's address does not change"
+                ))
+            }
+            None => {}
+        }
+        if let Some(other) = taken {
+            return refuse(format!("{address} is learner {}'s address", other - 1));
+        }
+        if !leading {
+            return JoinAnswer::Leader { id: leader };
+        }
+        if count >= LEARNERS_MAX {
+            return refuse(format!(
+                "the quorum has {LEARNERS_MAX} learners, the most it takes"
+            ));
+        }
+        let proposed = self
+            .on_log(|log| log.propose_add_learner(from, &address))
+            .await;
+        if let Err(e) = proposed {
+            return JoinAnswer::Retry { why: e.to_string() };
+        }
+        if let Some(m) = self.member.borrow().as_ref() {
+            let _ = m.wake.try_send(Inbox::Wake);
+        }
+        tracing::info!(node, %address, "metadata quorum: proposing a learner's addition");
+        let give_up = crate::clock::monotonic() + JOIN_WAIT;
+        while crate::clock::monotonic() < give_up {
+            glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+            let added = self
+                .log
+                .borrow()
+                .as_ref()
+                .and_then(|log| log.learners().get(&from).cloned());
+            match added {
+                Some(a) if a == address => return JoinAnswer::Joined,
+                Some(_) => return refuse("another address was added for it".into()),
+                None => {}
+            }
+        }
+        JoinAnswer::Retry {
+            why: "the addition did not commit in time".into(),
+        }
     }
 
     /// The member loop: ticks every [`RAFT_TICK`], steps peers' messages,
@@ -1473,18 +1725,33 @@ impl Controller {
     /// One `advance_member` and what follows it (see
     /// [`Self::start_member_loop`]); false when the log failed.
     async fn advance_member(&self, ctx: &Rc<ShardCtx>) -> bool {
-        let (messages, committed) = match self.with_log(|log| log.advance_member()).await {
+        let advanced = self
+            .with_log(|log| {
+                let progress = log.advance_member()?;
+                Ok((progress, log.applied_index(), log.learners().clone()))
+            })
+            .await;
+        let ((messages, committed), applied_index, learners) = match advanced {
             Ok(progress) => progress,
             Err(_) => return false, // logged, and the log closed, by with_log
         };
         {
-            let member = self.member.borrow();
-            let member = member.as_ref().expect("several nodes");
+            let mut member = self.member.borrow_mut();
+            let member = member.as_mut().expect("several nodes");
+            // Learners the log added: reached, and let in, from now on.
+            for (id, address) in learners {
+                if id != member.me && !member.peers.has(id) {
+                    member.peers.add(id, address.clone());
+                }
+                member.addresses.entry(id).or_insert(address);
+                member.members.borrow_mut().insert(id);
+            }
             for m in messages {
                 member.peers.send(m);
             }
         }
-        if let Some(&(last, _)) = committed.last() {
+        let last_record = committed.last().map(|(i, _)| *i);
+        if let Some(last) = last_record {
             let records: Vec<MetadataRecord> = committed.into_iter().map(|(_, r)| r).collect();
             tracing::debug!(records = ?records, index = last, "metadata quorum: applying committed records");
             let next = Arc::new(apply_all(&self.image.borrow(), &records));
@@ -1503,6 +1770,29 @@ impl Controller {
                 // The entry at the proposal's last index is of its term:
                 // by Raft's log matching, all its entries are the ones
                 // proposed. Else another leader's entry took its place.
+                let same = log.as_ref().and_then(|l| l.term_of(index)) == Some(term);
+                let _ = reply.send(if same {
+                    Ok(())
+                } else {
+                    Err(ControllerError::NotController(
+                        "This node lost the lead of the metadata quorum before the change committed; it was not made.".into(),
+                    ))
+                });
+            }
+        }
+        // Entries that are not records (a membership change, a leader's
+        // empty entry) count as applied too: a node whose newest committed
+        // entry is one has caught up.
+        if applied_index > last_record.unwrap_or(0) {
+            let done = {
+                let mut member = self.member.borrow_mut();
+                let member = member.as_mut().expect("several nodes");
+                member.applied = member.applied.max(applied_index);
+                let later = member.waiters.split_off(&(member.applied + 1));
+                std::mem::replace(&mut member.waiters, later)
+            };
+            let log = self.log.borrow();
+            for (index, (term, reply)) in done {
                 let same = log.as_ref().and_then(|l| l.term_of(index)) == Some(term);
                 let _ = reply.send(if same {
                     Ok(())
@@ -2748,6 +3038,22 @@ impl PartitionBudget {
 
 #[cfg(test)]
 mod tests {
+    /// A learner's join names `HOST:PORT` (a port other than 0), at most
+    /// `ADDRESS_BYTES_MAX` bytes; anything else is refused before any
+    /// proposal.
+    #[test]
+    fn a_join_address_is_host_and_port() {
+        assert!(super::valid_address("10.0.0.4:9093"));
+        assert!(super::valid_address("node-4.example:19303"));
+        for bad in [
+            "", "no port", "h:0", ":9093", "h:65536", "h:x", "a b:1", "h\n:1",
+        ] {
+            assert!(!super::valid_address(bad), "{bad:?}");
+        }
+        let long = format!("{}:1", "h".repeat(super::ADDRESS_BYTES_MAX));
+        assert!(!super::valid_address(&long));
+    }
+
     use super::*;
     use crate::metadata::{BrokerEndpoint, BrokerRegistration};
 

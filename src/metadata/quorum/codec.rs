@@ -19,6 +19,14 @@
 //!   log_term, index u64, entries (i32 count of entry), commit, commit_term
 //!   u64, snapshot flag i8 (+ snapshot), request_snapshot u64, reject i8,
 //!   reject_hint u64, context bytes, priority i64
+//!
+//! One protobuf message is read here by hand: a membership change's entry
+//! data is raft-rs's `ConfChangeV2` encoded by raft-rs itself
+//! (`RawNode::propose_conf_change`, on the leader), and every member must
+//! read it back when the entry commits. [`conf_change`] reads exactly that
+//! fixed, flat schema (no nesting beyond its one repeated field, no
+//! recursion, every length bounded by the bytes left) and refuses
+//! anything else.
 
 use crate::protocol::wire::Reader;
 use crate::protocol::ProtocolError;
@@ -194,6 +202,88 @@ fn message_type(v: i8) -> Option<MessageType> {
     })
 }
 
+/// A membership change as committed: raft-rs's `ConfChangeV2` fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfChange {
+    /// `ConfChangeTransition` (0: auto).
+    pub transition: u64,
+    /// (`ConfChangeType`, node id): 0 add a voter, 1 remove, 2 add a learner.
+    pub changes: Vec<(u64, u64)>,
+    pub context: Vec<u8>,
+}
+
+/// `ConfChangeType::AddLearnerNode`.
+pub const ADD_LEARNER_NODE: u64 = 2;
+
+/// Why a protobuf `ConfChangeV2` did not decode.
+fn bad_conf_change(field: &'static str) -> ProtocolError {
+    ProtocolError::InvalidLength { field, len: -1 }
+}
+
+/// One protobuf varint (at most 10 bytes).
+fn varint(b: &mut &[u8]) -> Result<u64, ProtocolError> {
+    let mut v = 0u64;
+    for i in 0..10 {
+        let (&byte, rest) = b
+            .split_first()
+            .ok_or_else(|| bad_conf_change("conf change varint"))?;
+        *b = rest;
+        v |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err(bad_conf_change("conf change varint"))
+}
+
+/// One length-delimited protobuf field's bytes.
+fn delimited<'a>(b: &mut &'a [u8]) -> Result<&'a [u8], ProtocolError> {
+    let n = varint(b)?;
+    let n = usize::try_from(n)
+        .ok()
+        .filter(|&n| n <= b.len())
+        .ok_or_else(|| bad_conf_change("conf change length"))?;
+    let (head, rest) = b.split_at(n);
+    *b = rest;
+    Ok(head)
+}
+
+/// Reads raft-rs's protobuf `ConfChangeV2` (`transition` = 1, varint;
+/// `changes` = 2, each a `ConfChangeSingle` of `change_type` = 1 and
+/// `node_id` = 2, varints; `context` = 3, bytes). Any other field or wire
+/// type is an error (raft-rs writes none).
+pub fn conf_change(data: &[u8]) -> Result<ConfChange, ProtocolError> {
+    let mut b = data;
+    let mut cc = ConfChange {
+        transition: 0,
+        changes: Vec::new(),
+        context: Vec::new(),
+    };
+    while !b.is_empty() {
+        match varint(&mut b)? {
+            // field 1, varint
+            0x08 => cc.transition = varint(&mut b)?,
+            // field 2, length-delimited
+            0x12 => {
+                let mut single = delimited(&mut b)?;
+                let (mut kind, mut id) = (0, 0);
+                while !single.is_empty() {
+                    match varint(&mut single)? {
+                        0x08 => kind = varint(&mut single)?,
+                        0x10 => id = varint(&mut single)?,
+                        _ => return Err(bad_conf_change("conf change single field")),
+                    }
+                }
+                cc.changes.push((kind, id));
+            }
+            // field 3, length-delimited
+            0x1a => cc.context = delimited(&mut b)?.to_vec(),
+            _ => return Err(bad_conf_change("conf change field")),
+        }
+    }
+    Ok(cc)
+}
+
 /// Encodes a message for the controller listener.
 pub fn encode_message(m: &Message) -> BytesMut {
     let mut out = BytesMut::with_capacity(
@@ -320,7 +410,39 @@ mod tests {
         assert!(decode_message(&longer).is_err());
     }
 
+    /// The bytes protobuf gives a learner's addition (raft-rs's own encoder
+    /// writes them in the simulation's join test) read back; truncations
+    /// and other fields are errors.
+    #[test]
+    fn a_conf_change_as_protobuf_writes_it_reads_back() {
+        let mut bytes = vec![0x12, 0x05, 0x08, 0x02, 0x10, 0xac, 0x02, 0x1a, 13];
+        bytes.extend_from_slice(b"10.0.0.4:9093");
+        let got = conf_change(&bytes).unwrap();
+        assert_eq!(
+            got,
+            ConfChange {
+                transition: 0,
+                changes: vec![(ADD_LEARNER_NODE, 300)],
+                context: b"10.0.0.4:9093".to_vec(),
+            }
+        );
+        for n in 1..bytes.len() {
+            // A prefix either fails or reads fewer fields, never panics.
+            if let Ok(short) = conf_change(&bytes[..n]) {
+                assert_ne!(short, got, "prefix of {n}");
+            }
+        }
+        assert!(conf_change(&[0x20, 1]).is_err(), "field 4");
+        assert!(conf_change(&[0x12, 0x7f]).is_err(), "a length past the end");
+        assert!(conf_change(&[0x08; 11]).is_err());
+    }
+
     proptest! {
+        #[test]
+        fn conf_change_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = conf_change(&bytes);
+        }
+
         #[test]
         fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = decode_message(&bytes);

@@ -29,8 +29,23 @@
 //! which this log does not take yet) — only a broken or hostile peer sends
 //! those, and dropping them is always safe in Raft.
 //!
-//! Membership changes (raft-rs conf changes) are not built yet: the voters
-//! and learners are fixed when the log is created.
+//! Membership changes: the voters are fixed when the log is created; a
+//! **learner** (Kafka's observer) is added while the quorum runs
+//! (`docs/replication.md` §3.2). The leader proposes a raft-rs
+//! `ConfChangeV2` with one `AddLearnerNode` and the learner's controller
+//! address as its context ([`QuorumNode::propose_add_learner`]); every
+//! member, when the entry commits, checks it (one learner's addition, not
+//! a voter, an address of at most [`ADDRESS_BYTES_MAX`], at most
+//! [`LEARNERS_MAX`] learners, an address not already another learner's),
+//! applies it (`RawNode::apply_conf_change`), writes the new membership
+//! and the learners' addresses to the log's file ([`QuorumNode::learners`]).
+//! A change that fails the check is skipped on every member alike (they
+//! all apply the same entries in the same order). A restart reads the
+//! membership and the addresses back from the file, then replays every
+//! committed entry from index 1 (the log is never compacted), a change
+//! already applied being a no-op. A
+//! learner never votes nor campaigns (raft-rs counts only voters), and
+//! promotion to voter or removal are not built.
 
 pub mod codec;
 #[cfg(test)]
@@ -40,10 +55,18 @@ pub mod store;
 pub mod transport;
 
 use bytes::Bytes;
-use raft::eraftpb::{ConfState, EntryType, Message, MessageType};
+use raft::eraftpb::{
+    ConfChangeSingle, ConfChangeType, ConfChangeV2, ConfState, EntryType, Message, MessageType,
+};
 use raft::{RawNode, StateRole};
 use std::io;
 use store::{Core, RaftDisk, RaftStore};
+
+/// Learners a quorum takes at most (each costs the leader a stream of
+/// appends and a connection).
+pub const LEARNERS_MAX: usize = 16;
+/// Longest controller address (`host:port`) a learner may give.
+pub const ADDRESS_BYTES_MAX: usize = 255;
 
 /// A node's place in the quorum and its timing.
 #[derive(Clone, Debug)]
@@ -94,6 +117,9 @@ pub struct Progress {
     pub messages: Vec<Message>,
     /// Newly committed records to apply, in order.
     pub committed: Vec<Committed>,
+    /// Learners added by the membership changes committed in this step:
+    /// (raft id, controller address).
+    pub learners_added: Vec<(u64, String)>,
 }
 
 /// Why a peer's message was not stepped.
@@ -114,6 +140,12 @@ pub struct QuorumNode<D: RaftDisk> {
     raw: RawNode<RaftStore>,
     store: RaftStore,
     disk: D,
+    /// Learners' controller addresses, from the log's file at open and the
+    /// committed membership changes applied since.
+    learners: std::collections::BTreeMap<u64, String>,
+    /// The index of the last committed entry handed out (records,
+    /// membership changes and empty entries alike).
+    applied: u64,
 }
 
 impl<D: RaftDisk> QuorumNode<D> {
@@ -152,7 +184,14 @@ impl<D: RaftDisk> QuorumNode<D> {
             ..Default::default()
         };
         let raw = RawNode::new(&raft_config, store.clone(), &logger())?;
-        Ok(Self { raw, store, disk })
+        let learners = store.addresses();
+        Ok(Self {
+            raw,
+            store,
+            disk,
+            learners,
+            applied: 0,
+        })
     }
 
     /// One timer tick.
@@ -238,6 +277,36 @@ impl<D: RaftDisk> QuorumNode<D> {
         self.raw.propose(Vec::new(), data)
     }
 
+    /// Proposes adding `id` as a learner whose controller listens at
+    /// `address` (module doc); fails unless this node leads. raft-rs
+    /// takes one membership change at a time: while one is not applied it
+    /// turns another into an empty entry, so the caller checks
+    /// [`Self::learners`] for the result, and asks again if need be.
+    pub fn propose_add_learner(&mut self, id: u64, address: &str) -> Result<(), raft::Error> {
+        if !self.is_leader() {
+            return Err(raft::Error::ProposalDropped);
+        }
+        let mut single = ConfChangeSingle::default();
+        single.set_change_type(ConfChangeType::AddLearnerNode);
+        single.node_id = id;
+        let mut cc = ConfChangeV2::default();
+        cc.mut_changes().push(single);
+        cc.context = Bytes::copy_from_slice(address.as_bytes());
+        self.raw.propose_conf_change(Vec::new(), cc)
+    }
+
+    /// The learners added by committed membership changes, with their
+    /// controller addresses.
+    pub fn learners(&self) -> &std::collections::BTreeMap<u64, String> {
+        &self.learners
+    }
+
+    /// The index of the last committed entry handed out by
+    /// [`Self::advance`] (records, membership changes and empty entries).
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
     pub fn is_leader(&self) -> bool {
         self.raw.raft.state == StateRole::Leader
     }
@@ -321,10 +390,21 @@ impl<D: RaftDisk> QuorumNode<D> {
         out: &mut Progress,
     ) -> io::Result<()> {
         for e in entries {
-            if e.get_entry_type() != EntryType::EntryNormal {
-                return Err(io::Error::other(
-                    "a raft membership change was committed; membership changes are not built",
-                ));
+            self.applied = self.applied.max(e.index);
+            match e.get_entry_type() {
+                EntryType::EntryNormal => {}
+                EntryType::EntryConfChangeV2 => {
+                    self.apply_membership(&e, out)?;
+                    continue;
+                }
+                EntryType::EntryConfChange => {
+                    // fjord proposes only ConfChangeV2.
+                    tracing::warn!(
+                        index = e.index,
+                        "metadata quorum: a committed membership change of the old form is skipped"
+                    );
+                    continue;
+                }
             }
             if e.data.is_empty() {
                 continue; // a new leader's empty entry
@@ -336,6 +416,92 @@ impl<D: RaftDisk> QuorumNode<D> {
             });
         }
         Ok(())
+    }
+
+    /// Applies a committed membership change, or skips it (the same way on
+    /// every member) when it is not a learner's addition this code takes
+    /// (module doc). Its new membership is written to the log's file.
+    fn apply_membership(&mut self, e: &raft::eraftpb::Entry, out: &mut Progress) -> io::Result<()> {
+        let change = match self.membership_change(&e.data) {
+            Ok(change) => change,
+            Err(why) => {
+                tracing::warn!(
+                    index = e.index,
+                    why,
+                    "metadata quorum: a committed membership change is skipped"
+                );
+                return Ok(());
+            }
+        };
+        let Some((id, address)) = change else {
+            return Ok(()); // already applied (a replay after a restart)
+        };
+        let mut single = ConfChangeSingle::default();
+        single.set_change_type(ConfChangeType::AddLearnerNode);
+        single.node_id = id;
+        let mut cc = ConfChangeV2::default();
+        cc.mut_changes().push(single);
+        let cs = match self.raw.apply_conf_change(&cc) {
+            Ok(cs) => cs,
+            Err(err) => {
+                tracing::warn!(index = e.index, error = %err, "metadata quorum: a committed membership change is skipped");
+                return Ok(());
+            }
+        };
+        if cs != self.store.conf_state() {
+            self.store.set_conf_state(&cs, &mut self.disk)?;
+        }
+        let mut addresses = self.learners.clone();
+        addresses.insert(id, address.clone());
+        if addresses != self.store.addresses() {
+            self.store.set_addresses(&addresses, &mut self.disk)?;
+        }
+        tracing::info!(
+            learner = id,
+            %address,
+            index = e.index,
+            "metadata quorum: a learner joined"
+        );
+        self.learners.insert(id, address.clone());
+        out.learners_added.push((id, address));
+        Ok(())
+    }
+
+    /// The learner (raft id, address) a committed change adds; Ok(None)
+    /// when it is one already known at that address; Err when it is not
+    /// one this code applies.
+    fn membership_change(&self, data: &[u8]) -> Result<Option<(u64, String)>, &'static str> {
+        let cc = codec::conf_change(data).map_err(|_| "it does not decode")?;
+        let [(kind, id)] = cc.changes[..] else {
+            return Err("not a single change");
+        };
+        if kind != codec::ADD_LEARNER_NODE || cc.transition != 0 {
+            return Err("not a learner's addition");
+        }
+        if id == 0 {
+            return Err("node id 0");
+        }
+        let cs = self.store.conf_state();
+        if cs.voters.contains(&id) || cs.voters_outgoing.contains(&id) {
+            return Err("the node is a voter");
+        }
+        if cc.context.is_empty() || cc.context.len() > ADDRESS_BYTES_MAX {
+            return Err("no address, or one too long");
+        }
+        let address = String::from_utf8(cc.context).map_err(|_| "an address not in UTF-8")?;
+        match self.learners.get(&id) {
+            Some(known) if *known == address => return Ok(None),
+            Some(_) => return Err("the learner is known at another address"),
+            None => {}
+        }
+        if self.learners.values().any(|a| *a == address) {
+            return Err("another learner has that address");
+        }
+        let learners = cs.learners.iter().filter(|&&l| l != id).count();
+        if learners >= LEARNERS_MAX {
+            return Err("the quorum has the most learners it takes");
+        }
+        Ok(Some((id, address)))
     }
 }
 

@@ -542,3 +542,204 @@ fn a_log_with_any_one_record_rewritten_opens_or_is_refused_never_aborts() {
         }
     }
 }
+
+/// Three voters running without faults, and node 4 started as a learner
+/// of its own log (as `MetadataLog::open_member` starts a node outside
+/// `--controller-quorum`), not yet in the voters' membership.
+fn sim_with_a_learner_outside(seed: u64) -> Sim {
+    let mut sim = Sim::new(seed, 3, 0);
+    let mut learner = sim.config[0].clone();
+    learner.id = 4;
+    learner.learners = vec![4];
+    sim.nodes.push(Some(
+        QuorumNode::open(&learner, MemDisk::default(), &[]).unwrap(),
+    ));
+    sim.config.push(learner);
+    sim.down.push(None);
+    sim.applied.push(BTreeMap::new());
+    sim.faults = false;
+    sim
+}
+
+fn leader_of(sim: &Sim) -> usize {
+    (0..sim.nodes.len())
+        .find(|&i| sim.nodes[i].as_ref().is_some_and(|n| n.is_leader()))
+        .expect("a leader")
+}
+
+fn settle(sim: &mut Sim, steps: u64) {
+    for _ in 0..steps {
+        sim.run_step();
+    }
+}
+
+/// docs/replication.md §3.2: a learner joins a running quorum by the
+/// leader's AddLearnerNode; it then receives every committed entry from
+/// index 1 (the log is never compacted), its address is known on every
+/// member, the membership is on every member's disk, and a restarted
+/// learner comes back with it and catches up.
+#[test]
+fn a_learner_added_while_the_quorum_runs_gets_every_committed_entry() {
+    let mut sim = sim_with_a_learner_outside(11);
+    settle(&mut sim, 400);
+    assert!(!sim.applied[0].is_empty(), "the voters commit");
+    assert!(sim.applied[3].is_empty(), "not a member yet: nothing sent");
+    let leader = leader_of(&sim);
+    sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .propose_add_learner(4, "10.0.0.4:9093")
+        .unwrap();
+    settle(&mut sim, 400);
+    let commit = sim.nodes[leader].as_ref().unwrap().commit_index();
+    for (i, node) in sim.nodes.iter().enumerate() {
+        let node = node.as_ref().unwrap();
+        assert_eq!(node.conf_state().learners, vec![4], "node {}", i + 1);
+        assert_eq!(node.conf_state().voters, vec![1, 2, 3], "node {}", i + 1);
+        assert_eq!(
+            node.learners().get(&4).map(String::as_str),
+            Some("10.0.0.4:9093")
+        );
+        assert_eq!(node.commit_index(), commit, "node {} caught up", i + 1);
+    }
+    assert_eq!(
+        sim.applied[3], sim.applied[leader],
+        "the learner applied every record the leader applied"
+    );
+    assert_eq!(
+        sim.applied[3].keys().next(),
+        sim.applied[leader].keys().next()
+    );
+    // The learner restarts: its membership from its file, its records and
+    // the address from the log, and it catches up with what came since.
+    sim.crash(3);
+    let bytes = sim.down[3].as_ref().unwrap().0.synced.clone();
+    let reopened = QuorumNode::open(&sim.config[3], MemDisk::default(), &bytes).unwrap();
+    assert_eq!(reopened.conf_state().learners, vec![4]);
+    assert_eq!(
+        reopened.learners().get(&4).map(String::as_str),
+        Some("10.0.0.4:9093"),
+        "the address from the file, before any replay"
+    );
+    drop(reopened);
+    // So does a voter's.
+    let voter = (leader + 1) % 3;
+    let bytes = sim.nodes[voter].as_ref().unwrap().disk().after_crash(0);
+    let reopened = QuorumNode::open(&sim.config[voter], MemDisk::default(), &bytes).unwrap();
+    assert_eq!(reopened.conf_state().learners, vec![4]);
+    assert_eq!(
+        reopened.learners().get(&4).map(String::as_str),
+        Some("10.0.0.4:9093")
+    );
+    drop(reopened);
+    sim.down[3].as_mut().unwrap().1 = u64::MAX;
+    settle(&mut sim, 200); // the others go on committing
+    sim.restart(3);
+    settle(&mut sim, 400);
+    let leader = leader_of(&sim);
+    let node = sim.nodes[3].as_ref().unwrap();
+    assert_eq!(
+        node.commit_index(),
+        sim.nodes[leader].as_ref().unwrap().commit_index()
+    );
+    assert_eq!(
+        node.learners().get(&4).map(String::as_str),
+        Some("10.0.0.4:9093")
+    );
+    let leaders_records: Vec<_> = sim.applied[leader].values().collect();
+    let learners_records: Vec<_> = sim.applied[3].values().collect();
+    assert_eq!(learners_records, leaders_records, "replayed and caught up");
+    assert!(
+        !sim.leaders.values().any(|&l| l == 4),
+        "a learner never leads"
+    );
+}
+
+/// A learner never counts in a majority: with two of three voters down,
+/// the leader and the learner commit nothing (and the leader steps down,
+/// check-quorum counting voters only); the learner never campaigns.
+#[test]
+fn a_learner_never_counts_in_a_majority_and_never_leads() {
+    let mut sim = sim_with_a_learner_outside(12);
+    settle(&mut sim, 400);
+    let leader = leader_of(&sim);
+    sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .propose_add_learner(4, "10.0.0.4:9093")
+        .unwrap();
+    settle(&mut sim, 300);
+    assert_eq!(
+        sim.nodes[3].as_ref().unwrap().conf_state().learners,
+        vec![4]
+    );
+    sim.proposing = false;
+    for i in (0..3).filter(|&i| i != leader) {
+        sim.crash(i);
+        sim.down[i].as_mut().unwrap().1 = u64::MAX;
+    }
+    let before = sim.nodes[leader].as_ref().unwrap().commit_index();
+    sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .propose(b"lonely".to_vec())
+        .unwrap();
+    settle(&mut sim, 600);
+    for i in [leader, 3] {
+        let node = sim.nodes[i].as_ref().unwrap();
+        assert_eq!(
+            node.commit_index(),
+            before,
+            "node {} committed alone",
+            i + 1
+        );
+        assert!(!node.is_leader(), "node {} leads without a majority", i + 1);
+    }
+    assert!(!sim.applied[3].values().any(|v| v == b"lonely"));
+    assert!(
+        !sim.leaders.values().any(|&l| l == 4),
+        "a learner never leads"
+    );
+}
+
+/// A committed change that would make a voter a learner (raft-rs would
+/// demote it), or name a second address for a learner, is skipped on
+/// every member: the membership stays as it was.
+#[test]
+fn a_membership_change_this_code_does_not_take_is_skipped_everywhere() {
+    let mut sim = sim_with_a_learner_outside(13);
+    settle(&mut sim, 400);
+    let leader = leader_of(&sim);
+    let voter = (leader + 1) % 3 + 1;
+    sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .propose_add_learner(voter as u64, "10.0.0.9:9093")
+        .unwrap();
+    settle(&mut sim, 300);
+    let leader = leader_of(&sim);
+    sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .propose_add_learner(4, "10.0.0.4:9093")
+        .unwrap();
+    settle(&mut sim, 300);
+    let leader = leader_of(&sim);
+    sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .propose_add_learner(4, "10.0.0.5:9093")
+        .unwrap();
+    settle(&mut sim, 300);
+    for (i, node) in sim.nodes.iter().enumerate() {
+        let node = node.as_ref().unwrap();
+        assert_eq!(node.conf_state().voters, vec![1, 2, 3], "node {}", i + 1);
+        assert_eq!(node.conf_state().learners, vec![4], "node {}", i + 1);
+        assert_eq!(
+            node.learners().get(&4).map(String::as_str),
+            Some("10.0.0.4:9093"),
+            "node {}",
+            i + 1
+        );
+    }
+}

@@ -7,7 +7,11 @@
 //! - `ENTRIES`: entries to append at the first one's index, replacing any
 //!   entries from there on (raft-rs's `append`: a new leader may overwrite
 //!   an uncommitted suffix);
-//! - `HARD_STATE`, `CONF_STATE`: the new value, replacing the old.
+//! - `HARD_STATE`, `CONF_STATE`: the new value, replacing the old;
+//! - `ADDRESSES`: the learners' controller addresses (count, then Raft id
+//!   u64 and address bytes each), replacing the old, written after the
+//!   `CONF_STATE` of each learner's addition, so a restart knows where
+//!   every learner listens before it replays anything.
 //!
 //! A record is written before raft-rs is told it is stable, and
 //! [`RaftDisk::sync`] makes the writes durable before any message that
@@ -41,6 +45,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 const ENTRIES: i8 = 1;
 const HARD_STATE: i8 = 2;
 const CONF_STATE: i8 = 3;
+const ADDRESSES: i8 = 4;
 /// Length and CRC before each record's kind and body.
 const RECORD_HEADER_BYTES: usize = 8;
 /// A record larger than this is damage, not something fjord wrote.
@@ -81,6 +86,8 @@ pub enum LoadError {
 pub struct Core {
     pub hard_state: HardState,
     pub conf_state: ConfState,
+    /// Learners' controller addresses, by Raft id.
+    pub addresses: std::collections::BTreeMap<u64, String>,
     /// Index and term of the entry just before `entries[0]` (0, 0 for a log
     /// that was never compacted).
     pub offset_index: u64,
@@ -124,6 +131,7 @@ impl Core {
             }
             HARD_STATE => self.hard_state = codec::hard_state(&mut r).map_err(|e| e.to_string())?,
             CONF_STATE => self.conf_state = codec::conf_state(&mut r).map_err(|e| e.to_string())?,
+            ADDRESSES => self.addresses = addresses(&mut r).map_err(|e| e.to_string())?,
             k => return Err(format!("unknown record kind {k}")),
         }
         if r.remaining() != 0 {
@@ -131,6 +139,26 @@ impl Core {
         }
         Ok(())
     }
+}
+
+/// Most addresses an `ADDRESSES` record may hold (`super::LEARNERS_MAX`).
+fn addresses(r: &mut Reader) -> Result<std::collections::BTreeMap<u64, String>, String> {
+    let n = r.i32("addresses").map_err(|e| e.to_string())?;
+    if n < 0 || n as usize > super::LEARNERS_MAX {
+        return Err(format!("{n} addresses"));
+    }
+    let mut out = std::collections::BTreeMap::new();
+    for _ in 0..n {
+        let id = r.i64("address id").map_err(|e| e.to_string())? as u64;
+        let len = r.i32("address length").map_err(|e| e.to_string())?;
+        if len < 0 || len as usize > super::ADDRESS_BYTES_MAX {
+            return Err(format!("an address of {len} bytes"));
+        }
+        let bytes = r.take(len as usize, "address").map_err(|e| e.to_string())?;
+        let address = String::from_utf8(bytes.to_vec()).map_err(|e| e.to_string())?;
+        out.insert(id, address);
+    }
+    Ok(out)
 }
 
 /// Frames one record.
@@ -200,8 +228,8 @@ pub fn load(bytes: &[u8]) -> Result<(Core, usize), LoadError> {
 /// raft-rs would abort (its `fatal!`) or go wrong: a commit index past the
 /// last entry (a cut log is never behind its hard state, which is written
 /// after the entries it commits), entry terms that go down, a membership
-/// that lists a node twice, names node 0 or is mid change (membership
-/// changes are not built). Only a bug or an edit that fixed up the CRCs
+/// that lists a node twice, names node 0 or is mid change (a joint
+/// consensus: only learners are added, which takes none). Only a bug or an edit that fixed up the CRCs
 /// gets here. (Entries of a term above the hard state's are possible: a
 /// crash can keep a `Ready`'s entries and lose its hard state written after
 /// them; nothing was sent that depended on either.)
@@ -321,6 +349,29 @@ impl RaftStore {
         let mut hs = self.core().hard_state.clone();
         hs.commit = commit;
         self.set_hard_state(&hs, disk)
+    }
+
+    /// Replaces the learners' addresses.
+    pub fn set_addresses(
+        &self,
+        addresses: &std::collections::BTreeMap<u64, String>,
+        disk: &mut impl RaftDisk,
+    ) -> io::Result<()> {
+        disk.append(&record(ADDRESSES, |b| {
+            b.put_i32(addresses.len() as i32);
+            for (id, a) in addresses {
+                b.put_u64(*id);
+                b.put_i32(a.len() as i32);
+                b.put_slice(a.as_bytes());
+            }
+        }))?;
+        self.core().addresses = addresses.clone();
+        Ok(())
+    }
+
+    /// The learners' addresses as last set.
+    pub fn addresses(&self) -> std::collections::BTreeMap<u64, String> {
+        self.core().addresses.clone()
     }
 
     pub fn set_conf_state(&self, cs: &ConfState, disk: &mut impl RaftDisk) -> io::Result<()> {
@@ -505,6 +556,9 @@ mod tests {
         let mut cs = ConfState::default();
         cs.voters = vec![1, 2, 3];
         store.set_conf_state(&cs, &mut disk).unwrap();
+        let addresses: std::collections::BTreeMap<u64, String> =
+            [(4, "10.0.0.4:9093".to_string())].into();
+        store.set_addresses(&addresses, &mut disk).unwrap();
         store.set_commit(2, &mut disk).unwrap();
         disk.sync().unwrap();
         let (core, valid) = load(&disk.synced).unwrap();
@@ -514,6 +568,7 @@ mod tests {
         assert_eq!(store.term(2).unwrap(), 2);
         assert_eq!(core.hard_state.commit, 2);
         assert_eq!(core.conf_state.voters, vec![1, 2, 3]);
+        assert_eq!(core.addresses, addresses);
         let got = store
             .entries(1, 3, None, GetEntriesContext::empty(false))
             .unwrap();

@@ -42,6 +42,15 @@
 //!   the sender waits for the answer until the request's deadline only.
 //!   A frame over the limit, or a payload the handler refuses, closes that
 //!   connection and nothing else.
+//! - **Joining** (`docs/replication.md` §3.2): a node outside the
+//!   membership (a learner starting) asks to be added on a connection of
+//!   its own opened with the join handshake ([`JOIN_MAGIC`]), the only
+//!   one a non-member may open: one request of at most
+//!   [`JOIN_BYTES_MAX`], one answer ([`join`]). At most
+//!   [`JOINS_IN_FLIGHT_MAX`] are served at once (more are closed
+//!   unanswered). The membership the listener checks handshakes against
+//!   is shared with the controller ([`Members`]), which adds a learner
+//!   once its addition commits.
 
 use super::codec;
 use bytes::{BufMut, BytesMut};
@@ -72,6 +81,13 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const MAGIC: &[u8; 4] = b"FJQ0";
 /// The handshake of a forwarding connection (one request, one answer).
 const FORWARD_MAGIC: &[u8; 4] = b"FJF0";
+/// The handshake of a join connection (one request, one answer; the only
+/// connection a node outside the membership may open).
+const JOIN_MAGIC: &[u8; 4] = b"FJJ0";
+/// Largest join request or answer (a node's address and a few fields).
+pub const JOIN_BYTES_MAX: usize = 4096;
+/// Join requests served at once; more are closed unanswered.
+pub const JOINS_IN_FLIGHT_MAX: usize = 4;
 /// magic, from u64, to u64.
 const HANDSHAKE_BYTES: usize = 4 + 8 + 8;
 /// Largest forwarded request or answer: a metadata change must fit in a
@@ -142,6 +158,7 @@ async fn read_frame(stream: &mut TcpStream, max: usize) -> Result<Vec<u8>, Frame
 
 /// The outbound side: one task and one bounded queue per peer.
 pub struct Peers {
+    me: u64,
     queues: HashMap<u64, LocalSender<Message>>,
     dropped: Rc<Cell<u64>>,
 }
@@ -150,62 +167,75 @@ impl Peers {
     /// Starts a sender task per peer (`(raft id, "host:port")`) on the
     /// current glommio executor. The tasks end when `self` is dropped.
     pub fn start(me: u64, peers: &[(u64, String)]) -> Peers {
-        let mut queues = HashMap::new();
-        for (id, addr) in peers.iter().cloned() {
-            if id == me {
-                continue;
-            }
-            let (tx, rx) = local_channel::new_bounded::<Message>(QUEUE_MESSAGES);
-            queues.insert(id, tx);
-            glommio::spawn_local(async move {
-                let mut backoff = BACKOFF_MIN;
-                // A message taken off the queue whose write failed: sent
-                // first on the next connection.
-                let mut pending: Option<Message> = None;
-                loop {
-                    let connected =
-                        match TcpStream::connect_timeout(addr.as_str(), CONNECT_TIMEOUT).await {
-                            Ok(mut s) => {
-                                let _ = s.set_nodelay(true);
-                                s.write_all(&handshake(me, id)).await.map(|()| s)
-                            }
-                            Err(e) => Err(std::io::Error::other(e.to_string())),
-                        };
-                    let mut stream = match connected {
-                        Ok(s) => s,
-                        Err(e) => {
-                            tracing::debug!(peer = id, %addr, error = %e, "metadata quorum: cannot reach a peer");
-                            glommio::timer::sleep(backoff).await;
-                            backoff = (backoff * 2).min(BACKOFF_MAX);
-                            continue;
-                        }
-                    };
-                    tracing::debug!(peer = id, %addr, "metadata quorum: connected to a peer");
-                    backoff = BACKOFF_MIN;
-                    loop {
-                        let m = match pending.take() {
-                            Some(m) => m,
-                            None => match rx.recv().await {
-                                Some(m) => m,
-                                None => return, // Peers dropped
-                            },
-                        };
-                        let bytes = frame(&codec::encode_message(&m));
-                        if let Err(e) = stream.write_all(&bytes).await {
-                            tracing::debug!(peer = id, error = %e, "metadata quorum: a peer's connection failed");
-                            pending = Some(m);
-                            break;
-                        }
-                    }
-                    glommio::timer::sleep(backoff).await;
-                }
-            })
-            .detach();
-        }
-        Peers {
-            queues,
+        let mut out = Peers {
+            me,
+            queues: HashMap::new(),
             dropped: Rc::new(Cell::new(0)),
+        };
+        for (id, addr) in peers {
+            out.add(*id, addr.clone());
         }
+        out
+    }
+
+    /// Whether `id` has a sender task.
+    pub fn has(&self, id: u64) -> bool {
+        self.queues.contains_key(&id)
+    }
+
+    /// Starts the sender task of a peer that joined (a learner); nothing
+    /// when it has one already or is this node.
+    pub fn add(&mut self, id: u64, addr: String) {
+        let me = self.me;
+        if id == me || self.queues.contains_key(&id) {
+            return;
+        }
+        let (tx, rx) = local_channel::new_bounded::<Message>(QUEUE_MESSAGES);
+        self.queues.insert(id, tx);
+        glommio::spawn_local(async move {
+            let mut backoff = BACKOFF_MIN;
+            // A message taken off the queue whose write failed: sent
+            // first on the next connection.
+            let mut pending: Option<Message> = None;
+            loop {
+                let connected =
+                    match TcpStream::connect_timeout(addr.as_str(), CONNECT_TIMEOUT).await {
+                        Ok(mut s) => {
+                            let _ = s.set_nodelay(true);
+                            s.write_all(&handshake(me, id)).await.map(|()| s)
+                        }
+                        Err(e) => Err(std::io::Error::other(e.to_string())),
+                    };
+                let mut stream = match connected {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::debug!(peer = id, %addr, error = %e, "metadata quorum: cannot reach a peer");
+                        glommio::timer::sleep(backoff).await;
+                        backoff = (backoff * 2).min(BACKOFF_MAX);
+                        continue;
+                    }
+                };
+                tracing::debug!(peer = id, %addr, "metadata quorum: connected to a peer");
+                backoff = BACKOFF_MIN;
+                loop {
+                    let m = match pending.take() {
+                        Some(m) => m,
+                        None => match rx.recv().await {
+                            Some(m) => m,
+                            None => return, // Peers dropped
+                        },
+                    };
+                    let bytes = frame(&codec::encode_message(&m));
+                    if let Err(e) = stream.write_all(&bytes).await {
+                        tracing::debug!(peer = id, error = %e, "metadata quorum: a peer's connection failed");
+                        pending = Some(m);
+                        break;
+                    }
+                }
+                glommio::timer::sleep(backoff).await;
+            }
+        })
+        .detach();
     }
 
     /// Queues `m` for `m.to`; false when it was dropped (an unknown peer or
@@ -232,6 +262,10 @@ impl Peers {
 pub type ForwardHandler =
     Rc<dyn Fn(u64, Vec<u8>) -> futures::future::LocalBoxFuture<'static, Option<Vec<u8>>>>;
 
+/// The raft ids whose handshakes the listener takes, shared with the
+/// controller (a learner is added once its addition commits).
+pub type Members = Rc<std::cell::RefCell<std::collections::BTreeSet<u64>>>;
+
 /// What an inbound connection hands its traffic to.
 #[derive(Clone)]
 pub struct Handlers {
@@ -239,8 +273,12 @@ pub struct Handlers {
     pub deliver: Rc<dyn Fn(Message)>,
     /// Forwarded requests (None: forwarding connections are refused).
     pub forward: Option<ForwardHandler>,
+    /// Join requests, from any node (None: join connections are refused).
+    pub join: Option<ForwardHandler>,
     /// Forwarded requests being served, per sending node.
     in_flight: Rc<std::cell::RefCell<HashMap<u64, usize>>>,
+    /// Join requests being served.
+    joins: Rc<Cell<usize>>,
 }
 
 impl Handlers {
@@ -248,8 +286,16 @@ impl Handlers {
         Handlers {
             deliver,
             forward,
+            join: None,
             in_flight: Rc::default(),
+            joins: Rc::default(),
         }
+    }
+
+    /// Serves join requests with `join`.
+    pub fn with_join(mut self, join: ForwardHandler) -> Handlers {
+        self.join = Some(join);
+        self
     }
 }
 
@@ -276,9 +322,44 @@ pub async fn forward(
     payload: &[u8],
     deadline: std::time::Instant,
 ) -> Result<Vec<u8>, ForwardError> {
-    if payload.len() > FORWARD_BYTES_MAX {
+    exchange(
+        FORWARD_MAGIC,
+        FORWARD_BYTES_MAX,
+        me,
+        to,
+        addr,
+        payload,
+        deadline,
+    )
+    .await
+}
+
+/// Sends one join request from raft id `me` (not yet a member) to raft id
+/// `to` at `addr` and waits for its answer until `deadline` (module doc);
+/// `payload` at most [`JOIN_BYTES_MAX`].
+pub async fn join(
+    me: u64,
+    to: u64,
+    addr: &str,
+    payload: &[u8],
+    deadline: std::time::Instant,
+) -> Result<Vec<u8>, ForwardError> {
+    exchange(JOIN_MAGIC, JOIN_BYTES_MAX, me, to, addr, payload, deadline).await
+}
+
+/// One request and its answer on a connection of their own.
+async fn exchange(
+    magic: &[u8; 4],
+    max: usize,
+    me: u64,
+    to: u64,
+    addr: &str,
+    payload: &[u8],
+    deadline: std::time::Instant,
+) -> Result<Vec<u8>, ForwardError> {
+    if payload.len() > max {
         return Err(ForwardError::NotSent(format!(
-            "a request of {} bytes is over the limit of {FORWARD_BYTES_MAX}",
+            "a request of {} bytes is over the limit of {max}",
             payload.len()
         )));
     }
@@ -291,13 +372,13 @@ pub async fn forward(
         .await
         .map_err(|e| ForwardError::NotSent(format!("cannot connect to {addr}: {e}")))?;
     let _ = stream.set_nodelay(true);
-    let request = [handshake_with(FORWARD_MAGIC, me, to), frame(payload)].concat();
+    let request = [handshake_with(magic, me, to), frame(payload)].concat();
     let exchange = async {
         stream
             .write_all(&request)
             .await
             .map_err(|e| ForwardError::NotSent(format!("writing to {addr}: {e}")))?;
-        read_frame(&mut stream, FORWARD_BYTES_MAX)
+        read_frame(&mut stream, max)
             .await
             .map_err(|e| ForwardError::NoAnswer(e.to_string()))
     };
@@ -317,14 +398,15 @@ pub struct Inbound;
 impl Inbound {
     /// Inbound connections open at once, at most: a Raft connection and
     /// [`FORWARDS_IN_FLIGHT_MAX`] forwarding ones from each of the most
-    /// voters, with room for reconnects.
-    pub const CONNECTIONS_MAX: usize = 2 * 9 * (1 + FORWARDS_IN_FLIGHT_MAX);
+    /// voters and learners, with room for reconnects and joins.
+    pub const CONNECTIONS_MAX: usize =
+        2 * (9 + super::LEARNERS_MAX) * (1 + FORWARDS_IN_FLIGHT_MAX) + JOINS_IN_FLIGHT_MAX;
 
     /// Accepts connections on `listener` until it fails; each connection
-    /// runs as its own task. `members`: the raft ids that may connect.
-    pub async fn serve(listener: TcpListener, me: u64, members: Vec<u64>, handlers: Handlers) {
+    /// runs as its own task. `members`: the raft ids that may connect (as
+    /// they are when a connection's handshake arrives).
+    pub async fn serve(listener: TcpListener, me: u64, members: Members, handlers: Handlers) {
         let open = Rc::new(Cell::new(0usize));
-        let members = Rc::new(members);
         loop {
             let stream = match listener.accept().await {
                 Ok(s) => s,
@@ -348,7 +430,7 @@ impl Inbound {
             let handlers = handlers.clone();
             glommio::spawn_local(async move {
                 let peer = stream.peer_addr().ok();
-                let why = Self::connection(stream, me, &members, &handlers).await;
+                let why = Self::connection_of(stream, me, &members, &handlers).await;
                 tracing::debug!(?peer, reason = %why, "metadata quorum: inbound connection closed");
                 open.set(open.get() - 1);
             })
@@ -358,9 +440,19 @@ impl Inbound {
 
     /// Runs one inbound connection to its end; returns why it ended.
     pub async fn connection(
-        mut stream: TcpStream,
+        stream: TcpStream,
         me: u64,
         members: &[u64],
+        handlers: &Handlers,
+    ) -> FrameError {
+        let members: Members = Rc::new(std::cell::RefCell::new(members.iter().copied().collect()));
+        Self::connection_of(stream, me, &members, handlers).await
+    }
+
+    async fn connection_of(
+        mut stream: TcpStream,
+        me: u64,
+        members: &Members,
         handlers: &Handlers,
     ) -> FrameError {
         let hello = futures_lite::future::or(read_frame(&mut stream, HANDSHAKE_BYTES), async {
@@ -376,7 +468,8 @@ impl Inbound {
             Err(e) => return e,
         };
         let forwarding = hello.len() == HANDSHAKE_BYTES && &hello[..4] == FORWARD_MAGIC;
-        if hello.len() != HANDSHAKE_BYTES || (&hello[..4] != MAGIC && !forwarding) {
+        let joining = hello.len() == HANDSHAKE_BYTES && &hello[..4] == JOIN_MAGIC;
+        if hello.len() != HANDSHAKE_BYTES || (&hello[..4] != MAGIC && !forwarding && !joining) {
             return FrameError::Handshake("not a fjord metadata quorum handshake".into());
         }
         let from = u64::from_be_bytes(hello[4..12].try_into().expect("8 bytes"));
@@ -384,7 +477,13 @@ impl Inbound {
         if to != me {
             return FrameError::Handshake(format!("for node {to}, this is node {me}"));
         }
-        if from == me || !members.contains(&from) {
+        if joining {
+            if from == me || from == 0 {
+                return FrameError::Handshake(format!("a join from node {from}"));
+            }
+            return Self::joined(stream, from, handlers).await;
+        }
+        if from == me || !members.borrow().contains(&from) {
             return FrameError::Handshake(format!("node {from} is not a member"));
         }
         if forwarding {
@@ -407,6 +506,47 @@ impl Inbound {
             }
             (handlers.deliver)(m);
         }
+    }
+
+    /// Serves a join connection from `from`: one request frame, answered
+    /// by the join handler, then the connection ends.
+    async fn joined(mut stream: TcpStream, from: u64, handlers: &Handlers) -> FrameError {
+        let Some(join) = handlers.join.clone() else {
+            return FrameError::Handshake("this node takes no join requests".into());
+        };
+        if handlers.joins.get() >= JOINS_IN_FLIGHT_MAX {
+            return FrameError::Handshake(format!(
+                "{JOINS_IN_FLIGHT_MAX} join requests in flight, the most allowed"
+            ));
+        }
+        handlers.joins.set(handlers.joins.get() + 1);
+        let why = async {
+            let bytes =
+                match futures_lite::future::or(read_frame(&mut stream, JOIN_BYTES_MAX), async {
+                    glommio::timer::sleep(HANDSHAKE_TIMEOUT).await;
+                    Err(FrameError::Handshake(
+                        "no join request within the timeout".into(),
+                    ))
+                })
+                .await
+                {
+                    Ok(b) => b,
+                    Err(e) => return e,
+                };
+            let Some(answer) = join(from, bytes).await else {
+                return FrameError::Undecodable("a join request was refused".into());
+            };
+            if answer.len() > JOIN_BYTES_MAX {
+                return FrameError::TooLarge(answer.len());
+            }
+            match stream.write_all(&frame(&answer)).await {
+                Ok(()) => FrameError::Closed,
+                Err(e) => FrameError::Io(e.to_string()),
+            }
+        }
+        .await;
+        handlers.joins.set(handlers.joins.get() - 1);
+        why
     }
 
     /// Serves a forwarding connection from `from`: one request frame,
@@ -516,7 +656,7 @@ mod tests {
             glommio::spawn_local(Inbound::serve(
                 listener,
                 2,
-                vec![1, 2, 3],
+                Rc::new(RefCell::new([1, 2, 3].into_iter().collect())),
                 Handlers::new(Rc::new(move |m: Message| sink.borrow_mut().push(m)), None),
             ))
             .detach();
@@ -620,7 +760,7 @@ mod tests {
             glommio::spawn_local(Inbound::serve(
                 listener,
                 2,
-                vec![1, 2, 3],
+                Rc::new(RefCell::new([1, 2, 3].into_iter().collect())),
                 Handlers::new(Rc::new(|_| {}), Some(handler)),
             ))
             .detach();
@@ -676,6 +816,75 @@ mod tests {
             glommio::timer::sleep(Duration::from_millis(100)).await;
             let again = forward(1, 2, &addr, b"later", deadline()).await;
             assert_eq!(again, Ok(b"from 1: later".to_vec()));
+        });
+    }
+
+    /// A node outside the membership may open a join connection only: its
+    /// join is answered, its Raft connection refused until the controller
+    /// adds it to the shared membership, then taken; join requests in
+    /// flight are bounded and an oversized one closes its connection.
+    #[test]
+    fn a_non_member_may_only_join_until_it_is_a_member() {
+        run(|| async {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let members: Members = Rc::new(RefCell::new([1, 2, 3].into_iter().collect()));
+            let got = Rc::new(RefCell::new(Vec::new()));
+            let sink = got.clone();
+            let handler: ForwardHandler = Rc::new(|from, bytes: Vec<u8>| {
+                Box::pin(async move {
+                    if bytes == b"slow" {
+                        glommio::timer::sleep(Duration::from_secs(3)).await;
+                    }
+                    Some([format!("join {from}: ").as_bytes(), &bytes].concat())
+                })
+            });
+            glommio::spawn_local(Inbound::serve(
+                listener,
+                2,
+                members.clone(),
+                Handlers::new(Rc::new(move |m: Message| sink.borrow_mut().push(m)), None)
+                    .with_join(handler),
+            ))
+            .detach();
+            let deadline = || crate::clock::monotonic() + Duration::from_secs(5);
+            let answer = join(7, 2, &addr, b"10.0.0.7:9093", deadline()).await;
+            assert_eq!(answer, Ok(b"join 7: 10.0.0.7:9093".to_vec()));
+            // Not a member: its Raft connection is closed, nothing delivered.
+            let peers = Peers::start(7, &[(2, addr.clone())]);
+            assert!(peers.send(message(7, 2, 0)));
+            glommio::timer::sleep(Duration::from_millis(300)).await;
+            assert!(got.borrow().is_empty());
+            drop(peers);
+            // Added: taken from its next connection on.
+            members.borrow_mut().insert(7);
+            let peers = Peers::start(7, &[(2, addr.clone())]);
+            assert!(peers.send(message(7, 2, 1)));
+            wait_until(|| got.borrow().len() == 1).await;
+            assert_eq!(got.borrow()[0], message(7, 2, 1));
+            // Over the size limit: not sent.
+            let big = vec![b'x'; JOIN_BYTES_MAX + 1];
+            let over = join(8, 2, &addr, &big, deadline()).await;
+            assert!(matches!(over, Err(ForwardError::NotSent(_))), "{over:?}");
+            // JOINS_IN_FLIGHT_MAX slow joins: one more is closed unanswered.
+            let mut slow = Vec::new();
+            for i in 0..JOINS_IN_FLIGHT_MAX as u64 {
+                let a = addr.clone();
+                slow.push(glommio::spawn_local(async move {
+                    join(20 + i, 2, &a, b"slow", deadline()).await
+                }));
+            }
+            glommio::timer::sleep(Duration::from_millis(300)).await;
+            let refused = join(30, 2, &addr, b"one more", deadline()).await;
+            assert!(
+                matches!(refused, Err(ForwardError::NoAnswer(_))),
+                "{refused:?}"
+            );
+            for t in slow {
+                assert!(t.await.is_ok());
+            }
+            let again = join(31, 2, &addr, b"later", deadline()).await;
+            assert_eq!(again, Ok(b"join 31: later".to_vec()));
         });
     }
 
