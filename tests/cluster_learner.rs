@@ -50,14 +50,14 @@ fn lag() -> Vec<String> {
 /// controller address given.
 fn start_learner(net: &Net) -> Broker {
     let i = VOTERS;
-    let quorum: Vec<String> = (0..VOTERS)
-        .map(|n| format!("{n}@{}:{CONTROLLER_PORT}", net.host(n).addr))
-        .collect();
     let mut opts = BrokerOpts::default()
         .cores(1)
         .in_host(net.host(i))
         .arg(format!("--node-id={i}"))
-        .arg(format!("--controller-quorum={}", quorum.join(",")))
+        .arg(format!(
+            "--controller-quorum={}",
+            common::cluster::voters(net, VOTERS)
+        ))
         .arg(format!(
             "--controller-listen={}:{CONTROLLER_PORT}",
             net.host(i).addr
@@ -111,24 +111,6 @@ fn produce(broker: &Broker, prefix: &str, count: usize) -> Vec<String> {
             v
         })
         .collect()
-}
-
-/// Every value of [`TOPIC`] read with librdkafka bootstrapped at `broker`.
-fn values(broker: &Broker, count: usize) -> Vec<String> {
-    let got = common::client::consume(
-        &broker.bootstrap(),
-        TOPIC,
-        1,
-        count,
-        Duration::from_millis(500),
-        SETTLE,
-    );
-    let mut v: Vec<String> = got
-        .iter()
-        .map(|m| String::from_utf8_lossy(m.value.as_deref().unwrap_or_default()).into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 /// AlterPartitionReassignments of partition 0 of [`TOPIC`] to `target`
@@ -332,7 +314,10 @@ fn a_node_joins_a_running_cluster_as_a_learner_and_takes_a_replica() {
     }
     written.extend(produce(&brokers[3], "c", 5));
     written.sort();
-    assert_eq!(values(&brokers[3], written.len()), written);
+    assert_eq!(
+        common::cluster::sorted_values(&brokers[3], TOPIC, written.len(), SETTLE),
+        written
+    );
 
     // Node 3 is killed (SIGKILL) and restarts; a topic is created while
     // it is down.
@@ -346,7 +331,10 @@ fn a_node_joins_a_running_cluster_as_a_learner_and_takes_a_replica() {
     wait_listed(&brokers[1], "node 3 back in the ISR", |l| {
         l.isr == [1000, 2000, 3000]
     });
-    assert_eq!(values(&brokers[3], written.len()), written);
+    assert_eq!(
+        common::cluster::sorted_values(&brokers[3], TOPIC, written.len(), SETTLE),
+        written
+    );
 
     for (i, b) in brokers.iter_mut().enumerate() {
         if i == VOTERS {

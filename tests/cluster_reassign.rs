@@ -202,23 +202,6 @@ fn segment(broker: &Broker) -> Vec<u8> {
         .collect()
 }
 
-fn values(broker: &Broker, count: usize) -> Vec<String> {
-    let got = common::client::consume(
-        &broker.bootstrap(),
-        TOPIC,
-        1,
-        count,
-        Duration::from_millis(500),
-        SETTLE,
-    );
-    let mut v: Vec<String> = got
-        .iter()
-        .map(|m| String::from_utf8_lossy(m.value.as_deref().unwrap_or_default()).into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn a_partition_moves_to_another_node_and_back_on_cancel() {
     let net = Net::new(NODES);
@@ -334,7 +317,10 @@ fn a_partition_moves_to_another_node_and_back_on_cancel() {
         (segment(&brokers[2]) == segment(&brokers[1])).then_some(())
     });
     written.sort();
-    assert_eq!(values(&brokers[2], written.len()), written);
+    assert_eq!(
+        common::cluster::sorted_values(&brokers[2], TOPIC, written.len(), SETTLE),
+        written
+    );
 
     // Node 2 down while its replica is removed: the partition moves back
     // to node 0, which copies node 1's log again; node 2, restarted,

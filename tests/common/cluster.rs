@@ -28,14 +28,11 @@ pub fn start_node(
     session_timeout_ms: u64,
     extra: &[String],
 ) -> Broker {
-    let quorum: Vec<String> = (0..nodes)
-        .map(|n| format!("{n}@{}:{CONTROLLER_PORT}", net.host(n).addr))
-        .collect();
     let mut opts = BrokerOpts::default()
         .cores(1)
         .in_host(net.host(i))
         .arg(format!("--node-id={i}"))
-        .arg(format!("--controller-quorum={}", quorum.join(",")))
+        .arg(format!("--controller-quorum={}", voters(net, nodes)))
         .arg(format!("--broker-session-timeout-ms={session_timeout_ms}"));
     for a in extra {
         opts = opts.arg(a.clone());
@@ -338,4 +335,32 @@ pub fn kafka_tool(tool: &str, args: &[&str]) -> super::child::ChildRun {
         run.command, run.stdout, run.stderr
     );
     run
+}
+
+/// `--controller-quorum`'s value naming the first `nodes` hosts of `net`
+/// as the voters.
+pub fn voters(net: &Net, nodes: usize) -> String {
+    let quorum: Vec<String> = (0..nodes)
+        .map(|n| format!("{n}@{}:{CONTROLLER_PORT}", net.host(n).addr))
+        .collect();
+    quorum.join(",")
+}
+
+/// Every value of `topic`'s partition 0, read with librdkafka bootstrapped
+/// at `broker` until `count` arrived (bounded by `settle`), sorted.
+pub fn sorted_values(broker: &Broker, topic: &str, count: usize, settle: Duration) -> Vec<String> {
+    let got = super::client::consume(
+        &broker.bootstrap(),
+        topic,
+        1,
+        count,
+        Duration::from_millis(500),
+        settle,
+    );
+    let mut v: Vec<String> = got
+        .iter()
+        .map(|m| String::from_utf8_lossy(m.value.as_deref().unwrap_or_default()).into_owned())
+        .collect();
+    v.sort();
+    v
 }
