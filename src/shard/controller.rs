@@ -1722,6 +1722,31 @@ impl Controller {
         .detach();
     }
 
+    /// The member's log is applied up to `index`: requests waiting for an
+    /// entry at or below it are answered, each done if the entry there is
+    /// the one proposed (its term), else NOT_CONTROLLER (by Raft's log
+    /// matching, another leader's entry took its place: the change was
+    /// not made).
+    fn answer_applied(&self, index: u64) {
+        let done = {
+            let mut member = self.member.borrow_mut();
+            let member = member.as_mut().expect("several nodes");
+            member.applied = member.applied.max(index);
+            let later = member.waiters.split_off(&(member.applied + 1));
+            std::mem::replace(&mut member.waiters, later)
+        };
+        let log = self.log.borrow();
+        for (index, (term, reply)) in done {
+            let same = log.as_ref().and_then(|l| l.term_of(index)) == Some(term);
+            let _ = reply.send(if same {
+                Ok(())
+            } else {
+                Err(ControllerError::NotController(
+                    "This node lost the lead of the metadata quorum before the change committed; it was not made.".into(),
+                ))
+            });
+        }
+    }
     /// One `advance_member` and what follows it (see
     /// [`Self::start_member_loop`]); false when the log failed.
     async fn advance_member(&self, ctx: &Rc<ShardCtx>) -> bool {
@@ -1758,50 +1783,13 @@ impl Controller {
             *self.image.borrow_mut() = next.clone();
             let deadline = crate::clock::monotonic() + ctx.router.timeout();
             self.broadcast(ctx, next, Some(deadline)).await;
-            let done = {
-                let mut member = self.member.borrow_mut();
-                let member = member.as_mut().expect("several nodes");
-                member.applied = last;
-                let later = member.waiters.split_off(&(last + 1));
-                std::mem::replace(&mut member.waiters, later)
-            };
-            let log = self.log.borrow();
-            for (index, (term, reply)) in done {
-                // The entry at the proposal's last index is of its term:
-                // by Raft's log matching, all its entries are the ones
-                // proposed. Else another leader's entry took its place.
-                let same = log.as_ref().and_then(|l| l.term_of(index)) == Some(term);
-                let _ = reply.send(if same {
-                    Ok(())
-                } else {
-                    Err(ControllerError::NotController(
-                        "This node lost the lead of the metadata quorum before the change committed; it was not made.".into(),
-                    ))
-                });
-            }
+            self.answer_applied(last);
         }
         // Entries that are not records (a membership change, a leader's
         // empty entry) count as applied too: a node whose newest committed
         // entry is one has caught up.
         if applied_index > last_record.unwrap_or(0) {
-            let done = {
-                let mut member = self.member.borrow_mut();
-                let member = member.as_mut().expect("several nodes");
-                member.applied = member.applied.max(applied_index);
-                let later = member.waiters.split_off(&(member.applied + 1));
-                std::mem::replace(&mut member.waiters, later)
-            };
-            let log = self.log.borrow();
-            for (index, (term, reply)) in done {
-                let same = log.as_ref().and_then(|l| l.term_of(index)) == Some(term);
-                let _ = reply.send(if same {
-                    Ok(())
-                } else {
-                    Err(ControllerError::NotController(
-                        "This node lost the lead of the metadata quorum before the change committed; it was not made.".into(),
-                    ))
-                });
-            }
+            self.answer_applied(applied_index);
         }
         // A new leader's first proposal: its term's LeaderEpoch, which
         // commits every earlier entry; requests wait for it (member_gate).
