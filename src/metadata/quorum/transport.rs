@@ -114,6 +114,18 @@ pub enum FrameError {
     Io(String),
 }
 
+/// Writes `answer` as the one frame a join or forwarding connection gets
+/// back, which then ends (`Closed`); one over `max` bytes is not sent.
+async fn answer_once(stream: &mut TcpStream, answer: &[u8], max: usize) -> FrameError {
+    if answer.len() > max {
+        return FrameError::TooLarge(answer.len());
+    }
+    match stream.write_all(&frame(answer)).await {
+        Ok(()) => FrameError::Closed,
+        Err(e) => FrameError::Io(e.to_string()),
+    }
+}
+
 /// Writes one frame (length, then `payload`).
 fn frame(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + payload.len());
@@ -536,13 +548,7 @@ impl Inbound {
             let Some(answer) = join(from, bytes).await else {
                 return FrameError::Undecodable("a join request was refused".into());
             };
-            if answer.len() > JOIN_BYTES_MAX {
-                return FrameError::TooLarge(answer.len());
-            }
-            match stream.write_all(&frame(&answer)).await {
-                Ok(()) => FrameError::Closed,
-                Err(e) => FrameError::Io(e.to_string()),
-            }
+            answer_once(&mut stream, &answer, JOIN_BYTES_MAX).await
         }
         .await;
         handlers.joins.set(handlers.joins.get() - 1);
@@ -572,13 +578,7 @@ impl Inbound {
             let Some(answer) = forward(from, bytes).await else {
                 return FrameError::Undecodable("a forwarded request was refused".into());
             };
-            if answer.len() > FORWARD_BYTES_MAX {
-                return FrameError::TooLarge(answer.len());
-            }
-            match stream.write_all(&frame(&answer)).await {
-                Ok(()) => FrameError::Closed,
-                Err(e) => FrameError::Io(e.to_string()),
-            }
+            answer_once(&mut stream, &answer, FORWARD_BYTES_MAX).await
         }
         .await;
         let mut in_flight = handlers.in_flight.borrow_mut();
