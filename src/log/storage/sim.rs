@@ -475,21 +475,39 @@ fn inodes_under(dir: &Path, out: &mut HashMap<u64, std::path::PathBuf>) -> std::
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_power_loss_keeps_the_durable_bytes_and_some_of_each_later_write() {
+    /// `f.log` holding `content` in a new directory, open for writing, and
+    /// a simulated disk seeded with `seed`.
+    fn file_with(
+        content: &[u8],
+        seed: u64,
+    ) -> (
+        tempfile::TempDir,
+        std::path::PathBuf,
+        std::fs::File,
+        SimDisk,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.log");
-        std::fs::write(&path, b"").unwrap();
+        std::fs::write(&path, content).unwrap();
         let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        let fd = f.as_raw_fd();
-        let mut d = SimDisk::new(7, Faults::default());
+        (dir, path, f, SimDisk::new(seed, Faults::default()))
+    }
+
+    /// Writes `bytes` at `pos` of `f` as `write_buffered` does: shadowed
+    /// first, then written, then recorded.
+    fn write(d: &mut SimDisk, f: &std::fs::File, pos: u64, bytes: &[u8]) {
         use std::os::unix::fs::FileExt;
-        d.touch(fd).unwrap();
-        f.write_all_at(b"aaaa", 0).unwrap();
-        d.written(fd, 0, b"aaaa".to_vec());
-        d.sync(fd, false).unwrap();
-        f.write_all_at(b"bbbbbbbb", 4).unwrap();
-        d.written(fd, 4, b"bbbbbbbb".to_vec());
+        d.touch(f.as_raw_fd()).unwrap();
+        f.write_all_at(bytes, pos).unwrap();
+        d.written(f.as_raw_fd(), pos, bytes.to_vec());
+    }
+
+    #[test]
+    fn a_power_loss_keeps_the_durable_bytes_and_some_of_each_later_write() {
+        let (dir, path, f, mut d) = file_with(b"", 7);
+        write(&mut d, &f, 0, b"aaaa");
+        d.sync(f.as_raw_fd(), false).unwrap();
+        write(&mut d, &f, 4, b"bbbbbbbb");
         d.power_loss(dir.path()).unwrap();
         let after = std::fs::read(&path).unwrap();
         assert_eq!(&after[..4], b"aaaa", "synced bytes survive");
@@ -503,20 +521,11 @@ mod tests {
     /// writes before it; a write after it is shadowed from the cut file.
     #[test]
     fn a_file_changed_outside_the_seam_keeps_that_change_at_a_power_loss() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.log");
-        std::fs::write(&path, b"").unwrap();
-        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let (dir, path, f, mut d) = file_with(b"", 7);
         let fd = f.as_raw_fd();
-        let mut d = SimDisk::new(7, Faults::default());
-        use std::os::unix::fs::FileExt;
-        d.touch(fd).unwrap();
-        f.write_all_at(b"aaaa", 0).unwrap();
-        d.written(fd, 0, b"aaaa".to_vec());
+        write(&mut d, &f, 0, b"aaaa");
         d.sync(fd, false).unwrap();
-        d.touch(fd).unwrap();
-        f.write_all_at(b"bbbb", 4).unwrap();
-        d.written(fd, 4, b"bbbb".to_vec());
+        write(&mut d, &f, 4, b"bbbb");
         // The truncation, outside the seam.
         f.set_len(2).unwrap();
         f.sync_all().unwrap();
@@ -529,9 +538,7 @@ mod tests {
         d.touch(fd).unwrap();
         f.set_len(1).unwrap();
         f.sync_all().unwrap();
-        d.touch(fd).unwrap();
-        f.write_all_at(b"cc", 1).unwrap();
-        d.written(fd, 1, b"cc".to_vec());
+        write(&mut d, &f, 1, b"cc");
         d.power_loss(dir.path()).unwrap();
         let after = std::fs::read(&path).unwrap();
         assert_eq!(after[0], b'a');
@@ -605,19 +612,11 @@ mod tests {
 
     #[test]
     fn writes_a_failed_fdatasync_covered_stay_lost_after_a_later_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.log");
-        std::fs::write(&path, b"old!").unwrap();
-        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let (dir, path, f, mut d) = file_with(b"old!", 1);
         let fd = f.as_raw_fd();
-        let mut d = SimDisk::new(1, Faults::default());
-        use std::os::unix::fs::FileExt;
-        d.touch(fd).unwrap();
-        f.write_all_at(b"new!", 0).unwrap();
-        d.written(fd, 0, b"new!".to_vec());
+        write(&mut d, &f, 0, b"new!");
         d.sync(fd, true).unwrap();
-        f.write_all_at(b"more", 4).unwrap();
-        d.written(fd, 4, b"more".to_vec());
+        write(&mut d, &f, 4, b"more");
         d.sync(fd, false).unwrap();
         d.power_loss(dir.path()).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"old!more");
