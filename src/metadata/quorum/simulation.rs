@@ -561,6 +561,18 @@ fn sim_with_a_learner_outside(seed: u64) -> Sim {
     sim
 }
 
+/// The quorum's leader proposes adding learner `id` at `address`; returns
+/// the leader's index.
+fn propose_learner(sim: &mut Sim, id: u64, address: &str) -> usize {
+    let leader = leader_of(sim);
+    sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .propose_add_learner(id, address)
+        .unwrap();
+    leader
+}
+
 fn leader_of(sim: &Sim) -> usize {
     (0..sim.nodes.len())
         .find(|&i| sim.nodes[i].as_ref().is_some_and(|n| n.is_leader()))
@@ -584,12 +596,7 @@ fn a_learner_added_while_the_quorum_runs_gets_every_committed_entry() {
     settle(&mut sim, 400);
     assert!(!sim.applied[0].is_empty(), "the voters commit");
     assert!(sim.applied[3].is_empty(), "not a member yet: nothing sent");
-    let leader = leader_of(&sim);
-    sim.nodes[leader]
-        .as_mut()
-        .unwrap()
-        .propose_add_learner(4, "10.0.0.4:9093")
-        .unwrap();
+    let leader = propose_learner(&mut sim, 4, "10.0.0.4:9093");
     settle(&mut sim, 400);
     let commit = sim.nodes[leader].as_ref().unwrap().commit_index();
     for (i, node) in sim.nodes.iter().enumerate() {
@@ -662,12 +669,7 @@ fn a_learner_added_while_the_quorum_runs_gets_every_committed_entry() {
 fn a_learner_never_counts_in_a_majority_and_never_leads() {
     let mut sim = sim_with_a_learner_outside(12);
     settle(&mut sim, 400);
-    let leader = leader_of(&sim);
-    sim.nodes[leader]
-        .as_mut()
-        .unwrap()
-        .propose_add_learner(4, "10.0.0.4:9093")
-        .unwrap();
+    let leader = propose_learner(&mut sim, 4, "10.0.0.4:9093");
     settle(&mut sim, 300);
     assert_eq!(
         sim.nodes[3].as_ref().unwrap().conf_state().learners,
@@ -711,25 +713,11 @@ fn a_membership_change_this_code_does_not_take_is_skipped_everywhere() {
     settle(&mut sim, 400);
     let leader = leader_of(&sim);
     let voter = (leader + 1) % 3 + 1;
-    sim.nodes[leader]
-        .as_mut()
-        .unwrap()
-        .propose_add_learner(voter as u64, "10.0.0.9:9093")
-        .unwrap();
+    propose_learner(&mut sim, voter as u64, "10.0.0.9:9093");
     settle(&mut sim, 300);
-    let leader = leader_of(&sim);
-    sim.nodes[leader]
-        .as_mut()
-        .unwrap()
-        .propose_add_learner(4, "10.0.0.4:9093")
-        .unwrap();
+    propose_learner(&mut sim, 4, "10.0.0.4:9093");
     settle(&mut sim, 300);
-    let leader = leader_of(&sim);
-    sim.nodes[leader]
-        .as_mut()
-        .unwrap()
-        .propose_add_learner(4, "10.0.0.5:9093")
-        .unwrap();
+    propose_learner(&mut sim, 4, "10.0.0.5:9093");
     settle(&mut sim, 300);
     for (i, node) in sim.nodes.iter().enumerate() {
         let node = node.as_ref().unwrap();
