@@ -134,15 +134,6 @@ fn listed(broker: &Broker) -> Option<(i32, Vec<i32>)> {
     Some((p.leader, p.isr))
 }
 
-fn signal(broker: &Broker, sig: &str) {
-    let pid = broker.pid().expect("the node runs").to_string();
-    let status = std::process::Command::new("kill")
-        .args([sig, pid.as_str()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill {sig} {pid}");
-}
-
 #[test]
 fn delete_records_waits_for_every_replica_and_survives_a_failover() {
     let net = Net::new(NODES);
@@ -175,7 +166,7 @@ fn delete_records_waits_for_every_replica_and_survives_a_failover() {
     // A follower frozen: still live and in the ISR, it cannot fetch, so
     // the low watermark stays below the offset and the request times out,
     // though the leader moved its own log start.
-    signal(&brokers[2], "-STOP");
+    brokers[2].signal("-STOP");
     let (error, _) = delete_records(&brokers[0], offset, SHORT_TIMEOUT_MS);
     assert_eq!(
         error,
@@ -183,7 +174,7 @@ fn delete_records_waits_for_every_replica_and_survives_a_failover() {
         "answered before every live replica deleted the records"
     );
     assert_eq!(earliest(&brokers[0]), offset, "the leader's log start");
-    signal(&brokers[2], "-CONT");
+    brokers[2].signal("-CONT");
 
     // Thawed, it follows the leader's log start: answered, with the low
     // watermark at the offset.

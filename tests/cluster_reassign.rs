@@ -404,15 +404,7 @@ fn kafka_reassign_partitions_moves_a_partition() {
     // tool checks the target brokers against DescribeCluster): the
     // reassignment starts and cannot finish, `--verify` says it is in
     // progress, `--cancel` reverts it.
-    let signal = |sig: &str| {
-        let pid = brokers[f].pid().expect("node f runs").to_string();
-        let status = std::process::Command::new("kill")
-            .args([sig, pid.as_str()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success());
-    };
-    signal("-STOP");
+    brokers[f].signal("-STOP");
     let run = common::cluster::kafka_tool("kafka-reassign-partitions", &args("--execute"));
     assert!(run.success(), "--execute failed");
     let run = common::cluster::kafka_tool("kafka-reassign-partitions", &args("--verify"));
@@ -442,7 +434,7 @@ fn kafka_reassign_partitions_moves_a_partition() {
             .filter(|l| l.replicas.len() == 2 && l.leader == id(a))
             .map(|_| ())
     });
-    signal("-CONT");
+    brokers[f].signal("-CONT");
 
     let run = common::cluster::kafka_tool("kafka-reassign-partitions", &args("--execute"));
     assert!(run.success(), "--execute failed");

@@ -170,6 +170,16 @@ impl Broker {
         self.child.as_ref().map(|c| c.id())
     }
 
+    /// Sends the running process `sig` with kill(1) (`-STOP`, `-CONT`).
+    pub fn signal(&self, sig: &str) {
+        let pid = self.pid().expect("the broker runs").to_string();
+        let status = std::process::Command::new("kill")
+            .args([sig, pid.as_str()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {sig} {pid}");
+    }
+
     /// True while the process has not exited.
     pub fn is_running(&mut self) -> bool {
         match self.child.as_mut() {
