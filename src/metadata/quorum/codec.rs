@@ -212,6 +212,8 @@ pub struct ConfChange {
     pub context: Vec<u8>,
 }
 
+/// `ConfChangeType::RemoveNode`.
+pub const REMOVE_NODE: u64 = 1;
 /// `ConfChangeType::AddLearnerNode`.
 pub const ADD_LEARNER_NODE: u64 = 2;
 
@@ -432,6 +434,16 @@ mod tests {
                 assert_ne!(short, got, "prefix of {n}");
             }
         }
+        // A removal (raft-rs writes no context when it is empty).
+        let removal = [0x12, 0x05, 0x08, 0x01, 0x10, 0xac, 0x02];
+        assert_eq!(
+            conf_change(&removal).unwrap(),
+            ConfChange {
+                transition: 0,
+                changes: vec![(REMOVE_NODE, 300)],
+                context: Vec::new(),
+            }
+        );
         assert!(conf_change(&[0x20, 1]).is_err(), "field 4");
         assert!(conf_change(&[0x12, 0x7f]).is_err(), "a length past the end");
         assert!(conf_change(&[0x08; 11]).is_err());
