@@ -31,21 +31,29 @@
 //!
 //! Membership changes: the voters are fixed when the log is created; a
 //! **learner** (Kafka's observer) is added while the quorum runs
-//! (`docs/replication.md` §3.2). The leader proposes a raft-rs
-//! `ConfChangeV2` with one `AddLearnerNode` and the learner's controller
-//! address as its context ([`QuorumNode::propose_add_learner`]); every
-//! member, when the entry commits, checks it (one learner's addition, not
-//! a voter, an address of at most [`ADDRESS_BYTES_MAX`], at most
-//! [`LEARNERS_MAX`] learners, an address not already another learner's),
-//! applies it (`RawNode::apply_conf_change`), writes the new membership
-//! and the learners' addresses to the log's file ([`QuorumNode::learners`]).
-//! A change that fails the check is skipped on every member alike (they
-//! all apply the same entries in the same order). A restart reads the
-//! membership and the addresses back from the file, then replays every
-//! committed entry from index 1 (the log is never compacted), a change
-//! already applied being a no-op. A
-//! learner never votes nor campaigns (raft-rs counts only voters), and
-//! promotion to voter or removal are not built.
+//! (`docs/replication.md` §3.2), and removed again once its node is
+//! unregistered. The leader proposes a raft-rs `ConfChangeV2` with one
+//! `AddLearnerNode` and the learner's controller address as its context
+//! ([`QuorumNode::propose_add_learner`]), or with one `RemoveNode`
+//! ([`QuorumNode::propose_remove_learner`]); every member, when the entry
+//! commits, checks it (one change, not naming a voter; an addition: an
+//! address of at most [`ADDRESS_BYTES_MAX`], at most [`LEARNERS_MAX`]
+//! learners, an address not already another learner's; a removal: of a
+//! current learner), applies it (`RawNode::apply_conf_change`) and writes
+//! the new membership, the learners' addresses and the index of each
+//! learner's addition to the log's file in one record, with the change's
+//! index ([`QuorumNode::learners`], `store`'s `MEMBERSHIP`). A change that
+//! fails the check is skipped on every member alike (they all apply the
+//! same entries in the same order). A restart reads the membership back
+//! from the file, then replays every committed entry from index 1 (the
+//! log is never compacted), passing over the changes at or below the
+//! index the file's membership holds: so the replay gives the membership
+//! applying every change in order gave, never re-adding a learner removed
+//! since. (A file from before that record holds no index; it has only
+//! additions, which are no-ops when already applied.) A learner never
+//! votes nor campaigns (raft-rs counts only voters); promotion to voter
+//! and a voter's removal (Kafka's KIP-853) are not built: a removal
+//! naming a voter is refused by the proposer and skipped by every member.
 
 pub mod codec;
 #[cfg(test)]
