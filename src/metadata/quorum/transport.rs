@@ -839,6 +839,33 @@ mod tests {
         });
     }
 
+    /// Node 2's listener over `members`, its join handler answering
+    /// "join {from}: {request}" (after 3 s for the request "slow"): its
+    /// address and the Raft messages it delivers.
+    fn serve_joins(members: Members) -> (String, Rc<RefCell<Vec<Message>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let got = Rc::new(RefCell::new(Vec::new()));
+        let sink = got.clone();
+        let handler: ForwardHandler = Rc::new(|from, bytes: Vec<u8>| {
+            Box::pin(async move {
+                if bytes == b"slow" {
+                    glommio::timer::sleep(Duration::from_secs(3)).await;
+                }
+                Some([format!("join {from}: ").as_bytes(), &bytes].concat())
+            })
+        });
+        glommio::spawn_local(Inbound::serve(
+            listener,
+            2,
+            members,
+            Handlers::new(Rc::new(move |m: Message| sink.borrow_mut().push(m)), None)
+                .with_join(handler),
+        ))
+        .detach();
+        (addr, got)
+    }
+
     /// A node outside the membership may open a join connection only: its
     /// join is answered, its Raft connection refused until the controller
     /// adds it to the shared membership, then taken; join requests in
@@ -846,27 +873,8 @@ mod tests {
     #[test]
     fn a_non_member_may_only_join_until_it_is_a_member() {
         run(|| async {
-            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-            let addr = listener.local_addr().unwrap().to_string();
             let members: Members = Rc::new(RefCell::new([1, 2, 3].into_iter().collect()));
-            let got = Rc::new(RefCell::new(Vec::new()));
-            let sink = got.clone();
-            let handler: ForwardHandler = Rc::new(|from, bytes: Vec<u8>| {
-                Box::pin(async move {
-                    if bytes == b"slow" {
-                        glommio::timer::sleep(Duration::from_secs(3)).await;
-                    }
-                    Some([format!("join {from}: ").as_bytes(), &bytes].concat())
-                })
-            });
-            glommio::spawn_local(Inbound::serve(
-                listener,
-                2,
-                members.clone(),
-                Handlers::new(Rc::new(move |m: Message| sink.borrow_mut().push(m)), None)
-                    .with_join(handler),
-            ))
-            .detach();
+            let (addr, got) = serve_joins(members.clone());
             let deadline = || crate::clock::monotonic() + Duration::from_secs(5);
             let answer = join(7, 2, &addr, b"10.0.0.7:9093", deadline()).await;
             assert_eq!(answer, Ok(b"join 7: 10.0.0.7:9093".to_vec()));
@@ -916,24 +924,8 @@ mod tests {
     #[test]
     fn a_removed_learner_is_refused_again_except_to_join() {
         run(|| async {
-            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-            let addr = listener.local_addr().unwrap().to_string();
             let members: Members = Rc::new(RefCell::new([1, 2, 3, 7].into_iter().collect()));
-            let got = Rc::new(RefCell::new(Vec::new()));
-            let sink = got.clone();
-            let handler: ForwardHandler = Rc::new(|from, bytes: Vec<u8>| {
-                Box::pin(
-                    async move { Some([format!("join {from}: ").as_bytes(), &bytes].concat()) },
-                )
-            });
-            glommio::spawn_local(Inbound::serve(
-                listener,
-                2,
-                members.clone(),
-                Handlers::new(Rc::new(move |m: Message| sink.borrow_mut().push(m)), None)
-                    .with_join(handler),
-            ))
-            .detach();
+            let (addr, got) = serve_joins(members.clone());
             let learner = Peers::start(7, &[(2, addr.clone())]);
             assert!(learner.send(message(7, 2, 0)));
             wait_until(|| got.borrow().len() == 1).await;
