@@ -3198,6 +3198,25 @@ impl PartitionBudget {
 
 #[cfg(test)]
 mod tests {
+    /// A learner's join names `HOST:PORT` (a port other than 0), at most
+    /// `ADDRESS_BYTES_MAX` bytes; anything else is refused before any
+    /// proposal.
+    #[test]
+    fn a_join_address_is_host_and_port() {
+        assert!(super::valid_address("10.0.0.4:9093"));
+        assert!(super::valid_address("node-4.example:19303"));
+        for bad in [
+            "", "no port", "h:0", ":9093", "h:65536", "h:x", "a b:1", "h\n:1",
+        ] {
+            assert!(!super::valid_address(bad), "{bad:?}");
+        }
+        let long = format!("{}:1", "h".repeat(super::ADDRESS_BYTES_MAX));
+        assert!(!super::valid_address(&long));
+    }
+
+    use super::*;
+    use crate::metadata::{BrokerEndpoint, BrokerRegistration};
+
     /// The learners the leader removes: those whose node is unregistered
     /// by an UnregisterBroker committed after their addition; never one
     /// added after it (a node coming back, not registered yet), nor one
@@ -3229,25 +3248,6 @@ mod tests {
             "unregistered again after it joined"
         );
     }
-
-    /// A learner's join names `HOST:PORT` (a port other than 0), at most
-    /// `ADDRESS_BYTES_MAX` bytes; anything else is refused before any
-    /// proposal.
-    #[test]
-    fn a_join_address_is_host_and_port() {
-        assert!(super::valid_address("10.0.0.4:9093"));
-        assert!(super::valid_address("node-4.example:19303"));
-        for bad in [
-            "", "no port", "h:0", ":9093", "h:65536", "h:x", "a b:1", "h\n:1",
-        ] {
-            assert!(!super::valid_address(bad), "{bad:?}");
-        }
-        let long = format!("{}:1", "h".repeat(super::ADDRESS_BYTES_MAX));
-        assert!(!super::valid_address(&long));
-    }
-
-    use super::*;
-    use crate::metadata::{BrokerEndpoint, BrokerRegistration};
 
     fn heartbeat(node: i32, shards: usize, endpoints: usize) -> ControllerRequest {
         let endpoint = BrokerEndpoint {
