@@ -17,7 +17,13 @@
 //!   preferred election it leads the partition and every record is read
 //!   back from it;
 //! - killed and restarted, it comes back with its log: a topic created while it was
-//!   down is known to it, and it is back in the partition's ISR.
+//!   down is known to it, and it is back in the partition's ISR;
+//! - unregistered with Kafka's `kafka-cluster unregister`, it leaves the
+//!   quorum's membership too (every voter logs it, and DescribeCluster
+//!   lists the voters only): while paused (SIGSTOP), then resumed, it
+//!   notices that no leader talks to it any more, joins the quorum again
+//!   and registers; stopped, then started again, it joins again at its
+//!   start, registers and is listed, and is back in the ISR.
 
 mod common;
 
@@ -191,6 +197,46 @@ fn join_answer(net: &Net, from: u64, address: &str) -> String {
     })
 }
 
+/// Kafka's `kafka-cluster unregister --id 3000`, then every voter applies
+/// the removal of node 3's learner (its `times`th) and DescribeCluster
+/// lists the voters only.
+fn unregister_node3(brokers: &[Broker], times: usize) {
+    let bootstrap = brokers[0].bootstrap();
+    let run = kafka_tool(
+        "kafka-cluster",
+        &[
+            "unregister",
+            "--bootstrap-server",
+            &bootstrap,
+            "--id",
+            "3000",
+        ],
+    );
+    assert!(run.success(), "kafka-cluster unregister failed");
+    for b in &brokers[..VOTERS] {
+        common::wait_for(SETTLE, "every voter to apply the learner's removal", || {
+            (count_lines(b, "metadata quorum: a learner left") == times).then_some(())
+        });
+        assert_eq!(cluster(b), vec![0, 1000, 2000], "DescribeCluster");
+    }
+}
+
+/// Node 3 listed by DescribeCluster on every node again, after its
+/// `additions`th addition to the quorum on every voter.
+fn wait_node3_listed(brokers: &[Broker], additions: usize) {
+    for b in brokers {
+        common::wait_for(SETTLE, "DescribeCluster to list node 3 again", || {
+            (cluster(b) == [0, 1000, 2000, 3000]).then_some(())
+        });
+    }
+    for b in &brokers[..VOTERS] {
+        assert_eq!(
+            count_lines(b, "metadata quorum: a learner joined"),
+            additions
+        );
+    }
+}
+
 fn count_lines(broker: &Broker, needle: &str) -> usize {
     broker
         .stderr_since(0)
@@ -334,6 +380,33 @@ fn a_node_joins_a_running_cluster_as_a_learner_and_takes_a_replica() {
     assert_eq!(
         common::cluster::sorted_values(&brokers[3], TOPIC, written.len(), SETTLE),
         written
+    );
+
+    // Node 3 is paused (SIGSTOP) and unregistered with Kafka's tool: the
+    // quorum's leader removes its learner, which every voter applies.
+    // Resumed, it hears nothing from a leader any more, asks to join again,
+    // is added again and registers.
+    brokers[3].signal("-STOP");
+    unregister_node3(&brokers, 1);
+    brokers[3].signal("-CONT");
+    wait_node3_listed(&brokers, 2);
+    assert!(
+        count_lines(
+            &brokers[3],
+            "hears nothing from a leader; asking to join again"
+        ) >= 1,
+        "the running learner noticed its removal"
+    );
+    // Stopped and unregistered, then started again: it joins again at its
+    // start, registers, and is listed and in sync again.
+    brokers[3].stop();
+    unregister_node3(&brokers, 2);
+    brokers[3].restart();
+    wait_node3_listed(&brokers, 3);
+    wait_listed(
+        &brokers[1],
+        "node 3 back in the ISR after it rejoined",
+        |l| l.isr == [1000, 2000, 3000],
     );
 
     for (i, b) in brokers.iter_mut().enumerate() {

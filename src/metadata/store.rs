@@ -447,10 +447,31 @@ impl MetadataLog {
             .map_err(|e| io::Error::new(io::ErrorKind::NotConnected, e.to_string()))
     }
 
+    /// Proposes removing learner `id` (`quorum`'s module doc). Err
+    /// `NotConnected`: this node does not lead, or `id` is not a learner.
+    /// Whether it was made shows in [`Self::learners`] once committed.
+    pub fn propose_remove_learner(&mut self, id: u64) -> io::Result<()> {
+        self.node
+            .propose_remove_learner(id)
+            .map_err(|e| io::Error::new(io::ErrorKind::NotConnected, e.to_string()))
+    }
+
     /// The learners the committed log has added, with their controller
     /// addresses (Raft ids).
     pub fn learners(&self) -> &std::collections::BTreeMap<u64, String> {
         self.node.learners()
+    }
+
+    /// The index of learner `id`'s addition (0: added before that was
+    /// kept); None when it is not a learner.
+    pub fn learner_added_at(&self, id: u64) -> Option<u64> {
+        self.node.learner_added_at(id)
+    }
+
+    /// Ticks since this node last heard from the quorum's leader (0 while
+    /// it leads).
+    pub fn ticks_without_leader(&self) -> usize {
+        self.node.ticks_without_leader()
     }
 
     /// The Raft ids of the voters (the log's membership).

@@ -160,6 +160,16 @@ struct Member {
     /// with its term. At most one, as requests run one at a time and a
     /// request is not started while an earlier proposal is not applied.
     waiters: BTreeMap<u64, (u64, oneshot::Sender<Result<(), ControllerError>>)>,
+    /// The index of each node's last committed UnregisterBroker, from the
+    /// log, while the node is unregistered: at most one entry per node in
+    /// the image's `retired_epochs` (pruned to it as the image changes).
+    unregistered_at: HashMap<i32, u64>,
+    /// On the leader: the learner whose removal it proposed last, and
+    /// when (another is proposed [`LEARNER_REMOVAL_RETRY`] later at the
+    /// earliest).
+    removal: Option<(u64, Instant)>,
+    /// A learner: whether its join loop ([`Controller::start_join`]) runs.
+    joining: Rc<std::cell::Cell<bool>>,
 }
 
 /// What the member loop is woken with.
@@ -202,6 +212,60 @@ const JOIN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// (and after no answer), doubling up to [`JOIN_RETRY_MAX`].
 const JOIN_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
 const JOIN_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A learner that has heard nothing from the quorum's leader for this many
+/// Raft ticks ([`RAFT_TICK`] each: 10 s) asks to join again: the quorum
+/// may have removed it (its node was unregistered), and a removed learner
+/// is sent nothing. Asking while still a member is answered Joined at once.
+const REJOIN_QUIET_TICKS: usize = 100;
+/// The leader proposes a learner's removal again after this long when the
+/// last proposal did not take (lost with a leader change, or turned into
+/// an empty entry by raft-rs while another membership change was pending).
+const LEARNER_REMOVAL_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Clears a learner's `joining` flag when its join loop ends.
+struct Joining(Rc<std::cell::Cell<bool>>);
+
+impl Drop for Joining {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+/// Notes the index of every UnregisterBroker among `records` (committed,
+/// in log order) in `at`.
+fn note_unregistrations(at: &mut HashMap<i32, u64>, records: &[(u64, MetadataRecord)]) {
+    for (index, record) in records {
+        if let MetadataRecord::UnregisterBroker { node } = record {
+            at.insert(*node, *index);
+        }
+    }
+}
+
+/// The learners (Raft ids) the leader removes from the quorum: those whose
+/// node is unregistered (in the image's `retired_epochs`: an
+/// UnregisterBroker committed and no RegisterBroker since) by an
+/// UnregisterBroker committed after the learner's addition. The rule is a
+/// function of the committed log only, so every leader finds the same
+/// learners (a removal lost with a leader change is proposed again by the
+/// next); and a learner that joined after its node was unregistered (a
+/// node coming back, not registered yet) is never one of them.
+fn learners_to_remove(
+    image: &MetadataImage,
+    unregistered_at: &HashMap<i32, u64>,
+    learners: impl Iterator<Item = (u64, u64)>,
+) -> Vec<u64> {
+    learners
+        .filter(|&(id, added_at)| {
+            let node = id as i64 - 1;
+            i32::try_from(node).is_ok_and(|node| {
+                image.retired_epochs.contains_key(&node)
+                    && unregistered_at.get(&node).is_some_and(|&at| at > added_at)
+            })
+        })
+        .map(|(id, _)| id)
+        .collect()
+}
 
 /// Whether `address` looks like `host:port` (a port other than 0).
 fn valid_address(address: &str) -> bool {
@@ -1398,6 +1462,8 @@ impl Controller {
         let learners = log.learners().clone();
         let applied = log.applied_index();
         *self.log.borrow_mut() = Some(log);
+        let mut unregistered_at = HashMap::new();
+        note_unregistrations(&mut unregistered_at, &records);
         let records: Vec<MetadataRecord> = records.into_iter().map(|(_, r)| r).collect();
         let mut image = apply_all(&MetadataImage::default(), &records);
         // This start leads this node's partitions in a new epoch: one more
@@ -1447,6 +1513,9 @@ impl Controller {
             applied,
             proposed: (0, 0),
             waiters: BTreeMap::new(),
+            unregistered_at,
+            removal: None,
+            joining: Rc::new(std::cell::Cell::new(false)),
         });
         let image = Arc::new(image);
         *self.image.borrow_mut() = image.clone();
@@ -1483,7 +1552,14 @@ impl Controller {
         }) else {
             return;
         };
+        let Some(joining) = self.member.borrow().as_ref().map(|m| m.joining.clone()) else {
+            return;
+        };
+        if joining.replace(true) {
+            return; // asking already
+        }
         glommio::spawn_local(async move {
+            let _done = Joining(joining);
             let mut next = 0usize;
             let mut hint: Option<u64> = None;
             let mut wait = JOIN_RETRY;
@@ -1699,13 +1775,26 @@ impl Controller {
                                 }
                             }
                         }
+                        let mut quiet = 0;
                         if tick {
                             log.tick_member();
+                            quiet = log.ticks_without_leader();
                         }
-                        Ok(log.has_ready())
+                        Ok((log.has_ready(), quiet))
                     })
                     .await;
-                match stepped {
+                if let Some(q) = controller.config.quorum.as_ref().filter(|q| !q.is_voter()) {
+                    if let Ok((_, quiet)) = stepped {
+                        if quiet >= REJOIN_QUIET_TICKS && quiet % REJOIN_QUIET_TICKS == 0 {
+                            tracing::warn!(
+                                quiet_s = quiet as u64 * RAFT_TICK.as_millis() as u64 / 1000,
+                                "metadata quorum: this learner hears nothing from a leader; asking to join again (the quorum may have removed it)"
+                            );
+                            controller.start_join(&ctx, format!("{}:{}", q.listen.0, q.listen.1));
+                        }
+                    }
+                }
+                match stepped.map(|(ready, _)| ready) {
                     Ok(true) => {}
                     Ok(false) => continue,
                     Err(_) => {
@@ -1763,6 +1852,29 @@ impl Controller {
         {
             let mut member = self.member.borrow_mut();
             let member = member.as_mut().expect("several nodes");
+            // Learners the log removed: no longer reached nor let in.
+            let voters: Vec<u64> = self
+                .config
+                .quorum
+                .as_ref()
+                .map(|q| q.voters.iter().map(|v| v.node_id as u64 + 1).collect())
+                .unwrap_or_default();
+            let left: Vec<u64> = member
+                .members
+                .borrow()
+                .iter()
+                .copied()
+                .filter(|id| !voters.contains(id) && !learners.contains_key(id))
+                .collect();
+            for id in left {
+                member.members.borrow_mut().remove(&id);
+                member.peers.remove(id);
+                member.addresses.remove(&id);
+                tracing::info!(
+                    node = id as i64 - 1,
+                    "metadata quorum: a removed learner is no longer reached nor let in"
+                );
+            }
             // Learners the log added: reached, and let in, from now on.
             for (id, address) in learners {
                 if id != member.me && !member.peers.has(id) {
@@ -1776,6 +1888,9 @@ impl Controller {
             }
         }
         let last_record = committed.last().map(|(i, _)| *i);
+        if let Some(m) = self.member.borrow_mut().as_mut() {
+            note_unregistrations(&mut m.unregistered_at, &committed);
+        }
         if let Some(last) = last_record {
             let records: Vec<MetadataRecord> = committed.into_iter().map(|(_, r)| r).collect();
             tracing::debug!(records = ?records, index = last, "metadata quorum: applying committed records");
@@ -1822,8 +1937,65 @@ impl Controller {
                 }
                 Err(e) => tracing::warn!(error = %e, "a new leader's first proposal failed"),
             }
+        } else {
+            self.remove_unregistered_learners().await;
         }
         true
+    }
+
+    /// On the leader, once its term's first proposal is applied: proposes
+    /// the removal of the first learner [`learners_to_remove`] names, at
+    /// most once per [`LEARNER_REMOVAL_RETRY`] (one membership change at a
+    /// time; the next comes once this one is applied).
+    async fn remove_unregistered_learners(&self) {
+        let now = crate::clock::monotonic();
+        if let Some(m) = self.member.borrow_mut().as_mut() {
+            let image = self.image.borrow();
+            m.unregistered_at
+                .retain(|node, _| image.retired_epochs.contains_key(node));
+        }
+        let candidate = {
+            let log = self.log.borrow();
+            let member = self.member.borrow();
+            let (Some(log), Some(m)) = (log.as_ref(), member.as_ref()) else {
+                return;
+            };
+            let started =
+                log.is_leader() && m.proposed.0 == log.term() && m.applied >= m.proposed.1;
+            if !started {
+                return;
+            }
+            let learners = log
+                .learners()
+                .keys()
+                .filter_map(|&id| log.learner_added_at(id).map(|at| (id, at)));
+            learners_to_remove(&self.image.borrow(), &m.unregistered_at, learners)
+                .into_iter()
+                .next()
+                .filter(|&id| {
+                    !m.removal.is_some_and(|(last, when)| {
+                        last == id && now.saturating_duration_since(when) < LEARNER_REMOVAL_RETRY
+                    })
+                })
+        };
+        let Some(id) = candidate else { return };
+        if let Some(m) = self.member.borrow_mut().as_mut() {
+            m.removal = Some((id, now));
+        }
+        match self.on_log(|log| log.propose_remove_learner(id)).await {
+            Ok(()) => {
+                tracing::info!(
+                    node = id as i64 - 1,
+                    "metadata quorum: proposing the removal of an unregistered node's learner"
+                );
+                if let Some(m) = self.member.borrow().as_ref() {
+                    let _ = m.wake.try_send(Inbox::Wake);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(node = id as i64 - 1, error = %e, "metadata quorum: a learner's removal was not proposed")
+            }
+        }
     }
 
     /// The log failed: every waiting request is answered with a storage
@@ -3044,6 +3216,38 @@ mod tests {
 
     use super::*;
     use crate::metadata::{BrokerEndpoint, BrokerRegistration};
+
+    /// The learners the leader removes: those whose node is unregistered
+    /// by an UnregisterBroker committed after their addition; never one
+    /// added after it (a node coming back, not registered yet), nor one
+    /// whose node registered again.
+    #[test]
+    fn only_learners_unregistered_after_their_addition_are_removed() {
+        let mut image = MetadataImage::default();
+        image.retired_epochs.insert(3, 1);
+        image.retired_epochs.insert(4, 1);
+        let unregistered_at: HashMap<i32, u64> = [(3, 50), (4, 50), (5, 50)].into();
+        // Raft ids: node + 1; (id, addition index).
+        let learners = [(4, 10), (5, 60), (6, 10), (7, 10)];
+        assert_eq!(
+            learners_to_remove(&image, &unregistered_at, learners.into_iter()),
+            vec![4],
+            "node 4 joined after its unregistration, node 5 registered again, node 6 never was unregistered"
+        );
+        assert!(
+            learners_to_remove(&image, &unregistered_at, [(u64::MAX, 0)].into_iter()).is_empty()
+        );
+        let mut records = vec![(70, MetadataRecord::UnregisterBroker { node: 4 })];
+        records.push((71, MetadataRecord::TermStart { term: 2 }));
+        let mut at = unregistered_at.clone();
+        note_unregistrations(&mut at, &records);
+        assert_eq!(at[&4], 70);
+        assert_eq!(
+            learners_to_remove(&image, &at, learners.into_iter()),
+            vec![4, 5],
+            "unregistered again after it joined"
+        );
+    }
 
     fn heartbeat(node: i32, shards: usize, endpoints: usize) -> ControllerRequest {
         let endpoint = BrokerEndpoint {

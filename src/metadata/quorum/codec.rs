@@ -212,6 +212,8 @@ pub struct ConfChange {
     pub context: Vec<u8>,
 }
 
+/// `ConfChangeType::RemoveNode`.
+pub const REMOVE_NODE: u64 = 1;
 /// `ConfChangeType::AddLearnerNode`.
 pub const ADD_LEARNER_NODE: u64 = 2;
 
@@ -432,12 +434,62 @@ mod tests {
                 assert_ne!(short, got, "prefix of {n}");
             }
         }
+        // A removal (raft-rs writes no context when it is empty).
+        let removal = [0x12, 0x05, 0x08, 0x01, 0x10, 0xac, 0x02];
+        assert_eq!(
+            conf_change(&removal).unwrap(),
+            ConfChange {
+                transition: 0,
+                changes: vec![(REMOVE_NODE, 300)],
+                context: Vec::new(),
+            }
+        );
         assert!(conf_change(&[0x20, 1]).is_err(), "field 4");
         assert!(conf_change(&[0x12, 0x7f]).is_err(), "a length past the end");
         assert!(conf_change(&[0x08; 11]).is_err());
     }
 
+    /// A protobuf varint, as raft-rs's encoder writes it.
+    fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
     proptest! {
+        /// A single addition or removal, as protobuf writes it (fields
+        /// that hold 0 or nothing left out), reads back.
+        #[test]
+        fn a_single_change_reads_back(
+            kind in 0u64..3,
+            id in any::<u64>(),
+            context in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let mut single = Vec::new();
+            if kind != 0 {
+                single.push(0x08);
+                put_varint(&mut single, kind);
+            }
+            if id != 0 {
+                single.push(0x10);
+                put_varint(&mut single, id);
+            }
+            let mut bytes = vec![0x12];
+            put_varint(&mut bytes, single.len() as u64);
+            bytes.extend_from_slice(&single);
+            if !context.is_empty() {
+                bytes.push(0x1a);
+                put_varint(&mut bytes, context.len() as u64);
+                bytes.extend_from_slice(&context);
+            }
+            prop_assert_eq!(
+                conf_change(&bytes).unwrap(),
+                ConfChange { transition: 0, changes: vec![(kind, id)], context }
+            );
+        }
+
         #[test]
         fn conf_change_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = conf_change(&bytes);

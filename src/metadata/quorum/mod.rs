@@ -31,21 +31,29 @@
 //!
 //! Membership changes: the voters are fixed when the log is created; a
 //! **learner** (Kafka's observer) is added while the quorum runs
-//! (`docs/replication.md` §3.2). The leader proposes a raft-rs
-//! `ConfChangeV2` with one `AddLearnerNode` and the learner's controller
-//! address as its context ([`QuorumNode::propose_add_learner`]); every
-//! member, when the entry commits, checks it (one learner's addition, not
-//! a voter, an address of at most [`ADDRESS_BYTES_MAX`], at most
-//! [`LEARNERS_MAX`] learners, an address not already another learner's),
-//! applies it (`RawNode::apply_conf_change`), writes the new membership
-//! and the learners' addresses to the log's file ([`QuorumNode::learners`]).
-//! A change that fails the check is skipped on every member alike (they
-//! all apply the same entries in the same order). A restart reads the
-//! membership and the addresses back from the file, then replays every
-//! committed entry from index 1 (the log is never compacted), a change
-//! already applied being a no-op. A
-//! learner never votes nor campaigns (raft-rs counts only voters), and
-//! promotion to voter or removal are not built.
+//! (`docs/replication.md` §3.2), and removed again once its node is
+//! unregistered. The leader proposes a raft-rs `ConfChangeV2` with one
+//! `AddLearnerNode` and the learner's controller address as its context
+//! ([`QuorumNode::propose_add_learner`]), or with one `RemoveNode`
+//! ([`QuorumNode::propose_remove_learner`]); every member, when the entry
+//! commits, checks it (one change, not naming a voter; an addition: an
+//! address of at most [`ADDRESS_BYTES_MAX`], at most [`LEARNERS_MAX`]
+//! learners, an address not already another learner's; a removal: of a
+//! current learner), applies it (`RawNode::apply_conf_change`) and writes
+//! the new membership, the learners' addresses and the index of each
+//! learner's addition to the log's file in one record, with the change's
+//! index ([`QuorumNode::learners`], `store`'s `MEMBERSHIP`). A change that
+//! fails the check is skipped on every member alike (they all apply the
+//! same entries in the same order). A restart reads the membership back
+//! from the file, then replays every committed entry from index 1 (the
+//! log is never compacted), passing over the changes at or below the
+//! index the file's membership holds: so the replay gives the membership
+//! applying every change in order gave, never re-adding a learner removed
+//! since. (A file from before that record holds no index; it has only
+//! additions, which are no-ops when already applied.) A learner never
+//! votes nor campaigns (raft-rs counts only voters); promotion to voter
+//! and a voter's removal (Kafka's KIP-853) are not built: a removal
+//! naming a voter is refused by the proposer and skipped by every member.
 
 pub mod codec;
 #[cfg(test)]
@@ -120,6 +128,8 @@ pub struct Progress {
     /// Learners added by the membership changes committed in this step:
     /// (raft id, controller address).
     pub learners_added: Vec<(u64, String)>,
+    /// Learners removed by the membership changes committed in this step.
+    pub learners_removed: Vec<u64>,
 }
 
 /// Why a peer's message was not stepped.
@@ -146,6 +156,10 @@ pub struct QuorumNode<D: RaftDisk> {
     /// The index of the last committed entry handed out (records,
     /// membership changes and empty entries alike).
     applied: u64,
+    /// Ticks since the last message from the leader this node knows of
+    /// (0 while it leads): a learner the quorum removed hears nothing
+    /// any more, and asks to join again after a while (the controller).
+    quiet_ticks: usize,
 }
 
 impl<D: RaftDisk> QuorumNode<D> {
@@ -191,12 +205,24 @@ impl<D: RaftDisk> QuorumNode<D> {
             disk,
             learners,
             applied: 0,
+            quiet_ticks: 0,
         })
     }
 
     /// One timer tick.
     pub fn tick(&mut self) {
         self.raw.tick();
+        self.quiet_ticks = if self.is_leader() {
+            0
+        } else {
+            self.quiet_ticks.saturating_add(1)
+        };
+    }
+
+    /// Ticks since this node last heard from the leader it knows of (0
+    /// while it leads).
+    pub fn ticks_without_leader(&self) -> usize {
+        self.quiet_ticks
     }
 
     /// Starts an election now instead of after an election timeout. A
@@ -231,7 +257,11 @@ impl<D: RaftDisk> QuorumNode<D> {
             return Err(StepError::UnknownPeer(m.from));
         }
         self.plausible(&m)?;
+        let from = m.from;
         self.raw.step(m)?;
+        if from == self.raw.raft.leader_id {
+            self.quiet_ticks = 0;
+        }
         Ok(())
     }
 
@@ -295,10 +325,41 @@ impl<D: RaftDisk> QuorumNode<D> {
         self.raw.propose_conf_change(Vec::new(), cc)
     }
 
+    /// Proposes removing learner `id` (module doc); fails unless this
+    /// node leads and `id` is a learner (a voter is never removed: voter
+    /// changes are not built). Like an addition, it may be turned into an
+    /// empty entry while another change is pending: the caller checks
+    /// [`Self::learners`] and asks again.
+    pub fn propose_remove_learner(&mut self, id: u64) -> Result<(), raft::Error> {
+        if !self.is_leader() {
+            return Err(raft::Error::ProposalDropped);
+        }
+        if !self.store.conf_state().learners.contains(&id) {
+            return Err(raft::Error::NotExists {
+                id,
+                set: "learners",
+            });
+        }
+        let mut single = ConfChangeSingle::default();
+        single.set_change_type(ConfChangeType::RemoveNode);
+        single.node_id = id;
+        let mut cc = ConfChangeV2::default();
+        cc.mut_changes().push(single);
+        self.raw.propose_conf_change(Vec::new(), cc)
+    }
+
     /// The learners added by committed membership changes, with their
     /// controller addresses.
     pub fn learners(&self) -> &std::collections::BTreeMap<u64, String> {
         &self.learners
+    }
+
+    /// The index of learner `id`'s addition (0: added before this was
+    /// kept); None when it is not a learner.
+    pub fn learner_added_at(&self, id: u64) -> Option<u64> {
+        self.learners
+            .contains_key(&id)
+            .then(|| self.store.added().get(&id).copied().unwrap_or(0))
     }
 
     /// The index of the last committed entry handed out by
@@ -419,9 +480,14 @@ impl<D: RaftDisk> QuorumNode<D> {
     }
 
     /// Applies a committed membership change, or skips it (the same way on
-    /// every member) when it is not a learner's addition this code takes
-    /// (module doc). Its new membership is written to the log's file.
+    /// every member) when it is not one this code takes (module doc). Its
+    /// new membership is written to the log's file in one record. A change
+    /// at or below the index that record holds is in it already (a replay
+    /// after a restart) and is passed over.
     fn apply_membership(&mut self, e: &raft::eraftpb::Entry, out: &mut Progress) -> io::Result<()> {
+        if e.index <= self.store.membership_index() {
+            return Ok(());
+        }
         let change = match self.membership_change(&e.data) {
             Ok(change) => change,
             Err(why) => {
@@ -433,11 +499,15 @@ impl<D: RaftDisk> QuorumNode<D> {
                 return Ok(());
             }
         };
-        let Some((id, address)) = change else {
-            return Ok(()); // already applied (a replay after a restart)
+        let Some(change) = change else {
+            return Ok(()); // already applied (a log from before MEMBERSHIP)
+        };
+        let (kind, id) = match change {
+            Change::Add(id, _) => (ConfChangeType::AddLearnerNode, id),
+            Change::Remove(id) => (ConfChangeType::RemoveNode, id),
         };
         let mut single = ConfChangeSingle::default();
-        single.set_change_type(ConfChangeType::AddLearnerNode);
+        single.set_change_type(kind);
         single.node_id = id;
         let mut cc = ConfChangeV2::default();
         cc.mut_changes().push(single);
@@ -448,35 +518,53 @@ impl<D: RaftDisk> QuorumNode<D> {
                 return Ok(());
             }
         };
-        if cs != self.store.conf_state() {
-            self.store.set_conf_state(&cs, &mut self.disk)?;
+        let mut learners = self.learners.clone();
+        let mut added = self.store.added();
+        match &change {
+            Change::Add(id, address) => {
+                learners.insert(*id, address.clone());
+                added.insert(*id, e.index);
+            }
+            Change::Remove(id) => {
+                learners.remove(id);
+                added.remove(id);
+            }
         }
-        let mut addresses = self.learners.clone();
-        addresses.insert(id, address.clone());
-        if addresses != self.store.addresses() {
-            self.store.set_addresses(&addresses, &mut self.disk)?;
+        self.store
+            .set_membership(e.index, &cs, &learners, &added, &mut self.disk)?;
+        self.learners = learners;
+        match change {
+            Change::Add(id, address) => {
+                tracing::info!(
+                    learner = id,
+                    %address,
+                    index = e.index,
+                    "metadata quorum: a learner joined"
+                );
+                out.learners_added.push((id, address));
+            }
+            Change::Remove(id) => {
+                tracing::info!(
+                    learner = id,
+                    index = e.index,
+                    "metadata quorum: a learner left"
+                );
+                out.learners_removed.push(id);
+            }
         }
-        tracing::info!(
-            learner = id,
-            %address,
-            index = e.index,
-            "metadata quorum: a learner joined"
-        );
-        self.learners.insert(id, address.clone());
-        out.learners_added.push((id, address));
         Ok(())
     }
 
-    /// The learner (raft id, address) a committed change adds; Ok(None)
-    /// when it is one already known at that address; Err when it is not
-    /// one this code applies.
-    fn membership_change(&self, data: &[u8]) -> Result<Option<(u64, String)>, &'static str> {
+    /// The change a committed membership change makes; Ok(None) when it
+    /// is the addition of a learner already known at that address; Err
+    /// when it is not one this code applies.
+    fn membership_change(&self, data: &[u8]) -> Result<Option<Change>, &'static str> {
         let cc = codec::conf_change(data).map_err(|_| "it does not decode")?;
         let [(kind, id)] = cc.changes[..] else {
             return Err("not a single change");
         };
-        if kind != codec::ADD_LEARNER_NODE || cc.transition != 0 {
-            return Err("not a learner's addition");
+        if cc.transition != 0 {
+            return Err("not a simple change");
         }
         if id == 0 {
             return Err("node id 0");
@@ -484,6 +572,17 @@ impl<D: RaftDisk> QuorumNode<D> {
         let cs = self.store.conf_state();
         if cs.voters.contains(&id) || cs.voters_outgoing.contains(&id) {
             return Err("the node is a voter");
+        }
+        match kind {
+            codec::ADD_LEARNER_NODE => {}
+            codec::REMOVE_NODE => {
+                return if cs.learners.contains(&id) {
+                    Ok(Some(Change::Remove(id)))
+                } else {
+                    Err("the node to remove is not a learner")
+                };
+            }
+            _ => return Err("neither a learner's addition nor its removal"),
         }
         if cc.context.is_empty() || cc.context.len() > ADDRESS_BYTES_MAX {
             return Err("no address, or one too long");
@@ -501,8 +600,16 @@ impl<D: RaftDisk> QuorumNode<D> {
         if learners >= LEARNERS_MAX {
             return Err("the quorum has the most learners it takes");
         }
-        Ok(Some((id, address)))
+        Ok(Some(Change::Add(id, address)))
     }
+}
+
+/// A membership change this code applies.
+enum Change {
+    /// A learner's addition: raft id, controller address.
+    Add(u64, String),
+    /// A learner's removal.
+    Remove(u64),
 }
 
 /// A node over a `Send` disk can be moved to a blocking thread for its disk

@@ -24,7 +24,8 @@
 //! replays one, `FJORD_QUORUM_SEEDS=<n>` runs n (default 8).
 
 use super::store::mem::MemDisk;
-use super::{codec, QuorumConfig, QuorumNode};
+use super::{codec, QuorumConfig, QuorumNode, LEARNERS_MAX};
+use raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfChangeV2};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
@@ -163,7 +164,8 @@ impl Sim {
         for (_, to, bytes) in due {
             let i = (to - 1) as usize;
             let msg = codec::decode_message(&bytes).expect("the codec reads what it wrote");
-            if let Some(node) = self.nodes[i].as_mut() {
+            // A learner the tests add without running it gets nothing.
+            if let Some(Some(node)) = self.nodes.get_mut(i) {
                 // A message the node refuses (e.g. implausible) is dropped,
                 // as the controller listener will drop it.
                 let _ = node.step(msg);
@@ -730,4 +732,159 @@ fn a_membership_change_this_code_does_not_take_is_skipped_everywhere() {
             i + 1
         );
     }
+}
+
+/// The quorum's leader proposes removing learner `id`; returns the
+/// leader's index.
+fn remove_learner(sim: &mut Sim, id: u64) -> usize {
+    let leader = leader_of(sim);
+    sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .propose_remove_learner(id)
+        .unwrap();
+    leader
+}
+
+/// Reopens voter `i` from everything its disk holds (a clean restart),
+/// replays its log and returns what that first step produced.
+fn reopen(sim: &mut Sim, i: usize) -> super::Progress {
+    let node = sim.nodes[i].take().unwrap();
+    let bytes = node.disk().after_crash(usize::MAX);
+    let disk = MemDisk {
+        synced: bytes.clone(),
+        pending: Vec::new(),
+        syncs: 0,
+    };
+    let mut node = QuorumNode::open(&sim.config[i], disk, &bytes).unwrap();
+    let progress = node.advance().unwrap();
+    sim.nodes[i] = Some(node);
+    sim.applied[i].clear();
+    progress
+}
+
+/// A learner added, then removed (its node unregistered): no voter holds
+/// it in its membership, its address or its file any more; a restart of
+/// every voter replays the whole log from index 1 to the same membership
+/// without applying either change again; the learner can then be added
+/// again and catches up with everything committed meanwhile.
+#[test]
+fn a_removed_learner_leaves_every_member_and_can_come_back() {
+    let mut sim = sim_with_a_learner_outside(14);
+    settle(&mut sim, 400);
+    propose_learner(&mut sim, 4, "10.0.0.4:9093");
+    settle(&mut sim, 300);
+    assert_eq!(
+        sim.nodes[3].as_ref().unwrap().conf_state().learners,
+        vec![4]
+    );
+    remove_learner(&mut sim, 4);
+    settle(&mut sim, 300);
+    let voters_state = |sim: &Sim| {
+        for i in 0..3 {
+            let node = sim.nodes[i].as_ref().unwrap();
+            assert_eq!(node.conf_state().voters, vec![1, 2, 3], "node {}", i + 1);
+            assert!(node.conf_state().learners.is_empty(), "node {}", i + 1);
+            assert!(node.learners().is_empty(), "node {}", i + 1);
+            assert!(node.log().addresses.is_empty(), "node {}", i + 1);
+            assert!(node.log().added.is_empty(), "node {}", i + 1);
+        }
+    };
+    voters_state(&sim);
+    let learners_commit = sim.nodes[3].as_ref().unwrap().commit_index();
+    settle(&mut sim, 200);
+    assert_eq!(
+        sim.nodes[3].as_ref().unwrap().commit_index(),
+        learners_commit,
+        "a removed learner is sent nothing new"
+    );
+    assert!(sim.nodes[leader_of(&sim)].as_ref().unwrap().commit_index() > learners_commit);
+    // Every voter restarts: the membership comes from its file, and the
+    // replay from index 1 applies neither the addition nor the removal
+    // again (nothing joins or leaves, nothing is written).
+    for i in 0..3 {
+        let membership = sim.nodes[i].as_ref().unwrap().log().membership_index;
+        assert!(membership > 0, "node {}", i + 1);
+        let progress = reopen(&mut sim, i);
+        assert!(progress.learners_added.is_empty(), "node {}", i + 1);
+        assert!(progress.learners_removed.is_empty(), "node {}", i + 1);
+        let node = sim.nodes[i].as_ref().unwrap();
+        assert_eq!(node.log().membership_index, membership, "node {}", i + 1);
+    }
+    voters_state(&sim);
+    settle(&mut sim, 400);
+    voters_state(&sim);
+    // The node comes back: added again, it catches up.
+    let leader = propose_learner(&mut sim, 4, "10.0.0.4:9093");
+    settle(&mut sim, 300);
+    sim.proposing = false;
+    settle(&mut sim, 100);
+    let commit = sim.nodes[leader].as_ref().unwrap().commit_index();
+    for (i, node) in sim.nodes.iter().enumerate() {
+        let node = node.as_ref().unwrap();
+        assert_eq!(node.conf_state().learners, vec![4], "node {}", i + 1);
+        assert_eq!(node.commit_index(), commit, "node {} caught up", i + 1);
+    }
+    // The voters restarted (their `applied` starts there); the learner
+    // has every record they applied since, at the same index.
+    for (index, record) in &sim.applied[leader] {
+        assert_eq!(sim.applied[3].get(index), Some(record), "index {index}");
+    }
+}
+
+/// Removing a voter (a demotion or a voter change, not built) is refused
+/// by the proposer, and a committed one is skipped on every member: the
+/// voters stay, and they go on committing.
+#[test]
+fn a_voters_removal_is_skipped_on_every_member() {
+    let mut sim = sim_with_a_learner_outside(15);
+    settle(&mut sim, 400);
+    let leader = leader_of(&sim);
+    let voter = ((leader + 1) % 3 + 1) as u64;
+    let node = sim.nodes[leader].as_mut().unwrap();
+    assert!(node.propose_remove_learner(voter).is_err());
+    let mut single = ConfChangeSingle::default();
+    single.set_change_type(ConfChangeType::RemoveNode);
+    single.node_id = voter;
+    let mut cc = ConfChangeV2::default();
+    cc.mut_changes().push(single);
+    node.raw.propose_conf_change(Vec::new(), cc).unwrap();
+    let before = node.commit_index();
+    settle(&mut sim, 400);
+    for (i, node) in sim.nodes.iter().enumerate().take(3) {
+        let node = node.as_ref().unwrap();
+        assert_eq!(node.conf_state().voters, vec![1, 2, 3], "node {}", i + 1);
+        assert!(node.commit_index() > before + 5, "node {} commits", i + 1);
+    }
+}
+
+/// Learners that come and go never use up the quorum's LEARNERS_MAX: after
+/// more add-and-remove cycles than it, one more learner is added and
+/// catches up.
+#[test]
+fn add_and_remove_cycles_do_not_exhaust_the_learners() {
+    let mut sim = sim_with_a_learner_outside(16);
+    settle(&mut sim, 400);
+    for k in 0..LEARNERS_MAX as u64 + 2 {
+        let id = 10 + k;
+        propose_learner(&mut sim, id, &format!("10.0.1.{k}:9093"));
+        settle(&mut sim, 60);
+        assert!(sim.nodes[0].as_ref().unwrap().learners().contains_key(&id));
+        remove_learner(&mut sim, id);
+        settle(&mut sim, 60);
+        for i in 0..3 {
+            let node = sim.nodes[i].as_ref().unwrap();
+            assert!(node.conf_state().learners.is_empty(), "cycle {k}");
+        }
+    }
+    let leader = propose_learner(&mut sim, 4, "10.0.0.4:9093");
+    settle(&mut sim, 300);
+    sim.proposing = false;
+    settle(&mut sim, 100);
+    let node = sim.nodes[3].as_ref().unwrap();
+    assert_eq!(node.conf_state().learners, vec![4]);
+    assert_eq!(
+        node.commit_index(),
+        sim.nodes[leader].as_ref().unwrap().commit_index()
+    );
 }

@@ -11,7 +11,16 @@
 //! - `ADDRESSES`: the learners' controller addresses (count, then Raft id
 //!   u64 and address bytes each), replacing the old, written after the
 //!   `CONF_STATE` of each learner's addition, so a restart knows where
-//!   every learner listens before it replays anything.
+//!   every learner listens before it replays anything (written by logs
+//!   from before learners could be removed; still read);
+//! - `MEMBERSHIP`: the whole membership after a membership change, in one
+//!   record so that no crash keeps half of it: the index of the change's
+//!   entry, the `ConfState`, the learners' addresses (as `ADDRESSES`) and
+//!   the index of each learner's addition (count, then Raft id u64 and
+//!   index u64 each). A restart starts from it and replays only the
+//!   changes after that index: replaying a change already in it against
+//!   the final membership (an addition whose learner was removed since)
+//!   would not give what applying it in order gave.
 //!
 //! A record is written before raft-rs is told it is stable, and
 //! [`RaftDisk::sync`] makes the writes durable before any message that
@@ -46,6 +55,7 @@ const ENTRIES: i8 = 1;
 const HARD_STATE: i8 = 2;
 const CONF_STATE: i8 = 3;
 const ADDRESSES: i8 = 4;
+const MEMBERSHIP: i8 = 5;
 /// Length and CRC before each record's kind and body.
 const RECORD_HEADER_BYTES: usize = 8;
 /// A record larger than this is damage, not something fjord wrote.
@@ -88,6 +98,12 @@ pub struct Core {
     pub conf_state: ConfState,
     /// Learners' controller addresses, by Raft id.
     pub addresses: std::collections::BTreeMap<u64, String>,
+    /// The index of each learner's addition (0: added before this was
+    /// kept, or configured when the log was created).
+    pub added: std::collections::BTreeMap<u64, u64>,
+    /// The index of the last membership change `conf_state`, `addresses`
+    /// and `added` hold (0: none, or a log from before `MEMBERSHIP`).
+    pub membership_index: u64,
     /// Index and term of the entry just before `entries[0]` (0, 0 for a log
     /// that was never compacted).
     pub offset_index: u64,
@@ -132,6 +148,25 @@ impl Core {
             HARD_STATE => self.hard_state = codec::hard_state(&mut r).map_err(|e| e.to_string())?,
             CONF_STATE => self.conf_state = codec::conf_state(&mut r).map_err(|e| e.to_string())?,
             ADDRESSES => self.addresses = addresses(&mut r).map_err(|e| e.to_string())?,
+            MEMBERSHIP => {
+                let e = |e: crate::protocol::ProtocolError| e.to_string();
+                let index = r.i64("membership index").map_err(e)? as u64;
+                let cs = codec::conf_state(&mut r).map_err(e)?;
+                let addresses = addresses(&mut r)?;
+                let n = r.i32("additions").map_err(e)?;
+                if n < 0 || n as usize > super::LEARNERS_MAX {
+                    return Err(format!("{n} additions"));
+                }
+                let mut added = std::collections::BTreeMap::new();
+                for _ in 0..n {
+                    let id = r.i64("addition id").map_err(e)? as u64;
+                    added.insert(id, r.i64("addition index").map_err(e)? as u64);
+                }
+                self.membership_index = index;
+                self.conf_state = cs;
+                self.addresses = addresses;
+                self.added = added;
+            }
             k => return Err(format!("unknown record kind {k}")),
         }
         if r.remaining() != 0 {
@@ -159,6 +194,16 @@ fn addresses(r: &mut Reader) -> Result<std::collections::BTreeMap<u64, String>, 
         out.insert(id, address);
     }
     Ok(out)
+}
+
+/// The body of an `ADDRESSES` record (and that part of `MEMBERSHIP`).
+fn put_addresses(b: &mut BytesMut, addresses: &std::collections::BTreeMap<u64, String>) {
+    b.put_i32(addresses.len() as i32);
+    for (id, a) in addresses {
+        b.put_u64(*id);
+        b.put_i32(a.len() as i32);
+        b.put_slice(a.as_bytes());
+    }
 }
 
 /// Frames one record.
@@ -351,27 +396,47 @@ impl RaftStore {
         self.set_hard_state(&hs, disk)
     }
 
-    /// Replaces the learners' addresses.
-    pub fn set_addresses(
+    /// Replaces the membership, as the membership change at `index` left
+    /// it, in one `MEMBERSHIP` record.
+    pub fn set_membership(
         &self,
+        index: u64,
+        cs: &ConfState,
         addresses: &std::collections::BTreeMap<u64, String>,
+        added: &std::collections::BTreeMap<u64, u64>,
         disk: &mut impl RaftDisk,
     ) -> io::Result<()> {
-        disk.append(&record(ADDRESSES, |b| {
-            b.put_i32(addresses.len() as i32);
-            for (id, a) in addresses {
+        disk.append(&record(MEMBERSHIP, |b| {
+            b.put_u64(index);
+            codec::put_conf_state(b, cs);
+            put_addresses(b, addresses);
+            b.put_i32(added.len() as i32);
+            for (id, at) in added {
                 b.put_u64(*id);
-                b.put_i32(a.len() as i32);
-                b.put_slice(a.as_bytes());
+                b.put_u64(*at);
             }
         }))?;
-        self.core().addresses = addresses.clone();
+        let mut core = self.core();
+        core.membership_index = index;
+        core.conf_state = cs.clone();
+        core.addresses = addresses.clone();
+        core.added = added.clone();
         Ok(())
     }
 
     /// The learners' addresses as last set.
     pub fn addresses(&self) -> std::collections::BTreeMap<u64, String> {
         self.core().addresses.clone()
+    }
+
+    /// The index of each learner's addition, as last set.
+    pub fn added(&self) -> std::collections::BTreeMap<u64, u64> {
+        self.core().added.clone()
+    }
+
+    /// The index of the last membership change the membership holds.
+    pub fn membership_index(&self) -> u64 {
+        self.core().membership_index
     }
 
     pub fn set_conf_state(&self, cs: &ConfState, disk: &mut impl RaftDisk) -> io::Result<()> {
@@ -558,8 +623,23 @@ mod tests {
         store.set_conf_state(&cs, &mut disk).unwrap();
         let addresses: std::collections::BTreeMap<u64, String> =
             [(4, "10.0.0.4:9093".to_string())].into();
-        store.set_addresses(&addresses, &mut disk).unwrap();
+        // A log from before MEMBERSHIP records wrote the addresses alone.
+        disk.append(&record(ADDRESSES, |b| put_addresses(b, &addresses)))
+            .unwrap();
         store.set_commit(2, &mut disk).unwrap();
+        disk.sync().unwrap();
+        let (core, valid) = load(&disk.synced).unwrap();
+        assert_eq!(valid, disk.synced.len());
+        assert_eq!(core.addresses, addresses);
+        assert_eq!(core.membership_index, 0);
+        // A membership change replaces all of it in one record.
+        cs.learners = vec![5];
+        let addresses: std::collections::BTreeMap<u64, String> =
+            [(5, "10.0.0.5:9093".to_string())].into();
+        let added = [(5, 2)].into();
+        store
+            .set_membership(2, &cs, &addresses, &added, &mut disk)
+            .unwrap();
         disk.sync().unwrap();
         let (core, valid) = load(&disk.synced).unwrap();
         assert_eq!(valid, disk.synced.len());
@@ -568,7 +648,10 @@ mod tests {
         assert_eq!(store.term(2).unwrap(), 2);
         assert_eq!(core.hard_state.commit, 2);
         assert_eq!(core.conf_state.voters, vec![1, 2, 3]);
+        assert_eq!(core.conf_state.learners, vec![5]);
         assert_eq!(core.addresses, addresses);
+        assert_eq!(core.added, added);
+        assert_eq!(core.membership_index, 2);
         let got = store
             .entries(1, 3, None, GetEntriesContext::empty(false))
             .unwrap();

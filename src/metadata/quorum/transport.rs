@@ -50,7 +50,9 @@
 //!   [`JOINS_IN_FLIGHT_MAX`] are served at once (more are closed
 //!   unanswered). The membership the listener checks handshakes against
 //!   is shared with the controller ([`Members`]), which adds a learner
-//!   once its addition commits.
+//!   once its addition commits and takes it out once its removal does
+//!   (its connection is then closed at its next frame, its handshakes
+//!   refused again, and [`Peers::remove`] stops sending to it).
 
 use super::codec;
 use bytes::{BufMut, BytesMut};
@@ -171,7 +173,9 @@ async fn read_frame(stream: &mut TcpStream, max: usize) -> Result<Vec<u8>, Frame
 /// The outbound side: one task and one bounded queue per peer.
 pub struct Peers {
     me: u64,
-    queues: HashMap<u64, LocalSender<Message>>,
+    /// Each peer's queue, and what keeps its sender task going: the task
+    /// ends once it is dropped (also while it cannot connect).
+    queues: HashMap<u64, (LocalSender<Message>, Rc<()>)>,
     dropped: Rc<Cell<u64>>,
 }
 
@@ -203,13 +207,18 @@ impl Peers {
             return;
         }
         let (tx, rx) = local_channel::new_bounded::<Message>(QUEUE_MESSAGES);
-        self.queues.insert(id, tx);
+        let alive = Rc::new(());
+        let running = Rc::downgrade(&alive);
+        self.queues.insert(id, (tx, alive));
         glommio::spawn_local(async move {
             let mut backoff = BACKOFF_MIN;
             // A message taken off the queue whose write failed: sent
             // first on the next connection.
             let mut pending: Option<Message> = None;
             loop {
+                if running.strong_count() == 0 {
+                    return; // removed, or Peers dropped
+                }
                 let connected =
                     match TcpStream::connect_timeout(addr.as_str(), CONNECT_TIMEOUT).await {
                         Ok(mut s) => {
@@ -250,13 +259,20 @@ impl Peers {
         .detach();
     }
 
+    /// Stops the sender task of a peer that left (a removed learner):
+    /// its queue is dropped, its connection closed (or its connecting
+    /// given up) by the task. Nothing when it has none.
+    pub fn remove(&mut self, id: u64) {
+        self.queues.remove(&id);
+    }
+
     /// Queues `m` for `m.to`; false when it was dropped (an unknown peer or
     /// a full queue; Raft retransmits).
     pub fn send(&self, m: Message) -> bool {
         let sent = self
             .queues
             .get(&m.to)
-            .is_some_and(|q| q.try_send(m).is_ok());
+            .is_some_and(|(q, _)| q.try_send(m).is_ok());
         if !sent {
             self.dropped.set(self.dropped.get() + 1);
         }
@@ -515,6 +531,10 @@ impl Inbound {
                     peer: from,
                     got: m.from,
                 };
+            }
+            if !members.borrow().contains(&from) {
+                // A learner removed while connected.
+                return FrameError::Handshake(format!("node {from} is no longer a member"));
             }
             (handlers.deliver)(m);
         }
@@ -819,6 +839,33 @@ mod tests {
         });
     }
 
+    /// Node 2's listener over `members`, its join handler answering
+    /// "join {from}: {request}" (after 3 s for the request "slow"): its
+    /// address and the Raft messages it delivers.
+    fn serve_joins(members: Members) -> (String, Rc<RefCell<Vec<Message>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let got = Rc::new(RefCell::new(Vec::new()));
+        let sink = got.clone();
+        let handler: ForwardHandler = Rc::new(|from, bytes: Vec<u8>| {
+            Box::pin(async move {
+                if bytes == b"slow" {
+                    glommio::timer::sleep(Duration::from_secs(3)).await;
+                }
+                Some([format!("join {from}: ").as_bytes(), &bytes].concat())
+            })
+        });
+        glommio::spawn_local(Inbound::serve(
+            listener,
+            2,
+            members,
+            Handlers::new(Rc::new(move |m: Message| sink.borrow_mut().push(m)), None)
+                .with_join(handler),
+        ))
+        .detach();
+        (addr, got)
+    }
+
     /// A node outside the membership may open a join connection only: its
     /// join is answered, its Raft connection refused until the controller
     /// adds it to the shared membership, then taken; join requests in
@@ -826,27 +873,8 @@ mod tests {
     #[test]
     fn a_non_member_may_only_join_until_it_is_a_member() {
         run(|| async {
-            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-            let addr = listener.local_addr().unwrap().to_string();
             let members: Members = Rc::new(RefCell::new([1, 2, 3].into_iter().collect()));
-            let got = Rc::new(RefCell::new(Vec::new()));
-            let sink = got.clone();
-            let handler: ForwardHandler = Rc::new(|from, bytes: Vec<u8>| {
-                Box::pin(async move {
-                    if bytes == b"slow" {
-                        glommio::timer::sleep(Duration::from_secs(3)).await;
-                    }
-                    Some([format!("join {from}: ").as_bytes(), &bytes].concat())
-                })
-            });
-            glommio::spawn_local(Inbound::serve(
-                listener,
-                2,
-                members.clone(),
-                Handlers::new(Rc::new(move |m: Message| sink.borrow_mut().push(m)), None)
-                    .with_join(handler),
-            ))
-            .detach();
+            let (addr, got) = serve_joins(members.clone());
             let deadline = || crate::clock::monotonic() + Duration::from_secs(5);
             let answer = join(7, 2, &addr, b"10.0.0.7:9093", deadline()).await;
             assert_eq!(answer, Ok(b"join 7: 10.0.0.7:9093".to_vec()));
@@ -885,6 +913,44 @@ mod tests {
             }
             let again = join(31, 2, &addr, b"later", deadline()).await;
             assert_eq!(again, Ok(b"join 31: later".to_vec()));
+        });
+    }
+
+    /// A learner the quorum removed: the controller takes it out of the
+    /// shared membership, and its open Raft connection is closed at its
+    /// next frame (nothing more delivered), a new one refused at the
+    /// handshake; a join is still answered (it may come back). Its sender
+    /// on this side is stopped.
+    #[test]
+    fn a_removed_learner_is_refused_again_except_to_join() {
+        run(|| async {
+            let members: Members = Rc::new(RefCell::new([1, 2, 3, 7].into_iter().collect()));
+            let (addr, got) = serve_joins(members.clone());
+            let learner = Peers::start(7, &[(2, addr.clone())]);
+            assert!(learner.send(message(7, 2, 0)));
+            wait_until(|| got.borrow().len() == 1).await;
+            // Removed: its connection delivers nothing more.
+            members.borrow_mut().remove(&7);
+            assert!(learner.send(message(7, 2, 1)));
+            glommio::timer::sleep(Duration::from_millis(300)).await;
+            assert_eq!(got.borrow().len(), 1);
+            drop(learner);
+            // A new connection is refused at the handshake.
+            let again = Peers::start(7, &[(2, addr.clone())]);
+            assert!(again.send(message(7, 2, 2)));
+            glommio::timer::sleep(Duration::from_millis(300)).await;
+            assert_eq!(got.borrow().len(), 1);
+            drop(again);
+            // Joining is still answered.
+            let deadline = crate::clock::monotonic() + Duration::from_secs(5);
+            let answer = join(7, 2, &addr, b"10.0.0.7:9093", deadline).await;
+            assert_eq!(answer, Ok(b"join 7: 10.0.0.7:9093".to_vec()));
+            // The leader's side: its sender to the learner is stopped.
+            let mut peers = Peers::start(2, &[(7, "127.0.0.1:1".into())]);
+            assert!(peers.has(7));
+            peers.remove(7);
+            assert!(!peers.has(7));
+            assert!(!peers.send(message(2, 7, 0)));
         });
     }
 
