@@ -1466,6 +1466,7 @@ impl Controller {
         note_unregistrations(&mut unregistered_at, &records);
         let records: Vec<MetadataRecord> = records.into_iter().map(|(_, r)| r).collect();
         let mut image = apply_all(&MetadataImage::default(), &records);
+        unregistered_at.retain(|node, _| image.retired_epochs.contains_key(node));
         // This start leads this node's partitions in a new epoch: one more
         // than its last registration's (the image's epoch is this node's
         // own from here on; TermStart records leave it alone).
@@ -1896,6 +1897,12 @@ impl Controller {
             tracing::debug!(records = ?records, index = last, "metadata quorum: applying committed records");
             let next = Arc::new(apply_all(&self.image.borrow(), &records));
             *self.image.borrow_mut() = next.clone();
+            // Only unregistered nodes keep their UnregisterBroker's index
+            // (on every member: any may lead next).
+            if let Some(m) = self.member.borrow_mut().as_mut() {
+                m.unregistered_at
+                    .retain(|node, _| next.retired_epochs.contains_key(node));
+            }
             let deadline = crate::clock::monotonic() + ctx.router.timeout();
             self.broadcast(ctx, next, Some(deadline)).await;
             self.answer_applied(last);
@@ -1949,11 +1956,6 @@ impl Controller {
     /// time; the next comes once this one is applied).
     async fn remove_unregistered_learners(&self) {
         let now = crate::clock::monotonic();
-        if let Some(m) = self.member.borrow_mut().as_mut() {
-            let image = self.image.borrow();
-            m.unregistered_at
-                .retain(|node, _| image.retired_epochs.contains_key(node));
-        }
         let candidate = {
             let log = self.log.borrow();
             let member = self.member.borrow();
