@@ -789,6 +789,7 @@ impl ShardCtx {
                 leader_epoch: p.leader_epoch,
                 partition_epoch: p.partition_epoch,
                 isr: p.isr.clone(),
+                broker_epochs: p.broker_epochs.clone(),
             };
             loop {
                 let outcome = ctx.invoke_controller(request()).await;
