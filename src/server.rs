@@ -411,7 +411,8 @@ async fn shard_main(
             async move {
                 loop {
                     glommio::timer::sleep(Duration::from_millis((lag_max_ms / 2).max(50))).await;
-                    for p in ctx.leading.shrink_proposals() {
+                    let own_epoch = ctx.broker_epoch_in(&ctx.image());
+                    for p in ctx.leading.shrink_proposals(own_epoch) {
                         ctx.alter_isr(p);
                     }
                 }

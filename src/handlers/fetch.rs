@@ -851,7 +851,9 @@ async fn read_all(
                 log_start: w.pos.log_start_offset,
             };
             let me = ctx.config.node_id_of(ctx.shard);
-            let recorded = ctx.leading.record_fetch(state, ps, me, fetch);
+            let recorded = ctx
+                .leading
+                .record_fetch(state, ps, me, fetch, |b| image.live_broker_epoch(b));
             if let Ok(Some(expand)) = &recorded {
                 ctx.alter_isr(expand.clone());
             }

@@ -291,6 +291,17 @@ pub struct BrokerEndpoint {
 }
 
 impl BrokerRegistration {
+    /// The node's broker epoch (Kafka's, KIP-903): its registration's
+    /// leader epoch, one more at every start of the node, so it names the
+    /// process that registered; fjord has no separate broker epoch. A
+    /// follower sends it in every fetch, the leader passes it on in
+    /// AlterPartition, and the controller refuses an ISR member whose
+    /// epoch is not its current registration's (`docs/replication.md`
+    /// §4.3).
+    pub fn broker_epoch(&self) -> i64 {
+        i64::from(self.leader_epoch)
+    }
+
     /// The endpoint for clients of `protocol`'s listener, if it has one.
     pub fn endpoint(&self, protocol: &str) -> Option<&BrokerEndpoint> {
         self.endpoints.iter().find(|e| e.protocol == protocol)
@@ -590,8 +601,17 @@ impl MetadataImage {
     /// Whether broker `broker` is a shard of a live (registered, unfenced)
     /// node.
     pub fn is_live_broker(&self, broker: i32) -> bool {
+        self.live_broker_epoch(broker).is_some()
+    }
+
+    /// The broker epoch ([`BrokerRegistration::broker_epoch`]) of broker
+    /// `broker`'s node when `broker` is a shard of a live (registered,
+    /// unfenced) node; None otherwise. What a replica may join the ISR
+    /// with (Kafka's `isReplicaIsrEligible`).
+    pub fn live_broker_epoch(&self, broker: i32) -> Option<i64> {
         self.live_broker(node_of(broker))
-            .is_some_and(|b| broker >= 0 && shard_of(broker) < b.shards)
+            .filter(|b| broker >= 0 && shard_of(broker) < b.shards)
+            .map(BrokerRegistration::broker_epoch)
     }
 
     /// Picks `count` shards round-robin, starting at `next_shard`.

@@ -152,7 +152,9 @@ pub trait FollowerLog {
 pub struct FetcherConfig {
     /// The follower's broker id (the shard's node id), sent as the replica.
     pub replica_id: i32,
-    /// The follower's broker epoch from its registration, -1 for none.
+    /// The follower's broker epoch (KIP-903: its node's registration's,
+    /// `BrokerRegistration::broker_epoch`) when the fetcher starts, -1 for
+    /// none; [`ReplicaFetcher::set_replica_epoch`] changes it.
     pub replica_epoch: i64,
     /// The leader broker's address (`host:port`).
     pub leader: String,
@@ -198,6 +200,8 @@ pub struct ReplicaFetcher<L: FollowerLog> {
     config: FetcherConfig,
     log: Rc<L>,
     partitions: RefCell<BTreeMap<TopicPartition, Followed>>,
+    /// The broker epoch sent as `ReplicaState.ReplicaEpoch`.
+    replica_epoch: Cell<i64>,
     stats: Cell<FetcherStats>,
     stopped: Cell<bool>,
 }
@@ -205,6 +209,7 @@ pub struct ReplicaFetcher<L: FollowerLog> {
 impl<L: FollowerLog> ReplicaFetcher<L> {
     pub fn new(config: FetcherConfig, log: Rc<L>) -> Rc<Self> {
         Rc::new(ReplicaFetcher {
+            replica_epoch: Cell::new(config.replica_epoch),
             config,
             log,
             partitions: RefCell::new(BTreeMap::new()),
@@ -228,6 +233,14 @@ impl<L: FollowerLog> ReplicaFetcher<L> {
                 delayed_until: None,
             },
         );
+    }
+
+    /// The follower's broker epoch sent from the next fetch on (its node
+    /// registered again, or the image now holds this process's
+    /// registration): the leader takes a follower into the ISR only with
+    /// its current one (KIP-903).
+    pub fn set_replica_epoch(&self, epoch: i64) {
+        self.replica_epoch.set(epoch);
     }
 
     /// Stops fetching `tp`. An answer already in flight for it is dropped.
@@ -390,7 +403,7 @@ impl<L: FollowerLog> ReplicaFetcher<L> {
             req = req.with_replica_state(
                 ReplicaState::default()
                     .with_replica_id(BrokerId(self.config.replica_id))
-                    .with_replica_epoch(self.config.replica_epoch),
+                    .with_replica_epoch(self.replica_epoch.get()),
             );
         } else {
             req = req.with_replica_id(BrokerId(self.config.replica_id));
@@ -642,6 +655,67 @@ mod tests {
         let (len, _, count, problem) = whole_batches(&all, 4);
         assert_eq!((len, count), (0, 0));
         assert!(problem.unwrap().contains("offset 5 where 4"));
+    }
+
+    /// A follower's log that only says where it stands: enough to build
+    /// the fetcher's requests.
+    struct Positions;
+
+    impl FollowerLog for Positions {
+        fn position(&self, _: &TopicPartition) -> Option<FollowerPosition> {
+            Some(FollowerPosition {
+                log_end: 7,
+                last_epoch: 2,
+                log_start: 0,
+                current_leader_epoch: 2,
+            })
+        }
+        fn end_offset_for_epoch(&self, _: &TopicPartition, _: i32) -> Option<(i32, i64)> {
+            None
+        }
+        async fn append(
+            &self,
+            _: &TopicPartition,
+            _: Bytes,
+            _: i64,
+        ) -> Result<(), FollowerLogError> {
+            Ok(())
+        }
+        async fn truncate_to(&self, _: &TopicPartition, _: i64) -> Result<(), FollowerLogError> {
+            Ok(())
+        }
+        async fn restart_at(&self, _: &TopicPartition, _: i64) -> Result<(), FollowerLogError> {
+            Ok(())
+        }
+        async fn leader_offsets(
+            &self,
+            _: &TopicPartition,
+            _: i64,
+            _: i64,
+        ) -> Result<(), FollowerLogError> {
+            Ok(())
+        }
+        fn fetch_error(&self, _: &TopicPartition, _: ResponseError) {}
+    }
+
+    /// KIP-903: the fetch names the follower's broker epoch
+    /// (`ReplicaState.ReplicaEpoch`, v15+), the one it started with and,
+    /// once changed (the node registered again), the new one; before v15
+    /// there is no field for it, only the replica id.
+    #[test]
+    fn a_replica_fetch_names_the_followers_broker_epoch() {
+        let mut config = FetcherConfig::new(2001, "leader:9092".into());
+        config.replica_epoch = 5;
+        let fetcher = ReplicaFetcher::new(config, Rc::new(Positions));
+        fetcher.add(TopicPartition::new("t", 0), [1; 16]);
+        let state = |version: i16| fetcher.request(version).expect("a request").0;
+        let r = state(FETCH_VERSION_MAX).replica_state;
+        assert_eq!((r.replica_id.0, r.replica_epoch), (2001, 5));
+        fetcher.set_replica_epoch(6);
+        let r = state(FETCH_FIRST_REPLICA_STATE_VERSION).replica_state;
+        assert_eq!((r.replica_id.0, r.replica_epoch), (2001, 6));
+        let old = state(FETCH_FIRST_REPLICA_STATE_VERSION - 1);
+        assert_eq!(old.replica_id.0, 2001);
     }
 
     #[test]

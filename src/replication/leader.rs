@@ -38,6 +38,10 @@
 //!   [`LeaderState::expand_candidates`]); the controller commits them
 //!   (AlterPartition) and the new ISR comes back through the metadata
 //!   image ([`LeaderState::set_isr`]). One change is in flight at a time.
+//!   A follower is proposed only when its last fetch named its node's
+//!   current broker epoch (KIP-903, Kafka's `isReplicaIsrEligible`), and
+//!   the proposal carries each member's epoch for the controller to check
+//!   ([`LeaderState::broker_epochs`]).
 
 use std::collections::BTreeMap;
 
@@ -312,9 +316,17 @@ impl LeaderState {
     }
 
     /// Followers outside the ISR that hold everything up to the HW and the
-    /// whole of the previous epochs: the ISR to propose with them, if any
-    /// (and none is in flight).
-    pub fn expand_candidates(&self) -> Option<Vec<i32>> {
+    /// whole of the previous epochs, and whose last fetch came from their
+    /// node's current process: the ISR to propose with them, if any (and
+    /// none is in flight). `live_epoch` is the image's broker epoch of a
+    /// broker whose node is registered and not fenced (None otherwise);
+    /// a follower's last fetch must have named that epoch (Kafka's
+    /// `isReplicaIsrEligible`, KIP-903). A fetch of an older process of
+    /// the node (one in flight when it restarted), or of this process
+    /// before the image has its registration (-1), does not make it
+    /// eligible: its log may have lost what that fetch reported. It is
+    /// proposed at the first fetch of the current process.
+    pub fn expand_candidates(&self, live_epoch: impl Fn(i32) -> Option<i64>) -> Option<Vec<i32>> {
         if self.proposed.is_some() {
             return None;
         }
@@ -322,7 +334,10 @@ impl LeaderState {
             .followers
             .iter()
             .filter(|(id, s)| {
-                !self.isr.contains(id) && s.log_end >= self.high_watermark && self.may_join(s)
+                !self.isr.contains(id)
+                    && s.log_end >= self.high_watermark
+                    && self.may_join(s)
+                    && live_epoch(**id) == Some(s.broker_epoch)
             })
             .map(|(&id, _)| id)
             .collect();
@@ -332,6 +347,22 @@ impl LeaderState {
         let mut isr = self.isr.clone();
         isr.extend(add);
         Some(isr)
+    }
+
+    /// The broker epoch of each member of `isr`, as Kafka's AlterPartition
+    /// v3 sends them (`NewIsrWithEpochs`): a follower's from its last
+    /// fetch (-1 before any), the leader's `own`.
+    pub fn broker_epochs(&self, isr: &[i32], own: i64) -> Vec<(i32, i64)> {
+        isr.iter()
+            .map(|&r| {
+                let epoch = if r == self.leader {
+                    own
+                } else {
+                    self.followers.get(&r).map_or(-1, |s| s.broker_epoch)
+                };
+                (r, epoch)
+            })
+            .collect()
     }
 
     /// An AlterPartition proposing `isr` was sent.
@@ -379,6 +410,14 @@ mod tests {
 
     const LAG: i64 = REPLICA_LAG_TIME_MAX_MS;
 
+    /// Every follower's broker epoch in the image (each node registered
+    /// once, unfenced).
+    const EPOCH: i64 = 7;
+
+    fn current(_: i32) -> Option<i64> {
+        Some(EPOCH)
+    }
+
     /// Leader 1, followers 2 and 3, all in the ISR, min ISR 2, HW 0.
     fn three() -> LeaderState {
         LeaderState::new(1, &[1, 2, 3], &[1, 2, 3], 0, 0, 2, 0)
@@ -387,13 +426,13 @@ mod tests {
     #[test]
     fn the_high_watermark_is_the_smallest_log_end_of_the_isr() {
         let mut s = three();
-        s.record_fetch(2, 10, 0, 10, 1, -1).unwrap();
-        s.record_fetch(3, 7, 0, 10, 1, -1).unwrap();
+        s.record_fetch(2, 10, 0, 10, 1, EPOCH).unwrap();
+        s.record_fetch(3, 7, 0, 10, 1, EPOCH).unwrap();
         assert_eq!(s.advance_high_watermark(10, 1), 7);
         // It never moves back, even if a fetch says less.
-        s.record_fetch(3, 5, 0, 10, 2, -1).unwrap();
+        s.record_fetch(3, 5, 0, 10, 2, EPOCH).unwrap();
         assert_eq!(s.advance_high_watermark(10, 2), 7);
-        s.record_fetch(3, 10, 0, 10, 3, -1).unwrap();
+        s.record_fetch(3, 10, 0, 10, 3, EPOCH).unwrap();
         assert_eq!(s.advance_high_watermark(12, 3), 10);
     }
 
@@ -403,17 +442,17 @@ mod tests {
     #[test]
     fn new_replicas_follow_and_removed_ones_are_forgotten() {
         let mut s = three();
-        s.record_fetch(2, 10, 0, 10, 1, -1).unwrap();
-        s.record_fetch(3, 10, 0, 10, 1, -1).unwrap();
+        s.record_fetch(2, 10, 0, 10, 1, EPOCH).unwrap();
+        s.record_fetch(3, 10, 0, 10, 1, EPOCH).unwrap();
         assert_eq!(s.advance_high_watermark(10, 1), 10);
         s.set_replicas(&[1, 2, 4], 2);
         s.set_isr(&[1, 2]);
         assert!(s.record_fetch(3, 10, 0, 10, 2, -1).is_err());
         assert_eq!(s.follower(2).unwrap().log_end, 10);
-        s.record_fetch(4, 3, 0, 10, 2, -1).unwrap();
-        assert_eq!(s.expand_candidates(), None);
-        s.record_fetch(4, 10, 0, 10, 3, -1).unwrap();
-        assert_eq!(s.expand_candidates(), Some(vec![1, 2, 4]));
+        s.record_fetch(4, 3, 0, 10, 2, EPOCH).unwrap();
+        assert_eq!(s.expand_candidates(current), None);
+        s.record_fetch(4, 10, 0, 10, 3, EPOCH).unwrap();
+        assert_eq!(s.expand_candidates(current), Some(vec![1, 2, 4]));
     }
 
     #[test]
@@ -421,11 +460,12 @@ mod tests {
         let mut s = three().with_lag_max_ms(100);
         // Each fetch asks for the leader's end as of the previous fetch.
         let mut leader_end = 10;
-        s.record_fetch(2, 10, 0, leader_end, 0, -1).unwrap();
+        s.record_fetch(2, 10, 0, leader_end, 0, EPOCH).unwrap();
         for t in 1..50 {
             let asked = leader_end;
             leader_end += 5;
-            s.record_fetch(2, asked, 0, leader_end, t * 60, -1).unwrap();
+            s.record_fetch(2, asked, 0, leader_end, t * 60, EPOCH)
+                .unwrap();
             assert!(s.follower(2).unwrap().caught_up(leader_end, t * 60, 100));
         }
         // One that stops fetching falls out after the lag.
@@ -439,8 +479,8 @@ mod tests {
     #[test]
     fn an_isr_member_that_lags_is_proposed_for_removal_and_counts_until_committed() {
         let mut s = three();
-        s.record_fetch(2, 10, 0, 10, 0, -1).unwrap();
-        s.record_fetch(3, 4, 0, 10, 0, -1).unwrap();
+        s.record_fetch(2, 10, 0, 10, 0, EPOCH).unwrap();
+        s.record_fetch(3, 4, 0, 10, 0, EPOCH).unwrap();
         assert_eq!(s.shrink_candidates(10, LAG), None, "within the lag");
         let shrunk = s.shrink_candidates(10, LAG + 1).expect("3 lags");
         assert_eq!(shrunk, vec![1, 2]);
@@ -458,14 +498,14 @@ mod tests {
     #[test]
     fn a_member_taken_out_of_the_isr_stops_holding_the_high_watermark() {
         let mut s = three();
-        s.record_fetch(2, 10, 0, 10, 0, -1).unwrap();
-        s.record_fetch(3, 10, 0, 10, 0, -1).unwrap();
+        s.record_fetch(2, 10, 0, 10, 0, EPOCH).unwrap();
+        s.record_fetch(3, 10, 0, 10, 0, EPOCH).unwrap();
         assert_eq!(s.advance_high_watermark(10, 0), 10);
         s.set_isr(&[1, 2]);
-        s.record_fetch(2, 15, 0, 15, 1, -1).unwrap();
+        s.record_fetch(2, 15, 0, 15, 1, EPOCH).unwrap();
         assert_eq!(s.advance_high_watermark(15, 1), 15, "3 does not count");
-        s.record_fetch(3, 15, 0, 20, 2, -1).unwrap();
-        s.record_fetch(2, 18, 0, 20, 2, -1).unwrap();
+        s.record_fetch(3, 15, 0, 20, 2, EPOCH).unwrap();
+        s.record_fetch(2, 18, 0, 20, 2, EPOCH).unwrap();
         assert_eq!(
             s.advance_high_watermark(20, 2),
             15,
@@ -477,10 +517,10 @@ mod tests {
     fn below_min_isr_the_high_watermark_stands_still_and_acks_all_is_refused() {
         let mut s = LeaderState::new(1, &[1, 2, 3], &[1], 0, 5, 2, 0);
         assert!(!s.enough_replicas_for_acks_all());
-        s.record_fetch(2, 9, 0, 9, 0, -1).unwrap();
+        s.record_fetch(2, 9, 0, 9, 0, EPOCH).unwrap();
         assert_eq!(s.advance_high_watermark(9, 0), 5, "KIP-966");
         // 2 caught up to the HW: it may join.
-        assert_eq!(s.expand_candidates(), Some(vec![1, 2]));
+        assert_eq!(s.expand_candidates(current), Some(vec![1, 2]));
         s.propose(vec![1, 2]);
         s.set_isr(&[1, 2]);
         assert!(s.enough_replicas_for_acks_all());
@@ -496,17 +536,17 @@ mod tests {
     #[test]
     fn a_caught_up_follower_about_to_join_holds_the_high_watermark() {
         let mut s = LeaderState::new(1, &[1, 2, 3], &[1, 2], 0, 0, 1, 0);
-        s.record_fetch(2, 10, 0, 10, 0, -1).unwrap();
-        s.record_fetch(3, 6, 0, 10, 0, -1).unwrap();
+        s.record_fetch(2, 10, 0, 10, 0, EPOCH).unwrap();
+        s.record_fetch(3, 6, 0, 10, 0, EPOCH).unwrap();
         // 3 was caught up at its previous fetch (none yet): not caught up,
         // so the HW goes by the ISR alone.
         assert_eq!(s.advance_high_watermark(10, LAG + 1), 10);
         let mut s = LeaderState::new(1, &[1, 2, 3], &[1, 2], 0, 0, 1, 0);
-        s.record_fetch(2, 10, 0, 10, 0, -1).unwrap();
-        s.record_fetch(3, 10, 0, 10, 0, -1).unwrap();
-        s.record_fetch(3, 10, 0, 12, 1, -1).unwrap();
+        s.record_fetch(2, 10, 0, 10, 0, EPOCH).unwrap();
+        s.record_fetch(3, 10, 0, 10, 0, EPOCH).unwrap();
+        s.record_fetch(3, 10, 0, 12, 1, EPOCH).unwrap();
         // 3 is caught up (within the lag) and may join: the HW waits for it.
-        s.record_fetch(2, 12, 0, 12, 1, -1).unwrap();
+        s.record_fetch(2, 12, 0, 12, 1, EPOCH).unwrap();
         assert_eq!(s.advance_high_watermark(12, 1), 10);
     }
 
@@ -514,10 +554,31 @@ mod tests {
     fn a_follower_joins_only_once_it_holds_the_previous_epochs() {
         // The leader's epoch started at 20; the HW is 15 (behind it).
         let mut s = LeaderState::new(1, &[1, 2], &[1], 20, 15, 1, 0);
-        s.record_fetch(2, 16, 0, 25, 0, -1).unwrap();
-        assert_eq!(s.expand_candidates(), None);
-        s.record_fetch(2, 20, 0, 25, 1, -1).unwrap();
-        assert_eq!(s.expand_candidates(), Some(vec![1, 2]));
+        s.record_fetch(2, 16, 0, 25, 0, EPOCH).unwrap();
+        assert_eq!(s.expand_candidates(current), None);
+        s.record_fetch(2, 20, 0, 25, 1, EPOCH).unwrap();
+        assert_eq!(s.expand_candidates(current), Some(vec![1, 2]));
+    }
+
+    /// KIP-903: a caught-up follower joins only on a fetch that names its
+    /// node's current broker epoch. One whose last fetch came from an
+    /// older process of its node (stale epoch), or from a process the
+    /// image has no registration of yet (-1), or whose node is fenced or
+    /// not registered, is not proposed; a fetch with the current epoch
+    /// makes it eligible, and the proposal carries each member's epoch.
+    #[test]
+    fn a_follower_joins_only_with_its_current_broker_epoch() {
+        let mut s = LeaderState::new(1, &[1, 2], &[1], 0, 10, 1, 0);
+        let image = |id: i32| (id == 2).then_some(EPOCH);
+        s.record_fetch(2, 10, 0, 10, 0, EPOCH - 1).unwrap();
+        assert!(s.follower(2).unwrap().caught_up(10, 0, LAG));
+        assert_eq!(s.expand_candidates(image), None, "a stale epoch");
+        s.record_fetch(2, 10, 0, 10, 1, -1).unwrap();
+        assert_eq!(s.expand_candidates(image), None, "not registered yet");
+        s.record_fetch(2, 10, 0, 10, 2, EPOCH).unwrap();
+        assert_eq!(s.expand_candidates(|_| None), None, "fenced");
+        assert_eq!(s.expand_candidates(image), Some(vec![1, 2]));
+        assert_eq!(s.broker_epochs(&[1, 2], 3), vec![(1, 3), (2, EPOCH)]);
     }
 
     /// The low watermark is the least log start of the leader and every
@@ -528,12 +589,12 @@ mod tests {
         let mut s = three();
         let all = |_: i32| true;
         assert_eq!(s.low_watermark(5, all), -1, "no follower fetched yet");
-        s.record_fetch(2, 10, 5, 10, 1, -1).unwrap();
+        s.record_fetch(2, 10, 5, 10, 1, EPOCH).unwrap();
         assert_eq!(s.low_watermark(5, all), -1, "3 has not fetched");
-        s.record_fetch(3, 10, 3, 10, 1, -1).unwrap();
+        s.record_fetch(3, 10, 3, 10, 1, EPOCH).unwrap();
         assert_eq!(s.low_watermark(5, all), 3);
         assert_eq!(s.low_watermark(2, all), 2, "the leader's counts too");
-        s.record_fetch(3, 10, 7, 10, 2, -1).unwrap();
+        s.record_fetch(3, 10, 7, 10, 2, EPOCH).unwrap();
         assert_eq!(s.low_watermark(8, all), 5, "2 still at 5");
         assert_eq!(s.low_watermark(8, |r| r != 2), 7, "2 is not live");
         assert_eq!(s.low_watermark(8, |r| r == 1), 8, "the leader alone");
@@ -543,7 +604,7 @@ mod tests {
     fn an_unassigned_replica_is_refused() {
         let mut s = three();
         assert_eq!(
-            s.record_fetch(9, 0, 0, 10, 0, -1),
+            s.record_fetch(9, 0, 0, 10, 0, EPOCH),
             Err(FetchRecordError::NotAssigned(9))
         );
     }

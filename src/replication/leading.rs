@@ -100,6 +100,11 @@ pub struct IsrProposal {
     pub leader_epoch: i32,
     pub partition_epoch: i32,
     pub isr: Vec<i32>,
+    /// Each member's broker epoch as this leader last saw it in its
+    /// fetches (its own: its registration's), Kafka's `NewIsrWithEpochs`:
+    /// the controller refuses a new member whose epoch is not its node's
+    /// current registration's (KIP-903).
+    pub broker_epochs: Vec<(i32, i64)>,
 }
 
 /// The replicated partitions a shard leads (module doc).
@@ -199,13 +204,17 @@ impl Leading {
     /// allow, into the log. A replica not assigned the partition is
     /// refused.
     /// Returns the ISR expansion to propose, when the fetch made a
-    /// follower eligible to join (Kafka's `maybeExpandIsr`).
+    /// follower eligible to join (Kafka's `maybeExpandIsr`). `live_epoch`
+    /// is the image's broker epoch of a broker of a live node
+    /// (`MetadataImage::live_broker_epoch`): a follower joins only with a
+    /// fetch that named it ([`LeaderState::expand_candidates`]).
     pub fn record_fetch(
         &self,
         p: &Partition,
         ps: &PartitionState,
         me: i32,
         fetch: FollowerFetch,
+        live_epoch: impl Fn(i32) -> Option<i64>,
     ) -> Result<Option<IsrProposal>, FetchRecordError> {
         let (tp, log) = (&p.tp, &p.log);
         let leader_end = log.written_offset().0;
@@ -221,10 +230,11 @@ impl Leading {
                 fetch.broker_epoch,
             )?;
             let hw = s.advance_high_watermark(leader_end, now);
-            let expand = s.expand_candidates();
-            if let Some(isr) = &expand {
+            let expand = s.expand_candidates(&live_epoch).map(|isr| {
                 s.propose(isr.clone());
-            }
+                let epochs = s.broker_epochs(&isr, live_epoch(me).unwrap_or(-1));
+                (isr, epochs)
+            });
             let moved = before != Some(fetch.log_start);
             Ok::<_, FetchRecordError>((hw, expand, moved))
         })?;
@@ -233,12 +243,13 @@ impl Leading {
         }
         let now_hw = log.set_high_watermark(Offset(hw));
         tracing::trace!(partition = %tp, replica = fetch.replica, fetch_offset = fetch.fetch_offset, leader_end, state_hw = hw, log_hw = now_hw.0, "follower fetch recorded");
-        Ok(expand.map(|isr| IsrProposal {
+        Ok(expand.map(|(isr, broker_epochs)| IsrProposal {
             tp: tp.clone(),
             topic_id: p.topic_id,
             leader_epoch: ps.leader_epoch,
             partition_epoch: ps.partition_epoch,
             isr,
+            broker_epochs,
         }))
     }
 
@@ -270,7 +281,10 @@ impl Leading {
     /// half `replica.lag.time.max.ms`): members that have not caught up
     /// for that long, one proposal per partition at a time. Every HW is
     /// moved first (the ISR may have changed since the last fetch).
-    pub fn shrink_proposals(&self) -> Vec<IsrProposal> {
+    /// `own_epoch` is this leader's broker epoch (-1: not registered), sent
+    /// with the members' (the controller checks only members a change
+    /// adds, so a shrink's are not checked).
+    pub fn shrink_proposals(&self, own_epoch: i64) -> Vec<IsrProposal> {
         let now = crate::clock::now_ms();
         let mut out = Vec::new();
         for (tp, l) in self.led.borrow_mut().iter_mut() {
@@ -283,6 +297,7 @@ impl Leading {
                     topic_id: l.topic_id,
                     leader_epoch: l.leader_epoch,
                     partition_epoch: l.partition_epoch,
+                    broker_epochs: l.state.broker_epochs(&isr, own_epoch),
                     isr,
                 });
             }
@@ -618,10 +633,53 @@ mod tests {
                     log_start: 0,
                 };
                 leading
-                    .record_fetch(&p, &ps, ME, fetch)
+                    .record_fetch(&p, &ps, ME, fetch, |_| Some(0))
                     .expect("the follower's fetch");
                 assert!(p.log.high_watermark().0 > at.0);
                 assert_eq!(wait.await, Ok(()));
+            }
+            .boxed_local()
+        });
+    }
+
+    /// KIP-903 at the fetch: a caught-up follower outside the ISR whose
+    /// fetch names a stale broker epoch (an older process of its node),
+    /// or none (-1) while the image has its node's registration, is not
+    /// proposed; its next fetch with the current epoch is, and the
+    /// proposal carries each member's epoch for the controller.
+    #[test]
+    fn a_follower_is_proposed_only_with_its_current_broker_epoch() {
+        use futures::FutureExt;
+        run(|path| {
+            async move {
+                let tp = TopicPartition::new("t", 0);
+                let p = partition(&path, &tp).await;
+                let leading = Leading::default();
+                let ps = PartitionState {
+                    isr: vec![ME],
+                    ..state(3, &[ME, FOLLOWER])
+                };
+                p.log.become_leader(3).expect("leader");
+                leading.refresh(&p, &ps, ME);
+                let image = |b: i32| Some(if b == ME { 4 } else { 9 });
+                let fetch = |broker_epoch: i64| FollowerFetch {
+                    replica: FOLLOWER,
+                    broker_epoch,
+                    fetch_offset: p.log.log_end_offset().0,
+                    log_start: 0,
+                };
+                for stale in [8, -1] {
+                    let proposed = leading
+                        .record_fetch(&p, &ps, ME, fetch(stale), image)
+                        .expect("recorded");
+                    assert_eq!(proposed, None, "epoch {stale}");
+                }
+                let proposed = leading
+                    .record_fetch(&p, &ps, ME, fetch(9), image)
+                    .expect("recorded")
+                    .expect("proposed with the current epoch");
+                assert_eq!(proposed.isr, vec![ME, FOLLOWER]);
+                assert_eq!(proposed.broker_epochs, vec![(ME, 4), (FOLLOWER, 9)]);
             }
             .boxed_local()
         });

@@ -350,6 +350,10 @@ struct Running {
 pub struct ReplicaManager {
     /// This shard's broker id, sent as the replica id.
     replica_id: i32,
+    /// This process's broker epoch (KIP-903), sent by every fetcher: -1
+    /// until the image holds this process's registration
+    /// ([`Self::set_broker_epoch`]).
+    broker_epoch: Cell<i64>,
     followers: Rc<Followers>,
     /// By leader broker id.
     fetchers: RefCell<BTreeMap<i32, Running>>,
@@ -365,11 +369,24 @@ impl ReplicaManager {
     pub fn new(replica_id: i32) -> ReplicaManager {
         ReplicaManager {
             replica_id,
+            broker_epoch: Cell::new(-1),
             followers: Rc::default(),
             fetchers: RefCell::default(),
             warned: RefCell::default(),
             tasks: Rc::default(),
             backoff: super::fetcher::FETCH_BACKOFF,
+        }
+    }
+
+    /// This process's broker epoch from the image just applied (its
+    /// registration's, -1 before it has one): every running fetcher sends
+    /// it from its next fetch on, as the fetchers started later do. A node
+    /// that registers again (a new registration) fetches with the new one.
+    pub fn set_broker_epoch(&self, epoch: i64) {
+        if self.broker_epoch.replace(epoch) != epoch {
+            for r in self.fetchers.borrow().values() {
+                r.fetcher.set_replica_epoch(epoch);
+            }
         }
     }
 
@@ -502,6 +519,7 @@ impl ReplicaManager {
         };
         let mut config = FetcherConfig::new(self.replica_id, address.clone());
         config.backoff = self.backoff;
+        config.replica_epoch = self.broker_epoch.get();
         let fetcher = ReplicaFetcher::new(config, Rc::new(self.followers.view(leader)));
         tracing::info!(leader, %address, replica = self.replica_id, "replica fetcher starts");
         let tasks = self.tasks.clone();

@@ -204,6 +204,9 @@ enum Msg {
 struct FetchReq {
     id: u64,
     replica: i32,
+    /// The follower's broker epoch: its registration's once its image
+    /// holds this process's, else -1 (`ShardCtx::broker_epoch_in`).
+    broker_epoch: i64,
     current_leader_epoch: i32,
     fetch_offset: i64,
     last_fetched_epoch: i32,
@@ -331,6 +334,16 @@ impl Node {
             .brokers
             .get(&(i as i32 + 1))
             .is_some_and(|b| b.registration.incarnation == self.incarnation(i))
+    }
+
+    /// This process's broker epoch in the node's image (-1 until the
+    /// image holds its registration).
+    fn broker_epoch(&self, i: usize) -> i64 {
+        self.image
+            .brokers
+            .get(&(i as i32 + 1))
+            .filter(|b| b.registration.incarnation == self.incarnation(i))
+            .map_or(-1, |b| b.registration.broker_epoch())
     }
 
     fn state(&self) -> Option<PartitionState> {
@@ -992,6 +1005,7 @@ impl Sim {
                 leader_epoch: p.leader_epoch,
                 partition_epoch: p.partition_epoch,
                 isr: p.isr.clone(),
+                broker_epochs: p.broker_epochs.clone(),
             };
             plan_alter_partition(&node.image, &self.config, &change)
         });
@@ -1059,11 +1073,14 @@ impl Sim {
         }
         let fetch = FollowerFetch {
             replica: req.replica,
-            broker_epoch: -1,
+            broker_epoch: req.broker_epoch,
             fetch_offset: req.fetch_offset,
             log_start: req.log_start,
         };
-        match leading.record_fetch(&p, &state, me, fetch) {
+        let recorded = leading.record_fetch(&p, &state, me, fetch, |b| {
+            self.nodes[i].image.live_broker_epoch(b)
+        });
+        match recorded {
             Ok(Some(expand)) => self.send_alter(i, expand),
             Ok(None) => {}
             Err(_) => {
@@ -1214,6 +1231,7 @@ impl Sim {
         if let Some(p) = again {
             self.send_alter(i, p);
         }
+        let own_epoch = self.nodes[i].broker_epoch(i);
         let node = &mut self.nodes[i];
         let Some(live) = node.live.as_mut() else {
             return;
@@ -1231,7 +1249,7 @@ impl Sim {
             }
         }
         let proposals = if step % SHRINK_EVERY == 0 {
-            live.leading.shrink_proposals()
+            live.leading.shrink_proposals(own_epoch)
         } else {
             Vec::new()
         };
@@ -1242,6 +1260,7 @@ impl Sim {
             let req = FetchReq {
                 id,
                 replica: broker(i),
+                broker_epoch: self.nodes[i].broker_epoch(i),
                 current_leader_epoch: pos.current_leader_epoch,
                 fetch_offset: pos.log_end,
                 last_fetched_epoch: pos.last_epoch,

@@ -294,10 +294,15 @@ const FORWARDED_TIMEOUT_MAX: std::time::Duration = std::time::Duration::from_sec
 fn forwardable(request: &ControllerRequest, from: u64) -> Result<(), &'static str> {
     match request {
         ControllerRequest::FenceBrokers { .. } => Err("a FenceBrokers"),
-        ControllerRequest::AlterPartition { broker, isr, .. } => {
+        ControllerRequest::AlterPartition {
+            broker,
+            isr,
+            broker_epochs,
+            ..
+        } => {
             if i64::from(node_of(*broker)) + 1 != from as i64 {
                 Err("an AlterPartition for another node's broker")
-            } else if isr.len() > REPLICAS_MAX {
+            } else if isr.len() > REPLICAS_MAX || broker_epochs.len() > REPLICAS_MAX {
                 Err("an AlterPartition with too many replicas")
             } else {
                 Ok(())
@@ -712,6 +717,7 @@ impl Controller {
                 leader_epoch,
                 partition_epoch,
                 isr,
+                broker_epochs,
             } => {
                 let change = AlterPartition {
                     broker,
@@ -720,6 +726,7 @@ impl Controller {
                     leader_epoch,
                     partition_epoch,
                     isr,
+                    broker_epochs,
                 };
                 let planned = plan_alter_partition(&next, &self.config, &change);
                 let (record, state) = match planned {
@@ -2587,6 +2594,19 @@ pub(super) struct AlterPartition {
     pub(super) leader_epoch: i32,
     pub(super) partition_epoch: i32,
     pub(super) isr: Vec<i32>,
+    /// Each member's broker epoch as the leader saw it; a member not
+    /// named is -1 (not checked).
+    pub(super) broker_epochs: Vec<(i32, i64)>,
+}
+
+impl AlterPartition {
+    /// The broker epoch the leader gave for ISR member `broker`, -1 if none.
+    fn broker_epoch(&self, broker: i32) -> i64 {
+        self.broker_epochs
+            .iter()
+            .find(|(b, _)| *b == broker)
+            .map_or(-1, |(_, e)| *e)
+    }
 }
 
 /// Kafka's checks of an AlterPartition (`ReplicationControlManager`), in
@@ -2594,7 +2614,11 @@ pub(super) struct AlterPartition {
 /// epoch bumped; under KIP-966, while the ISR is below
 /// `min.insync.replicas` the members it loses join the eligible leader
 /// replicas, and once it is back at the minimum the ELR empties. None when
-/// the ISR asked for is the ISR already (nothing to log).
+/// the ISR asked for is the ISR already (nothing to log). KIP-903: a member
+/// the change adds must come with its node's current broker epoch (the
+/// leader's from that member's last fetch; -1 is not checked, as Kafka's
+/// controller skips it): one from an older process of the node (a restart
+/// that may have lost what it fetched) is INELIGIBLE_REPLICA.
 pub(super) fn plan_alter_partition(
     image: &MetadataImage,
     config: &crate::config::BrokerConfig,
@@ -2639,6 +2663,16 @@ pub(super) fn plan_alter_partition(
             return Err(ControllerError::IneligibleReplica(format!(
                 "Broker {r} is not an assigned, live replica of the partition."
             )));
+        }
+        let given = change.broker_epoch(r);
+        if !leader_itself && !current.isr.contains(&r) && given >= 0 {
+            let now = image.live_broker_epoch(r).unwrap_or(-1);
+            if given != now {
+                return Err(ControllerError::IneligibleReplica(format!(
+                    "Partition {}-{} cannot add replica {r} to the ISR: its broker epoch {given} is stale (its current registration's is {now}).",
+                    topic.name, change.partition
+                )));
+            }
         }
     }
     if isr == current.isr {
@@ -3353,6 +3387,81 @@ mod tests {
             leader_epoch: epochs.0,
             partition_epoch: epochs.1,
             isr: isr.to_vec(),
+            broker_epochs: Vec::new(),
+        }
+    }
+
+    /// KIP-903: an AlterPartition that adds a member with a broker epoch
+    /// that is not its node's current registration's (a fetch of the
+    /// node's previous process) is INELIGIBLE_REPLICA and changes nothing;
+    /// with the current epoch, or -1 (not checked, as an older node's
+    /// request that names none), it is made. Members already in the ISR
+    /// are not checked. A forwarded request without the epochs (an older
+    /// node's) still decodes, with none.
+    #[test]
+    fn alter_partition_refuses_a_new_member_with_a_stale_broker_epoch() {
+        let config = crate::config::ServeArgs::default().resolve().unwrap();
+        let (image, id) = replicated(false);
+        let plan =
+            |image: &MetadataImage, a: &AlterPartition| plan_alter_partition(image, &config, a);
+        // The ISR shrinks to 1000 and 2000: 3000 is the one to add back.
+        let (record, _) = plan(&image, &alter(id, 1000, (0, 0), &[1000, 2000]))
+            .unwrap()
+            .unwrap();
+        // Node 3 restarted: its registration is its fifth start's.
+        let ControllerRequest::BrokerHeartbeat { mut registration } = heartbeat(3, 1, 1) else {
+            unreachable!()
+        };
+        registration.leader_epoch = 5;
+        let image = image
+            .apply(&record)
+            .apply(&MetadataRecord::RegisterBroker { registration });
+        let epoch = |node: i32| image.brokers[&node].registration.broker_epoch();
+        assert_eq!(epoch(3), 5);
+        let with = |epochs: Vec<(i32, i64)>| AlterPartition {
+            broker_epochs: epochs,
+            ..alter(id, 1000, (0, 1), &[1000, 2000, 3000])
+        };
+        let stale = with(vec![
+            (1000, epoch(1)),
+            (2000, epoch(2)),
+            (3000, epoch(3) - 1),
+        ]);
+        match plan(&image, &stale) {
+            Err(ControllerError::IneligibleReplica(m)) => {
+                assert!(m.contains("replica 3000") && m.contains("stale"), "{m}")
+            }
+            other => panic!("a stale epoch: {other:?}"),
+        }
+        assert_eq!(
+            crate::handlers::errors::controller(&plan(&image, &stale).unwrap_err()),
+            kafka_protocol::ResponseError::IneligibleReplica.code()
+        );
+        let state = image.topic("r").unwrap().replica_state(0).unwrap();
+        assert_eq!(
+            (state.isr.clone(), state.partition_epoch),
+            (vec![1000, 2000], 1)
+        );
+        // A stale epoch of a member already in the ISR is not checked.
+        let current = with(vec![(1000, -1), (2000, epoch(2) - 1), (3000, epoch(3))]);
+        let (_, state) = plan(&image, &current).unwrap().unwrap();
+        assert_eq!(
+            (state.isr, state.partition_epoch),
+            (vec![1000, 2000, 3000], 2)
+        );
+        for unchecked in [vec![(3000, -1)], vec![]] {
+            let (_, state) = plan(&image, &with(unchecked)).unwrap().unwrap();
+            assert_eq!(state.isr, vec![1000, 2000, 3000]);
+        }
+        // An older node's forwarded request, without the epochs.
+        let older = r#"{"AlterPartition":{"broker":1000,"topic_id":[7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7],"partition":0,"leader_epoch":0,"partition_epoch":1,"isr":[1000,2000,3000]}}"#;
+        match serde_json::from_str::<ControllerRequest>(older).unwrap() {
+            ControllerRequest::AlterPartition {
+                isr, broker_epochs, ..
+            } => {
+                assert_eq!((isr.len(), broker_epochs), (3, vec![]));
+            }
+            other => panic!("{other:?}"),
         }
     }
 
@@ -3442,6 +3551,7 @@ mod tests {
             leader_epoch: 0,
             partition_epoch: 0,
             isr: vec![broker],
+            broker_epochs: vec![(broker, 0)],
         };
         assert_eq!(forwardable(&a(2001), 3), Ok(()));
         assert!(forwardable(&a(1001), 3).is_err());

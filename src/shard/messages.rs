@@ -92,9 +92,6 @@ pub enum ControllerRequest {
     UnregisterBroker {
         broker: i32,
     },
-    /// Kafka's AlterPartition: the leader `broker` of a replicated
-    /// partition asks for a new ISR, fenced by the epochs it leads in
-    /// (`docs/replication.md` §4.3).
     /// Kafka's ElectLeaders: the preferred replica (or, `unclean`, any
     /// live one of a partition without a leader) made leader of the named
     /// partitions, or of every partition when None.
@@ -110,6 +107,9 @@ pub enum ControllerRequest {
         allow_rf_change: bool,
         topics: Vec<ReassignTopic>,
     },
+    /// Kafka's AlterPartition: the leader `broker` of a replicated
+    /// partition asks for a new ISR, fenced by the epochs it leads in
+    /// (`docs/replication.md` §4.3).
     AlterPartition {
         broker: i32,
         topic_id: [u8; 16],
@@ -117,6 +117,13 @@ pub enum ControllerRequest {
         leader_epoch: i32,
         partition_epoch: i32,
         isr: Vec<i32>,
+        /// The broker epoch of each member of `isr` as the leader saw it
+        /// (AlterPartition v3's `NewIsrWithEpochs`, KIP-903): a new member
+        /// whose epoch is not its node's current registration's is
+        /// refused. A member not named, as in requests forwarded by older
+        /// nodes, counts as -1: not checked, as Kafka's controller skips -1.
+        #[serde(default)]
+        broker_epochs: Vec<(i32, i64)>,
     },
 }
 

@@ -632,6 +632,9 @@ impl ShardCtx {
                 }
             }
         }
+        // The fetchers send this process's broker epoch from now on: -1
+        // until the image has its registration, then that registration's.
+        self.replicas.set_broker_epoch(self.broker_epoch_in(image));
         // Out of the fetchers first: no fetcher appends to a led log.
         self.replicas.follow_only(image, follow);
         for (p, state) in lead {
@@ -734,6 +737,20 @@ impl ShardCtx {
             })
     }
 
+    /// This process's broker epoch in `image` (KIP-903,
+    /// `BrokerRegistration::broker_epoch`): its node's registration's when
+    /// the image holds the registration this process made (this start's
+    /// incarnation), else -1 (not registered yet, or only a past life's
+    /// registration is known). Sent in every replica fetch; the leader
+    /// proposes a follower for the ISR only with its current epoch.
+    pub fn broker_epoch_in(&self, image: &MetadataImage) -> i64 {
+        image
+            .brokers
+            .get(&self.config.node_id)
+            .filter(|b| b.registration.incarnation == crate::metadata::process_incarnation())
+            .map_or(-1, |b| b.registration.broker_epoch())
+    }
+
     /// The partition if it is open on this shard and this shard leads it:
     /// a replicated partition's follower takes no appends of its own
     /// (`docs/replication.md` §4.3).
@@ -772,6 +789,7 @@ impl ShardCtx {
                 leader_epoch: p.leader_epoch,
                 partition_epoch: p.partition_epoch,
                 isr: p.isr.clone(),
+                broker_epochs: p.broker_epochs.clone(),
             };
             loop {
                 let outcome = ctx.invoke_controller(request()).await;
