@@ -322,10 +322,13 @@ impl LeaderState {
     /// broker whose node is registered and not fenced (None otherwise);
     /// a follower's last fetch must have named that epoch (Kafka's
     /// `isReplicaIsrEligible`, KIP-903). A fetch of an older process of
-    /// the node (one in flight when it restarted), or of this process
-    /// before the image has its registration (-1), does not make it
-    /// eligible: its log may have lost what that fetch reported. It is
-    /// proposed at the first fetch of the current process.
+    /// the node (one in flight when it restarted) does not make it
+    /// eligible: its log may have lost what that fetch reported; it is
+    /// proposed at the first fetch of the current process. A fetch that
+    /// names no epoch (-1: a node from before broker epochs, or a process
+    /// not registered yet) is taken, as Kafka takes it, so that a rolling
+    /// upgrade keeps the older nodes in the ISRs; the controller checks
+    /// -1 no further either.
     pub fn expand_candidates(&self, live_epoch: impl Fn(i32) -> Option<i64>) -> Option<Vec<i32>> {
         if self.proposed.is_some() {
             return None;
@@ -337,7 +340,7 @@ impl LeaderState {
                 !self.isr.contains(id)
                     && s.log_end >= self.high_watermark
                     && self.may_join(s)
-                    && live_epoch(**id) == Some(s.broker_epoch)
+                    && live_epoch(**id).is_some_and(|e| s.broker_epoch == -1 || s.broker_epoch == e)
             })
             .map(|(&id, _)| id)
             .collect();
@@ -561,11 +564,12 @@ mod tests {
     }
 
     /// KIP-903: a caught-up follower joins only on a fetch that names its
-    /// node's current broker epoch. One whose last fetch came from an
-    /// older process of its node (stale epoch), or from a process the
-    /// image has no registration of yet (-1), or whose node is fenced or
-    /// not registered, is not proposed; a fetch with the current epoch
-    /// makes it eligible, and the proposal carries each member's epoch.
+    /// node's current broker epoch or none. One whose last fetch came from
+    /// an older process of its node (stale epoch), or whose node is fenced
+    /// or not registered, is not proposed; a fetch with the current epoch
+    /// makes it eligible, and so does one naming none (-1, a node from
+    /// before broker epochs, as Kafka lets it); the proposal carries each
+    /// member's epoch.
     #[test]
     fn a_follower_joins_only_with_its_current_broker_epoch() {
         let mut s = LeaderState::new(1, &[1, 2], &[1], 0, 10, 1, 0);
@@ -574,7 +578,16 @@ mod tests {
         assert!(s.follower(2).unwrap().caught_up(10, 0, LAG));
         assert_eq!(s.expand_candidates(image), None, "a stale epoch");
         s.record_fetch(2, 10, 0, 10, 1, -1).unwrap();
-        assert_eq!(s.expand_candidates(image), None, "not registered yet");
+        assert_eq!(
+            s.expand_candidates(image),
+            Some(vec![1, 2]),
+            "no epoch named"
+        );
+        assert_eq!(
+            s.expand_candidates(|_| None),
+            None,
+            "no epoch named, fenced"
+        );
         s.record_fetch(2, 10, 0, 10, 2, EPOCH).unwrap();
         assert_eq!(s.expand_candidates(|_| None), None, "fenced");
         assert_eq!(s.expand_candidates(image), Some(vec![1, 2]));
