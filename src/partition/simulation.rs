@@ -331,10 +331,10 @@ fn faults_so_far() -> u64 {
 }
 
 /// One life: open (recovering), check what survived the last end against
-/// what it had to keep (every batch acknowledged as written, once a power
-/// loss took back what was not durable: `Model::lose_power`), run `ops` operations, then end as
-/// `end` says (a life whose log failed ends in a crash instead of a clean
-/// stop). Returns how it ended, or the first violated invariant.
+/// what it had to keep (every batch still acknowledged: a power loss took
+/// back what was not durable, `Model::lose_power`), run `ops` operations,
+/// then end as `end` says (a life whose log failed ends in a crash instead
+/// of a clean stop). Returns how it ended, or the first violated invariant.
 async fn life(
     dir: PathBuf,
     model: &mut Model,
