@@ -742,7 +742,8 @@ impl Controller {
                     }
                     Err(e) => return Ok(ControllerReply::Partition(Err(e))),
                 };
-                tracing::info!(broker, partition, isr = ?state.isr, elr = ?state.elr, "AlterPartition: the ISR changes");
+                let topic = next.topic_by_id(&topic_id).map_or("", |t| t.name.as_str());
+                tracing::info!(broker, topic, partition, isr = ?state.isr, elr = ?state.elr, "AlterPartition: the ISR changes");
                 return Ok(ControllerReply::Partition(
                     self.commit(ctx, &image, vec![record], deadline)
                         .await
