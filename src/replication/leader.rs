@@ -39,7 +39,8 @@
 //!   (AlterPartition) and the new ISR comes back through the metadata
 //!   image ([`LeaderState::set_isr`]). One change is in flight at a time.
 //!   A follower is proposed only when its last fetch named its node's
-//!   current broker epoch (KIP-903, Kafka's `isReplicaIsrEligible`), and
+//!   current broker epoch, or none (-1, as Kafka allows; KIP-903, Kafka's
+//!   `isReplicaIsrEligible`), and
 //!   the proposal carries each member's epoch for the controller to check
 //!   ([`LeaderState::broker_epochs`]).
 

@@ -328,22 +328,25 @@ impl Node {
         }
     }
 
-    /// The image holds this start's registration.
-    fn registered(&self, i: usize) -> bool {
+    /// This start's registration, if the node's image holds it.
+    fn own_registration(&self, i: usize) -> Option<&BrokerRegistration> {
         self.image
             .brokers
             .get(&(i as i32 + 1))
-            .is_some_and(|b| b.registration.incarnation == self.incarnation(i))
+            .map(|b| &b.registration)
+            .filter(|r| r.incarnation == self.incarnation(i))
+    }
+
+    /// The image holds this start's registration.
+    fn registered(&self, i: usize) -> bool {
+        self.own_registration(i).is_some()
     }
 
     /// This process's broker epoch in the node's image (-1 until the
     /// image holds its registration).
     fn broker_epoch(&self, i: usize) -> i64 {
-        self.image
-            .brokers
-            .get(&(i as i32 + 1))
-            .filter(|b| b.registration.incarnation == self.incarnation(i))
-            .map_or(-1, |b| b.registration.broker_epoch())
+        self.own_registration(i)
+            .map_or(-1, BrokerRegistration::broker_epoch)
     }
 
     fn state(&self) -> Option<PartitionState> {

@@ -1845,6 +1845,7 @@ impl Controller {
             });
         }
     }
+
     /// One `advance_member` and what follows it (see
     /// [`Self::start_member_loop`]); false when the log failed.
     async fn advance_member(&self, ctx: &Rc<ShardCtx>) -> bool {

@@ -731,10 +731,20 @@ impl ShardCtx {
             .quorum
             .as_ref()
             .is_some_and(|q| !q.is_single_node());
-        !several
-            || image.brokers.get(&self.config.node_id).is_some_and(|b| {
-                b.registration.incarnation == crate::metadata::process_incarnation()
-            })
+        !several || self.own_registration(image).is_some()
+    }
+
+    /// The registration this process made (this start's incarnation,
+    /// `metadata::process_incarnation`), if `image` holds it.
+    fn own_registration<'a>(
+        &self,
+        image: &'a MetadataImage,
+    ) -> Option<&'a crate::metadata::BrokerRegistration> {
+        image
+            .brokers
+            .get(&self.config.node_id)
+            .map(|b| &b.registration)
+            .filter(|r| r.incarnation == crate::metadata::process_incarnation())
     }
 
     /// This process's broker epoch in `image` (KIP-903,
@@ -742,13 +752,11 @@ impl ShardCtx {
     /// the image holds the registration this process made (this start's
     /// incarnation), else -1 (not registered yet, or only a past life's
     /// registration is known). Sent in every replica fetch; the leader
-    /// proposes a follower for the ISR only with its current epoch.
+    /// proposes a follower for the ISR only with its current epoch (or
+    /// none, -1, as Kafka takes it).
     pub fn broker_epoch_in(&self, image: &MetadataImage) -> i64 {
-        image
-            .brokers
-            .get(&self.config.node_id)
-            .filter(|b| b.registration.incarnation == crate::metadata::process_incarnation())
-            .map_or(-1, |b| b.registration.broker_epoch())
+        self.own_registration(image)
+            .map_or(-1, crate::metadata::BrokerRegistration::broker_epoch)
     }
 
     /// The partition if it is open on this shard and this shard leads it:
