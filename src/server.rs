@@ -32,6 +32,7 @@
 
 use crate::config::{BrokerConfig, LogFormat, ServeArgs, IO_MEMORY_BYTES_MAX};
 use crate::log::{LogManager, TailCache};
+use crate::metadata::lease::NodeLease;
 use crate::runtime;
 use crate::shard::messages::ShardMessage;
 use crate::shard::router::Router;
@@ -159,18 +160,26 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (ready_tx, ready_rx) =
         std::sync::mpsc::channel::<(usize, Result<Vec<SocketAddr>, String>)>();
     let mut handles = Vec::with_capacity(config.cores);
+    // One lease for the node's shards (`metadata::lease`).
+    let several = config.quorum.as_ref().is_some_and(|q| !q.is_single_node());
+    let lease = Arc::new(if several {
+        NodeLease::cluster()
+    } else {
+        NodeLease::single()
+    });
     for shard in 0..config.cores {
         let cpu = config
             .pin
             .then(|| cpus.get(shard % cpus.len().max(1)).copied())
             .flatten();
         let builder = runtime::executor_builder(shard, cpu, io_memory);
-        let (config, mesh, ready_tx, stop, tls) = (
+        let (config, mesh, ready_tx, stop, tls, lease) = (
             config.clone(),
             mesh.clone(),
             ready_tx.clone(),
             stop.clone(),
             tls.clone(),
+            lease.clone(),
         );
         // Executors are made one after the other, in shard order: their
         // ids, given as they are made, order the shard mesh's peers.
@@ -190,7 +199,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     }
                 };
                 let outcome = executor.run(async {
-                    shard_main(shard, config, mesh, &ready_tx, stop, clean_start, tls).await
+                    shard_main(
+                        shard,
+                        config,
+                        mesh,
+                        &ready_tx,
+                        stop,
+                        clean_start,
+                        tls,
+                        lease,
+                    )
+                    .await
                 });
                 if let Err(e) = &outcome {
                     let _ = ready_tx.send((shard, Err(e.to_string())));
@@ -300,6 +319,7 @@ fn log_listeners(config: &BrokerConfig) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn shard_main(
     shard: usize,
     config: Arc<BrokerConfig>,
@@ -308,6 +328,7 @@ async fn shard_main(
     stop: Arc<AtomicBool>,
     clean_start: bool,
     tls: Option<Arc<crate::net::tls::TlsStore>>,
+    lease: Arc<NodeLease>,
 ) -> anyhow::Result<()> {
     let (senders, mut receivers) = mesh
         .join()
@@ -343,7 +364,7 @@ async fn shard_main(
         senders,
         Duration::from_millis(config.cross_shard_timeout_ms),
     );
-    let ctx = ShardCtx::new(shard, config.clone(), logs.clone(), router, first_tx);
+    let ctx = ShardCtx::new(shard, config.clone(), logs.clone(), router, lease, first_tx);
 
     // TESTING ONLY (--debug-stall-shard): until when this shard leaves
     // messages from other shards unhandled; set once it listens.

@@ -62,6 +62,10 @@ fn group_partition() -> i32 {
 struct OneReplica(Rc<Partition>);
 
 impl CoordinatorLog for OneReplica {
+    fn leads(&self, _: &TopicPartition) -> bool {
+        true
+    }
+
     fn writable(&self, _: &TopicPartition) -> Result<Rc<Partition>, CoordinatorWriteError> {
         Ok(self.0.clone())
     }

@@ -260,13 +260,21 @@ impl GroupCoordinator {
         internal::coordinator_partition(group_id, self.offsets_partitions.get())
     }
 
-    /// Whether this shard coordinates `group_id` right now.
+    /// Whether this shard coordinates `group_id` right now: it holds the
+    /// group's offsets partition, has loaded it, and may act as its leader
+    /// (`CoordinatorLog::leads`: a node cut off from the metadata quorum
+    /// stops before another node takes the partition over).
     pub fn check(&self, group_id: &str) -> Result<i32, GroupError> {
         let p = self.partition_for(group_id);
         match self.partitions.borrow().get(&p) {
-            None => Err(GroupError::NotCoordinator),
-            Some(op) if !op.loaded => Err(GroupError::LoadInProgress),
-            Some(_) => Ok(p),
+            None => return Err(GroupError::NotCoordinator),
+            Some(op) if !op.loaded => return Err(GroupError::LoadInProgress),
+            Some(_) => {}
+        }
+        let tp = TopicPartition::new(internal::CONSUMER_OFFSETS, p);
+        match self.shard() {
+            Ok(shard) if shard.leads(&tp) => Ok(p),
+            _ => Err(GroupError::NotCoordinator),
         }
     }
 

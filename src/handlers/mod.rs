@@ -384,8 +384,9 @@ pub fn leading_shard(
                 Some(s) if s.leader != ctx.config.node_id_of(shard) => {
                     Err(ResponseError::NotLeaderOrFollower)
                 }
-                // Not before this start is registered (`registered_in`).
-                Some(_) if !ctx.registered_in(image) => Err(ResponseError::NotLeaderOrFollower),
+                // Not before this start is registered, nor without the
+                // node's lease (`ShardCtx::acts_in`).
+                Some(_) if !ctx.acts_in(image) => Err(ResponseError::NotLeaderOrFollower),
                 _ => Ok(shard),
             }
         }

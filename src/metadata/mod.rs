@@ -27,6 +27,7 @@
 
 pub mod credentials;
 pub mod internal;
+pub mod lease;
 pub mod meta_properties;
 pub mod quorum;
 pub mod store;

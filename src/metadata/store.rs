@@ -230,10 +230,18 @@ pub fn decode_record(data: &[u8]) -> Result<MetadataRecord, String> {
     serde_json::from_slice(data).map_err(|e| format!("undecodable record: {e}"))
 }
 
-/// What one [`MetadataLog::advance_member`] produced: messages for the
-/// peers, and the records committed since the last call with their Raft
-/// index, in order.
-pub type MemberProgress = (Vec<Message>, Vec<(u64, MetadataRecord)>);
+/// What one [`MetadataLog::advance_member`] produced.
+#[derive(Debug, Default)]
+pub struct MemberProgress {
+    /// Messages for the peers.
+    pub messages: Vec<Message>,
+    /// The records committed since the last call with their Raft index,
+    /// in order.
+    pub committed: Vec<(u64, MetadataRecord)>,
+    /// The contexts of the leadership confirmations
+    /// ([`MetadataLog::confirm_leadership`]) a majority answered.
+    pub confirmed: Vec<Vec<u8>>,
+}
 
 /// The metadata log of this node: a Raft quorum of one over
 /// `raft.log` (see the module doc).
@@ -246,6 +254,8 @@ pub struct MetadataLog {
     /// Messages for peers from the last steps, not yet taken (a member of
     /// several voters; a quorum of one has no peer).
     outbox: Vec<Message>,
+    /// Leadership confirmations answered, not yet taken.
+    confirmed: Vec<Vec<u8>>,
     /// A step of the Raft node failed midway: the log must not be used
     /// again (see [`Self::append`]).
     failed: bool,
@@ -304,6 +314,7 @@ impl MetadataLog {
             path: path.to_path_buf(),
             committed: Vec::new(),
             outbox: Vec::new(),
+            confirmed: Vec::new(),
             failed: false,
         };
         let last = log.node.last_index();
@@ -396,6 +407,7 @@ impl MetadataLog {
             path,
             committed: Vec::new(),
             outbox: Vec::new(),
+            confirmed: Vec::new(),
             failed: false,
         };
         // The commit index the log kept: its entries are applied now.
@@ -499,10 +511,18 @@ impl MetadataLog {
         if self.node.has_ready() {
             self.advance()?;
         }
-        Ok((
-            std::mem::take(&mut self.outbox),
-            std::mem::take(&mut self.committed),
-        ))
+        Ok(MemberProgress {
+            messages: std::mem::take(&mut self.outbox),
+            committed: std::mem::take(&mut self.committed),
+            confirmed: std::mem::take(&mut self.confirmed),
+        })
+    }
+
+    /// Starts a round that confirms this node still leads the quorum
+    /// (`QuorumNode::confirm_leadership`); `context` comes back in
+    /// [`MemberProgress::confirmed`] if a majority answers it.
+    pub fn confirm_leadership(&mut self, context: Vec<u8>) {
+        self.node.confirm_leadership(context);
     }
 
     /// Whether this node leads the quorum now.
@@ -612,6 +632,7 @@ impl MetadataLog {
         let progress = self.node.advance()?;
         // A quorum of one has no peer to send messages to.
         self.outbox.extend(progress.messages);
+        self.confirmed.extend(progress.confirmed);
         for c in progress.committed {
             let record = decode_record(&c.data).map_err(|what| {
                 io::Error::new(
@@ -757,7 +778,11 @@ mod tests {
                 let mut mail = Vec::new();
                 for (i, log) in self.logs.iter_mut().enumerate() {
                     if let Some(log) = log {
-                        let (messages, committed) = log.advance_member().unwrap();
+                        let MemberProgress {
+                            messages,
+                            committed,
+                            ..
+                        } = log.advance_member().unwrap();
                         mail.extend(messages);
                         self.applied[i].extend(committed);
                     }
@@ -935,7 +960,11 @@ mod tests {
                                 let _ = log.step(m);
                             }
                             log.tick_member();
-                            let (messages, committed) = log.advance_member().unwrap();
+                            let MemberProgress {
+                                messages,
+                                committed,
+                                ..
+                            } = log.advance_member().unwrap();
                             for m in messages {
                                 peers.send(m);
                             }

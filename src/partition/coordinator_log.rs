@@ -34,6 +34,12 @@ pub enum CoordinatorWriteError {
 
 /// The shard's side of a coordinator's writes.
 pub trait CoordinatorLog {
+    /// Whether this shard may act as `tp`'s leader, its coordinator
+    /// included, now: it leads `tp` in its image and, on a cluster, its
+    /// node's lease holds (`metadata::lease`). A coordinator answers
+    /// NOT_COORDINATOR otherwise, from state it may still hold.
+    fn leads(&self, tp: &TopicPartition) -> bool;
+
     /// The partition, if this shard may append to it now: it leads it
     /// and, replicated, its ISR holds `min.insync.replicas`. Checked right
     /// before the append, with no await in between.

@@ -170,6 +170,13 @@ struct Member {
     removal: Option<(u64, Instant)>,
     /// A learner: whether its join loop ([`Controller::start_join`]) runs.
     joining: Rc<std::cell::Cell<bool>>,
+    /// On the leader: the leadership confirmations under way
+    /// ([`Controller::confirm_leadership`]), by their context. Each is
+    /// removed by its requester when it ends, answered or not, and every
+    /// request runs under the request lock: at most one at a time.
+    confirmations: HashMap<u64, oneshot::Sender<()>>,
+    /// The context of the next leadership confirmation.
+    next_confirmation: u64,
 }
 
 /// What the member loop is woken with.
@@ -1030,13 +1037,55 @@ impl Controller {
             m.heartbeats.insert(node, crate::clock::monotonic());
         }
         let Some(records) = heartbeat_records(image, registration, &self.config) else {
-            return ControllerReply::Broker(Ok(()));
+            // Answered once a majority confirmed, after the heartbeat came,
+            // that this node still leads: the answer renews the node's
+            // lease (`metadata::lease`).
+            return ControllerReply::Broker(self.confirm_leadership(deadline).await);
         };
         tracing::info!(node, change = ?records[0], "metadata quorum: a node registers or comes back");
+        // A commit confirms the lead as well.
         ControllerReply::Broker(match self.persist(records, deadline).await {
             Ok(_) => Ok(()),
             Err(e) => Err(persist_error(&e)),
         })
+    }
+
+    /// Several nodes, on the leader: resolves once a majority of the
+    /// quorum confirmed, after this call, that this node still leads it
+    /// (`QuorumNode::confirm_leadership`); NOT_CONTROLLER at `deadline`
+    /// (it lost the lead, or cannot reach a majority).
+    async fn confirm_leadership(&self, deadline: Instant) -> Result<(), ControllerError> {
+        let (tx, rx) = oneshot::channel();
+        let context = {
+            let mut member = self.member.borrow_mut();
+            let m = member.as_mut().expect("several nodes");
+            m.next_confirmation += 1;
+            m.confirmations.insert(m.next_confirmation, tx);
+            m.next_confirmation
+        };
+        let started = self
+            .on_log(|log| {
+                log.confirm_leadership(context.to_be_bytes().to_vec());
+                Ok(())
+            })
+            .await;
+        if let Some(m) = self.member.borrow().as_ref() {
+            let _ = m.wake.try_send(Inbox::Wake);
+        }
+        let confirmed = match started {
+            Ok(()) => matches!(within(deadline, rx).await, Some(Ok(()))),
+            Err(_) => false,
+        };
+        if let Some(m) = self.member.borrow_mut().as_mut() {
+            m.confirmations.remove(&context);
+        }
+        if confirmed {
+            Ok(())
+        } else {
+            Err(ControllerError::NotController(
+                "This node could not confirm that it still leads the metadata quorum; the heartbeat renews nothing.".into(),
+            ))
+        }
     }
 
     /// Fences those of `nodes` that are registered, unfenced and still
@@ -1181,10 +1230,17 @@ impl Controller {
                 let request = ControllerRequest::BrokerHeartbeat {
                     registration: controller.registration(),
                 };
-                let deadline = crate::clock::monotonic()
-                    + ctx.router.timeout().min(controller.config.broker_session_timeout());
+                let session = controller.config.broker_session_timeout();
+                let sent = crate::clock::monotonic();
+                let deadline = sent + ctx.router.timeout().min(session);
                 match controller.handle(&ctx, request, deadline).await {
-                    Ok(ControllerReply::Broker(Ok(()))) => {}
+                    // Answered by the quorum's leader, and applied here as
+                    // far as it had applied then (`forward`): the lease
+                    // runs from the send time.
+                    Ok(ControllerReply::Broker(Ok(()))) => {
+                        let version = controller.image.borrow().version;
+                        ctx.lease.renew(sent, session, version);
+                    }
                     Ok(ControllerReply::Broker(Err(e))) | Err(e) => {
                         tracing::debug!(error = %e, "metadata quorum: a heartbeat failed");
                     }
@@ -1346,6 +1402,9 @@ impl Controller {
                     .map(|r| r.and(Err(late.clone())))
                     .collect(),
             ),
+            // Not applied here yet: a heartbeat's answer renews no lease
+            // (`metadata::lease`).
+            ControllerReply::Broker(Ok(())) => ControllerReply::Broker(Err(late)),
             // A block handed out by the log is this node's whatever its
             // image says.
             other => other,
@@ -1525,6 +1584,8 @@ impl Controller {
             unregistered_at,
             removal: None,
             joining: Rc::new(std::cell::Cell::new(false)),
+            confirmations: HashMap::new(),
+            next_confirmation: 0,
         });
         let image = Arc::new(image);
         *self.image.borrow_mut() = image.clone();
@@ -1855,10 +1916,15 @@ impl Controller {
                 Ok((progress, log.applied_index(), log.learners().clone()))
             })
             .await;
-        let ((messages, committed), applied_index, learners) = match advanced {
+        let (progress, applied_index, learners) = match advanced {
             Ok(progress) => progress,
             Err(_) => return false, // logged, and the log closed, by with_log
         };
+        let crate::metadata::store::MemberProgress {
+            messages,
+            committed,
+            confirmed,
+        } = progress;
         {
             let mut member = self.member.borrow_mut();
             let member = member.as_mut().expect("several nodes");
@@ -1895,6 +1961,14 @@ impl Controller {
             }
             for m in messages {
                 member.peers.send(m);
+            }
+            for context in confirmed {
+                let Ok(context) = <[u8; 8]>::try_from(context.as_slice()) else {
+                    continue;
+                };
+                if let Some(tx) = member.confirmations.remove(&u64::from_be_bytes(context)) {
+                    let _ = tx.send(());
+                }
             }
         }
         let last_record = committed.last().map(|(i, _)| *i);

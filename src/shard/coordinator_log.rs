@@ -50,6 +50,10 @@ impl ShardCtx {
 }
 
 impl CoordinatorLog for ShardCtx {
+    fn leads(&self, tp: &TopicPartition) -> bool {
+        self.led_partition(tp).is_some()
+    }
+
     fn writable(&self, tp: &TopicPartition) -> Result<Rc<Partition>, CoordinatorWriteError> {
         let p = self
             .led_partition(tp)

@@ -166,6 +166,10 @@ pub struct ShardCtx {
     /// `--allow-everyone-if-no-acl-found`); None with `--authorizer none`,
     /// when nothing is checked. The ACLs themselves are in the image.
     pub authorizer: Option<Rc<AuthorizerSettings>>,
+    /// The node's lease, shared by its shards: it acts as a partition
+    /// leader or coordinator only while the lease holds
+    /// (`metadata::lease`, [`Self::acts_in`]).
+    pub lease: Arc<crate::metadata::lease::NodeLease>,
 }
 
 impl ShardCtx {
@@ -176,6 +180,7 @@ impl ShardCtx {
         config: Arc<BrokerConfig>,
         logs: Rc<LogManager>,
         router: Router,
+        lease: Arc<crate::metadata::lease::NodeLease>,
         first_image: oneshot::Sender<()>,
     ) -> Rc<ShardCtx> {
         let controller = (shard == 0).then(|| controller::Controller::new(config.clone()));
@@ -206,6 +211,7 @@ impl ShardCtx {
             // The group coordinator writes through its shard.
             groups: GroupCoordinator::new(group_config, consumer_config, me.clone()),
             authorizer,
+            lease,
             shard,
             config,
             image: RefCell::new(Arc::new(MetadataImage::default())),
@@ -734,6 +740,15 @@ impl ShardCtx {
         !several || self.own_registration(image).is_some()
     }
 
+    /// Whether this shard, holding `image`, may act as the leader of the
+    /// partitions `image` gives it and as their coordinator now: this
+    /// start is registered ([`Self::registered_in`]) and the node's lease
+    /// holds (`metadata::lease`: a node cut off from the quorum stops
+    /// acting before the quorum fences it and moves its leaderships).
+    pub fn acts_in(&self, image: &MetadataImage) -> bool {
+        self.registered_in(image) && self.lease.holds(image)
+    }
+
     /// The registration this process made (this start's incarnation,
     /// `metadata::process_incarnation`), if `image` holds it.
     fn own_registration<'a>(
@@ -769,7 +784,7 @@ impl ShardCtx {
             .and_then(|t| t.replica_state(tp.partition.0));
         match state {
             Some(s) if s.leader != self.config.node_id_of(self.shard) => return None,
-            Some(_) if !self.registered_in(&image) => return None,
+            Some(_) if !self.acts_in(&image) => return None,
             _ => {}
         }
         self.partition(tp)

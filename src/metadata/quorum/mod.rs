@@ -130,6 +130,9 @@ pub struct Progress {
     pub learners_added: Vec<(u64, String)>,
     /// Learners removed by the membership changes committed in this step.
     pub learners_removed: Vec<u64>,
+    /// The contexts of the [`QuorumNode::confirm_leadership`] rounds a
+    /// majority answered in this step.
+    pub confirmed: Vec<Vec<u8>>,
 }
 
 /// Why a peer's message was not stepped.
@@ -236,6 +239,18 @@ impl<D: RaftDisk> QuorumNode<D> {
     /// nothing for a quorum of one; the caller can skip the disk then).
     pub fn has_ready(&self) -> bool {
         self.raw.has_ready()
+    }
+
+    /// Starts a round that confirms this node still leads: raft-rs's
+    /// ReadIndex, which sends the followers a heartbeat carrying `context`
+    /// and comes back in [`Progress::confirmed`] once a majority answered
+    /// it in this term. A follower that answered will not vote for another
+    /// candidate for an election timeout after it got the heartbeat
+    /// (`check_quorum`), so no other node leads the quorum before then.
+    /// Nothing comes back on a node that does not lead, or leads but has
+    /// not committed an entry of its term yet (raft-rs drops the round).
+    pub fn confirm_leadership(&mut self, context: Vec<u8>) {
+        self.raw.read_index(context);
     }
 
     /// Hands a peer's message to raft-rs, unless it must be dropped (module
@@ -420,6 +435,8 @@ impl<D: RaftDisk> QuorumNode<D> {
         }
         let mut ready = self.raw.ready();
         out.messages.extend(ready.take_messages());
+        out.confirmed
+            .extend(ready.take_read_states().into_iter().map(|r| r.request_ctx));
         if !ready.snapshot().is_empty() {
             return Err(io::Error::other(
                 "a raft snapshot arrived; snapshots are not built",

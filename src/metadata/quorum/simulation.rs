@@ -54,6 +54,8 @@ struct Sim {
     acked: HashMap<Vec<u8>, u64>,
     /// Records proposed on a leader, not yet seen committed there.
     proposed: HashMap<u64, Vec<Vec<u8>>>,
+    /// Leadership confirmations answered: (node index, context).
+    confirmed: Vec<(usize, Vec<u8>)>,
     next_value: u64,
     faults: bool,
     proposing: bool,
@@ -95,6 +97,7 @@ impl Sim {
             leaders: HashMap::new(),
             acked: HashMap::new(),
             proposed: HashMap::new(),
+            confirmed: Vec::new(),
             next_value: 0,
             faults: true,
             proposing: true,
@@ -224,6 +227,8 @@ impl Sim {
                     self.acked.insert(data.clone(), c.index);
                 }
             }
+            self.confirmed
+                .extend(progress.confirmed.into_iter().map(|c| (i, c)));
             for m in progress.messages {
                 let (from, to) = (m.from, m.to);
                 let bytes = codec::encode_message(&m).to_vec();
@@ -887,4 +892,51 @@ fn add_and_remove_cycles_do_not_exhaust_the_learners() {
         node.commit_index(),
         sim.nodes[leader].as_ref().unwrap().commit_index()
     );
+}
+
+/// `metadata::lease`: the quorum's leader confirms it still leads (a
+/// ReadIndex round) only with a majority's answers; cut off from the
+/// others it gets none, and once a new leader is elected the old one's
+/// round is dropped, never answered late.
+#[test]
+fn a_leader_confirms_its_lead_only_with_a_majority() {
+    let mut sim = Sim::new(5, 3, 0);
+    sim.faults = false;
+    settle(&mut sim, 300);
+    let leader = leader_of(&sim);
+    sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .confirm_leadership(b"first".to_vec());
+    settle(&mut sim, 20);
+    assert_eq!(sim.confirmed, vec![(leader, b"first".to_vec())]);
+    // Cut off: no confirmation, and the others elect another leader.
+    sim.cut_off.insert(leader as u64 + 1, u64::MAX);
+    sim.nodes[leader]
+        .as_mut()
+        .unwrap()
+        .confirm_leadership(b"second".to_vec());
+    settle(&mut sim, 300);
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    assert!(
+        others
+            .iter()
+            .any(|&i| sim.nodes[i].as_ref().unwrap().is_leader()),
+        "the majority elects a new leader"
+    );
+    sim.cut_off.clear();
+    settle(&mut sim, 300);
+    assert_eq!(
+        sim.confirmed,
+        vec![(leader, b"first".to_vec())],
+        "the cut-off leader's round is never answered"
+    );
+    // The new leader confirms its own.
+    let now = leader_of(&sim);
+    sim.nodes[now]
+        .as_mut()
+        .unwrap()
+        .confirm_leadership(b"third".to_vec());
+    settle(&mut sim, 20);
+    assert_eq!(sim.confirmed.last(), Some(&(now, b"third".to_vec())));
 }
