@@ -9,13 +9,11 @@
 //! messages, kills of leaders and followers, a cut and heal, committed
 //! offsets and log starts checked after restarts) and find zero anomalies:
 //! no acknowledged write lost, no duplicate, no G1a, no partial or lost
-//! transaction, no log start moving back. What the earlier runs found, and
-//! the fixes, are in docs/replication.md §8.1.
-//!
-//! One anomaly is printed, not asserted: `offset-regression`
-//! ([`KNOWN_OPEN`]), fjord's open bug of docs/replication.md §8.1 (a node
-//! cut off, then healed, serves OffsetFetch as the group coordinator from
-//! its stale state for the seconds before it hears of its fencing).
+//! transaction, no log start or committed offset moving back. What the
+//! earlier runs found, and the fixes, are in docs/replication.md §8.1
+//! (the last, committed offsets moving back when a node cut off and
+//! healed answered OffsetFetch from its stale coordinator, was fixed by
+//! the lease of `metadata::lease`).
 //!
 //! A third run gives the checker nodes whose data is destroyed at the
 //! final restart (every replica of `chaos-idem-0`), and must see the loss.
@@ -58,11 +56,7 @@ const RUN_TIMEOUT_MS: u64 = 240_000;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Anomalies of a bug not fixed yet (module doc): printed, not asserted.
-const KNOWN_OPEN: [&str; 1] = ["offset-regression"];
-
-/// The run ended without a run error, and found no anomaly but those of
-/// [`KNOWN_OPEN`], which it prints.
+/// The run ended without a run error, and found no anomaly of any kind.
 fn no_anomaly(json: &serde_json::Value, report: &str) {
     assert_eq!(
         json["runErrors"].as_array().map(Vec::len),
@@ -70,15 +64,6 @@ fn no_anomaly(json: &serde_json::Value, report: &str) {
         "{report}"
     );
     for (name, count) in json["anomalies"].as_object().expect("anomalies") {
-        if KNOWN_OPEN.contains(&name.as_str()) {
-            if count.as_u64() != Some(0) {
-                eprintln!(
-                    "known open anomaly {name}: {count} (not asserted), evidence {}",
-                    json["evidence"][name]
-                );
-            }
-            continue;
-        }
         assert_eq!(count.as_u64(), Some(0), "anomaly {name}\n{report}");
     }
 }
@@ -195,7 +180,7 @@ fn survives(extra: &[&str]) {
 
 /// Default mode: three nodes in namespaces, a kill of a leader, a kill of
 /// a follower and a cut, each past the session timeout; the checks after
-/// restarts; the read-back; zero anomalies (but [`KNOWN_OPEN`]); everything removed at the end.
+/// restarts; the read-back; zero anomalies; everything removed at the end.
 #[test]
 fn acknowledged_data_survives_leader_and_follower_kills_and_cuts() {
     survives(&[]);
@@ -208,7 +193,7 @@ fn acknowledged_data_survives_leader_and_follower_kills_and_cuts_with_fsync_acks
 }
 
 /// The full workload with the chaos command's own DeleteRecords share:
-/// zero anomalies (but [`KNOWN_OPEN`]).
+/// zero anomalies.
 #[test]
 fn the_full_workload_survives_leader_and_follower_kills_and_cuts() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());

@@ -288,25 +288,30 @@ impl Nodes {
     }
 
     /// Waits until every partition in `tps` has a leader and an ISR of all
-    /// its replicas, asking the nodes that are up and not cut; returns how
-    /// long it took, or None when `timeout` passed first.
+    /// its replicas in the Metadata of every node that is up and not cut
+    /// (each asked alone: a node just healed answers from its stale image
+    /// until it hears from the quorum, and would name the ISR it had before
+    /// its cut); returns how long it took, or None when `timeout` passed
+    /// first.
     pub fn wait_isr_full(&mut self, tps: &[Tp], timeout: Duration) -> Option<Duration> {
         let start = Instant::now();
         let live: Vec<usize> = (0..self.len())
             .filter(|i| !self.cut.contains(i) && self.nodes[*i].is_running())
             .collect();
         loop {
-            if let Ok(states) = self.partition_states(&live) {
-                let full = tps.iter().all(|tp| {
-                    states.get(tp).is_some_and(|s| {
-                        s.leader >= 0
-                            && !s.replicas.is_empty()
-                            && s.replicas.iter().all(|r| s.isr.contains(r))
+            let full_at = |i: usize| {
+                self.partition_states(&[i]).is_ok_and(|states| {
+                    tps.iter().all(|tp| {
+                        states.get(tp).is_some_and(|s| {
+                            s.leader >= 0
+                                && !s.replicas.is_empty()
+                                && s.replicas.iter().all(|r| s.isr.contains(r))
+                        })
                     })
-                });
-                if full {
-                    return Some(start.elapsed());
-                }
+                })
+            };
+            if !live.is_empty() && live.iter().all(|&i| full_at(i)) {
+                return Some(start.elapsed());
             }
             if start.elapsed() >= timeout {
                 return None;
