@@ -115,6 +115,7 @@ use super::{alter_partition_fate, AlterFate};
 use crate::config::{BrokerConfig, ServeArgs};
 use crate::log::storage::sim::{self as simdisk, Faults, SimDisk};
 use crate::log::{LogConfig, LogManager, TailCache};
+use crate::metadata::lease::NodeLease;
 use crate::metadata::quorum::codec;
 use crate::metadata::quorum::store::mem::MemDisk;
 use crate::metadata::quorum::{QuorumConfig, QuorumNode};
@@ -140,7 +141,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const NODES: usize = 3;
 const TOPIC: &str = "c";
@@ -151,6 +152,8 @@ const STEP_MS: u64 = 10;
 const HEARTBEAT_STEPS: u64 = 20;
 /// `--broker-session-timeout-ms`, in steps.
 const SESSION_STEPS: u64 = 100;
+/// The same as a duration (a lease's length).
+const SESSION: Duration = Duration::from_millis(SESSION_STEPS * STEP_MS);
 /// `--replica-lag-time-max-ms`.
 const LAG_MAX_MS: i64 = 500;
 /// The ISR shrink check runs every half of the lag time.
@@ -189,7 +192,17 @@ fn index_of(b: i32) -> Option<usize> {
 enum Msg {
     /// A Raft message, in the controller listener's encoding.
     Raft(Vec<u8>),
-    Heartbeat(BrokerRegistration),
+    /// A node's heartbeat, with the node's clock at its sending (the
+    /// real heartbeat task keeps it while it waits for the answer).
+    Heartbeat(BrokerRegistration, Instant),
+    /// The quorum leader's answer to a heartbeat (of that incarnation,
+    /// sent then), once its lead is confirmed or the heartbeat's records
+    /// are applied: the index it had applied (`Controller::heartbeat`).
+    HeartbeatAnswer {
+        incarnation: [u8; 16],
+        sent: Instant,
+        index: u64,
+    },
     /// A leader's AlterPartition.
     Alter(IsrProposal),
     /// What became of the change (`ShardCtx::alter_isr`'s fates: refused
@@ -251,6 +264,11 @@ struct Live {
     /// [`ALTER_TIMEOUT_STEPS`], it is sent again while it is still the
     /// proposal in flight (the real request times out and is retried).
     alter_out: Option<(IsrProposal, u64)>,
+    /// This start's lease (`metadata::lease`).
+    lease: NodeLease,
+    /// A heartbeat answered (its send time and the index the answer
+    /// names) that renews the lease once the node has applied as far.
+    answered: Option<(Instant, u64)>,
 }
 
 impl Live {
@@ -264,6 +282,8 @@ impl Live {
             followers: Rc::new(Followers::default()),
             leads: None,
             alter_out: None,
+            lease: NodeLease::cluster(),
+            answered: None,
         }
     }
 }
@@ -274,6 +294,9 @@ struct Busy {
     index: u64,
     /// The AlterPartition to answer: its leader's node and proposal.
     answer: Option<(usize, IsrProposal)>,
+    /// The heartbeat to answer once applied: its node, incarnation and
+    /// send time.
+    heartbeat: Option<(usize, [u8; 16], Instant)>,
 }
 
 /// The controller's memory (it acts while its node leads the quorum).
@@ -284,6 +307,11 @@ struct Ctl {
     /// When each node was last heard from, in steps.
     heartbeats: BTreeMap<i32, u64>,
     busy: Option<Busy>,
+    /// Heartbeats waiting for the confirmation of its lead, by the
+    /// confirmation's context: node, incarnation, send time. Cleared
+    /// when it stops leading.
+    confirming: BTreeMap<u64, (usize, [u8; 16], Instant)>,
+    next_confirmation: u64,
 }
 
 struct Node {
@@ -340,6 +368,16 @@ impl Node {
     /// The image holds this start's registration.
     fn registered(&self, i: usize) -> bool {
         self.own_registration(i).is_some()
+    }
+
+    /// The node acts as the leader its image names it: registered in
+    /// this start and its lease holds (`ShardCtx::acts_in`).
+    fn acts(&self, i: usize) -> bool {
+        self.registered(i)
+            && self
+                .live
+                .as_ref()
+                .is_some_and(|l| l.lease.holds(&self.image))
     }
 
     /// This process's broker epoch in the node's image (-1 until the
@@ -671,7 +709,20 @@ impl Sim {
                     let _ = r.step(m);
                 }
             }
-            Msg::Heartbeat(reg) => self.on_heartbeat(to, reg)?,
+            Msg::Heartbeat(reg, sent) => self.on_heartbeat(to, reg, sent)?,
+            Msg::HeartbeatAnswer {
+                incarnation,
+                sent,
+                index,
+            } => {
+                let node = &mut self.nodes[to];
+                let own = node.incarnation(to) == incarnation;
+                if let (Some(live), true) = (node.live.as_mut(), own) {
+                    if live.answered.is_none_or(|(s, _)| s < sent) {
+                        live.answered = Some((sent, index));
+                    }
+                }
+            }
             Msg::Alter(p) => self.on_alter(to, from, p)?,
             Msg::AlterAnswer(p, fate) => {
                 if let Some(live) = self.nodes[to].live.as_mut() {
@@ -705,6 +756,22 @@ impl Sim {
             self.send(i, to, Msg::Raft(bytes));
         }
         let changed = !progress.committed.is_empty();
+        let mut answers = Vec::new();
+        for context in progress.confirmed {
+            let Ok(context) = <[u8; 8]>::try_from(context.as_slice()) else {
+                continue;
+            };
+            if let Some(a) = self.nodes[i]
+                .ctl
+                .confirming
+                .remove(&u64::from_be_bytes(context))
+            {
+                answers.push(a);
+            }
+        }
+        if !leading {
+            self.nodes[i].ctl.confirming.clear();
+        }
         for c in progress.committed {
             let data = c.data.to_vec();
             let fresh = !self.chosen.contains_key(&c.index);
@@ -741,7 +808,10 @@ impl Sim {
             // Lost with its lead: the entry may still commit under the
             // next leader (the real controller answers NOT_CONTROLLER).
             Some(b) if !leading || b.term != term => Some((b.answer.clone(), AlterFate::Unknown)),
-            Some(b) if node.applied >= b.index => Some((b.answer.clone(), AlterFate::Changed)),
+            Some(b) if node.applied >= b.index => {
+                answers.extend(b.heartbeat);
+                Some((b.answer.clone(), AlterFate::Changed))
+            }
             _ => None,
         };
         if let Some((answer, fate)) = done {
@@ -749,6 +819,15 @@ impl Sim {
             if let Some((to, p)) = answer {
                 self.send(i, to, Msg::AlterAnswer(p, fate));
             }
+        }
+        let index = self.nodes[i].applied;
+        for (to, incarnation, sent) in answers {
+            let answer = Msg::HeartbeatAnswer {
+                incarnation,
+                sent,
+                index,
+            };
+            self.send(i, to, answer);
         }
         if changed {
             self.apply_roles(i).await?;
@@ -913,6 +992,7 @@ impl Sim {
             // A new leader's first proposal; every node's clock starts now.
             node.ctl.term = term;
             node.ctl.heartbeats = node.image.brokers.keys().map(|&n| (n, step)).collect();
+            node.ctl.confirming.clear();
             return self.propose(i, vec![MetadataRecord::TermStart { term }], None);
         }
         if node.image.topic(TOPIC).is_none() {
@@ -957,6 +1037,17 @@ impl Sim {
         records: Vec<MetadataRecord>,
         answer: Option<(usize, IsrProposal)>,
     ) -> Result<(), String> {
+        self.propose_answering(i, records, answer, None)
+    }
+
+    /// [`Self::propose`], answering a heartbeat too once applied.
+    fn propose_answering(
+        &mut self,
+        i: usize,
+        records: Vec<MetadataRecord>,
+        answer: Option<(usize, IsrProposal)>,
+        heartbeat: Option<(usize, [u8; 16], Instant)>,
+    ) -> Result<(), String> {
         let node = &mut self.nodes[i];
         let r = node
             .raft
@@ -975,11 +1066,17 @@ impl Sim {
             term: r.term(),
             index: r.last_index(),
             answer,
+            heartbeat,
         });
         Ok(())
     }
 
-    fn on_heartbeat(&mut self, i: usize, reg: BrokerRegistration) -> Result<(), String> {
+    fn on_heartbeat(
+        &mut self,
+        i: usize,
+        reg: BrokerRegistration,
+        sent: Instant,
+    ) -> Result<(), String> {
         let step = self.step;
         let node = &mut self.nodes[i];
         if !node.raft.as_ref().is_some_and(|r| r.is_leader()) || node.ctl.term == 0 {
@@ -989,9 +1086,25 @@ impl Sim {
         if node.ctl.busy.is_some() {
             return Ok(());
         }
+        let from = (reg.node - 1) as usize;
+        let incarnation = reg.incarnation;
         match heartbeat_records(&node.image, reg, &self.config) {
-            Some(records) => self.propose(i, records, None),
-            None => Ok(()),
+            Some(records) => {
+                self.propose_answering(i, records, None, Some((from, incarnation, sent)))
+            }
+            None => {
+                // Answered once a majority confirms the lead
+                // (`Controller::confirm_leadership`).
+                node.ctl.next_confirmation += 1;
+                let context = node.ctl.next_confirmation;
+                node.ctl
+                    .confirming
+                    .insert(context, (from, incarnation, sent));
+                if let Some(r) = node.raft.as_mut() {
+                    r.confirm_leadership(context.to_be_bytes().to_vec());
+                }
+                Ok(())
+            }
         }
     }
 
@@ -1032,7 +1145,7 @@ impl Sim {
             return Ok(()); // down: no answer
         };
         let led = match (&live.p, node.state()) {
-            (Some(p), Some(s)) if s.leader == me && node.registered(i) => {
+            (Some(p), Some(s)) if s.leader == me && node.acts(i) => {
                 Some((p.clone(), s, live.leading.clone()))
             }
             _ => None,
@@ -1212,7 +1325,18 @@ impl Sim {
             node.next_heartbeat = step + HEARTBEAT_STEPS;
             if leader != 0 {
                 let reg = node.registration(i);
-                self.send(i, (leader - 1) as usize, Msg::Heartbeat(reg));
+                let sent = crate::clock::monotonic();
+                self.send(i, (leader - 1) as usize, Msg::Heartbeat(reg, sent));
+            }
+        }
+        // An answered heartbeat renews the lease once the node applied
+        // as far as the answer names (`Controller::forward`).
+        let node = &mut self.nodes[i];
+        let (applied, version) = (node.applied, node.image.version);
+        if let Some(live) = node.live.as_mut() {
+            if let Some((sent, _)) = live.answered.filter(|(_, index)| applied >= *index) {
+                live.lease.renew(sent, SESSION, version);
+                live.answered = None;
             }
         }
         let node = &mut self.nodes[i];
@@ -1305,6 +1429,10 @@ impl Sim {
             return Ok(());
         };
         let p = live.p.clone().ok_or("leads without a partition")?;
+        if !node.acts(i) {
+            self.stats.refused += 1; // NOT_LEADER_OR_FOLLOWER: no lease
+            return Ok(());
+        }
         if !live.leading.enough_replicas(&p, &state, me) {
             self.stats.refused += 1; // NOT_ENOUGH_REPLICAS
             return Ok(());
@@ -1404,6 +1532,21 @@ impl Sim {
 
     /// The invariants of every step (module doc).
     async fn check_step(&mut self) -> Result<(), String> {
+        // At most one node acts as the partition's leader at a time
+        // (`metadata::lease`): one cut off from the quorum stops before
+        // the quorum can make another node leader.
+        let acting: Vec<(usize, i32)> = (0..NODES)
+            .filter_map(|i| {
+                let node = &self.nodes[i];
+                let s = node.state()?;
+                (s.leader == broker(i) && node.acts(i)).then_some((i + 1, s.leader_epoch))
+            })
+            .collect();
+        if acting.len() > 1 {
+            return Err(format!(
+                "two nodes act as the partition's leader at once (node, leader epoch): {acting:?}"
+            ));
+        }
         let max_acked = self.acked.iter().map(|a| a.last).max();
         for i in 0..NODES {
             let node = &self.nodes[i];
