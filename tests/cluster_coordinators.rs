@@ -17,12 +17,10 @@
 mod common;
 
 use common::client;
-use common::cluster::{addr, start_node, wait_brokers};
+use common::cluster::{agreed_coordinator, start_node, wait_brokers};
 use common::netns::Net;
 use common::raw::{init_transactional, RawClient};
 use common::Broker;
-use kafka_protocol::messages::FindCoordinatorRequest;
-use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::time::Duration;
@@ -50,24 +48,6 @@ fn bootstrap(brokers: &mut [Broker]) -> String {
         .join(",")
 }
 
-/// The node (one shard each: broker id / 1000) and address of the
-/// coordinator of `key` (key type 0: a group, 1: a transactional id), as
-/// `broker` answers FindCoordinator; None while it has none.
-fn coordinator(broker: &Broker, key_type: i8, key: &str) -> Option<(usize, std::net::SocketAddr)> {
-    let resp = RawClient::connect_to(addr(broker)).request(
-        4,
-        &FindCoordinatorRequest::default()
-            .with_key_type(key_type)
-            .with_coordinator_keys(vec![StrBytes::from_string(key.to_string())]),
-    );
-    let c = &resp.coordinators[0];
-    if c.error_code != 0 || c.node_id.0 < 0 {
-        return None;
-    }
-    let addr = format!("{}:{}", c.host.as_str(), c.port).parse().ok()?;
-    Some((usize::try_from(c.node_id.0 / 1000).ok()?, addr))
-}
-
 /// Waits until every running node names the same coordinator of `key`,
 /// a running node other than `not`; returns its node index and address.
 fn wait_coordinator(
@@ -78,13 +58,9 @@ fn wait_coordinator(
 ) -> (usize, std::net::SocketAddr) {
     common::wait_for(SETTLE, &format!("a coordinator of {key}"), || {
         let running: Vec<usize> = (0..NODES).filter(|&i| brokers[i].is_running()).collect();
-        let found: Vec<_> = running
-            .iter()
-            .map(|&i| coordinator(&brokers[i], key_type, key))
-            .collect::<Option<Vec<_>>>()?;
-        let first = found[0];
-        (found.iter().all(|f| *f == first) && Some(first.0) != not && running.contains(&first.0))
-            .then_some(first)
+        let asked: Vec<&Broker> = running.iter().map(|&i| &brokers[i]).collect();
+        let first = agreed_coordinator(&asked, key_type, key)?;
+        (Some(first.0) != not && running.contains(&first.0)).then_some(first)
     })
 }
 

@@ -2,8 +2,10 @@
 //! broker in one network namespace serves a librdkafka client in the test's
 //! namespace and is reachable from the other hosts; cutting its host off
 //! makes it unreachable from everywhere while it keeps running, and healing
-//! the link makes the same broker serve again with nothing lost. The
-//! replication tests of issue 30 are built on this.
+//! the link makes the same broker serve again with nothing lost. Isolating
+//! its host (`Net::isolate`) makes it unreachable from the other hosts
+//! only, the test still reaching it, until it rejoins. The replication
+//! tests of issue 30 are built on this.
 
 mod common;
 
@@ -81,5 +83,24 @@ fn a_broker_in_a_namespace_serves_until_its_host_is_cut_off_and_again_when_heale
         })
         .collect();
     assert_eq!(ids, (0..20).collect::<Vec<_>>());
+
+    net.isolate(0);
+    assert!(
+        reaches(&net, None, addr),
+        "the test reaches an isolated host"
+    );
+    for from in [Some(1), Some(2)] {
+        assert!(
+            !reaches(&net, from, addr),
+            "{from:?} must not reach an isolated host"
+        );
+    }
+    net.rejoin(0);
+    for from in [None, Some(1), Some(2)] {
+        assert!(
+            reaches(&net, from, addr),
+            "{from:?} reaches a rejoined host"
+        );
+    }
     broker.stop();
 }

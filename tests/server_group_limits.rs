@@ -9,24 +9,20 @@
 mod common;
 
 use bytes::Bytes;
-use common::groups::classic_join;
+use common::groups::{classic_join, simple_commit};
 use common::raw::RawClient;
 use common::{Broker, BrokerOpts};
 use fjord::metadata::internal::{coordinator_partition, CONSUMER_OFFSETS};
 use fjord::record::{BatchBuilder, Compression};
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
-use kafka_protocol::messages::offset_commit_request::{
-    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, ApiKey, DescribeGroupsRequest, FindCoordinatorRequest, GroupId,
-    InitProducerIdRequest, JoinGroupRequest, ListGroupsRequest, OffsetCommitRequest,
-    OffsetFetchRequest, ProducerId, RequestHeader, SyncGroupRequest, TopicName, TransactionalId,
-    TxnOffsetCommitRequest,
+    InitProducerIdRequest, JoinGroupRequest, ListGroupsRequest, OffsetFetchRequest, ProducerId,
+    RequestHeader, SyncGroupRequest, TopicName, TransactionalId, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use kafka_protocol::ResponseError;
@@ -107,16 +103,7 @@ fn described_members(raw: &mut RawClient, group: &str) -> usize {
 /// OffsetCommit v8 of `offset` for partition 0 of [`TOPIC`] by a simple
 /// consumer (generation -1): the partition's error code.
 fn commit(raw: &mut RawClient, group: &str, offset: i64) -> i16 {
-    let req = OffsetCommitRequest::default()
-        .with_group_id(GroupId(s(group)))
-        .with_generation_id_or_member_epoch(-1)
-        .with_member_id(s(""))
-        .with_topics(vec![OffsetCommitRequestTopic::default()
-            .with_name(TopicName(s(TOPIC)))
-            .with_partitions(vec![OffsetCommitRequestPartition::default()
-                .with_partition_index(0)
-                .with_committed_offset(offset)
-                .with_committed_leader_epoch(-1)])]);
+    let req = simple_commit(group, TOPIC, 0, offset);
     raw.request(OFFSET_COMMIT_FLEXIBLE_V8, &req).topics[0].partitions[0].error_code
 }
 

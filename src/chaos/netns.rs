@@ -15,7 +15,14 @@
 //! by librdkafka from the caller's process and by the brokers of the other
 //! hosts. [`Net::cut`] takes a host's link down (its processes keep
 //! running but reach nobody and nobody reaches them, as a pulled cable) and
-//! [`Net::heal`] brings it back; [`Net::delay`] adds latency with netem.
+//! [`Net::heal`] brings it back. [`Net::isolate`] cuts a host off from the
+//! other hosts only: blackhole routes (`ip route add blackhole ADDR/32`)
+//! in its namespace for every other host's address, and in every other
+//! host's namespace for its address, so traffic between it and its peers
+//! is dropped both ways while the caller (the gateway, which has no such
+//! route) still reaches it, as a client on the far side of a partition
+//! would; [`Net::rejoin`] removes those routes. [`Net::delay`] adds latency
+//! with netem.
 //!
 //! Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2. Names carry
 //! the calling process's id and each net takes a free /24 under a lock
@@ -242,6 +249,41 @@ impl Net {
         let h = &self.hosts[i];
         ip(&["link", "set", &h.veth, "up"])?;
         ip(&["-n", &h.ns, "link", "set", "eth0", "up"])
+    }
+
+    /// Cuts host `i` off from the other hosts only: a blackhole route in
+    /// its namespace for each other host's address, and one in each other
+    /// host's namespace for its address (either alone would already drop
+    /// one direction's packets; both make the cut symmetric, as a partition
+    /// between racks is). The caller still reaches host `i` and host `i`
+    /// the caller: the gateway's address has no such route. A connection
+    /// between host `i` and a peer stays open and times out as over a
+    /// pulled cable; a new one fails at once (a blackhole route makes a
+    /// local `connect` fail with EINVAL). Fails if host `i` is isolated
+    /// already (`ip` refuses a route that exists).
+    pub fn isolate(&self, i: usize) -> Result<(), NetError> {
+        self.blackholes(i, "add")
+    }
+
+    /// Removes the routes of [`Self::isolate`]: host `i` and its peers
+    /// reach each other again.
+    pub fn rejoin(&self, i: usize) -> Result<(), NetError> {
+        self.blackholes(i, "del")
+    }
+
+    /// `ip route ACTION blackhole` for every pair of host `i` and another
+    /// host, in both their namespaces.
+    fn blackholes(&self, i: usize, action: &str) -> Result<(), NetError> {
+        let h = &self.hosts[i];
+        for (j, peer) in self.hosts.iter().enumerate() {
+            if j == i {
+                continue;
+            }
+            for (ns, to) in [(&h.ns, peer.addr), (&peer.ns, h.addr)] {
+                ip(&["-n", ns, "route", action, "blackhole", &format!("{to}/32")])?;
+            }
+        }
+        Ok(())
     }
 
     /// Adds `ms` of delay to everything host `i` sends (netem on its

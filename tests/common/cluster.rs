@@ -8,7 +8,9 @@ use super::{Broker, BrokerOpts};
 use kafka_protocol::messages::create_topics_request::{
     CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
 };
-use kafka_protocol::messages::{BrokerId, CreateTopicsRequest, MetadataRequest, TopicName};
+use kafka_protocol::messages::{
+    BrokerId, CreateTopicsRequest, FindCoordinatorRequest, MetadataRequest, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use std::time::Duration;
@@ -95,6 +97,43 @@ fn leadership_terms(log: &str) -> Vec<u64> {
 /// The address of `broker`'s (first) shard.
 pub fn addr(broker: &Broker) -> std::net::SocketAddr {
     broker.bootstrap().parse().expect("an address")
+}
+
+/// The node (one shard each: broker id / 1000) and address of the
+/// coordinator of `key` (key type 0: a group, 1: a transactional id), as
+/// `broker` answers FindCoordinator (v4); None while it has none.
+pub fn coordinator(
+    broker: &Broker,
+    key_type: i8,
+    key: &str,
+) -> Option<(usize, std::net::SocketAddr)> {
+    let resp = RawClient::connect_to(addr(broker)).request(
+        4,
+        &FindCoordinatorRequest::default()
+            .with_key_type(key_type)
+            .with_coordinator_keys(vec![s(key)]),
+    );
+    let c = &resp.coordinators[0];
+    if c.error_code != 0 || c.node_id.0 < 0 {
+        return None;
+    }
+    let addr = format!("{}:{}", c.host.as_str(), c.port).parse().ok()?;
+    Some((usize::try_from(c.node_id.0 / 1000).ok()?, addr))
+}
+
+/// The coordinator of `key` ([`coordinator`]) if every one of `asked`
+/// names the same one; None while one has none or they differ.
+pub fn agreed_coordinator(
+    asked: &[&Broker],
+    key_type: i8,
+    key: &str,
+) -> Option<(usize, std::net::SocketAddr)> {
+    let found = asked
+        .iter()
+        .map(|b| coordinator(b, key_type, key))
+        .collect::<Option<Vec<_>>>()?;
+    let first = *found.first()?;
+    found.iter().all(|f| *f == first).then_some(first)
 }
 
 /// Waits until `broker`'s Metadata lists `count` brokers (every node

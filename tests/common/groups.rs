@@ -2,8 +2,8 @@
 //! `server_group_upgrade`, `server_groups`, `server_group_limits`):
 //! subscribing librdkafka members that commit before they give partitions
 //! up, the record of what they consumed (to find a message read twice after
-//! a commit, or never), and the raw JoinGroup and ConsumerGroupHeartbeat
-//! requests the tests build.
+//! a commit, or never), and the raw JoinGroup, ConsumerGroupHeartbeat and
+//! OffsetCommit requests the tests build (`cluster_lease` uses the last).
 //!
 //! Why one copy: these scenarios check the same invariants (nothing lost,
 //! nothing read twice after a commit) in the same way; a fix to how members
@@ -12,8 +12,11 @@
 use super::client::numbered_id;
 use bytes::Bytes;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
 use kafka_protocol::messages::{
-    ConsumerGroupHeartbeatRequest, GroupId, JoinGroupRequest, TopicName,
+    ConsumerGroupHeartbeatRequest, GroupId, JoinGroupRequest, OffsetCommitRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::config::ClientConfig;
@@ -154,6 +157,22 @@ pub fn classic_join(group: &str, member_id: &str, metadata: Bytes) -> JoinGroupR
         .with_protocols(vec![JoinGroupRequestProtocol::default()
             .with_name(s("range"))
             .with_metadata(metadata)])
+}
+
+/// An OffsetCommit (v2 and later) of `offset` on `partition` of `topic`
+/// for `group` by a client outside its membership, as a simple consumer
+/// commits (generation -1, no member id; no leader epoch).
+pub fn simple_commit(group: &str, topic: &str, partition: i32, offset: i64) -> OffsetCommitRequest {
+    OffsetCommitRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_generation_id_or_member_epoch(-1)
+        .with_member_id(s(""))
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(TopicName(s(topic)))
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(partition)
+                .with_committed_offset(offset)
+                .with_committed_leader_epoch(-1)])])
 }
 
 /// A ConsumerGroupHeartbeat of `member` at `epoch`: epoch 0 is a join (a

@@ -55,6 +55,17 @@ impl Net {
         self.inner.heal(i).unwrap_or_else(|e| panic!("{e}"));
     }
 
+    /// Cuts host `i` off from the other hosts only (blackhole routes both
+    /// ways); the test still reaches it.
+    pub fn isolate(&self, i: usize) {
+        self.inner.isolate(i).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Reconnects host `i` to the other hosts after [`Self::isolate`].
+    pub fn rejoin(&self, i: usize) {
+        self.inner.rejoin(i).unwrap_or_else(|e| panic!("{e}"));
+    }
+
     /// Adds `ms` of delay to everything host `i` sends; 0 removes it.
     pub fn delay(&self, i: usize, ms: u32) {
         self.inner.delay(i, ms).unwrap_or_else(|e| panic!("{e}"));
