@@ -1,8 +1,9 @@
 //! A node cut off from its peers but not from its clients stops acting as
 //! a partition leader and group coordinator once the metadata quorum has
-//! fenced it (`docs/replication.md` §8.1, the lease): three nodes, one
-//! shard each, each in its own network namespace (`common::netns`), a
-//! quorum of all three and a 3 s broker session timeout.
+//! fenced it (the lease: `metadata::lease`, `docs/replication.md` §3.3):
+//! three nodes, one shard each, each in its own network namespace
+//! (`common::netns`), a quorum of all three and a 3 s broker session
+//! timeout.
 //!
 //! Why: a node isolated from the other nodes keeps its last metadata image.
 //! Without a lease it goes on leading the partitions and coordinating the
