@@ -1205,9 +1205,23 @@ impl Controller {
         let ctx = Rc::downgrade(ctx);
         let interval = self.config.broker_heartbeat_interval();
         glommio::spawn_local(async move {
+            // Whether the lease held at the last look (logged as it changes).
+            let mut held = false;
             loop {
                 glommio::timer::sleep(interval).await;
                 let Some(ctx) = ctx.upgrade() else { break };
+                let holds = ctx.lease.holds(&ctx.image());
+                if holds != held {
+                    held = holds;
+                    if holds {
+                        tracing::info!("this node's lease holds: it acts as the leader and coordinator its metadata names it");
+                    } else {
+                        tracing::warn!(
+                            session_timeout_ms = ctx.config.broker_session_timeout_ms,
+                            "this node's lease ran out (no heartbeat answered by the metadata quorum's leader within the session timeout): it leads and coordinates nothing until one is"
+                        );
+                    }
+                }
                 let Some(controller) = ctx.controller.as_ref() else {
                     break;
                 };
@@ -1913,10 +1927,16 @@ impl Controller {
         let advanced = self
             .with_log(|log| {
                 let progress = log.advance_member()?;
-                Ok((progress, log.applied_index(), log.learners().clone()))
+                let leading = log.is_leader();
+                Ok((
+                    progress,
+                    log.applied_index(),
+                    log.learners().clone(),
+                    leading,
+                ))
             })
             .await;
-        let (progress, applied_index, learners) = match advanced {
+        let (progress, applied_index, learners, leading) = match advanced {
             Ok(progress) => progress,
             Err(_) => return false, // logged, and the log closed, by with_log
         };
@@ -1969,6 +1989,11 @@ impl Controller {
                 if let Some(tx) = member.confirmations.remove(&u64::from_be_bytes(context)) {
                     let _ = tx.send(());
                 }
+            }
+            // raft-rs dropped the rounds of a lead it lost: their
+            // heartbeats are answered NOT_CONTROLLER now.
+            if !leading {
+                member.confirmations.clear();
             }
         }
         let last_record = committed.last().map(|(i, _)| *i);
