@@ -36,7 +36,14 @@
 //!   NOT_ENOUGH_REPLICAS_AFTER_APPEND are not acknowledgements);
 //! - each node's role changes (`ShardCtx::apply_replica_roles`'s rules):
 //!   a node leads only once the image holds its current registration, in
-//!   the image's leader epoch; it opens its log with `replica_log_epoch`.
+//!   the image's leader epoch; it opens its log with `replica_log_epoch`;
+//! - the lease (`metadata::lease`, `NodeLease` itself): a heartbeat is
+//!   answered once the quorum's leader confirmed its lead
+//!   (`QuorumNode::confirm_leadership`) or applied the heartbeat's
+//!   records, and renews the node's lease from its send time once the
+//!   node has applied as far as the answer names; a node serves fetches
+//!   and takes produces as leader only while its lease holds
+//!   (`ShardCtx::acts_in`).
 //!
 //! What is modelled, thinly: the carriers. Fetch, heartbeat and
 //! AlterPartition requests are messages of this module, not Kafka
@@ -71,6 +78,8 @@
 //! covers EIO).
 //!
 //! Checked after every step (§8's invariants):
+//! - at most one node acts as the partition's leader at a time (the
+//!   image names it leader and its lease holds);
 //! - every acknowledged acks=all batch is, byte for byte (CRC) and at its
 //!   offset, in the log of every node when it becomes leader, and below
 //!   the log end of the leader of the newest epoch;
