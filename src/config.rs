@@ -1159,6 +1159,12 @@ impl BrokerConfig {
         )
     }
 
+    /// Whether this node is one of a cluster: its `--controller-quorum`
+    /// names other nodes (else it is a quorum of one, a single node).
+    pub fn several_nodes(&self) -> bool {
+        self.quorum.as_ref().is_some_and(|q| !q.is_single_node())
+    }
+
     /// `--broker-session-timeout-ms`.
     pub fn broker_session_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.broker_session_timeout_ms)

@@ -161,8 +161,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         std::sync::mpsc::channel::<(usize, Result<Vec<SocketAddr>, String>)>();
     let mut handles = Vec::with_capacity(config.cores);
     // One lease for the node's shards (`metadata::lease`).
-    let several = config.quorum.as_ref().is_some_and(|q| !q.is_single_node());
-    let lease = Arc::new(if several {
+    let lease = Arc::new(if config.several_nodes() {
         NodeLease::cluster()
     } else {
         NodeLease::single()

@@ -393,12 +393,7 @@ impl Controller {
             .acquire_permit(1)
             .await
             .map_err(|_| std::io::Error::other("controller lock closed"))?;
-        if self
-            .config
-            .quorum
-            .as_ref()
-            .is_some_and(|q| !q.is_single_node())
-        {
+        if self.config.several_nodes() {
             return self.load_member(ctx).await;
         }
         let dir = self.config.data_dir.clone();

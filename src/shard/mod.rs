@@ -732,12 +732,7 @@ impl ShardCtx {
     /// or answer OffsetFetch from a stale coordinator. Kafka's broker
     /// likewise leads nothing until it has registered and caught up.
     pub fn registered_in(&self, image: &MetadataImage) -> bool {
-        let several = self
-            .config
-            .quorum
-            .as_ref()
-            .is_some_and(|q| !q.is_single_node());
-        !several || self.own_registration(image).is_some()
+        !self.config.several_nodes() || self.own_registration(image).is_some()
     }
 
     /// Whether this shard, holding `image`, may act as the leader of the
@@ -914,12 +909,7 @@ impl ShardCtx {
         // Several nodes: replicated as Kafka replicates them, so their
         // coordinators fail over with their partitions' leaders
         // (`docs/replication.md` §4.6); one node keeps one replica.
-        let several = self
-            .config
-            .quorum
-            .as_ref()
-            .is_some_and(|q| !q.is_single_node());
-        let replication_factor = match several {
+        let replication_factor = match self.config.several_nodes() {
             false => -1,
             true if name == internal::CONSUMER_OFFSETS => {
                 self.config.offsets_topic_replication_factor
