@@ -240,7 +240,7 @@ pub struct MemberProgress {
     pub committed: Vec<(u64, MetadataRecord)>,
     /// The contexts of the leadership confirmations
     /// ([`MetadataLog::confirm_leadership`]) a majority answered.
-    pub confirmed: Vec<Vec<u8>>,
+    pub confirmed: Vec<u64>,
 }
 
 /// The metadata log of this node: a Raft quorum of one over
@@ -255,7 +255,7 @@ pub struct MetadataLog {
     /// several voters; a quorum of one has no peer).
     outbox: Vec<Message>,
     /// Leadership confirmations answered, not yet taken.
-    confirmed: Vec<Vec<u8>>,
+    confirmed: Vec<u64>,
     /// A step of the Raft node failed midway: the log must not be used
     /// again (see [`Self::append`]).
     failed: bool,
@@ -521,7 +521,7 @@ impl MetadataLog {
     /// Starts a round that confirms this node still leads the quorum
     /// (`QuorumNode::confirm_leadership`); `context` comes back in
     /// [`MemberProgress::confirmed`] if a majority answers it.
-    pub fn confirm_leadership(&mut self, context: Vec<u8>) {
+    pub fn confirm_leadership(&mut self, context: u64) {
         self.node.confirm_leadership(context);
     }
 

@@ -767,14 +767,7 @@ impl Sim {
         let changed = !progress.committed.is_empty();
         let mut answers = Vec::new();
         for context in progress.confirmed {
-            let Ok(context) = <[u8; 8]>::try_from(context.as_slice()) else {
-                continue;
-            };
-            if let Some(a) = self.nodes[i]
-                .ctl
-                .confirming
-                .remove(&u64::from_be_bytes(context))
-            {
+            if let Some(a) = self.nodes[i].ctl.confirming.remove(&context) {
                 answers.push(a);
             }
         }
@@ -1110,7 +1103,7 @@ impl Sim {
                     .confirming
                     .insert(context, (from, incarnation, sent));
                 if let Some(r) = node.raft.as_mut() {
-                    r.confirm_leadership(context.to_be_bytes().to_vec());
+                    r.confirm_leadership(context);
                 }
                 Ok(())
             }

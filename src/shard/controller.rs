@@ -1060,7 +1060,7 @@ impl Controller {
         };
         let started = self
             .on_log(|log| {
-                log.confirm_leadership(context.to_be_bytes().to_vec());
+                log.confirm_leadership(context);
                 Ok(())
             })
             .await;
@@ -1978,10 +1978,7 @@ impl Controller {
                 member.peers.send(m);
             }
             for context in confirmed {
-                let Ok(context) = <[u8; 8]>::try_from(context.as_slice()) else {
-                    continue;
-                };
-                if let Some(tx) = member.confirmations.remove(&u64::from_be_bytes(context)) {
+                if let Some(tx) = member.confirmations.remove(&context) {
                     let _ = tx.send(());
                 }
             }

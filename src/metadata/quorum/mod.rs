@@ -132,7 +132,7 @@ pub struct Progress {
     pub learners_removed: Vec<u64>,
     /// The contexts of the [`QuorumNode::confirm_leadership`] rounds a
     /// majority answered in this step.
-    pub confirmed: Vec<Vec<u8>>,
+    pub confirmed: Vec<u64>,
 }
 
 /// Why a peer's message was not stepped.
@@ -243,14 +243,15 @@ impl<D: RaftDisk> QuorumNode<D> {
 
     /// Starts a round that confirms this node still leads: raft-rs's
     /// ReadIndex, which sends the followers a heartbeat carrying `context`
+    /// (as its 8 big-endian bytes)
     /// and comes back in [`Progress::confirmed`] once a majority answered
     /// it in this term. A follower that answered will not vote for another
     /// candidate for an election timeout after it got the heartbeat
     /// (`check_quorum`), so no other node leads the quorum before then.
     /// Nothing comes back on a node that does not lead, or leads but has
     /// not committed an entry of its term yet (raft-rs drops the round).
-    pub fn confirm_leadership(&mut self, context: Vec<u8>) {
-        self.raw.read_index(context);
+    pub fn confirm_leadership(&mut self, context: u64) {
+        self.raw.read_index(context.to_be_bytes().to_vec());
     }
 
     /// Hands a peer's message to raft-rs, unless it must be dropped (module
@@ -435,8 +436,13 @@ impl<D: RaftDisk> QuorumNode<D> {
         }
         let mut ready = self.raw.ready();
         out.messages.extend(ready.take_messages());
+        // Only `confirm_leadership` starts rounds: every context is 8 bytes.
         out.confirmed
-            .extend(ready.take_read_states().into_iter().map(|r| r.request_ctx));
+            .extend(ready.take_read_states().into_iter().filter_map(|r| {
+                <[u8; 8]>::try_from(r.request_ctx.as_slice())
+                    .ok()
+                    .map(u64::from_be_bytes)
+            }));
         if !ready.snapshot().is_empty() {
             return Err(io::Error::other(
                 "a raft snapshot arrived; snapshots are not built",

@@ -55,7 +55,7 @@ struct Sim {
     /// Records proposed on a leader, not yet seen committed there.
     proposed: HashMap<u64, Vec<Vec<u8>>>,
     /// Leadership confirmations answered: (node index, context).
-    confirmed: Vec<(usize, Vec<u8>)>,
+    confirmed: Vec<(usize, u64)>,
     next_value: u64,
     faults: bool,
     proposing: bool,
@@ -904,18 +904,12 @@ fn a_leader_confirms_its_lead_only_with_a_majority() {
     sim.faults = false;
     settle(&mut sim, 300);
     let leader = leader_of(&sim);
-    sim.nodes[leader]
-        .as_mut()
-        .unwrap()
-        .confirm_leadership(b"first".to_vec());
+    sim.nodes[leader].as_mut().unwrap().confirm_leadership(1);
     settle(&mut sim, 20);
-    assert_eq!(sim.confirmed, vec![(leader, b"first".to_vec())]);
+    assert_eq!(sim.confirmed, vec![(leader, 1)]);
     // Cut off: no confirmation, and the others elect another leader.
     sim.cut_off.insert(leader as u64 + 1, u64::MAX);
-    sim.nodes[leader]
-        .as_mut()
-        .unwrap()
-        .confirm_leadership(b"second".to_vec());
+    sim.nodes[leader].as_mut().unwrap().confirm_leadership(2);
     settle(&mut sim, 300);
     let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
     assert!(
@@ -928,15 +922,12 @@ fn a_leader_confirms_its_lead_only_with_a_majority() {
     settle(&mut sim, 300);
     assert_eq!(
         sim.confirmed,
-        vec![(leader, b"first".to_vec())],
+        vec![(leader, 1)],
         "the cut-off leader's round is never answered"
     );
     // The new leader confirms its own.
     let now = leader_of(&sim);
-    sim.nodes[now]
-        .as_mut()
-        .unwrap()
-        .confirm_leadership(b"third".to_vec());
+    sim.nodes[now].as_mut().unwrap().confirm_leadership(3);
     settle(&mut sim, 20);
-    assert_eq!(sim.confirmed.last(), Some(&(now, b"third".to_vec())));
+    assert_eq!(sim.confirmed.last(), Some(&(now, 3)));
 }
